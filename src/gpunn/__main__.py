@@ -1,0 +1,5 @@
+import sys
+
+from gpunn.cli import main
+
+sys.exit(main())

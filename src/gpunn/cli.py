@@ -1,0 +1,193 @@
+"""Command line of gpunn: one subcommand per pipeline step. The Snakemake rules call these; they work
+just as well by hand. Errors a user can fix print one line (`gpunn: error: ...`) and exit with status 2.
+
+    gpunn make-offline NAME --out DIR          write an offline dataset in its true on-disk format
+    gpunn download NAME --dest DIR [--mirror M] fetch and md5-verify a dataset's files
+    gpunn prepare NAME --raw DIR --out FILE    parse, check and cache a dataset split as arrays
+    gpunn train RUN --data FILE --out DIR      train one run (RUN = dataset/split/model/variant/hparams)
+    gpunn evaluate --run DIR --data FILE --out DIR
+    gpunn features --run DIR --data FILE --out DIR
+    gpunn svm --features DIR --out DIR
+    gpunn time-batches --variants V.. --batches B.. --out CSV
+    gpunn report EXP --out DIR [--runs ..] [--evals ..] [--timings ..] [--svm ..]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from gpunn.errors import GpunnError
+
+
+def _log(message: str) -> None:
+    print(message, flush=True)
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(v) for v in text.replace(",", " ").split()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got '{text}'") from None
+
+
+def _cmd_make_offline(args):
+    from gpunn.data.offline import write_offline_dataset
+
+    write_offline_dataset(args.name, args.out, log=_log)
+
+
+def _cmd_download(args):
+    from gpunn.data.download import fetch_dataset
+
+    fetch_dataset(args.name, args.dest, mirrors=args.mirror or (), timeout=args.timeout, log=_log)
+
+
+def _cmd_prepare(args):
+    from gpunn.data.prepare import prepare_dataset
+
+    prepare_dataset(args.name, args.raw, args.out, split=args.split, e2_train=args.e2_train,
+                    e2_test=args.e2_test, seed=args.seed, log=_log)
+
+
+def _cmd_train(args):
+    from gpunn.runspec import parse_run_path
+    from gpunn.train import train_run
+
+    train_run(parse_run_path(args.run), args.data, args.out, log=_log, progress_every_s=args.progress_every)
+
+
+def _cmd_evaluate(args):
+    from gpunn.train import evaluate_run
+
+    evaluate_run(args.run, args.data, args.out, log=_log)
+
+
+def _cmd_features(args):
+    from gpunn.train import extract_features
+
+    extract_features(args.run, args.data, args.out, train_limit=args.train_limit, log=_log)
+
+
+def _cmd_svm(args):
+    from pathlib import Path
+
+    from gpunn.svm import run_svm
+
+    features = Path(args.features)
+    gamma = args.gamma if args.gamma in ("scale", "auto") else float(args.gamma)
+    run_svm(features / "train_features.npy", features / "train_labels.npy", features / "test_features.npy",
+            features / "test_labels.npy", args.out, train_subset=args.train_subset or None,
+            test_subset=args.test_subset or None, method=args.method, C=args.C, gamma=gamma,
+            nystroem_components=args.components, seed=args.seed,
+            class_names=args.class_names.split(",") if args.class_names else None, log=_log)
+
+
+def _cmd_time_batches(args):
+    from gpunn import io
+    from gpunn.timing import time_mlp_batches
+
+    frame = time_mlp_batches(args.variants, args.batches, hidden=args.hidden, repeats=args.repeats,
+                             seed=args.seed, log=_log)
+    io.write_csv(args.out, frame)
+
+
+def _cmd_report(args):
+    from gpunn.experiments import make_report
+
+    make_report(args.experiment, args.out, runs=args.runs, evals=args.evals, timings=args.timings, svm=args.svm)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpunn", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("make-offline", help="write an offline dataset (synthetic_*, digits*) in its true format")
+    p.add_argument("name")
+    p.add_argument("--out", required=True, help="directory to write the files and manifest.json into")
+    p.set_defaults(func=_cmd_make_offline)
+
+    p = sub.add_parser("download", help="fetch a dataset's files with md5 verification, trying mirrors in order")
+    p.add_argument("name")
+    p.add_argument("--dest", required=True, help="directory for the verified files and manifest.json")
+    p.add_argument("--mirror", action="append", help="local directory or URL base tried first (repeatable)")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds per connection attempt (default 30)")
+    p.set_defaults(func=_cmd_download)
+
+    p = sub.add_parser("prepare", help="parse a downloaded dataset and cache one split as arrays (.npz)")
+    p.add_argument("name")
+    p.add_argument("--raw", required=True, help="directory with the downloaded files")
+    p.add_argument("--out", required=True, help="output .npz")
+    p.add_argument("--split", choices=("standard", "e2"), default="standard")
+    p.add_argument("--e2-train", type=int, default=37800, help="E2 split: training samples (default 37800)")
+    p.add_argument("--e2-test", type=int, default=4200, help="E2 split: test samples (default 4200)")
+    p.add_argument("--seed", type=int, default=0, help="E2 split: shuffle seed (default 0)")
+    p.set_defaults(func=_cmd_prepare)
+
+    p = sub.add_parser("train", help="train one run")
+    p.add_argument("run", help="dataset/split/model/variant/hparams, e.g. mnist/standard/mlp/cpu-numpy/w256_b64_lr0.01_e10_s0")
+    p.add_argument("--data", required=True, help="prepared .npz of the run's dataset and split")
+    p.add_argument("--out", required=True, help="run directory for metrics.csv, metrics.json, weights.npz")
+    p.add_argument("--progress-every", type=float, default=15.0, help="seconds between progress lines inside an epoch")
+    p.set_defaults(func=_cmd_train)
+
+    for name, func, help_text in (("evaluate", _cmd_evaluate, "test-set metrics, predictions and samples of a run"),
+                                  ("features", _cmd_features, "encoder features (.npy) of an autoencoder run")):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--run", required=True, help="run directory (with weights.npz)")
+        p.add_argument("--data", required=True, help="prepared .npz")
+        p.add_argument("--out", required=True, help="output directory")
+        if name == "features":
+            p.add_argument("--train-limit", type=int, default=0, help="encode only the first N training images (0: all)")
+        p.set_defaults(func=func)
+
+    p = sub.add_parser("svm", help="StandardScaler + RBF SVM on encoder features")
+    p.add_argument("--features", required=True, help="directory with {train,test}_{features,labels}.npy")
+    p.add_argument("--out", required=True)
+    p.add_argument("--train-subset", type=int, default=0, help="stratified training subset size (0: all)")
+    p.add_argument("--test-subset", type=int, default=0, help="stratified test subset size (0: all)")
+    p.add_argument("--method", choices=("exact", "nystroem"), default="exact",
+                   help="exact SVC, or the approximate Nystroem + linear SVM route for large sets")
+    p.add_argument("--C", type=float, default=10.0)
+    p.add_argument("--gamma", default="scale", help="'scale', 'auto' or a number")
+    p.add_argument("--components", type=int, default=2000, help="Nystroem components")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--class-names", default="", help="comma-separated class names")
+    p.set_defaults(func=_cmd_svm)
+
+    p = sub.add_parser("time-batches", help="E3: MLP forward/backward/step time per batch size")
+    p.add_argument("--variants", nargs="+", required=True)
+    p.add_argument("--batches", type=_int_list, required=True, help="e.g. 1,8,32,128,512")
+    p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="output CSV")
+    p.set_defaults(func=_cmd_time_batches)
+
+    p = sub.add_parser("report", help="summary table and figures of one experiment (e1..e6)")
+    p.add_argument("experiment")
+    p.add_argument("--out", required=True, help="output directory")
+    for option in ("runs", "evals", "timings", "svm"):
+        p.add_argument(f"--{option}", nargs="*", default=[])
+    p.set_defaults(func=_cmd_report)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    start = time.perf_counter()
+    try:
+        args.func(args)
+    except GpunnError as exc:
+        print(f"gpunn: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except KeyboardInterrupt:
+        print("gpunn: interrupted", file=sys.stderr)
+        return 130
+    _log(f"gpunn {args.command}: done in {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""Atomic output writers: every file is written to a temporary sibling, then renamed into place, so an
+interrupted job never leaves a partial output that Snakemake (or a user) could mistake for a result."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path next to `path`; rename it onto `path` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, path)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def write_bytes(path, data: bytes) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+
+
+def write_text(path, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def _json_default(obj: Any):
+    # numpy scalars and arrays (e.g. values from Snakemake Paramspace) are not JSON-serialisable as is
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON-serialisable: {type(obj).__name__}")
+
+
+def write_json(path, obj: Any) -> None:
+    write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+
+
+def write_csv(path, frame) -> None:
+    """Write a pandas DataFrame as CSV without the index."""
+    with atomic_path(path) as tmp:
+        frame.to_csv(tmp, index=False)
+
+
+def write_npy(path, array: np.ndarray) -> None:
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as fh:
+            np.save(fh, array)
+
+
+def write_npz(path, **arrays: np.ndarray) -> None:
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **arrays)

@@ -1,0 +1,104 @@
+"""Training variants: the registry from variant name to backend.
+
+A backend owns a model's parameters on its device and runs training steps on batches that the training
+loop gathers in the shared batch order (gpunn.seeding), so every variant sees the same init and batches:
+
+    cpu-numpy   NumPy float32 reference: gpunn.nn layers, one flat parameter buffer, SGD (all models)
+    cpu-serial  plain loops under numba @njit on one thread, like the papers' serial C++ (MLP only)
+
+GPU variants register here as further names (issue #3 onwards).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from gpunn.errors import GpunnError
+from gpunn.nn import SGD, MSELoss, SoftmaxCrossEntropy
+
+
+@dataclass
+class StepTimes:
+    loss: float
+    forward_s: float   # forward pass and loss
+    backward_s: float  # backward pass and parameter update
+
+
+def make_loss(model_name: str):
+    return MSELoss() if model_name == "autoencoder" else SoftmaxCrossEntropy()
+
+
+class CpuNumpyBackend:
+    """The reference: every layer in NumPy, all parameters in one flat buffer updated by one SGD call."""
+
+    def __init__(self, model, model_name: str, lr: float):
+        self.model = model
+        self.loss = make_loss(model_name)
+        self.optimizer = SGD(model.parameters(), lr)
+
+    def train_step(self, xb: np.ndarray, target: np.ndarray) -> StepTimes:
+        start = time.perf_counter()
+        out = self.model.forward(xb)
+        loss = self.loss.forward(out, target)
+        mid = time.perf_counter()
+        self.model.backward(self.loss.backward())
+        self.optimizer.step()
+        end = time.perf_counter()
+        return StepTimes(float(loss), mid - start, end - mid)
+
+    def predict(self, xb: np.ndarray) -> np.ndarray:
+        return self.model.forward(xb)
+
+    def flat_params(self) -> np.ndarray:
+        return self.model.flat
+
+
+class CpuSerialBackend:
+    """The MLP as single-threaded loops (gpunn.nn.serial), updating the model's flat buffer in place."""
+
+    def __init__(self, model, model_name: str, lr: float):
+        from gpunn.nn.serial import SerialMLP
+
+        if model_name != "mlp":
+            raise GpunnError(f"variant cpu-serial exists for the mlp only, not for {model_name}")
+        first, second = (layer for layer in model.layers if hasattr(layer, "weight"))
+        in_features, hidden = first.weight.data.shape
+        classes = second.weight.data.shape[1]
+        self.model = model
+        self.lr = lr
+        self.serial = SerialMLP(model.flat, in_features, hidden, classes)
+
+    def train_step(self, xb: np.ndarray, target: np.ndarray) -> StepTimes:
+        flat_x = np.ascontiguousarray(xb.reshape(len(xb), -1))
+        start = time.perf_counter()
+        self.serial.forward(flat_x)
+        mid = time.perf_counter()
+        loss = self.serial.backward_and_step(target, self.lr)
+        end = time.perf_counter()
+        return StepTimes(float(loss), mid - start, end - mid)
+
+    def predict(self, xb: np.ndarray) -> np.ndarray:
+        return self.serial.predict_logits(np.ascontiguousarray(xb.reshape(len(xb), -1)))
+
+    def flat_params(self) -> np.ndarray:
+        return self.model.flat
+
+
+# variant name -> (backend factory, models it supports)
+VARIANTS: dict[str, tuple[Callable, tuple[str, ...]]] = {
+    "cpu-numpy": (CpuNumpyBackend, ("mlp", "cnn", "autoencoder")),
+    "cpu-serial": (CpuSerialBackend, ("mlp",)),
+}
+
+
+def make_backend(variant: str, model, model_name: str, lr: float):
+    if variant not in VARIANTS:
+        raise GpunnError(f"unknown variant '{variant}': choose one of {', '.join(VARIANTS)}")
+    factory, models = VARIANTS[variant]
+    if model_name not in models:
+        raise GpunnError(f"variant {variant} supports {', '.join(models)}, not {model_name}")
+    return factory(model, model_name, lr)

@@ -1,0 +1,91 @@
+# Helpers shared by the rules (no rules here): config validation, wildcard constraints, the gpunn command.
+
+import os
+
+from snakemake.utils import validate
+
+from gpunn.data.registry import DATASETS
+from gpunn.pipeline import (
+    EXPERIMENTS,
+    e6_run,
+    enabled_experiments,
+    eval_dir,
+    experiment_runs,
+    report_outputs,
+    run_dir,
+)
+
+
+validate(config, schema="../schemas/config.schema.yaml", set_default=True)
+
+ENV_FILE = "../../environment.yml"
+
+
+wildcard_constraints:
+    dataset="|".join(DATASETS),
+    split="standard|e2",
+    model="mlp|cnn|autoencoder",
+    variant="[a-z0-9]+(-[a-z0-9]+)*",
+    hparams="w[0-9-]+_b[0-9]+_lr[0-9.eE+-]+_e[0-9]+_s[0-9]+(_n[0-9]+)?",
+    experiment="e[1-6]",
+
+
+# A run's path: in input/output/log patterns as RUN, in shell commands as {params.run} (params=run_path).
+RUN = "{dataset}/{split}/{model}/{variant}/{hparams}"
+
+
+def run_path(wildcards):
+    return RUN.format(**wildcards)
+
+
+def cpu_threads(wildcards):
+    """Single-threaded baselines get one core; NumPy variants get config key `threads`."""
+    return 1 if wildcards.variant.endswith("serial") else config["threads"]
+
+
+def uses_gpu(wildcards):
+    return 1 if wildcards.variant.startswith("gpu") else 0
+
+
+def download_input(wildcards):
+    return [f"results/offline/{wildcards.dataset}/manifest.json"] if DATASETS[wildcards.dataset].offline else []
+
+
+def download_mirrors(wildcards):
+    mirrors = [config["data"]["mirror_dir"]] if config["data"]["mirror_dir"] else []
+    if DATASETS[wildcards.dataset].offline:
+        mirrors.append(f"results/offline/{wildcards.dataset}")
+    return " ".join(f"--mirror {m}" for m in mirrors)
+
+
+def report_inputs(experiment):
+    """Input files of one experiment's report, by kind (runs, evals, timings, svm)."""
+    if experiment == "e3":
+        return {"timings": expand("results/timing/e3/{variant}.csv", variant=config["experiments"]["e3"]["variants"])}
+    if experiment == "e6":
+        return {"svm": [f"results/svm/{e6_run(config).path}/metrics.json"]}
+    runs = experiment_runs(config, experiment)
+    inputs = {"runs": [f"{run_dir(r)}/metrics.json" for r in runs]}
+    if experiment in ("e1", "e4", "e5"):
+        shown = {}  # sample figures from the first listed variant (the reference) of each dataset
+        for r in runs:
+            shown.setdefault(r.dataset, r)
+        inputs["evals"] = [f"{eval_dir(r)}/eval.json" for r in shown.values()]
+    return inputs
+
+
+def report_args(inputs):
+    """Command-line options naming the run, eval and svm folders (and the timing CSVs)."""
+    parts = []
+    for kind, paths in inputs.items():
+        folders = paths if kind == "timings" else [os.path.dirname(p) for p in paths]
+        parts.append(f"--{kind} " + " ".join(folders))
+    return " ".join(parts)
+
+
+def report_files(experiment):
+    """Targets of the report: tables as plain outputs, figures marked for `snakemake --report`."""
+    files = []
+    for path in report_outputs(config, experiment):
+        files.append(report(path, caption="../report/figure.rst", category=experiment.upper()) if path.endswith(".png") else path)
+    return files
