@@ -13,6 +13,15 @@ from typing import Any, Iterator
 import numpy as np
 
 
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _current_umask()
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """Yield a temporary path next to `path`; rename it onto `path` only if the block succeeds."""
@@ -23,6 +32,8 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        # mkstemp makes owner-only files; give results the permissions any new file would get
+        os.chmod(tmp_path, 0o666 & ~_UMASK)
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():

@@ -6,10 +6,17 @@ Every path is relative to the workflow's directory; see the README for the layou
 
 from __future__ import annotations
 
+import os
+
 from gpunn.runspec import RunSpec
 
 EXPERIMENTS = ("e1", "e2", "e3", "e4", "e5", "e6")
 RESULTS = "results"
+
+
+def export_source_path(src: str) -> None:
+    """Put `src` first on PYTHONPATH, which every job inherits, so `python -m gpunn` runs this checkout."""
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)
 
 
 def _as_list(value):

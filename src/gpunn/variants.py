@@ -45,7 +45,7 @@ class CpuNumpyBackend:
         out = self.model.forward(xb)
         loss = self.loss.forward(out, target)
         mid = time.perf_counter()
-        self.model.backward(self.loss.backward())
+        self.model.backward(self.loss.backward(), input_grad=False)  # no gradient w.r.t. the images
         self.optimizer.step()
         end = time.perf_counter()
         return StepTimes(float(loss), mid - start, end - mid)
@@ -71,6 +71,12 @@ class CpuSerialBackend:
         self.model = model
         self.lr = lr
         self.serial = SerialMLP(model.flat, in_features, hidden, classes)
+        # numba compiles on first call: do it now, on a throwaway copy, so no timed step pays for it
+        warm = SerialMLP(model.flat.copy(), in_features, hidden, classes)
+        sample = np.full((1, in_features), 0.5, dtype=np.float32)
+        warm.forward(sample)
+        warm.backward_and_step(np.zeros(1, dtype=np.int64), lr)
+        warm.predict_logits(sample)
 
     def train_step(self, xb: np.ndarray, target: np.ndarray) -> StepTimes:
         flat_x = np.ascontiguousarray(xb.reshape(len(xb), -1))

@@ -1,12 +1,19 @@
-# Helpers shared by the rules (no rules here): config validation, wildcard constraints, the gpunn command.
+# Helpers shared by the rules (no rules here): config validation, wildcard constraints, input functions.
 
 import os
+import sys
 
 from snakemake.utils import validate
+
+# The workflow and its jobs use the gpunn package of this checkout, installed or not (e.g. jobs in a
+# --use-conda environment built from environment.yml): PYTHONPATH is inherited by every job.
+_SRC = os.path.join(workflow.basedir, "src")
+sys.path.insert(0, _SRC)
 
 from gpunn.data.registry import DATASETS
 from gpunn.pipeline import (
     EXPERIMENTS,
+    export_source_path,
     e6_run,
     enabled_experiments,
     eval_dir,
@@ -17,6 +24,7 @@ from gpunn.pipeline import (
 
 
 validate(config, schema="../schemas/config.schema.yaml", set_default=True)
+export_source_path(_SRC)
 
 ENV_FILE = "../../environment.yml"
 

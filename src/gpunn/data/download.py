@@ -1,0 +1,169 @@
+"""Download a dataset's files with md5 verification, trying mirrors in order.
+
+Sources for every file, in order: each `mirrors` entry (a local directory, looked up as `<dir>/<file>` and
+`<dir>/<dataset>/<file>`, or a URL base), then the registry's URLs. A local directory is turned into a
+`file://` URL so it goes through the same urllib code as a web mirror. A file already in place with the
+right md5 is not fetched again. Downloads stream into a temporary file next to the destination and are
+renamed into place only after the md5 matched, so no partial file is ever left behind. `manifest.json`
+({"dataset", "files": {file: md5}}) is written last and marks a complete download.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import os
+import socket
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Callable, Iterable
+
+from gpunn import __version__
+from gpunn.errors import GpunnError
+from gpunn.io import atomic_path, write_json
+
+from .registry import DatasetSpec, get_dataset
+
+MANIFEST = "manifest.json"
+_CHUNK = 1 << 20
+_USER_AGENT = f"gpunn/{__version__} (dataset download; python urllib)"
+
+
+def md5sum(path: str | os.PathLike) -> str:
+    """The md5 hex digest of a file, read in chunks."""
+    digest = hashlib.md5()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _is_url(source: str) -> bool:
+    scheme = urllib.parse.urlsplit(source).scheme
+    return len(scheme) > 1 and "://" in source  # a one-letter scheme would be a Windows drive
+
+
+def _with_slash(base: str) -> str:
+    return base if base.endswith("/") else base + "/"
+
+
+def source_bases(spec: DatasetSpec, mirrors: Iterable[str | os.PathLike] = ()) -> list[str]:
+    """The URL bases tried for the dataset's files, in order (each file's URL is base + file name)."""
+    bases: list[str] = []
+    for mirror in mirrors:
+        mirror = os.fspath(mirror)
+        if not mirror:
+            continue
+        if _is_url(mirror):
+            bases.append(_with_slash(mirror))
+        else:
+            root = Path(mirror).expanduser().resolve()
+            bases.append(_with_slash(root.as_uri()))
+            bases.append(_with_slash((root / spec.name).as_uri()))
+    bases.extend(_with_slash(u) for u in spec.urls)
+    seen = set()
+    return [b for b in bases if not (b in seen or seen.add(b))]
+
+
+def _short_reason(exc: BaseException, timeout: float) -> str:
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code} {exc.reason}".strip()
+    if isinstance(exc, urllib.error.URLError):
+        reason = exc.reason
+        if isinstance(reason, (socket.timeout, TimeoutError)):
+            return f"timed out after {timeout:g} s"
+        if isinstance(reason, OSError) and reason.strerror:
+            return reason.strerror
+        return str(reason)
+    if isinstance(exc, (socket.timeout, TimeoutError)):
+        return f"timed out after {timeout:g} s"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+class _ChecksumMismatch(Exception):
+    pass
+
+
+def _download(url: str, dest: Path, expected_md5: str, timeout: float, log: Callable[[str], None]) -> int:
+    """Stream url into dest (atomically); raise _ChecksumMismatch or the urllib/OS error on failure."""
+    request = urllib.request.Request(url, headers={"User-Agent": _USER_AGENT})
+    digest = hashlib.md5()
+    size = 0
+    with atomic_path(dest) as tmp:
+        with urllib.request.urlopen(request, timeout=timeout) as response, open(tmp, "wb") as out:
+            total = response.headers.get("Content-Length") if response.headers else None
+            total = int(total) if total and total.isdigit() else None
+            next_report = 0.25
+            for chunk in iter(lambda: response.read(_CHUNK), b""):
+                out.write(chunk)
+                digest.update(chunk)
+                size += len(chunk)
+                if total and total > 8 * _CHUNK and size / total >= next_report and size < total:
+                    log(f"    {dest.name}: {size / 1e6:.1f} / {total / 1e6:.1f} MB")
+                    next_report += 0.25
+        got = digest.hexdigest()
+        if got != expected_md5:
+            raise _ChecksumMismatch(f"checksum mismatch: md5 {got}, expected {expected_md5}")
+    return size
+
+
+def fetch_dataset(
+    name: str,
+    dest_dir: str | os.PathLike,
+    mirrors: Iterable[str | os.PathLike] = (),
+    timeout: float = 30.0,
+    log: Callable[[str], None] = print,
+) -> dict[str, str]:
+    """Make sure every file of dataset `name` is in dest_dir with its registry md5; returns {file: md5}."""
+    spec = get_dataset(name)
+    dest_dir = Path(dest_dir)
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    bases = source_bases(spec, mirrors)
+    result: dict[str, str] = {}
+    for file_name, expected in spec.files.items():
+        dest = dest_dir / file_name
+        note = ""
+        if dest.is_file():
+            have = md5sum(dest)
+            if have == expected:
+                log(f"{name}: {file_name} ok (cached)")
+                result[file_name] = expected
+                continue
+            note = f" (the existing {dest} has md5 {have}, expected {expected})"
+            log(f"{name}: {file_name} exists with the wrong md5 {have}; fetching it again")
+        tried: list[str] = []
+        for base in bases:
+            url = base + urllib.parse.quote(file_name)
+            log(f"{name}: {file_name} <- {url}")
+            try:
+                size = _download(url, dest, expected, timeout, log)
+            except _ChecksumMismatch as exc:
+                reason = str(exc)
+            except (OSError, ValueError, http.client.HTTPException) as exc:
+                # URLError, HTTPError and timeouts are OSErrors; ValueError covers malformed URLs;
+                # HTTPException covers connections cut mid-transfer (IncompleteRead)
+                reason = _short_reason(exc, timeout)
+            else:
+                log(f"{name}: {file_name} ok ({size} bytes, md5 {expected})")
+                result[file_name] = expected
+                break
+            log(f"{name}: {file_name} failed: {reason}")
+            tried.append(f"{url} ({reason})")
+        else:
+            tried_txt = "; ".join(tried) if tried else "no sources (no mirror given and no download URL)"
+            offline_hint = (
+                f"{name} is generated locally, not downloaded: write it with gpunn.data.offline."
+                f"write_offline_dataset and give that directory as the mirror; "
+                if spec.offline else ""
+            )
+            raise GpunnError(
+                f"{name}: could not get {file_name} (md5 {expected}){note}; tried: {tried_txt}; "
+                f"{offline_hint}put the files of {name} ({', '.join(spec.files)}) by hand into {dest_dir}, "
+                f"or into a directory given with --mirror / config key data.mirror_dir"
+            )
+    write_json(dest_dir / MANIFEST, {"dataset": name, "files": result})
+    return result

@@ -1,0 +1,218 @@
+"""The datasets gpunn knows: file names, md5 checksums, download mirrors, image shapes and class names.
+
+Real datasets (MNIST, Fashion-MNIST, CIFAR-10) are downloaded and checked against the md5 of the
+published files. Offline datasets are written locally by `gpunn.data.offline` in exactly the same file
+formats; their md5 values below were computed once from the (byte-for-byte deterministic) generators, so a
+regenerated file that no longer matches means the generator changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpunn.errors import GpunnError
+
+# The four MNIST-format files (identical names for MNIST, Fashion-MNIST and the offline IDX datasets).
+TRAIN_IMAGES = "train-images-idx3-ubyte.gz"
+TRAIN_LABELS = "train-labels-idx1-ubyte.gz"
+TEST_IMAGES = "t10k-images-idx3-ubyte.gz"
+TEST_LABELS = "t10k-labels-idx1-ubyte.gz"
+IDX_FILES = (TRAIN_IMAGES, TRAIN_LABELS, TEST_IMAGES, TEST_LABELS)
+
+# The single CIFAR-10 binary archive (real and offline CIFAR-like datasets).
+CIFAR_ARCHIVE = "cifar-10-binary.tar.gz"
+
+KINDS = ("idx", "cifar10")
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    name: str
+    kind: str  # "idx" or "cifar10"
+    files: dict[str, str]  # file name -> md5 (hex)
+    urls: tuple[str, ...]  # base URLs, tried in order; a file's URL is base + file name
+    image_shape: tuple[int, int, int]  # (C, H, W)
+    class_names: tuple[str, ...]
+    offline: bool  # generated locally by gpunn, not downloaded
+    description: str
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"dataset {self.name}: kind must be one of {KINDS}, got {self.kind!r}")
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.class_names)
+
+
+DIGIT_NAMES = tuple(str(d) for d in range(10))
+FASHION_NAMES = (
+    "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
+    "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot",
+)
+CIFAR10_NAMES = (
+    "airplane", "automobile", "bird", "cat", "deer",
+    "dog", "frog", "horse", "ship", "truck",
+)
+# The CIFAR-like synthetic classes are textured shapes (see gpunn.data.synthetic); they are named for
+# what they show, not after the CIFAR-10 objects, so that confusion matrices stay honest.
+SYNTHETIC_CIFAR_NAMES = (
+    "disc", "square", "triangle", "ring", "cross",
+    "striped_disc", "striped_square", "striped_triangle", "striped_ring", "striped_cross",
+)
+
+
+def _idx_files(train_images, train_labels, test_images, test_labels) -> dict[str, str]:
+    return {
+        TRAIN_IMAGES: train_images,
+        TRAIN_LABELS: train_labels,
+        TEST_IMAGES: test_images,
+        TEST_LABELS: test_labels,
+    }
+
+
+_SPECS = (
+    DatasetSpec(
+        name="mnist",
+        kind="idx",
+        files=_idx_files(
+            "f68b3c2dcbeaaa9fbdd348bbdeb94873",
+            "d53e105ee54ea40749a09fcbcd1e9432",
+            "9fb629c4189551a2d022fa330f9573f3",
+            "ec29112dd5afa0611ce80d1b7f02629c",
+        ),
+        urls=(
+            "https://ossci-datasets.s3.amazonaws.com/mnist/",
+            "https://storage.googleapis.com/cvdf-datasets/mnist/",
+            "http://yann.lecun.com/exdb/mnist/",
+        ),
+        image_shape=(1, 28, 28),
+        class_names=DIGIT_NAMES,
+        offline=False,
+        description="MNIST handwritten digits, 60000 train / 10000 test, 28x28 grey",
+    ),
+    DatasetSpec(
+        name="fashion_mnist",
+        kind="idx",
+        files=_idx_files(
+            "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
+            "25c81989df183df01b3e8a0aad5dffbe",
+            "bef4ecab320f06d8554ea6380940ec79",
+            "bb300cfdad3c16e7a12a480ee83cd310",
+        ),
+        urls=(
+            "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
+            "https://raw.githubusercontent.com/zalandoresearch/fashion-mnist/master/data/fashion/",
+        ),
+        image_shape=(1, 28, 28),
+        class_names=FASHION_NAMES,
+        offline=False,
+        description="Fashion-MNIST clothing images, 60000 train / 10000 test, 28x28 grey",
+    ),
+    DatasetSpec(
+        name="cifar10",
+        kind="cifar10",
+        files={CIFAR_ARCHIVE: "c32a1d4ab5d03f1284b67883e8d87530"},
+        urls=("https://www.cs.toronto.edu/~kriz/",),
+        image_shape=(3, 32, 32),
+        class_names=CIFAR10_NAMES,
+        offline=False,
+        description="CIFAR-10 binary version, 50000 train / 10000 test, 3x32x32 colour",
+    ),
+    DatasetSpec(
+        name="synthetic_mnist",
+        kind="idx",
+        files=_idx_files(
+            "f6a5bcfb08a8c7f20902cdc91a3da6e4",
+            "7b8d0da78e8ac0681db4eb32c40ca809",
+            "4d987f2cb7474ac8742c19d34ea5f7c0",
+            "aed7d99ca630a6bce5cfda655495e3fc",
+        ),
+        urls=(),
+        image_shape=(1, 28, 28),
+        class_names=DIGIT_NAMES,
+        offline=True,
+        description="offline MNIST-like stroke digits with MNIST's shapes, 60000 train / 10000 test, "
+                    "28x28 grey (GPU benchmarks without a download)",
+    ),
+    DatasetSpec(
+        name="synthetic_mnist_small",
+        kind="idx",
+        files=_idx_files(
+            "7c6e82579b072def0cfefe5dc9dae3df",
+            "991f18e49b9b9e6b8a525815e78358a7",
+            "517870712edc120a04778b98283a5dc9",
+            "c3a182560971347226cd24d938a145bc",
+        ),
+        urls=(),
+        image_shape=(1, 28, 28),
+        class_names=DIGIT_NAMES,
+        offline=True,
+        description="offline MNIST-like stroke digits, 5000 train / 1000 test, 28x28 grey",
+    ),
+    DatasetSpec(
+        name="synthetic_cifar10",
+        kind="cifar10",
+        files={CIFAR_ARCHIVE: "47fe8dd52c0c9dcdffc96c32755f65e6"},
+        urls=(),
+        image_shape=(3, 32, 32),
+        class_names=SYNTHETIC_CIFAR_NAMES,
+        offline=True,
+        description="offline CIFAR-like textured shapes with CIFAR-10's shapes, 50000 train / 10000 test, "
+                    "3x32x32 colour",
+    ),
+    DatasetSpec(
+        name="synthetic_cifar10_small",
+        kind="cifar10",
+        files={CIFAR_ARCHIVE: "0accd4c7bedb8db114713a08480c7065"},
+        urls=(),
+        image_shape=(3, 32, 32),
+        class_names=SYNTHETIC_CIFAR_NAMES,
+        offline=True,
+        description="offline CIFAR-like textured shapes, 2000 train / 500 test, 3x32x32 colour",
+    ),
+    DatasetSpec(
+        name="digits8",
+        kind="idx",
+        files=_idx_files(
+            "9575dd6e1e7edc1c314fb30c7d7dd7b2",
+            "d8adf9e9d312a353c81a7531e6549a8c",
+            "869fbe3a4af88908d223d98dfda296be",
+            "0ad7afe43b15b0fa1d802638d3479e18",
+        ),
+        urls=(),
+        image_shape=(1, 8, 8),
+        class_names=DIGIT_NAMES,
+        offline=True,
+        description="scikit-learn's real handwritten digits (load_digits), 1437 train / 360 test, "
+                    "8x8 grey rescaled to 0..255",
+    ),
+    DatasetSpec(
+        name="digits28",
+        kind="idx",
+        files=_idx_files(
+            "d6d9c836ed3b452b01d632759aa5bc2b",
+            "d8adf9e9d312a353c81a7531e6549a8c",
+            "ae54db7403f08aae09c5c91093166a88",
+            "0ad7afe43b15b0fa1d802638d3479e18",
+        ),
+        urls=(),
+        image_shape=(1, 28, 28),
+        class_names=DIGIT_NAMES,
+        offline=True,
+        description="scikit-learn's real handwritten digits (load_digits) resized to 28x28 (bilinear), "
+                    "1437 train / 360 test",
+    ),
+)
+
+DATASETS: dict[str, DatasetSpec] = {spec.name: spec for spec in _SPECS}
+
+
+def get_dataset(name: str) -> DatasetSpec:
+    """The spec of a known dataset; an unknown name is a GpunnError listing the known ones."""
+    try:
+        return DATASETS[name]
+    except (KeyError, TypeError):
+        raise GpunnError(
+            f"unknown dataset {name!r}: choose one of {', '.join(DATASETS)}"
+        ) from None

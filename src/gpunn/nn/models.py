@@ -1,0 +1,143 @@
+"""The three models of the reproduced papers, as flat-buffer `Sequential`s.
+
+Each constructor draws its initialisation from `gpunn.seeding.init_rng(seed)`, one layer after the other
+(He-normal weights drawn in float64, zero biases), so one seed gives one flat buffer: bit-identical across
+runs, and the float64 model of a seed rounds to exactly the float32 model of that seed.
+
+    mlp()          Flatten, Linear(784, 256), ReLU, Linear(256, 10)                        203 530 params
+    cnn()          Conv(1->16) ReLU Conv(16->32) ReLU MaxPool Flatten Linear(4608, 10)      50 890 params
+    autoencoder()  Conv(3->256,p1) ReLU Pool Conv(256->128,p1) ReLU Pool | Conv(128->128,p1) ReLU Up
+                   Conv(128->256,p1) ReLU Up Conv(256->3,p1)                               751 875 params
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..seeding import init_rng
+from .layers import Conv2d, Flatten, Linear, MaxPool2d, Module, ReLU, Sequential, Upsample
+
+__all__ = ["mlp", "cnn", "autoencoder", "Autoencoder", "build_model", "MODELS"]
+
+
+def _sizes(name: str, values) -> tuple[int, ...]:
+    values = tuple(values)
+    if not values or any(int(v) != v or v < 1 for v in values):
+        raise ValueError(f"{name} must be a non-empty sequence of positive integers, got {values!r}")
+    return tuple(int(v) for v in values)
+
+
+def mlp(in_features: int = 784, hidden: int = 256, classes: int = 10, seed: int = 0, dtype=np.float32) -> Sequential:
+    """Flatten, Linear(in_features, hidden), ReLU, Linear(hidden, classes); softmax lives in the loss.
+
+    Flat layout: [W1 (in, hidden) row-major, b1 (hidden), W2 (hidden, classes), b2 (classes)], the layout
+    `gpunn.nn.serial.SerialMLP` works on."""
+    rng = init_rng(seed)
+    layers = [
+        Flatten(),
+        Linear(in_features, hidden, dtype=dtype, rng=rng),
+        ReLU(),
+        Linear(hidden, classes, dtype=dtype, rng=rng),
+    ]
+    return Sequential(layers, dtype=dtype)
+
+
+def cnn(
+    in_channels: int = 1,
+    image_size: int = 28,
+    channels=(16, 32),
+    classes: int = 10,
+    seed: int = 0,
+    dtype=np.float32,
+) -> Sequential:
+    """Conv3x3(pad 0)+ReLU for each entry of `channels`, MaxPool 2, Flatten, Linear(-> classes).
+
+    The FC input is computed from image_size: 28 -> 26 -> 24 -> 12 gives 32*12*12 = 4608 for the defaults
+    (50 890 parameters); 8x8 digits give 8 -> 6 -> 4 -> 2, i.e. 32*2*2."""
+    channels = _sizes("channels", channels)
+    size = int(image_size)
+    rng = init_rng(seed)
+    layers: list[Module] = []
+    cin = int(in_channels)
+    for cout in channels:
+        layers += [Conv2d(cin, cout, kernel_size=3, padding=0, dtype=dtype, rng=rng), ReLU()]
+        size -= 2
+        cin = cout
+    size //= 2
+    if size < 1:
+        raise ValueError(
+            f"cnn: image_size {image_size} is too small for {len(channels)} unpadded 3x3 convolutions and a 2x2 pool"
+        )
+    layers += [MaxPool2d(2), Flatten(), Linear(cin * size * size, classes, dtype=dtype, rng=rng)]
+    return Sequential(layers, dtype=dtype)
+
+
+class Autoencoder(Sequential):
+    """A Sequential whose first `n_encoder` layers are the encoder; `encode(x)` runs only those and returns
+    the latent (N, C, H/4, W/4), `decode(z)` runs the rest."""
+
+    def __init__(self, layers, n_encoder: int, dtype=np.float32):
+        super().__init__(layers, dtype=dtype)
+        if not 0 < n_encoder < len(self.layers):
+            raise ValueError(f"Autoencoder: n_encoder must be in [1, {len(self.layers) - 1}], got {n_encoder}")
+        self.n_encoder = int(n_encoder)
+
+    @property
+    def encoder(self) -> list[Module]:
+        return self.layers[: self.n_encoder]
+
+    @property
+    def decoder(self) -> list[Module]:
+        return self.layers[self.n_encoder :]
+
+    def encode(self, x) -> np.ndarray:
+        x = np.asarray(x, dtype=self.dtype)
+        for layer in self.encoder:
+            x = layer.forward(x)
+        return x
+
+    def decode(self, z) -> np.ndarray:
+        z = np.asarray(z, dtype=self.dtype)
+        for layer in self.decoder:
+            z = layer.forward(z)
+        return z
+
+
+def autoencoder(
+    in_channels: int = 3, image_size: int = 32, channels=(256, 128), seed: int = 0, dtype=np.float32
+) -> Autoencoder:
+    """Convolutional autoencoder of E5, all convolutions 3x3 with padding 1.
+
+    encoder: Conv(in->c0) ReLU MaxPool Conv(c0->c1) ReLU MaxPool      -> latent (c1, S/4, S/4) = 128x8x8
+    decoder: Conv(c1->c1) ReLU Up Conv(c1->c0) ReLU Up Conv(c0->in)    (no final activation)
+    751 875 parameters for the defaults. image_size must be divisible by 4."""
+    channels = _sizes("channels", channels)
+    if len(channels) != 2:
+        raise ValueError(f"autoencoder: channels must have two entries (c0, c1), got {channels!r}")
+    c0, c1 = channels
+    if int(image_size) != image_size or image_size < 4 or image_size % 4:
+        raise ValueError(f"autoencoder: image_size must be a positive multiple of 4, got {image_size!r}")
+    rng = init_rng(seed)
+    cin = int(in_channels)
+
+    def conv(a, b):
+        return Conv2d(a, b, kernel_size=3, padding=1, dtype=dtype, rng=rng)
+
+    encoder = [conv(cin, c0), ReLU(), MaxPool2d(2), conv(c0, c1), ReLU(), MaxPool2d(2)]
+    decoder = [conv(c1, c1), ReLU(), Upsample(2), conv(c1, c0), ReLU(), Upsample(2), conv(c0, cin)]
+    model = Autoencoder(encoder + decoder, n_encoder=len(encoder), dtype=dtype)
+    model.image_size = int(image_size)
+    model.latent_shape = (c1, image_size // 4, image_size // 4)
+    return model
+
+
+MODELS = {"mlp": mlp, "cnn": cnn, "autoencoder": autoencoder}
+
+
+def build_model(name: str, **sizes) -> Sequential:
+    """Builds "mlp", "cnn" or "autoencoder" with the given keyword sizes (and seed, dtype)."""
+    try:
+        constructor = MODELS[name]
+    except KeyError:
+        raise ValueError(f"unknown model {name!r}; choose one of {sorted(MODELS)}") from None
+    return constructor(**sizes)

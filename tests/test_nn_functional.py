@@ -1,0 +1,216 @@
+"""gpunn.nn.functional against direct (loop) references, dtype preservation and input validation."""
+
+import numpy as np
+import pytest
+
+from gpunn.nn import functional as F
+
+
+def naive_conv2d(x, w, b, padding):
+    n, cin, h, wd = x.shape
+    cout, _, k, _ = w.shape
+    xp = np.zeros((n, cin, h + 2 * padding, wd + 2 * padding), dtype=np.float64)
+    xp[:, :, padding : padding + h, padding : padding + wd] = x
+    ho, wo = h + 2 * padding - k + 1, wd + 2 * padding - k + 1
+    y = np.zeros((n, cout, ho, wo))
+    for s in range(n):
+        for o in range(cout):
+            for i in range(ho):
+                for j in range(wo):
+                    acc = b[o]
+                    for c in range(cin):
+                        for di in range(k):
+                            for dj in range(k):
+                                acc += w[o, c, di, dj] * xp[s, c, i + di, j + dj]
+                    y[s, o, i, j] = acc
+    return y
+
+
+@pytest.mark.parametrize("k,padding", [(3, 0), (3, 1), (1, 0), (5, 2), (5, 1)])
+def test_conv2d_forward_matches_naive_loops(k, padding):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 3, 7, 6))
+    w = rng.standard_normal((5, 3, k, k))
+    b = rng.standard_normal(5)
+    y, _ = F.conv2d_forward(x, w, b, padding)
+    ref = naive_conv2d(x, w, b, padding)
+    assert y.shape == ref.shape
+    np.testing.assert_allclose(y, ref, rtol=1e-12, atol=1e-12)
+    assert y.flags.c_contiguous
+
+
+def test_conv2d_backward_matches_naive_scatter():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 3, 5, 7))
+    w = rng.standard_normal((4, 3, 3, 3))
+    b = rng.standard_normal(4)
+    for padding in (0, 1):
+        y, cache = F.conv2d_forward(x, w, b, padding)
+        dy = rng.standard_normal(y.shape)
+        dx, dw, db = F.conv2d_backward(dy, cache)
+        # direct reference: every product w * xpad[...] in the forward sends dy back to both factors
+        xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+        dxp = np.zeros_like(xp)
+        dw_ref = np.zeros_like(w)
+        n, cout, ho, wo = y.shape
+        for s in range(n):
+            for o in range(cout):
+                for i in range(ho):
+                    for j in range(wo):
+                        dxp[s, :, i : i + 3, j : j + 3] += w[o] * dy[s, o, i, j]
+                        dw_ref[o] += xp[s, :, i : i + 3, j : j + 3] * dy[s, o, i, j]
+        dx_ref = dxp[:, :, padding : padding + 5, padding : padding + 7]
+        np.testing.assert_allclose(dx, dx_ref, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(dw, dw_ref, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(db, dy.sum(axis=(0, 2, 3)), rtol=1e-12)
+
+
+def test_maxpool_argmax_and_backward():
+    x = np.array(
+        [[[[1, 5, 2, 0, 9], [3, 4, 8, 1, 9], [7, 0, 0, 6, 9]]]], dtype=np.float32
+    )  # (1, 1, 3, 5): odd H and W, the last row and column are dropped
+    y, argmax = F.maxpool2x2_forward(x)
+    assert y.shape == (1, 1, 1, 2) and y.dtype == np.float32
+    np.testing.assert_array_equal(y[0, 0], [[5, 8]])
+    np.testing.assert_array_equal(argmax[0, 0], [[1, 2]])  # 5 at (0,1) -> 1; 8 at (1,0) -> 2
+    dy = np.array([[[[10, 20]]]], dtype=np.float32)
+    dx = F.maxpool2x2_backward(dy, argmax, x.shape)
+    expected = np.zeros_like(x)
+    expected[0, 0, 0, 1] = 10
+    expected[0, 0, 1, 2] = 20
+    np.testing.assert_array_equal(dx, expected)
+    assert dx.dtype == np.float32
+
+
+def test_maxpool_all_positions_and_ties():
+    # one window per argmax position, plus a window of ties (the first position wins)
+    x = np.zeros((1, 1, 2, 10))
+    for pos in range(4):
+        x[0, 0, pos // 2, 2 * pos + pos % 2] = 1.0
+    y, argmax = F.maxpool2x2_forward(x)
+    np.testing.assert_array_equal(argmax[0, 0, 0], [0, 1, 2, 3, 0])
+    np.testing.assert_array_equal(y[0, 0, 0], [1, 1, 1, 1, 0])
+
+
+def test_upsample_forward_backward():
+    x = np.arange(6, dtype=np.float32).reshape(1, 1, 2, 3)
+    y = F.upsample2x_forward(x)
+    assert y.shape == (1, 1, 4, 6) and y.dtype == np.float32
+    for i in range(4):
+        for j in range(6):
+            assert y[0, 0, i, j] == x[0, 0, i // 2, j // 2]
+    dy = np.arange(24, dtype=np.float32).reshape(1, 1, 4, 6)
+    dx = F.upsample2x_backward(dy)
+    np.testing.assert_array_equal(dx[0, 0], [[0 + 1 + 6 + 7, 2 + 3 + 8 + 9, 4 + 5 + 10 + 11],
+                                             [12 + 13 + 18 + 19, 14 + 15 + 20 + 21, 16 + 17 + 22 + 23]])
+
+
+def test_softmax_cross_entropy_values_and_stability():
+    logits = np.array([[1000.0, 0.0, -1000.0], [1.0, 2.0, 3.0]])
+    labels = np.array([1, 2])
+    loss, probs = F.softmax_cross_entropy(logits, labels)
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0)
+    row2 = np.log(np.exp(1.0) + np.exp(2.0) + np.exp(3.0)) - 3.0
+    np.testing.assert_allclose(loss, (1000.0 + row2) / 2)
+    np.testing.assert_allclose(F.softmax(logits), probs)
+    d = F.softmax_cross_entropy_backward(probs, labels)
+    onehot = np.eye(3)[labels]
+    np.testing.assert_allclose(d, (probs - onehot) / 2)
+    l32, p32 = F.softmax_cross_entropy(logits.astype(np.float32), labels)
+    assert p32.dtype == np.float32 and np.isfinite(l32)
+
+
+def test_mse_values():
+    pred = np.array([[1.0, 2.0], [3.0, 5.0]], dtype=np.float32)
+    target = np.array([[1.0, 0.0], [3.0, 4.0]], dtype=np.float32)
+    assert F.mse_forward(pred, target) == pytest.approx((4 + 1) / 4)
+    d = F.mse_backward(pred, target)
+    assert d.dtype == np.float32
+    np.testing.assert_allclose(d, 2 * (pred - target) / 4)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_every_op_preserves_dtype(dtype):
+    rng = np.random.default_rng(3)
+    r = lambda *s: rng.standard_normal(s).astype(dtype)  # noqa: E731
+    x, w, b = r(4, 5), r(5, 3), r(3)
+    y = F.linear_forward(x, w, b)
+    assert y.dtype == dtype and all(g.dtype == dtype for g in F.linear_backward(x, w, r(4, 3)))
+    assert F.relu_forward(x).dtype == dtype and F.relu_backward(x, x).dtype == dtype
+    assert F.softmax(x).dtype == dtype
+    loss, probs = F.softmax_cross_entropy(x, np.array([0, 1, 2, 3]))
+    assert probs.dtype == dtype and isinstance(loss, float)
+    assert F.softmax_cross_entropy_backward(probs, np.array([0, 1, 2, 3])).dtype == dtype
+    xi = r(2, 3, 6, 5)
+    yc, cache = F.conv2d_forward(xi, r(4, 3, 3, 3), r(4), 1)
+    assert yc.dtype == dtype and all(g.dtype == dtype for g in F.conv2d_backward(yc.copy(), cache))
+    yp, am = F.maxpool2x2_forward(xi)
+    assert yp.dtype == dtype and F.maxpool2x2_backward(yp, am, xi.shape).dtype == dtype
+    yu = F.upsample2x_forward(xi)
+    assert yu.dtype == dtype and F.upsample2x_backward(yu).dtype == dtype
+    assert F.mse_backward(xi, xi * 2).dtype == dtype
+
+
+def test_batch_of_one():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 2, 4, 4)).astype(np.float32)
+    y, cache = F.conv2d_forward(x, rng.standard_normal((3, 2, 3, 3)).astype(np.float32), np.zeros(3, np.float32), 1)
+    assert y.shape == (1, 3, 4, 4)
+    dx, dw, db = F.conv2d_backward(np.ones_like(y), cache)
+    assert dx.shape == x.shape
+    loss, probs = F.softmax_cross_entropy(np.zeros((1, 10), np.float32), np.array([3]))
+    assert loss == pytest.approx(np.log(10), rel=1e-6)
+
+
+def test_shape_mismatches_raise_clear_valueerror():
+    f32 = lambda *s: np.zeros(s, np.float32)  # noqa: E731
+    with pytest.raises(ValueError, match=r"linear_forward.*\(4, 5\).*\(6, 3\)"):
+        F.linear_forward(f32(4, 5), f32(6, 3), f32(3))
+    with pytest.raises(ValueError, match="linear_forward"):
+        F.linear_forward(f32(4, 5), f32(5, 3), f32(4))
+    with pytest.raises(ValueError, match="linear_backward"):
+        F.linear_backward(f32(4, 5), f32(5, 3), f32(4, 2))
+    with pytest.raises(ValueError, match="relu_backward"):
+        F.relu_backward(f32(2, 3), f32(3, 2))
+    with pytest.raises(ValueError, match=r"conv2d_forward: channels.*\(2, 3, 5, 5\)"):
+        F.conv2d_forward(f32(2, 3, 5, 5), f32(4, 2, 3, 3), f32(4), 0)
+    with pytest.raises(ValueError, match="conv2d_forward.*smaller than"):
+        F.conv2d_forward(f32(2, 3, 2, 5), f32(4, 3, 3, 3), f32(4), 0)
+    with pytest.raises(ValueError, match="conv2d_forward.*4-D"):
+        F.conv2d_forward(f32(3, 5, 5), f32(4, 3, 3, 3), f32(4), 0)
+    y, cache = F.conv2d_forward(f32(2, 3, 5, 5), f32(4, 3, 3, 3), f32(4), 0)
+    with pytest.raises(ValueError, match="conv2d_backward"):
+        F.conv2d_backward(f32(2, 4, 4, 4), cache)
+    with pytest.raises(ValueError, match="maxpool2x2_forward"):
+        F.maxpool2x2_forward(f32(1, 1, 1, 4))
+    with pytest.raises(ValueError, match="upsample2x_backward"):
+        F.upsample2x_backward(f32(1, 1, 3, 4))
+    with pytest.raises(ValueError, match="mse_forward"):
+        F.mse_forward(f32(2, 3), f32(3, 2))
+    with pytest.raises(ValueError, match="softmax_cross_entropy.*labels"):
+        F.softmax_cross_entropy(f32(2, 3), np.array([0, 3]))
+    with pytest.raises(ValueError, match="softmax_cross_entropy.*labels"):
+        F.softmax_cross_entropy(f32(2, 3), np.array([0, 1, 2]))
+    with pytest.raises(ValueError, match="dtype"):
+        F.linear_forward(f32(4, 5), np.zeros((5, 3)), f32(3))
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda z: F.linear_forward(z(0, 5), z(5, 3), z(3)),
+        lambda z: F.linear_forward(z(4, 0), z(0, 3), z(3)),
+        lambda z: F.linear_forward(z(4, 5), z(5, 0), z(0)),
+        lambda z: F.relu_forward(z(0, 3)),
+        lambda z: F.softmax_cross_entropy(z(0, 10), np.zeros(0, np.int64)),
+        lambda z: F.softmax(z(3, 0)),
+        lambda z: F.conv2d_forward(z(0, 1, 5, 5), z(2, 1, 3, 3), z(2), 0),
+        lambda z: F.conv2d_forward(z(1, 0, 5, 5), z(2, 0, 3, 3), z(2), 0),
+        lambda z: F.maxpool2x2_forward(z(2, 0, 4, 4)),
+        lambda z: F.upsample2x_forward(z(0, 1, 2, 2)),
+        lambda z: F.mse_forward(z(0, 3), z(0, 3)),
+    ],
+)
+def test_zero_sized_dimensions_raise(call):
+    with pytest.raises(ValueError, match="zero-sized"):
+        call(lambda *s: np.zeros(s, np.float32))

@@ -1,0 +1,123 @@
+"""The README's smoke run: the whole DAG on tiny offline data, in a temporary copy of the workflow.
+
+One run of the pipeline (module-scoped) feeds several checks: every stage's outputs exist, the CPU MLP
+and CNN learn (clearly above chance), the SVM ran on real encoder features, reruns are no-ops.
+"""
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def run_snakemake(workdir: Path, *args, timeout=600):
+    bin_dir = Path(sys.executable).parent
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(Path.home()), "MPLBACKEND": "Agg"}
+    return subprocess.run([str(bin_dir / "snakemake"), "--cores", "2", "--configfile", "config/smoke.yaml", *args],
+                          cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("smoke")
+    for name in ("Snakefile", "workflow", "config", "profiles", "environment.yml"):
+        src = REPO / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, workdir / name)
+    (workdir / "src").symlink_to(REPO / "src")
+    start = time.perf_counter()
+    out = run_snakemake(workdir)
+    elapsed = time.perf_counter() - start
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    return workdir / "results", elapsed, workdir
+
+
+def _runs(results: Path, pattern: str):
+    found = sorted(results.glob(f"runs/{pattern}/metrics.json"))
+    assert found, f"no run matches {pattern}"
+    return [json.loads(p.read_text()) for p in found]
+
+
+def test_smoke_finishes_in_time(smoke):
+    _, elapsed, _ = smoke
+    assert elapsed < 300, f"smoke pipeline took {elapsed:.0f} s"
+
+
+def test_every_stage_left_its_outputs(smoke):
+    results, _, _ = smoke
+    for dataset in ("digits28", "synthetic_mnist_small", "synthetic_cifar10_small"):
+        assert (results / f"offline/{dataset}/manifest.json").is_file()
+        assert (results / f"data/raw/{dataset}/manifest.json").is_file()
+        assert (results / f"data/prepared/{dataset}/standard.npz").is_file()
+    assert (results / "data/prepared/synthetic_mnist_small/e2.npz").is_file()
+    for pattern in ("digits28/standard/mlp/cpu-numpy/*", "digits28/standard/mlp/cpu-serial/*",
+                    "*/standard/cnn/cpu-numpy/*", "synthetic_cifar10_small/standard/autoencoder/cpu-numpy/*"):
+        for summary in _runs(results, pattern):
+            run = results / "runs" / summary["spec"]["path"]
+            frame = pd.read_csv(run / "metrics.csv")
+            assert list(frame["epoch"]) == list(range(1, summary["spec"]["epochs"] + 1))
+            assert np.isfinite(frame[["train_loss", "test_loss", "epoch_time_s"]].to_numpy()).all()
+            assert (run / "weights.npz").is_file()
+    for experiment, figures in {"e1": ["loss_curves", "samples"], "e2": ["heatmaps"], "e3": ["batch_timing"],
+                                "e4": ["loss_curves"], "e5": ["loss_curves", "reconstructions"], "e6": []}.items():
+        report = results / "report" / experiment
+        table = pd.read_csv(report / "summary.csv")
+        assert len(table) >= 1
+        assert (report / "summary.md").read_text().count("\n|") >= len(table)
+        for name in figures:
+            assert (report / f"{name}.png").read_bytes()[:8] == PNG_SIGNATURE
+
+
+def test_cpu_models_learn_on_smoke_data(smoke):
+    results, _, _ = smoke
+    for summary in _runs(results, "digits28/standard/mlp/*"):  # E1, real handwritten digits, 10 classes
+        assert summary["final_test_accuracy"] >= 0.80, summary["spec"]["path"]
+    for summary in _runs(results, "digits28/standard/cnn/*"):  # E4
+        assert summary["final_test_accuracy"] >= 0.80, summary["spec"]["path"]
+    for summary in _runs(results, "synthetic_mnist_small/standard/cnn/*"):
+        assert summary["final_test_accuracy"] >= 0.50, summary["spec"]["path"]
+    for summary in _runs(results, "synthetic_mnist_small/e2/mlp/*/*"):  # E2 cells: one epoch only
+        assert summary["final_test_accuracy"] >= 0.40, summary["spec"]["path"]
+    (ae,) = _runs(results, "synthetic_cifar10_small/standard/autoencoder/cpu-numpy/*")
+    # the autoencoder must beat the best constant answer: the mean training image
+    with np.load(results / "data/prepared/synthetic_cifar10_small/standard.npz") as data:
+        train = data["x_train"][: ae["n_train"]].astype(np.float64) / 255
+        test = data["x_test"].astype(np.float64) / 255
+    mean_image_mse = float(((test - train.mean(axis=0)) ** 2).mean())
+    assert ae["final_test_loss"] < 0.95 * mean_image_mse
+
+
+def test_serial_and_numpy_mlp_agree(smoke):
+    results, _, _ = smoke
+    numpy_run, = _runs(results, "digits28/standard/mlp/cpu-numpy/*")
+    serial_run, = _runs(results, "digits28/standard/mlp/cpu-serial/*")
+    assert abs(numpy_run["final_test_accuracy"] - serial_run["final_test_accuracy"]) <= 0.01
+    assert abs(numpy_run["final_train_loss"] - serial_run["final_train_loss"]) <= 1e-3
+
+
+def test_svm_on_encoder_features(smoke):
+    results, _, _ = smoke
+    (features_dir,) = [p.parent for p in results.glob("features/**/train_features.npy")]
+    train = np.load(features_dir / "train_features.npy")
+    assert train.dtype == np.float32 and train.ndim == 2 and train.shape[1] == 8 * 8 * 8  # latent C x H/4 x W/4
+    assert len(np.load(features_dir / "train_labels.npy")) == len(train)
+    (metrics_path,) = results.glob("svm/**/metrics.json")
+    metrics = json.loads(metrics_path.read_text())
+    assert metrics["n_train"] == 1000 and metrics["test_accuracy"] > 0.2  # 10 classes: chance is 0.1
+    confusion = pd.read_csv(metrics_path.parent / "confusion.csv", index_col=0)
+    assert confusion.to_numpy().sum() == metrics["n_test"]
+
+
+def test_second_run_has_nothing_to_do(smoke):
+    _, _, workdir = smoke
+    out = run_snakemake(workdir, "-n")
+    assert out.returncode == 0
+    assert "Nothing to be done" in out.stdout + out.stderr

@@ -1,0 +1,114 @@
+"""The Snakemake workflow: lint, the default config's dry run, the config schema, run specs."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpunn.errors import GpunnError
+from gpunn.pipeline import experiment_runs
+from gpunn.runspec import RunSpec, parse_hparams, parse_run_path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def snakemake(*args, cwd=REPO, timeout=300):
+    bin_dir = Path(sys.executable).parent
+    cmd = [str(bin_dir / "snakemake"), *args]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env={"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(Path.home())})
+
+
+def test_lint_is_clean():
+    out = snakemake("--lint")
+    assert out.returncode == 0, out.stderr
+    assert "Congratulations, your workflow is in a good condition" in out.stdout + out.stderr
+
+
+def test_default_dry_run_lists_every_stage():
+    out = snakemake("-n", "-p", "--cores", "4")
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text
+    for dataset in ("mnist", "fashion_mnist", "cifar10"):
+        assert f"python -m gpunn download {dataset} " in text
+    for run in ("mnist/standard/mlp/cpu-numpy/w256_b64_lr0.01_e10_s0",  # E1
+                "mnist/standard/mlp/cpu-serial/w256_b64_lr0.01_e10_s0",
+                "mnist/e2/mlp/cpu-serial/w32_b128_lr0.01_e5_s0",  # E2
+                "fashion_mnist/standard/cnn/cpu-numpy/w16-32_b64_lr0.01_e5_s0",  # E4
+                "cifar10/standard/autoencoder/cpu-numpy/w256-128_b32_lr0.001_e20_s0_n1000"):  # E5
+        assert f"python -m gpunn train {run} " in text
+    assert "python -m gpunn time-batches --variants cpu-serial" in text  # E3
+    assert "python -m gpunn features --run results/runs/cifar10/" in text  # E6
+    assert "python -m gpunn svm --features results/features/cifar10/" in text
+    for experiment in ("e1", "e2", "e3", "e4", "e5", "e6"):
+        assert f"python -m gpunn report {experiment} " in text
+    # 2 E1 + 24 E2 + 2 E4 + 1 E5 training runs
+    assert text.count("python -m gpunn train ") == 29
+
+
+def test_target_rules_list_the_experiments():
+    out = snakemake("--list-target-rules")
+    names = out.stdout.split()
+    assert out.returncode == 0
+    for experiment in ("all", "e1", "e2", "e3", "e4", "e5", "e6"):
+        assert experiment in names
+
+
+def test_bad_config_key_is_rejected(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"experiments": {"e1": {"batch": 0}}}))
+    out = snakemake("-n", "--cores", "1", "--configfile", str(bad))
+    text = out.stdout + out.stderr
+    assert out.returncode != 0
+    assert "Error validating config file" in text and "['e1']['batch']" in text
+
+
+def test_every_schema_key_has_default_and_description():
+    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+
+    def walk(node, where):
+        for key, sub in node.get("properties", {}).items():
+            assert "default" in sub, f"{where}.{key} has no default"
+            if sub.get("type") != "object":
+                assert sub.get("description"), f"{where}.{key} has no description"
+            walk(sub, f"{where}.{key}")
+
+    walk(schema, "config")
+
+
+def test_default_config_has_the_papers_settings():
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    config.setdefault("splits", {})
+    e1 = experiment_runs(config, "e1")
+    assert {r.variant for r in e1} == {"cpu-numpy", "cpu-serial"}
+    assert all((r.widths, r.batch, r.lr, r.epochs) == ((256,), 64, 0.01, 10) for r in e1)
+    assert len(experiment_runs(config, "e2")) == 4 * 3 * 2
+    assert {r.dataset for r in experiment_runs(config, "e4")} == {"mnist", "fashion_mnist"}
+    (e5,) = experiment_runs(config, "e5")
+    assert e5.widths == (256, 128) and e5.subset == 1000 and e5.epochs == 20
+
+
+def test_run_path_round_trip():
+    spec = RunSpec("cifar10", "standard", "autoencoder", "cpu-numpy", (256, 128), 32, 1e-3, 20, 0, 1000)
+    assert spec.path == "cifar10/standard/autoencoder/cpu-numpy/w256-128_b32_lr0.001_e20_s0_n1000"
+    assert parse_run_path("results/runs/" + spec.path) == spec
+
+
+@pytest.mark.parametrize("text", ["w256_b64_lr0.01_e10", "w256_b64_lrx_e10_s0", "h256_b64_lr0.01_e10_s0", ""])
+def test_bad_hparams_name_the_expected_form(text):
+    with pytest.raises(GpunnError, match="expected e.g. w256_b64_lr0.01_e10_s0"):
+        parse_hparams(text)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"model": "rnn"}, "unknown model"), ({"widths": (16, 32)}, "takes 1 width"), ({"batch": 0}, "batch must be"),
+    ({"lr": 0.0}, "learning rate"), ({"split": "x"}, "unknown split"),
+])
+def test_bad_run_specs(change, message):
+    fields = dict(dataset="mnist", split="standard", model="mlp", variant="cpu-numpy", widths=(8,), batch=4,
+                  lr=0.1, epochs=1, seed=0)
+    fields.update(change)
+    with pytest.raises(GpunnError, match=message):
+        RunSpec(**fields)
