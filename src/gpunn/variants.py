@@ -63,8 +63,6 @@ class CpuSerialBackend:
     def __init__(self, model, model_name: str, lr: float):
         from gpunn.nn.serial import SerialMLP
 
-        if model_name != "mlp":
-            raise GpunnError(f"variant cpu-serial exists for the mlp only, not for {model_name}")
         first, second = (layer for layer in model.layers if hasattr(layer, "weight"))
         in_features, hidden = first.weight.data.shape
         classes = second.weight.data.shape[1]
