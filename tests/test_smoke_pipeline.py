@@ -78,14 +78,14 @@ def test_every_stage_left_its_outputs(smoke):
 
 def test_cpu_models_learn_on_smoke_data(smoke):
     results, _, _ = smoke
-    for summary in _runs(results, "digits28/standard/mlp/*"):  # E1, real handwritten digits, 10 classes
+    for summary in _runs(results, "digits28/standard/mlp/*/*"):  # E1, real handwritten digits, 10 classes
         assert summary["final_test_accuracy"] >= 0.80, summary["spec"]["path"]
-    for summary in _runs(results, "digits28/standard/cnn/*"):  # E4
+    for summary in _runs(results, "digits28/standard/cnn/*/*"):  # E4
         assert summary["final_test_accuracy"] >= 0.80, summary["spec"]["path"]
-    for summary in _runs(results, "synthetic_mnist_small/standard/cnn/*"):
+    for summary in _runs(results, "synthetic_mnist_small/standard/cnn/*/*"):
         assert summary["final_test_accuracy"] >= 0.50, summary["spec"]["path"]
-    for summary in _runs(results, "synthetic_mnist_small/e2/mlp/*/*"):  # E2 cells: one epoch only
-        assert summary["final_test_accuracy"] >= 0.40, summary["spec"]["path"]
+    for summary in _runs(results, "synthetic_mnist_small/e2/mlp/*/*"):  # E2 cells: 3 short epochs
+        assert summary["final_test_accuracy"] >= 0.60, summary["spec"]["path"]
     (ae,) = _runs(results, "synthetic_cifar10_small/standard/autoencoder/cpu-numpy/*")
     # the autoencoder must beat the best constant answer: the mean training image
     with np.load(results / "data/prepared/synthetic_cifar10_small/standard.npz") as data:

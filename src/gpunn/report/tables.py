@@ -1,0 +1,150 @@
+"""Summary tables written twice: as CSV (raw values, for machines) and as Markdown (formatted, for the README).
+
+Formatting rules of the Markdown (the CSV keeps the raw numbers):
+  * a column whose name ends with ``accuracy`` holds fractions in [0, 1] and is shown as a percentage with
+    two decimals (0.9793 -> ``97.93 %``);
+  * a time column (name ends with ``_s``, ``_ms`` or ``_us``, or contains ``time``; rates such as
+    ``samples_per_s`` are not times) is shown with three significant digits and never in scientific
+    notation (0.01234 -> ``0.0123``, 2.254 -> ``2.25``, 298.6 -> ``299``, 29678.4 -> ``29678``);
+  * other floats get at most four significant digits the same way, trailing zeros dropped (132.7, 0.0045, 1);
+    integers, and whole-number floats in a column of whole numbers, are printed as integers;
+  * text as is (``|`` escaped); missing values (None / NaN) as ``-``.
+``formats`` overrides any column with a format string (``"{:.1f}x"``) or a callable.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from gpunn.errors import GpunnError
+from gpunn.io import write_csv, write_text
+
+MISSING = "-"
+_TIME_SUFFIXES = ("_s", "_ms", "_us")
+
+
+def is_accuracy_column(name: str) -> bool:
+    return str(name).lower().endswith("accuracy")
+
+
+def is_time_column(name: str) -> bool:
+    name = str(name).lower()
+    if "per_s" in name or "per_ms" in name:  # a rate (samples_per_s), not a time
+        return False
+    return name.endswith(_TIME_SUFFIXES) or "time" in name
+
+
+def _is_missing(value) -> bool:
+    if value is None or value is pd.NA or value is pd.NaT:
+        return True
+    return isinstance(value, (float, np.floating)) and math.isnan(value)
+
+
+def format_significant(value: float, digits: int = 3) -> str:
+    """`digits` significant digits without scientific notation; the integer part is never rounded away."""
+    value = float(value)
+    if not math.isfinite(value):
+        return str(value)
+    if value == 0:
+        return "0"
+    magnitude = math.floor(math.log10(abs(value)))
+    decimals = max(0, digits - 1 - magnitude)
+    text = f"{value:.{decimals}f}"
+    # rounding can carry into a new digit (9.996 -> "10.00"): drop the now superfluous decimal
+    if decimals > 0 and len(text.replace("-", "").replace(".", "").lstrip("0")) > digits:
+        text = f"{value:.{decimals - 1}f}"
+    return text
+
+
+def format_cell(column: str, value, fmt: str | Callable | None = None, integral_column: bool = False) -> str:
+    """One Markdown cell. `integral_column`: every value of the column is a whole number (ints that pandas
+    turned into floats because of a missing value), so print them as integers."""
+    if _is_missing(value):
+        return MISSING
+    if fmt is not None:
+        return fmt(value) if callable(fmt) else fmt.format(value)
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value))
+    if isinstance(value, Real) and not isinstance(value, Integral) and is_accuracy_column(column):
+        return f"{100.0 * float(value):.2f} %"
+    if isinstance(value, Integral):
+        if is_accuracy_column(column):  # 0 or 1 as an accuracy fraction
+            return f"{100.0 * int(value):.2f} %"
+        return str(int(value))
+    if isinstance(value, Real):
+        if integral_column and not is_time_column(column):
+            return str(int(value))
+        if is_time_column(column):
+            return format_significant(value, 3)
+        text = format_significant(value, 4)
+        return text.rstrip("0").rstrip(".") if "." in text else text
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _is_numeric_column(series: pd.Series) -> bool:
+    values = [v for v in series if not _is_missing(v)]
+    return bool(values) and all(isinstance(v, Real) and not isinstance(v, (bool, np.bool_)) for v in values)
+
+
+def _is_integral_column(series: pd.Series) -> bool:
+    values = [v for v in series if not _is_missing(v)]
+    return _is_numeric_column(series) and all(math.isfinite(float(v)) and float(v).is_integer() for v in values)
+
+
+def markdown_table(frame: pd.DataFrame, formats: Mapping[str, str | Callable] | None = None) -> str:
+    """A GitHub pipe table of `frame` (no index) with padded, aligned columns: numbers right, text left."""
+    formats = dict(formats or {})
+    columns = [str(c) for c in frame.columns]
+    cells = []
+    for c, col in zip(columns, frame.columns):
+        integral = _is_integral_column(frame[col])
+        cells.append([format_cell(c, v, formats.get(c), integral) for v in frame[col].tolist()])
+    header = [c.replace("|", "\\|") for c in columns]
+    right = [_is_numeric_column(frame[col]) for col in frame.columns]
+    widths = [max([len(h), 3] + [len(v) for v in col_cells]) for h, col_cells in zip(header, cells)]
+
+    def line(items):
+        padded = [it.rjust(w) if r else it.ljust(w) for it, w, r in zip(items, widths, right)]
+        return "| " + " | ".join(padded) + " |"
+
+    rule = "| " + " | ".join(("-" * (w - 1) + ":") if r else ("-" * w) for w, r in zip(widths, right)) + " |"
+    lines = [line(header), rule]
+    for i in range(len(frame)):
+        lines.append(line([col_cells[i] for col_cells in cells]))
+    return "\n".join(lines) + "\n"
+
+
+def summary_table(rows: Sequence[Mapping], out_csv, out_md, title: str, columns: Sequence[str] | None = None,
+                  formats: Mapping[str, str | Callable] | None = None, note: str | None = None) -> pd.DataFrame:
+    """Write `rows` (one dict per row) as CSV (raw values) and as Markdown (``## title``, a pipe table, an
+    optional note). `columns` picks and orders the columns (default: first appearance over the rows).
+    Returns the DataFrame written."""
+    rows = [dict(r) for r in rows]
+    if not rows:
+        raise GpunnError(f"{out_csv}: summary table '{title}' has no rows; check that its inputs were produced")
+    seen: dict[str, None] = {}
+    for r in rows:
+        for key in r:
+            seen.setdefault(str(key), None)
+    if columns is None:
+        columns = list(seen)
+    else:
+        columns = [str(c) for c in columns]
+        unknown = [c for c in columns if c not in seen]
+        if unknown:
+            raise GpunnError(
+                f"{out_csv}: summary table '{title}' asks for column(s) {', '.join(unknown)} that no row has; "
+                f"the rows have {', '.join(seen)}")
+    frame = pd.DataFrame([{c: r.get(c) for c in columns} for r in rows], columns=columns)
+    md = f"## {title}\n\n" + markdown_table(frame, formats)
+    if note:
+        md += f"\n{note.strip()}\n"
+    write_csv(Path(out_csv), frame)
+    write_text(Path(out_md), md)
+    return frame

@@ -1,0 +1,429 @@
+"""E6: an RBF support-vector machine on the autoencoder's encoder features.
+
+Two routes:
+
+* ``method="exact"``: ``StandardScaler -> SVC(kernel="rbf", C, gamma)``, the setting of the paper (which
+  ran it with cuML on a GPU). libsvm evaluates each kernel value as a D-long dot product, one at a time, so
+  its cost grows like n_train^2 * n_features and, on a CPU, only a subset of the 50 000 training rows is
+  practical (``train_subset``). When the float64 n_train x n_train kernel matrix fits in memory
+  (``precompute_kernel``), it is computed once with BLAS and SVC is trained on it with
+  ``kernel="precomputed"``: the same model (same dual problem, solver and one-vs-one voting, kernel values
+  equal up to float rounding), many times faster.
+* ``method="nystroem"``: an APPROXIMATION for the full set on a CPU: ``StandardScaler -> Nystroem(rbf,
+  gamma, n_components) -> LinearSVC(C)``. The gamma is the numeric value ``gamma="scale"`` would give on
+  the scaled training features, ``1 / (n_features * X_scaled.var())``, so both routes use the same kernel.
+  The linear SVM is one-vs-rest on an explicit ``n_components``-dimensional approximation of the kernel
+  feature map, where SVC is one-vs-one on the exact kernel: expect accuracies close to, not equal to, the
+  exact route's.
+
+Inputs are ``.npy`` files: float features of shape (N, D) (trailing dimensions, e.g. an (N, 128, 8, 8)
+latent, are flattened) and integer labels of shape (N,). Every output is written atomically and only
+after all inputs were validated, with ``metrics.json`` last, so a failed run leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import pandas as pd
+
+from gpunn.errors import GpunnError
+from gpunn.io import write_csv, write_json
+
+METHODS = ("exact", "nystroem")
+
+# Separate random streams for the train and the test subset, so changing one size never moves the other.
+_TRAIN_STREAM = 0
+_TEST_STREAM = 1
+
+# libsvm's kernel cache in MB (sklearn's default is 200). Only speed depends on it, never the result.
+_SVC_CACHE_MB = 1024
+# "auto" precomputes the exact kernel matrix when its float64 copy takes at most this share of the memory.
+_KERNEL_MEMORY_FRACTION = 0.4
+
+
+# --------------------------------------------------------------------------------------------- inputs
+def _load_npy(path, what: str) -> np.ndarray:
+    path = Path(path)
+    if not path.is_file():
+        raise GpunnError(f"{path}: {what} file not found; run the feature-extraction step first or fix the path")
+    try:
+        # memory-mapped, so that a small subset of a large feature file reads only the rows it needs
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except Exception as exc:  # corrupt header, pickled object array, not an .npy at all
+        raise GpunnError(f"{path}: cannot read {what} as a .npy array ({exc}); regenerate the file") from exc
+
+
+def _check_features(arr: np.ndarray, path) -> None:
+    if arr.ndim < 2:
+        raise GpunnError(
+            f"{path}: features must have shape (N, D), got {arr.shape}; save one row per sample")
+    if arr.shape[0] == 0 or math.prod(arr.shape[1:]) == 0:
+        raise GpunnError(f"{path}: features are empty (shape {arr.shape}); regenerate the file")
+    if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
+        raise GpunnError(f"{path}: features must be numeric, got dtype {arr.dtype}; save them as float32")
+
+
+def _check_labels(arr: np.ndarray, path, n_rows: int, features_path) -> np.ndarray:
+    if arr.ndim == 2 and arr.shape[1] == 1:
+        arr = arr[:, 0]
+    if arr.ndim != 1:
+        raise GpunnError(f"{path}: labels must have shape (N,), got {arr.shape}; save one integer per sample")
+    if not np.issubdtype(arr.dtype, np.integer):
+        raise GpunnError(f"{path}: labels must be integers, got dtype {arr.dtype}; save them as int64")
+    if arr.shape[0] != n_rows:
+        raise GpunnError(
+            f"{path}: {arr.shape[0]} labels but {features_path} has {n_rows} feature rows; "
+            "regenerate the two files together")
+    labels = np.asarray(arr, dtype=np.int64)
+    if labels.min() < 0:
+        raise GpunnError(f"{path}: labels must be non-negative class indices, found {labels.min()}")
+    return labels
+
+
+def _materialise(features: np.ndarray, rows: np.ndarray | None, path) -> np.ndarray:
+    """The selected rows as a C-contiguous float32 (n, D) array; NaN or inf are refused."""
+    x = features if rows is None else features[rows]
+    x = np.ascontiguousarray(x, dtype=np.float32).reshape(x.shape[0], -1)
+    if not np.isfinite(x).all():
+        bad = int(np.count_nonzero(~np.isfinite(x).all(axis=1)))
+        raise GpunnError(
+            f"{path}: {bad} of the selected feature rows contain NaN or inf; "
+            "the encoder probably diverged: retrain it or regenerate the features")
+    return x
+
+
+def stratified_subset(labels: np.ndarray, n: int | None, seed: int = 0, stream: int = _TRAIN_STREAM) -> np.ndarray:
+    """Sorted row indices of a stratified random subset of ``n`` rows (all rows when ``n`` is None or >= len).
+
+    Each class gets its share of ``n`` in proportion to its frequency (largest remainders break ties, every
+    class present keeps at least one row when ``n`` allows); the rows within a class are drawn without
+    replacement from ``default_rng([seed, stream])``. The same (labels, n, seed, stream) always gives the same
+    indices.
+    """
+    labels = np.asarray(labels)
+    total = labels.shape[0]
+    if n is None or n >= total:
+        return np.arange(total)
+    n = int(n)
+    if n <= 0:
+        raise GpunnError(f"subset size must be positive, got {n}")
+    classes, counts = np.unique(labels, return_counts=True)
+    if n < classes.size:
+        raise GpunnError(
+            f"a stratified subset of {n} rows cannot hold all {classes.size} classes; ask for at least {classes.size}")
+    exact = counts * (n / total)
+    take = np.floor(exact).astype(np.int64)
+    # largest remainders get the rows left over (fewer than the number of classes; no class can overflow,
+    # since exact < counts whenever n < total)
+    order = np.argsort(-(exact - take), kind="stable")
+    take[order[: n - int(take.sum())]] += 1
+    # every class present keeps at least one row, taken from the currently largest share
+    for i in np.flatnonzero(take == 0):
+        take[int(np.argmax(take))] -= 1
+        take[i] = 1
+    rng = np.random.default_rng([int(seed), int(stream)])
+    chosen = []
+    for cls, k in zip(classes, take):
+        rows = np.flatnonzero(labels == cls)
+        chosen.append(rng.choice(rows, size=int(k), replace=False))
+    return np.sort(np.concatenate(chosen))
+
+
+def _resolve_class_names(class_names: Sequence[str] | None, classes: np.ndarray) -> list[str]:
+    if class_names is None:
+        return [str(int(c)) for c in classes]
+    names = [str(n) for n in class_names]
+    if int(classes.max()) >= len(names):
+        raise GpunnError(
+            f"class_names has {len(names)} entries but the labels go up to {int(classes.max())}; "
+            "give one name per class index")
+    return [names[int(c)] for c in classes]
+
+
+def resolve_gamma(gamma, x_scaled: np.ndarray) -> float:
+    """The numeric RBF gamma SVC would use: 'scale' = 1 / (D * X.var()), 'auto' = 1 / D, or the number."""
+    n_features = x_scaled.shape[1]
+    if gamma == "scale":
+        var = float(x_scaled.var(dtype=np.float64))
+        return 1.0 / (n_features * var) if var > 0 else 1.0
+    if gamma == "auto":
+        return 1.0 / n_features
+    try:
+        value = float(gamma)
+    except (TypeError, ValueError):
+        raise GpunnError(f"svm gamma must be 'scale', 'auto' or a positive number, got {gamma!r}") from None
+    if not value > 0:
+        raise GpunnError(f"svm gamma must be positive, got {gamma!r}")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------- model
+def _physical_memory_bytes() -> int:
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return 8 << 30
+
+
+def kernel_fits_in_memory(n_train: int, fraction: float = _KERNEL_MEMORY_FRACTION) -> bool:
+    """Whether the float64 n_train x n_train kernel matrix takes at most `fraction` of the physical memory."""
+    return 8.0 * n_train * n_train <= fraction * _physical_memory_bytes()
+
+
+def rbf_kernel_into(out: np.ndarray, a: np.ndarray, b: np.ndarray | None, gamma: float,
+                    block: int = 2048) -> np.ndarray:
+    """exp(-gamma * ||a_i - b_j||^2) into the float64 array `out` (len(a) x len(b)), row block by row block,
+    with float64 BLAS products: the same kernel libsvm evaluates, at GEMM speed. ``b=None`` means b = a: only
+    the blocks on and above the diagonal are computed, the rest is mirrored (half the arithmetic)."""
+    symmetric = b is None
+    b64 = np.asarray(a if symmetric else b, dtype=np.float64)
+    b_sq = np.einsum("ij,ij->i", b64, b64)
+    for start in range(0, a.shape[0], block):
+        stop = min(start + block, a.shape[0])
+        first = start if symmetric else 0
+        a64 = b64[start:stop] if symmetric else np.asarray(a[start:stop], dtype=np.float64)
+        a_sq = b_sq[start:stop] if symmetric else np.einsum("ij,ij->i", a64, a64)
+        rows = out[start:stop, first:]
+        np.matmul(a64, b64[first:].T, out=rows)
+        rows *= -2.0
+        rows += a_sq[:, None]
+        rows += b_sq[None, first:]
+        np.maximum(rows, 0.0, out=rows)  # rounding can make a distance slightly negative
+        rows *= -gamma
+        np.exp(rows, out=rows)
+        if symmetric:
+            out[stop:, start:stop] = out[start:stop, stop:].T
+            diag = out[start:stop, start:stop]
+            lower = np.tril_indices(stop - start, -1)
+            diag[lower] = diag.T[lower]  # the GEMM block itself is symmetric only up to rounding
+            np.fill_diagonal(diag, 1.0)  # exactly: the distance to itself is 0
+    return out
+
+
+class _PrecomputedRbfSVC:
+    """SVC(kernel="rbf") trained on a kernel matrix computed with BLAS (kernel="precomputed"): the same dual
+    problem, the same libsvm solver and one-vs-one voting, so the same model as SVC on the raw features up to
+    float rounding of the kernel values, but each kernel evaluation is a lookup instead of a D-long dot product.
+    Costs 8 * n_train^2 bytes of memory."""
+
+    def __init__(self, C: float, gamma_value: float):
+        from sklearn.svm import SVC
+
+        self.gamma_value = gamma_value
+        self.svc = SVC(kernel="precomputed", C=C, cache_size=_SVC_CACHE_MB)
+
+    def fit(self, xs_train: np.ndarray, y: np.ndarray, log) -> np.ndarray:
+        """Fit on scaled features; returns the training predictions (the kernel matrix is at hand here)."""
+        n = xs_train.shape[0]
+        t0 = time.perf_counter()
+        kernel = rbf_kernel_into(np.empty((n, n), dtype=np.float64), xs_train, None, self.gamma_value)
+        log(f"svm[exact]: {n} x {n} kernel matrix computed in {time.perf_counter() - t0:.2f} s")
+        self.svc.fit(kernel, y)
+        self.support_ = self.svc.support_
+        self._xs_train = xs_train
+        t0 = time.perf_counter()
+        pred = self.svc.predict(kernel)
+        self.train_predict_time = time.perf_counter() - t0
+        return pred
+
+    def predict(self, xs: np.ndarray, block: int = 2048) -> np.ndarray:
+        # libsvm reads only the support-vector columns, but the precomputed test kernel must be n_train wide:
+        # fill just those columns and leave the others at zero.
+        sv = self.svc.support_
+        xs_sv = self._xs_train[sv]
+        out = []
+        for start in range(0, xs.shape[0], block):
+            part = xs[start:start + block]
+            k_sv = rbf_kernel_into(np.empty((part.shape[0], sv.size)), part, xs_sv, self.gamma_value)
+            k = np.zeros((part.shape[0], self._xs_train.shape[0]), dtype=np.float64)
+            k[:, sv] = k_sv
+            out.append(self.svc.predict(k))
+        return np.concatenate(out)
+
+
+def _fit_exact(x_train, y_train, C, gamma):
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    from sklearn.svm import SVC
+
+    model = make_pipeline(StandardScaler(), SVC(kernel="rbf", C=C, gamma=gamma, cache_size=_SVC_CACHE_MB))
+    model.fit(x_train, y_train)
+    return model
+
+
+def _fit_nystroem(x_train, y_train, C, gamma_value, n_components, seed):
+    from sklearn.kernel_approximation import Nystroem
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    from sklearn.svm import LinearSVC
+
+    # Primal squared-hinge solver (liblinear): fast when n_train > n_components, the case this route is for.
+    model = make_pipeline(
+        StandardScaler(),
+        Nystroem(kernel="rbf", gamma=gamma_value, n_components=n_components, random_state=seed),
+        LinearSVC(C=C, dual=False, max_iter=5000),
+    )
+    model.fit(x_train, y_train)
+    return model
+
+
+def run_svm(
+    train_x_path,
+    train_y_path,
+    test_x_path,
+    test_y_path,
+    out_dir,
+    train_subset: int | None = None,
+    test_subset: int | None = None,
+    method: str = "exact",
+    C: float = 10.0,
+    gamma="scale",
+    nystroem_components: int = 2000,
+    seed: int = 0,
+    class_names: Sequence[str] | None = None,
+    log: Callable[[str], None] = print,
+    precompute_kernel: bool | str = "auto",
+) -> dict:
+    """Fit an RBF SVM on encoder features and write metrics.json, per_class.csv, confusion.csv, confusion.png.
+
+    ``precompute_kernel`` (method "exact" only): True computes the n_train x n_train RBF kernel matrix with
+    BLAS and trains ``SVC(kernel="precomputed")`` on it (the same model, many times faster for wide features,
+    8 * n_train^2 bytes of memory); False lets libsvm evaluate the kernel itself; "auto" precomputes when the
+    matrix takes at most 40 % of the physical memory. ``fit_time_s`` includes the kernel computation,
+    ``predict_time_s`` the test kernel.
+
+    Returns the metrics dict (also written to ``out_dir/metrics.json``).
+    """
+    if method not in METHODS:
+        raise GpunnError(f"svm method must be one of {', '.join(METHODS)}, got {method!r}")
+    if not C > 0:
+        raise GpunnError(f"svm C must be positive, got {C!r}")
+    if precompute_kernel not in (True, False, "auto"):
+        raise GpunnError(f"svm precompute_kernel must be true, false or 'auto', got {precompute_kernel!r}")
+    out_dir = Path(out_dir)
+
+    # ---- validate everything before any work or output
+    tr_x = _load_npy(train_x_path, "training features")
+    _check_features(tr_x, train_x_path)
+    tr_y = _check_labels(_load_npy(train_y_path, "training labels"), train_y_path, tr_x.shape[0], train_x_path)
+    te_x = _load_npy(test_x_path, "test features")
+    _check_features(te_x, test_x_path)
+    te_y = _check_labels(_load_npy(test_y_path, "test labels"), test_y_path, te_x.shape[0], test_x_path)
+    d_train, d_test = math.prod(tr_x.shape[1:]), math.prod(te_x.shape[1:])
+    if d_train != d_test:
+        raise GpunnError(
+            f"{test_x_path}: {d_test} features per row but {train_x_path} has {d_train}; "
+            "extract both with the same encoder")
+    if np.unique(tr_y).size < 2:
+        raise GpunnError(f"{train_y_path}: the training labels hold a single class; an SVM needs at least two")
+
+    tr_rows = stratified_subset(tr_y, train_subset, seed, _TRAIN_STREAM)
+    te_rows = stratified_subset(te_y, test_subset, seed, _TEST_STREAM)
+    x_train = _materialise(tr_x, None if tr_rows.size == tr_x.shape[0] else tr_rows, train_x_path)
+    x_test = _materialise(te_x, None if te_rows.size == te_x.shape[0] else te_rows, test_x_path)
+    y_train, y_test = tr_y[tr_rows], te_y[te_rows]
+    del tr_x, te_x
+
+    classes = np.union1d(np.unique(y_train), np.unique(y_test))
+    names = _resolve_class_names(class_names, classes)
+
+    # gamma as a number, computed exactly as SVC does for 'scale' (on the scaled training features)
+    from sklearn.preprocessing import StandardScaler
+
+    n_train, n_test, n_features = x_train.shape[0], x_test.shape[0], x_train.shape[1]
+    precompute = method == "exact" and (
+        precompute_kernel is True or (precompute_kernel == "auto" and kernel_fits_in_memory(n_train)))
+    scaler = StandardScaler().fit(x_train)
+    xs_train = scaler.transform(x_train)
+    gamma_value = resolve_gamma(gamma, xs_train)
+    if not precompute:
+        del xs_train  # the pipelines scale on their own
+
+    extra = ""
+    n_components = None
+    if method == "nystroem":
+        n_components = int(min(nystroem_components, n_train))
+        if n_components < nystroem_components:
+            log(f"svm[nystroem]: n_components lowered from {nystroem_components} to n_train = {n_train}")
+        extra = f", {n_components} Nystroem components"
+    elif precompute:
+        extra = ", kernel matrix precomputed"
+    log(f"svm[{method}]: fitting on {n_train} x {n_features} ({classes.size} classes, C={C}, "
+        f"gamma={gamma!r} = {gamma_value:.4g}{extra}); testing on {n_test}")
+
+    t0 = time.perf_counter()
+    if precompute:
+        model = _PrecomputedRbfSVC(C, gamma_value)
+        pred_train = model.fit(xs_train, y_train, log)
+        fit_time = time.perf_counter() - t0 - model.train_predict_time
+        t0 = time.perf_counter()
+        pred_test = model.predict(scaler.transform(x_test))
+        predict_time = time.perf_counter() - t0
+    else:
+        if method == "exact":
+            model = _fit_exact(x_train, y_train, C, gamma)
+        else:
+            model = _fit_nystroem(x_train, y_train, C, gamma_value, n_components, seed)
+        fit_time = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        pred_test = model.predict(x_test)
+        predict_time = time.perf_counter() - t0
+        pred_train = model.predict(x_train)
+    log(f"svm[{method}]: fit took {fit_time:.2f} s; predicting {n_test} test rows took {predict_time:.2f} s")
+
+    # ---- metrics
+    matrix = np.zeros((classes.size, classes.size), dtype=np.int64)  # rows: true class, columns: predicted
+    np.add.at(matrix, (np.searchsorted(classes, y_test), np.searchsorted(classes, pred_test)), 1)
+    per_class_n = matrix.sum(axis=1)
+    per_class_acc = [float(matrix[i, i] / per_class_n[i]) if per_class_n[i] else None for i in range(classes.size)]
+    train_acc = float(np.mean(pred_train == y_train))
+    test_acc = float(np.trace(matrix) / matrix.sum())
+
+    metrics = {
+        "method": method,
+        "approximate": method != "exact",
+        "C": float(C),
+        "gamma": gamma if isinstance(gamma, str) else float(gamma),
+        "gamma_value": gamma_value,
+        "nystroem_components": n_components,
+        "kernel_precomputed": bool(precompute),
+        "seed": int(seed),
+        "n_train": int(n_train),
+        "n_test": int(n_test),
+        "n_features": int(n_features),
+        "n_classes": int(classes.size),
+        "train_accuracy": train_acc,
+        "test_accuracy": test_acc,
+        "fit_time_s": fit_time,
+        "predict_time_s": predict_time,
+        "per_class_accuracy": {name: acc for name, acc in zip(names, per_class_acc)},
+    }
+    if method == "exact":
+        metrics["n_support_vectors"] = int((model if precompute else model[-1]).support_.size)
+
+    per_class = pd.DataFrame({
+        "class": [int(c) for c in classes],
+        "name": names,
+        "n_test": per_class_n.astype(np.int64),
+        "accuracy": [np.nan if a is None else a for a in per_class_acc],
+    })
+    confusion = pd.DataFrame(matrix, columns=names)
+    confusion.insert(0, "true", names)
+
+    from gpunn.report.figures import confusion_matrix_figure
+
+    write_csv(out_dir / "per_class.csv", per_class)
+    write_csv(out_dir / "confusion.csv", confusion)
+    confusion_matrix_figure(
+        matrix, names, out_dir / "confusion.png",
+        f"SVM ({method}{', approximate' if method != 'exact' else ''}): test accuracy {100 * test_acc:.2f} % "
+        f"(n_train={n_train})")
+    write_json(out_dir / "metrics.json", metrics)
+    log(f"svm[{method}]: train accuracy {100 * train_acc:.2f} %, test accuracy {100 * test_acc:.2f} %")
+    return metrics
