@@ -121,3 +121,15 @@ def test_second_run_has_nothing_to_do(smoke):
     out = run_snakemake(workdir, "-n")
     assert out.returncode == 0
     assert "Nothing to be done" in out.stdout + out.stderr
+
+
+def test_snakemake_report_bundles_the_figures(smoke):
+    _, _, workdir = smoke
+    out = run_snakemake(workdir, "--report", "report.zip")
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    import zipfile
+
+    with zipfile.ZipFile(workdir / "report.zip") as bundle:
+        names = bundle.namelist()
+    for figure in ("loss_curves.png", "heatmaps.png", "batch_timing.png", "reconstructions.png", "confusion.png"):
+        assert any(name.endswith(figure) for name in names), figure

@@ -119,7 +119,7 @@ def test_subsets_are_stratified_and_deterministic(feature_files, tmp_path):
 
     m1 = _run(feature_files, tmp_path / "s1", train_subset=80, test_subset=40, class_names=NAMES)
     m2 = _run(feature_files, tmp_path / "s2", train_subset=80, test_subset=40, class_names=NAMES)
-    assert m1["n_train"] == 80 and m1["n_test"] == 40
+    assert m1["n_train"] == m2["n_train"] == 80 and m1["n_test"] == m2["n_test"] == 40
     assert (tmp_path / "s1" / "confusion.csv").read_text() == (tmp_path / "s2" / "confusion.csv").read_text()
     per_class = pd.read_csv(tmp_path / "s1" / "per_class.csv")
     assert list(per_class["n_test"]) == [10, 10, 10, 10]  # 120 balanced rows -> 40 balanced rows
