@@ -1,0 +1,83 @@
+"""The CUDA device gpunn runs on: a description for logs and benchmark outputs, launch-configuration checks
+that turn impossible block sizes into one clear error before launching, and a clear error when a GPU
+variant is asked for on a machine without a GPU.
+
+numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1, set before numba is imported) runs kernels on the CPU,
+about 1e5 times slower: fine for tiny shapes in tests, meaningless for timing.
+"""
+
+from __future__ import annotations
+
+from gpunn.errors import GpunnError
+
+# CUDA's per-block thread limit on every architecture gpunn targets; the simulator reports no limits.
+DEFAULT_MAX_THREADS_PER_BLOCK = 1024
+
+
+def simulator_enabled() -> bool:
+    from numba import config
+
+    return bool(config.ENABLE_CUDASIM)
+
+
+def require_gpu(what: str) -> None:
+    """Raise a one-line GpunnError unless a CUDA GPU (or the simulator) is usable."""
+    from numba import cuda
+
+    if not cuda.is_available():
+        raise GpunnError(
+            f"{what} needs a CUDA GPU and none is usable here (no driver or no device); run it on a GPU "
+            "machine, or for tiny shapes only, under numba's CUDA simulator: NUMBA_ENABLE_CUDASIM=1 "
+            "(about 1e5 times slower, timings meaningless)"
+        )
+
+
+def device_info() -> dict:
+    """Name, compute capability, SM count, per-block limits and memory of the current device."""
+    from numba import cuda
+
+    require_gpu("device_info")
+    if simulator_enabled():
+        return {"name": "numba CUDA simulator", "simulator": True, "compute_capability": "sim",
+                "multiprocessors": 1, "max_threads_per_block": DEFAULT_MAX_THREADS_PER_BLOCK,
+                "max_shared_memory_per_block": 48 * 1024, "memory_total_gib": None}
+    device = cuda.get_current_device()
+    _, total = cuda.current_context().get_memory_info()
+    major, minor = device.compute_capability
+    return {
+        "name": device.name.decode() if isinstance(device.name, bytes) else str(device.name),
+        "simulator": False,
+        "compute_capability": f"{major}.{minor}",
+        "multiprocessors": int(device.MULTIPROCESSOR_COUNT),
+        "max_threads_per_block": int(device.MAX_THREADS_PER_BLOCK),
+        "max_shared_memory_per_block": int(device.MAX_SHARED_MEMORY_PER_BLOCK),
+        "memory_total_gib": round(total / 2**30, 1),
+    }
+
+
+def describe_device() -> str:
+    info = device_info()
+    if info["simulator"]:
+        return "numba CUDA simulator (CPU; timings meaningless)"
+    return (f"{info['name']} (compute capability {info['compute_capability']}, {info['multiprocessors']} SMs, "
+            f"{info['memory_total_gib']} GiB)")
+
+
+def check_block(op: str, threads: int, kernel=None) -> int:
+    """Validate a block size (total threads per block) before launching `kernel` for `op`.
+
+    Checks the device's per-block limit and, on a real GPU, the compiled kernel's own limit (registers and
+    shared memory can make it lower than the device's); returns `threads` or raises one clear ValueError."""
+    if int(threads) != threads or threads <= 0:
+        raise ValueError(f"{op}: block size must be a positive integer, got {threads}")
+    limit = DEFAULT_MAX_THREADS_PER_BLOCK if simulator_enabled() else device_info()["max_threads_per_block"]
+    if threads > limit:
+        raise ValueError(f"{op}: block size {threads} exceeds this device's limit of {limit} threads per block")
+    if kernel is not None and not simulator_enabled() and kernel.signatures:
+        kernel_limit = min(int(kernel.get_max_threads_per_block(sig)) for sig in kernel.signatures)
+        if threads > kernel_limit:
+            raise ValueError(
+                f"{op}: block size {threads} exceeds what this kernel can launch with ({kernel_limit} threads: "
+                "limited by its registers / shared memory); choose a smaller block"
+            )
+    return int(threads)

@@ -1,0 +1,62 @@
+"""Device plumbing: clear errors without a GPU, block-size checks, the device description."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from gpunn.device import check_block
+
+
+def test_gpu_variant_without_gpu_names_the_simulator_route():
+    # a fresh interpreter with the simulator off, as on a CPU-only machine outside the tests
+    code = ("from gpunn.device import require_gpu\n"
+            "from gpunn.errors import GpunnError\n"
+            "from numba import cuda\n"
+            "if cuda.is_available():\n    print('HAS-GPU')\n"
+            "else:\n"
+            "    try:\n        require_gpu('variant gpu-naive')\n"
+            "    except GpunnError as e:\n        print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={"PATH": "/usr/bin:/bin", "NUMBA_ENABLE_CUDASIM": "0",
+                              "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+    if out.stdout.strip() == "HAS-GPU":
+        pytest.skip("a real GPU is present")
+    assert "variant gpu-naive needs a CUDA GPU" in out.stdout and "NUMBA_ENABLE_CUDASIM=1" in out.stdout
+
+
+@pytest.mark.parametrize("threads, message", [(2048, "exceeds this device's limit of 1024"), (0, "positive"),
+                                              (-32, "positive"), (12.5, "positive integer")])
+def test_impossible_block_sizes_are_one_clear_error(threads, message):
+    with pytest.raises(ValueError, match=message):
+        check_block("relu_forward", threads)
+
+
+def test_valid_block_sizes_pass():
+    for threads in (32, 64, 128, 256, 512, 1024):
+        assert check_block("relu_forward", threads) == threads
+
+
+@pytest.mark.gpu
+def test_real_device_description_and_kernel_limit():
+    import numpy as np
+    from numba import cuda
+
+    from gpunn.device import describe_device, device_info
+
+    info = device_info()
+    assert not info["simulator"] and info["multiprocessors"] > 0 and info["max_threads_per_block"] >= 1024
+    assert info["name"] in describe_device()
+
+    @cuda.jit
+    def scale(x):
+        i = cuda.grid(1)
+        if i < x.size:
+            x[i] *= 2.0
+
+    x = cuda.to_device(np.arange(8, dtype=np.float32))
+    scale[1, 32](x)  # compile, so the kernel has a signature to query
+    assert check_block("scale", 1024, kernel=scale) == 1024
+    with pytest.raises(ValueError, match="exceeds"):
+        check_block("scale", 2048, kernel=scale)
