@@ -1,0 +1,16 @@
+"""Shared pytest setup.
+
+On machines without an NVIDIA driver (no ``nvidia-smi`` on PATH) the numba.cuda kernels run under the
+CUDA simulator, so ``NUMBA_ENABLE_CUDASIM=1`` is set here; on the GPU machine it is left unset and the
+real device is used. Numba reads these variables when it is first imported, and pytest imports this
+file before any test module, so nothing may import numba above this point. ``setdefault`` lets a user
+override either choice from the environment.
+"""
+
+import os
+import shutil
+
+if shutil.which("nvidia-smi") is None:
+    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+# Tiny test grids trigger numba's low-occupancy warnings; they are noise here.
+os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
