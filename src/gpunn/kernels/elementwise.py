@@ -1,0 +1,198 @@
+"""Elementwise kernels of the dense layers: bias add, ReLU forward/backward, fused bias + ReLU.
+
+Ops (one kernel each, 1-D grid-stride loops over the flattened row-major array):
+
+    bias_add      x[i, j] += bias[j]                       (in place, x (B, N), bias (N,))
+    relu_forward  out = max(x, 0)                          (any shape, out may alias x)
+    relu_backward dx = dy where x > 0 else 0               (derivative at exactly 0 is 0, like the reference)
+    bias_relu     x[i, j] = max(x[i, j] + bias[j], 0)      (fused, in place: one read + one write of x)
+
+Every launcher takes float32 device arrays and `block` (threads per block), checks the shapes (ValueError
+naming the op and the shapes, zero-sized dimensions included), computes the grid and launches. The
+float64 NumPy references (`*_ref`) sit at the bottom; `VARIANTS` maps each op name to its launcher.
+
+The small validation helpers here are shared by the other kernel modules (softmax, reduce, sgd).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import cuda, float32
+
+__all__ = [
+    "VARIANTS",
+    "bias_add",
+    "bias_add_ref",
+    "bias_relu",
+    "bias_relu_ref",
+    "relu_backward",
+    "relu_backward_ref",
+    "relu_forward",
+    "relu_forward_ref",
+]
+
+MAX_BLOCK = 1024  # CUDA limit on threads per block
+MAX_GRID = 65535  # cap for grid-stride kernels: more blocks than this only adds scheduling overhead
+
+
+# --------------------------------------------------------------------------------------------- checks
+def check_block(op: str, block, power_of_two: bool = False) -> int:
+    if isinstance(block, bool) or not isinstance(block, (int, np.integer)):
+        raise ValueError(f"{op}: block must be an int, got {block!r}")  # noqa: TRY004 (project: ValueError)
+    block = int(block)
+    if not 1 <= block <= MAX_BLOCK:
+        raise ValueError(f"{op}: block must lie in [1, {MAX_BLOCK}], got {block}")
+    if power_of_two and block & (block - 1):
+        raise ValueError(
+            f"{op}: block must be a power of two for the tree reduction, got {block}"
+        )
+    return block
+
+
+def check_array(op: str, name: str, a, ndim: int | None = None, dtype=np.float32):
+    shape = getattr(a, "shape", None)
+    if shape is None or not hasattr(a, "dtype"):
+        raise ValueError(f"{op}: {name} must be a device array, got {type(a).__name__}")
+    if np.dtype(a.dtype) != np.dtype(dtype):
+        raise ValueError(
+            f"{op}: {name} must be {np.dtype(dtype)}, got dtype {a.dtype} (shape {shape})"
+        )
+    if ndim is not None and len(shape) != ndim:
+        raise ValueError(f"{op}: {name} must be {ndim}-D, got shape {tuple(shape)}")
+    if any(int(d) == 0 for d in shape):
+        raise ValueError(
+            f"{op}: {name} has a zero-sized dimension, shape {tuple(shape)}"
+        )
+    return a
+
+
+def grid_for(n: int, block: int) -> int:
+    """Blocks for a grid-stride loop over n elements."""
+    return max(1, min(math.ceil(n / block), MAX_GRID))
+
+
+def flat(a):
+    """1-D view of a contiguous device array (no copy)."""
+    return a.reshape(a.size)
+
+
+# --------------------------------------------------------------------------------------------- kernels
+@cuda.jit
+def _bias_add_kernel(x, bias, n, cols):
+    start = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    for i in range(start, n, stride):
+        x[i] += bias[i % cols]
+
+
+@cuda.jit
+def _relu_forward_kernel(x, out, n):
+    start = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    for i in range(start, n, stride):
+        v = x[i]
+        out[i] = float32(0.0) if v < 0 else v  # NaN propagates, as with np.maximum
+
+
+@cuda.jit
+def _relu_backward_kernel(x, dy, dx, n):
+    start = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    for i in range(start, n, stride):
+        dx[i] = dy[i] if x[i] > 0 else float32(0.0)
+
+
+@cuda.jit
+def _bias_relu_kernel(x, bias, n, cols):
+    start = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    for i in range(start, n, stride):
+        v = x[i] + bias[i % cols]
+        x[i] = float32(0.0) if v < 0 else v
+
+
+# --------------------------------------------------------------------------------------------- launchers
+def _check_bias(op: str, x, bias):
+    check_array(op, "x", x, 2)
+    check_array(op, "bias", bias, 1)
+    if bias.shape[0] != x.shape[1]:
+        raise ValueError(
+            f"{op}: bias {tuple(bias.shape)} must have shape ({x.shape[1]},) to match x {tuple(x.shape)}"
+        )
+
+
+def bias_add(x, bias, block: int = 256, stream=0) -> None:
+    """x (B, N) += bias (N,) broadcast over rows, in place."""
+    op = "bias_add"
+    block = check_block(op, block)
+    _check_bias(op, x, bias)
+    n = x.size
+    _bias_add_kernel[grid_for(n, block), block, stream](flat(x), bias, n, x.shape[1])
+
+
+def relu_forward(x, out, block: int = 256, stream=0) -> None:
+    """out = max(x, 0) elementwise; x and out have the same shape (out may be x)."""
+    op = "relu_forward"
+    block = check_block(op, block)
+    check_array(op, "x", x)
+    check_array(op, "out", out)
+    if tuple(x.shape) != tuple(out.shape):
+        raise ValueError(
+            f"{op}: x {tuple(x.shape)} and out {tuple(out.shape)} must have the same shape"
+        )
+    n = x.size
+    _relu_forward_kernel[grid_for(n, block), block, stream](flat(x), flat(out), n)
+
+
+def relu_backward(x, dy, dx, block: int = 256, stream=0) -> None:
+    """dx = dy where x > 0 else 0. `x` is the ReLU input (pre-activation) or its output: same mask."""
+    op = "relu_backward"
+    block = check_block(op, block)
+    check_array(op, "x", x)
+    check_array(op, "dy", dy)
+    check_array(op, "dx", dx)
+    if not tuple(x.shape) == tuple(dy.shape) == tuple(dx.shape):
+        raise ValueError(
+            f"{op}: x {tuple(x.shape)}, dy {tuple(dy.shape)} and dx {tuple(dx.shape)} must have the same shape"
+        )
+    n = x.size
+    _relu_backward_kernel[grid_for(n, block), block, stream](
+        flat(x), flat(dy), flat(dx), n
+    )
+
+
+def bias_relu(x, bias, block: int = 256, stream=0) -> None:
+    """x (B, N) = max(x + bias, 0), fused and in place."""
+    op = "bias_relu"
+    block = check_block(op, block)
+    _check_bias(op, x, bias)
+    n = x.size
+    _bias_relu_kernel[grid_for(n, block), block, stream](flat(x), bias, n, x.shape[1])
+
+
+VARIANTS = {
+    "bias_add": bias_add,
+    "relu_forward": relu_forward,
+    "relu_backward": relu_backward,
+    "bias_relu": bias_relu,
+}
+
+
+# --------------------------------------------------------------------------------------------- references
+def bias_add_ref(x, bias) -> np.ndarray:
+    return np.asarray(x, np.float64) + np.asarray(bias, np.float64)
+
+
+def relu_forward_ref(x) -> np.ndarray:
+    x = np.asarray(x, np.float64)
+    return np.maximum(x, 0.0)
+
+
+def relu_backward_ref(x, dy) -> np.ndarray:
+    return np.asarray(dy, np.float64) * (np.asarray(x) > 0)
+
+
+def bias_relu_ref(x, bias) -> np.ndarray:
+    return np.maximum(bias_add_ref(x, bias), 0.0)
