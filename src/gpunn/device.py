@@ -73,8 +73,8 @@ def check_block(op: str, threads: int, kernel=None) -> int:
     limit = DEFAULT_MAX_THREADS_PER_BLOCK if simulator_enabled() else device_info()["max_threads_per_block"]
     if threads > limit:
         raise ValueError(f"{op}: block size {threads} exceeds this device's limit of {limit} threads per block")
-    if kernel is not None and not simulator_enabled() and kernel.signatures:
-        kernel_limit = min(int(kernel.get_max_threads_per_block(sig)) for sig in kernel.signatures)
+    if kernel is not None and not simulator_enabled() and kernel.overloads:
+        kernel_limit = min(int(compiled.max_threads_per_block) for compiled in kernel.overloads.values())
         if threads > kernel_limit:
             raise ValueError(
                 f"{op}: block size {threads} exceeds what this kernel can launch with ({kernel_limit} threads: "

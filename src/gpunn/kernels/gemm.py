@@ -227,6 +227,7 @@ BK = 8
 TM = 4
 TN = 4
 RB_THREADS = (BM // TM) * (BN // TN)  # 256
+TMN = TM * TN  # local-array sizes must be plain module constants on the GPU (the simulator accepts expressions)
 A_LOADS = BM * BK // RB_THREADS  # 2 elements of A per thread per K step
 B_LOADS = BN * BK // RB_THREADS  # 2 elements of B per thread per K step
 assert BM % TM == 0 and BN % TN == 0
@@ -253,7 +254,7 @@ _ONE = np.int32(1)
 def gemm_kernel3(a, b, c, bias, m, n, k, trans_a, trans_b, has_bias, relu):
     As = cuda.shared.array((BK, BM), float32)
     Bs = cuda.shared.array((BK, BN), float32)
-    acc = cuda.local.array(TM * TN, float32)
+    acc = cuda.local.array(TMN, float32)
     ra = cuda.local.array(TM, float32)
     rb = cuda.local.array(TN, float32)
 
