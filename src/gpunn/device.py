@@ -8,6 +8,8 @@ about 1e5 times slower: fine for tiny shapes in tests, meaningless for timing.
 
 from __future__ import annotations
 
+import functools
+
 from gpunn.errors import GpunnError
 
 # CUDA's per-block thread limit on every architecture gpunn targets; the simulator reports no limits.
@@ -63,6 +65,12 @@ def describe_device() -> str:
             f"{info['memory_total_gib']} GiB)")
 
 
+@functools.lru_cache(maxsize=1)
+def _device_thread_limit() -> int:
+    # asked once per process: launchers call check_block on every launch
+    return DEFAULT_MAX_THREADS_PER_BLOCK if simulator_enabled() else device_info()["max_threads_per_block"]
+
+
 def check_block(op: str, threads: int, kernel=None) -> int:
     """Validate a block size (total threads per block) before launching `kernel` for `op`.
 
@@ -70,7 +78,7 @@ def check_block(op: str, threads: int, kernel=None) -> int:
     shared memory can make it lower than the device's); returns `threads` or raises one clear ValueError."""
     if int(threads) != threads or threads <= 0:
         raise ValueError(f"{op}: block size must be a positive integer, got {threads}")
-    limit = DEFAULT_MAX_THREADS_PER_BLOCK if simulator_enabled() else device_info()["max_threads_per_block"]
+    limit = _device_thread_limit()
     if threads > limit:
         raise ValueError(f"{op}: block size {threads} exceeds this device's limit of {limit} threads per block")
     if kernel is not None and not simulator_enabled() and kernel.overloads:

@@ -21,6 +21,8 @@ import math
 import numpy as np
 from numba import cuda, float32
 
+from gpunn import device
+
 __all__ = [
     "VARIANTS",
     "bias_add",
@@ -33,21 +35,17 @@ __all__ = [
     "relu_forward_ref",
 ]
 
-MAX_BLOCK = 1024  # CUDA limit on threads per block
 MAX_GRID = 65535  # cap for grid-stride kernels: more blocks than this only adds scheduling overhead
 
 
 # --------------------------------------------------------------------------------------------- checks
 def check_block(op: str, block, power_of_two: bool = False) -> int:
+    """The device's limits (gpunn.device.check_block), plus a power of two for the tree reductions."""
     if isinstance(block, bool) or not isinstance(block, (int, np.integer)):
-        raise ValueError(f"{op}: block must be an int, got {block!r}")  # noqa: TRY004 (project: ValueError)
-    block = int(block)
-    if not 1 <= block <= MAX_BLOCK:
-        raise ValueError(f"{op}: block must lie in [1, {MAX_BLOCK}], got {block}")
+        raise ValueError(f"{op}: block must be an int, got {block!r}")
+    block = device.check_block(op, int(block))
     if power_of_two and block & (block - 1):
-        raise ValueError(
-            f"{op}: block must be a power of two for the tree reduction, got {block}"
-        )
+        raise ValueError(f"{op}: block must be a power of two for the tree reduction, got {block}")
     return block
 
 
