@@ -23,6 +23,8 @@ from numba import cuda, float32
 
 from gpunn import device
 
+from .launch import Launch, bind
+
 __all__ = [
     "VARIANTS",
     "bias_add",
@@ -121,16 +123,16 @@ def _check_bias(op: str, x, bias):
         )
 
 
-def bias_add(x, bias, block: int = 256, stream=0) -> None:
+def bias_add(x, bias, block: int = 256, stream=0, launch: bool = True) -> Launch:
     """x (B, N) += bias (N,) broadcast over rows, in place."""
     op = "bias_add"
     block = check_block(op, block)
     _check_bias(op, x, bias)
     n = x.size
-    _bias_add_kernel[grid_for(n, block), block, stream](flat(x), bias, n, x.shape[1])
+    return bind(_bias_add_kernel, grid_for(n, block), block, (flat(x), bias, n, x.shape[1]), stream, launch, op)
 
 
-def relu_forward(x, out, block: int = 256, stream=0) -> None:
+def relu_forward(x, out, block: int = 256, stream=0, launch: bool = True) -> Launch:
     """out = max(x, 0) elementwise; x and out have the same shape (out may be x)."""
     op = "relu_forward"
     block = check_block(op, block)
@@ -141,10 +143,10 @@ def relu_forward(x, out, block: int = 256, stream=0) -> None:
             f"{op}: x {tuple(x.shape)} and out {tuple(out.shape)} must have the same shape"
         )
     n = x.size
-    _relu_forward_kernel[grid_for(n, block), block, stream](flat(x), flat(out), n)
+    return bind(_relu_forward_kernel, grid_for(n, block), block, (flat(x), flat(out), n), stream, launch, op)
 
 
-def relu_backward(x, dy, dx, block: int = 256, stream=0) -> None:
+def relu_backward(x, dy, dx, block: int = 256, stream=0, launch: bool = True) -> Launch:
     """dx = dy where x > 0 else 0. `x` is the ReLU input (pre-activation) or its output: same mask."""
     op = "relu_backward"
     block = check_block(op, block)
@@ -156,18 +158,16 @@ def relu_backward(x, dy, dx, block: int = 256, stream=0) -> None:
             f"{op}: x {tuple(x.shape)}, dy {tuple(dy.shape)} and dx {tuple(dx.shape)} must have the same shape"
         )
     n = x.size
-    _relu_backward_kernel[grid_for(n, block), block, stream](
-        flat(x), flat(dy), flat(dx), n
-    )
+    return bind(_relu_backward_kernel, grid_for(n, block), block, (flat(x), flat(dy), flat(dx), n), stream, launch, op)
 
 
-def bias_relu(x, bias, block: int = 256, stream=0) -> None:
+def bias_relu(x, bias, block: int = 256, stream=0, launch: bool = True) -> Launch:
     """x (B, N) = max(x + bias, 0), fused and in place."""
     op = "bias_relu"
     block = check_block(op, block)
     _check_bias(op, x, bias)
     n = x.size
-    _bias_relu_kernel[grid_for(n, block), block, stream](flat(x), bias, n, x.shape[1])
+    return bind(_bias_relu_kernel, grid_for(n, block), block, (flat(x), bias, n, x.shape[1]), stream, launch, op)
 
 
 VARIANTS = {

@@ -21,6 +21,7 @@ import numpy as np
 from numba import cuda, float32
 
 from .elementwise import check_array, check_block, flat, grid_for
+from .launch import Launch, LaunchGroup, bind
 
 __all__ = ["VARIANTS", "colsum_atomic", "colsum_ref", "colsum_tree"]
 
@@ -84,25 +85,30 @@ def _check(op: str, dy, db):
         )
 
 
-def colsum_atomic(dy, db, block: int = 256, stream=0) -> None:
+def colsum_atomic(dy, db, block: int = 256, stream=0, launch: bool = True) -> LaunchGroup:
     """Variant 1: db (N,) = dy (B, N).sum(0) via atomics (db is zeroed first by its own launch)."""
     op = "colsum_atomic"
     block = check_block(op, block)
     _check(op, dy, db)
     cols = db.shape[0]
-    _zero_kernel[grid_for(cols, block), block, stream](db, cols)
     n = dy.size
-    _colsum_atomic_kernel[grid_for(n, block), block, stream](flat(dy), db, n, cols)
+    group = LaunchGroup([
+        bind(_zero_kernel, grid_for(cols, block), block, (db, cols), stream, False, "zero"),
+        bind(_colsum_atomic_kernel, grid_for(n, block), block, (flat(dy), db, n, cols), stream, False, op),
+    ])
+    if launch:
+        group()
+    return group
 
 
-def colsum_tree(dy, db, block: int = 256, stream=0) -> None:
+def colsum_tree(dy, db, block: int = 256, stream=0, launch: bool = True) -> Launch:
     """Variant 2: db (N,) = dy (B, N).sum(0), deterministic shared-memory tree (block a power of two)."""
     op = "colsum_tree"
     block = check_block(op, block, power_of_two=True)
     _check(op, dy, db)
     rows, cols = dy.shape
     kernel, tx_count = _colsum_tree_kernel(block)
-    kernel[math.ceil(cols / tx_count), block, stream](dy, db, rows, cols)
+    return bind(kernel, math.ceil(cols / tx_count), block, (dy, db, rows, cols), stream, launch, op)
 
 
 VARIANTS = {

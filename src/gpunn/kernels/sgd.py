@@ -20,6 +20,7 @@ import numpy as np
 from numba import config, cuda, float32
 
 from .elementwise import check_array, check_block, flat, grid_for
+from .launch import Launch, bind
 
 __all__ = ["VARIANTS", "sgd_step", "sgd_step_ref", "sgd_step_ref64"]
 
@@ -44,7 +45,7 @@ def _sgd_kernel(data, grad, lr, n):
         grad[i] = float32(0.0)
 
 
-def sgd_step(flat_params, grad, lr: float, block: int = 256, stream=0) -> None:
+def sgd_step(flat_params, grad, lr: float, block: int = 256, stream=0, launch: bool = True) -> Launch:
     """flat_params -= float32(lr) * grad; grad = 0. Both are float32 device arrays of the same shape."""
     op = "sgd_step"
     block = check_block(op, block)
@@ -58,9 +59,7 @@ def sgd_step(flat_params, grad, lr: float, block: int = 256, stream=0) -> None:
     if not np.isfinite(lr) or lr <= 0:
         raise ValueError(f"{op}: lr must be a positive finite number, got {lr!r}")
     n = flat_params.size
-    _sgd_kernel[grid_for(n, block), block, stream](
-        flat(flat_params), flat(grad), np.float32(lr), n
-    )
+    return bind(_sgd_kernel, grid_for(n, block), block, (flat(flat_params), flat(grad), np.float32(lr), n), stream, launch, op)
 
 
 VARIANTS = {"sgd_step": sgd_step}

@@ -24,6 +24,7 @@ import numpy as np
 from numba import cuda, float32
 
 from .elementwise import check_array, check_block
+from .launch import Launch, bind
 
 __all__ = [
     "VARIANTS",
@@ -126,7 +127,7 @@ def _loss_mean_kernel(block: int):
 
 
 # --------------------------------------------------------------------------------------------- launchers
-def softmax_rows(x, out, block: int = 128, stream=0) -> None:
+def softmax_rows(x, out, block: int = 128, stream=0, launch: bool = True) -> Launch:
     """Variant 1: out (B, C) = row-wise softmax of x (B, C); one block of `block` threads per row."""
     op = "softmax_rows"
     block = check_block(op, block, power_of_two=True)
@@ -137,12 +138,12 @@ def softmax_rows(x, out, block: int = 128, stream=0) -> None:
             f"{op}: x {tuple(x.shape)} and out {tuple(out.shape)} must have the same shape"
         )
     kernel, _ = _row_kernels(block)
-    kernel[x.shape[0], block, stream](x, out, x.shape[1])
+    return bind(kernel, x.shape[0], block, (x, out, x.shape[1]), stream, launch, op)
 
 
 def softmax_ce_grad(
-    logits, labels, dlogits, losses, block: int = 128, stream=0
-) -> None:
+    logits, labels, dlogits, losses, block: int = 128, stream=0, launch: bool = True
+) -> Launch:
     """Variant 2: dlogits (B, C) = (softmax(logits) - onehot(labels)) / B, losses (B,) = per-row CE.
 
     labels are int32 in [0, C) (not range-checked on the device: an out-of-range label reads out of bounds).
@@ -165,10 +166,10 @@ def softmax_ce_grad(
             "(need logits and dlogits (B, C), labels and losses (B,))"
         )
     _, kernel = _row_kernels(block)
-    kernel[rows, block, stream](logits, labels, dlogits, losses, rows, cols)
+    return bind(kernel, rows, block, (logits, labels, dlogits, losses, rows, cols), stream, launch, op)
 
 
-def loss_mean(losses, out, block: int = 256, stream=0) -> None:
+def loss_mean(losses, out, block: int = 256, stream=0, launch: bool = True) -> Launch:
     """out (1,) = mean of losses (B,), one block, deterministic tree reduction."""
     op = "loss_mean"
     block = check_block(op, block, power_of_two=True)
@@ -178,7 +179,7 @@ def loss_mean(losses, out, block: int = 256, stream=0) -> None:
         raise ValueError(
             f"{op}: out must have shape (1,), got {tuple(out.shape)} (losses {tuple(losses.shape)})"
         )
-    _loss_mean_kernel(block)[1, block, stream](losses, out, losses.shape[0])
+    return bind(_loss_mean_kernel(block), 1, block, (losses, out, losses.shape[0]), stream, launch, op)
 
 
 VARIANTS = {
