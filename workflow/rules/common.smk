@@ -55,6 +55,15 @@ def uses_gpu(wildcards):
     return 1 if wildcards.variant.startswith("gpu") else 0
 
 
+def gpu_env(gpu_job):
+    """Shell prefix of a GPU job: the CUDA simulator when config key gpu.simulator is true."""
+    return "NUMBA_ENABLE_CUDASIM=1 " if gpu_job and config["gpu"]["simulator"] else ""
+
+
+def variant_env(wildcards):
+    return gpu_env(uses_gpu(wildcards))
+
+
 def download_input(wildcards):
     return [f"results/offline/{wildcards.dataset}/manifest.json"] if DATASETS[wildcards.dataset].offline else []
 

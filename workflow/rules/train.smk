@@ -15,6 +15,7 @@ rule train:
         f"results/logs/train/{RUN}.log",
     params:
         run=run_path,
+        env=variant_env,
     threads: cpu_threads
     resources:
         timing=1,
@@ -22,7 +23,7 @@ rule train:
     conda:
         ENV_FILE
     shell:
-        "python -m gpunn train {params.run} --data {input} --out results/runs/{params.run} 2>&1 | tee {log}"
+        "{params.env}python -m gpunn train {params.run} --data {input} --out results/runs/{params.run} 2>&1 | tee {log}"
 
 
 rule evaluate:
@@ -55,6 +56,7 @@ rule time_batches:
     params:
         e3=config["experiments"]["e3"],
         batches=",".join(str(b) for b in config["experiments"]["e3"]["batches"]),
+        env=variant_env,
     threads: cpu_threads
     resources:
         timing=1,
@@ -62,5 +64,5 @@ rule time_batches:
     conda:
         ENV_FILE
     shell:
-        "python -m gpunn time-batches --variants {wildcards.variant} --batches {params.batches} "
+        "{params.env}python -m gpunn time-batches --variants {wildcards.variant} --batches {params.batches} "
         "--hidden {params.e3[hidden]} --repeats {params.e3[repeats]} --out {output} > {log} 2>&1"
