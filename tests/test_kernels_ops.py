@@ -116,6 +116,7 @@ def test_elementwise_shape_errors():
         "relu_forward",
         "relu_backward",
         "bias_relu",
+        "gather_rows",
     }
 
 
@@ -278,6 +279,72 @@ def test_sgd_shape_errors():
     with pytest.raises(ValueError, match="sgd_step.*lr"):
         sgd.sgd_step(a, a, -1.0)
 
+
+# --------------------------------------------------------------------------------------------- device-resident steps
+def test_gather_rows_follows_the_device_counter(rng):
+    """One bound launch gathers each batch of an epoch as the counter advances (a partial last batch too),
+    into a strided view whose extra column stays untouched."""
+    n, features, stride = 11, 5, 4
+    source = rand(rng, n, features)
+    labels = rng.integers(0, 7, n).astype(np.int32)
+    order = rng.permutation(n).astype(np.int32)
+    d_src, d_lab, d_ord = cuda.to_device(source), cuda.to_device(labels), cuda.to_device(order)
+    counter = cuda.to_device(np.zeros(1, np.int32))
+    for rows, steps in ((stride, (0, 1)), (n - 2 * stride, (2,))):  # full batches, then the partial last one
+        host = np.full((rows, features + 1), np.nan, np.float32)
+        host[:, features] = 7.0
+        buf = cuda.to_device(host)
+        y = cuda.to_device(np.full(rows, -1, np.int32))
+        launch = ew.gather_rows(d_src, d_lab, d_ord, counter, stride, buf[:, :features], y, block=32, launch=False)
+        for step in steps:
+            counter.copy_to_device(np.array([step], np.int32))
+            launch()
+            x_ref, y_ref = ew.gather_rows_ref(source, labels, order, step, stride, rows)
+            out = buf.copy_to_host()
+            assert rel_err(out[:, :features], x_ref) == 0.0
+            np.testing.assert_array_equal(out[:, features], 7.0)
+            np.testing.assert_array_equal(y.copy_to_host(), y_ref)
+
+
+def test_gather_rows_shape_errors():
+    src = cuda.to_device(np.ones((6, 3), np.float32))
+    lab = cuda.to_device(np.zeros(6, np.int32))
+    order = cuda.to_device(np.arange(6, dtype=np.int32))
+    counter = cuda.to_device(np.zeros(1, np.int32))
+    x = cuda.to_device(np.ones((4, 3), np.float32))
+    y = cuda.to_device(np.zeros(4, np.int32))
+    with pytest.raises(ValueError, match="stride"):
+        ew.gather_rows(src, lab, order, counter, 2, x, y)  # stride below the batch
+    with pytest.raises(ValueError, match="order must be int32"):
+        ew.gather_rows(src, lab, cuda.to_device(np.arange(6, dtype=np.int64)), counter, 4, x, y)
+
+
+def test_softmax_ce_grad_writes_losses_at_the_counted_step(rng):
+    rows, cols, stride, n = 3, 5, 4, 11
+    logits = rand(rng, rows, cols)
+    labels = rng.integers(0, cols, rows).astype(np.int32)
+    losses = cuda.to_device(np.full(n, np.nan, np.float32))
+    counter = cuda.to_device(np.array([2], np.int32))  # the partial last batch: rows 8..10
+    d_grad = poisoned(rows, cols)
+    sm.softmax_ce_grad(cuda.to_device(logits), cuda.to_device(labels), d_grad, losses, block=8,
+                       counter=counter, stride=stride)
+    grad_ref, loss_ref = sm.softmax_ce_grad_ref(logits, labels)
+    out = losses.copy_to_host()
+    assert rel_err(out[8:], loss_ref) < TOL
+    assert np.isnan(out[:8]).all()  # nothing else written
+    assert rel_err(d_grad.copy_to_host(), grad_ref) < TOL
+
+
+def test_sgd_step_advances_the_counter(rng):
+    data, grad = rand(rng, 9), rand(rng, 9)
+    d_data, d_grad = cuda.to_device(data), cuda.to_device(grad)
+    counter = cuda.to_device(np.array([5], np.int32))
+    launch = sgd.sgd_step(d_data, d_grad, 0.1, block=4, counter=counter)
+    assert counter.copy_to_host()[0] == 6
+    np.testing.assert_array_equal(d_data.copy_to_host(), sgd.sgd_step_ref(data, grad, 0.1))
+    launch()  # the bound launch runs again on the live buffers: grad is zero now, so data stays
+    assert counter.copy_to_host()[0] == 7
+    np.testing.assert_array_equal(d_data.copy_to_host(), sgd.sgd_step_ref(data, grad, 0.1))
 
 # --------------------------------------------------------------------------------------------- real GPU
 @pytest.mark.gpu

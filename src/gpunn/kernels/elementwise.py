@@ -6,6 +6,8 @@ Ops (one kernel each, 1-D grid-stride loops over the flattened row-major array):
     relu_forward  out = max(x, 0)                          (any shape, out may alias x)
     relu_backward dx = dy where x > 0 else 0               (derivative at exactly 0 is 0, like the reference)
     bias_relu     x[i, j] = max(x[i, j] + bias[j], 0)      (fused, in place: one read + one write of x)
+    gather_rows   x[r, :] = source[order[s + r], :], y[r] = labels[order[s + r]] with s = step * stride read
+                  from a device counter: the batch gather of device-resident training (x may be a strided view)
 
 Every launcher takes float32 device arrays and `block` (threads per block), checks the shapes (ValueError
 naming the op and the shapes, zero-sized dimensions included), computes the grid and launches. The
@@ -31,6 +33,8 @@ __all__ = [
     "bias_add_ref",
     "bias_relu",
     "bias_relu_ref",
+    "gather_rows",
+    "gather_rows_ref",
     "relu_backward",
     "relu_backward_ref",
     "relu_forward",
@@ -170,11 +174,58 @@ def bias_relu(x, bias, block: int = 256, stream=0, launch: bool = True) -> Launc
     return bind(_bias_relu_kernel, grid_for(n, block), block, (flat(x), bias, n, x.shape[1]), stream, launch, op)
 
 
+@cuda.jit
+def _gather_rows_kernel(source, labels, order, counter, stride, x, y):
+    rows = x.shape[0]
+    cols = x.shape[1]
+    first = (counter[0] * stride) % order.shape[0]
+    start = cuda.grid(1)
+    step = cuda.gridsize(1)
+    for i in range(start, rows * cols, step):
+        r = i // cols
+        j = i - r * cols
+        sample = order[first + r]
+        x[r, j] = source[sample, j]
+        if j == 0:
+            y[r] = labels[sample]
+
+
+def gather_rows(source, labels, order, counter, stride: int, x, y, block: int = 256, stream=0,
+                launch: bool = True) -> Launch:
+    """x (B, F) = source[order[s:s + B]], y (B,) = labels[order[s:s + B]], s = (counter[0] * stride) % N.
+
+    source (N, F) float32 and labels (N,) int32 stay on the device for the whole run; order (N,) int32 is the
+    epoch's sample order and counter a (1,) int32 device array holding the step number (advanced by the
+    step's last kernel), so the same bound launch gathers every batch of the epoch. stride is the full batch
+    size; a partial last batch has B < stride rows. x may be a strided view (e.g. a (B, F) slice of a
+    (B, F + 1) buffer whose last column is ones)."""
+    op = "gather_rows"
+    block = check_block(op, block)
+    check_array(op, "source", source, 2)
+    check_array(op, "labels", labels, 1, dtype=np.int32)
+    check_array(op, "order", order, 1, dtype=np.int32)
+    check_array(op, "counter", counter, 1, dtype=np.int32)
+    check_array(op, "x", x, 2)
+    check_array(op, "y", y, 1, dtype=np.int32)
+    n, features = source.shape
+    rows = x.shape[0]
+    if (tuple(labels.shape) != (n,) or tuple(order.shape) != (n,) or x.shape[1] != features
+            or tuple(y.shape) != (rows,) or rows > n or not rows <= int(stride) <= n):
+        raise ValueError(
+            f"{op}: shapes do not fit source {tuple(source.shape)}, labels {tuple(labels.shape)}, order "
+            f"{tuple(order.shape)}, x {tuple(x.shape)}, y {tuple(y.shape)}, stride {stride} (need x (B, F), "
+            "y (B,), labels and order (N,), B <= stride <= N)"
+        )
+    args = (source, labels, order, counter, np.int32(stride), x, y)
+    return bind(_gather_rows_kernel, grid_for(x.size, block), block, args, stream, launch, op)
+
+
 VARIANTS = {
     "bias_add": bias_add,
     "relu_forward": relu_forward,
     "relu_backward": relu_backward,
     "bias_relu": bias_relu,
+    "gather_rows": gather_rows,
 }
 
 
@@ -194,3 +245,10 @@ def relu_backward_ref(x, dy) -> np.ndarray:
 
 def bias_relu_ref(x, bias) -> np.ndarray:
     return np.maximum(bias_add_ref(x, bias), 0.0)
+
+
+def gather_rows_ref(source, labels, order, step: int, stride: int, rows: int):
+    """(x, y) of the batch gather_rows copies at `step`."""
+    first = (step * stride) % len(order)
+    picked = np.asarray(order)[first:first + rows]
+    return np.asarray(source, np.float64)[picked], np.asarray(labels)[picked]

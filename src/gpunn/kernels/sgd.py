@@ -16,6 +16,8 @@ References: `sgd_step_ref` (float32, bitwise like the optimizer) and `sgd_step_r
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from numba import config, cuda, float32
 
@@ -37,16 +39,22 @@ else:  # pragma: no cover - needs a GPU
 
 
 @cuda.jit
-def _sgd_kernel(data, grad, lr, n):
+def _sgd_kernel(data, grad, lr, n, counter):
     start = cuda.grid(1)
     stride = cuda.gridsize(1)
     for i in range(start, n, stride):
         data[i] = data[i] - _mul_rn(lr, grad[i])
         grad[i] = float32(0.0)
+    if start == 0:  # the step is done: advance the device-side step counter (nothing else reads it here)
+        counter[0] += 1
 
 
-def sgd_step(flat_params, grad, lr: float, block: int = 256, stream=0, launch: bool = True) -> Launch:
-    """flat_params -= float32(lr) * grad; grad = 0. Both are float32 device arrays of the same shape."""
+def sgd_step(flat_params, grad, lr: float, block: int = 256, stream=0, launch: bool = True, counter=None) -> Launch:
+    """flat_params -= float32(lr) * grad; grad = 0. Both are float32 device arrays of the same shape.
+
+    As the last kernel of a training step it also adds 1 to `counter` (a (1,) int32 device array), the step
+    number that device-resident training steps read their batch position from (gather_rows,
+    softmax_ce_grad); without one, a private scratch counter is advanced."""
     op = "sgd_step"
     block = check_block(op, block)
     check_array(op, "flat", flat_params)
@@ -58,8 +66,17 @@ def sgd_step(flat_params, grad, lr: float, block: int = 256, stream=0, launch: b
     lr = float(lr)
     if not np.isfinite(lr) or lr <= 0:
         raise ValueError(f"{op}: lr must be a positive finite number, got {lr!r}")
+    if counter is None:
+        counter = _scratch_counter()
+    check_array(op, "counter", counter, 1, dtype=np.int32)
     n = flat_params.size
-    return bind(_sgd_kernel, grid_for(n, block), block, (flat(flat_params), flat(grad), np.float32(lr), n), stream, launch, op)
+    args = (flat(flat_params), flat(grad), np.float32(lr), n, counter)
+    return bind(_sgd_kernel, grid_for(n, block), block, args, stream, launch, op)
+
+
+@functools.cache
+def _scratch_counter():
+    return cuda.to_device(np.zeros(1, dtype=np.int32))
 
 
 VARIANTS = {"sgd_step": sgd_step}

@@ -84,14 +84,18 @@ def _row_kernels(block: int):
             out[row, j] = math.exp(x[row, j] - rowmax) * inv
 
     @cuda.jit
-    def softmax_ce_grad_kernel(logits, labels, dlogits, losses, rows, cols):
+    def softmax_ce_grad_kernel(logits, labels, dlogits, losses, counter, stride):
         buf = cuda.shared.array(block, float32)
+        rows = logits.shape[0]
+        cols = logits.shape[1]
         row = cuda.blockIdx.x
         t = cuda.threadIdx.x
         rowmax, total = row_max_and_sum(logits, row, cols, buf)
         label = labels[row]
         if t == 0:
-            losses[row] = math.log(total) - (logits[row, label] - rowmax)
+            # losses may be an epoch-long buffer: this batch's rows start at step * stride (see launcher)
+            at = (counter[0] * stride) % losses.shape[0] + row
+            losses[at] = math.log(total) - (logits[row, label] - rowmax)
         inv_total = float32(1.0) / total
         inv_rows = float32(1.0) / float32(rows)
         for j in range(t, cols, block):
@@ -142,11 +146,15 @@ def softmax_rows(x, out, block: int = 128, stream=0, launch: bool = True) -> Lau
 
 
 def softmax_ce_grad(
-    logits, labels, dlogits, losses, block: int = 128, stream=0, launch: bool = True
+    logits, labels, dlogits, losses, block: int = 128, stream=0, launch: bool = True, counter=None, stride: int = 0
 ) -> Launch:
-    """Variant 2: dlogits (B, C) = (softmax(logits) - onehot(labels)) / B, losses (B,) = per-row CE.
+    """Variant 2: dlogits (B, C) = (softmax(logits) - onehot(labels)) / B, and the per-row CE losses.
 
     labels are int32 in [0, C) (not range-checked on the device: an out-of-range label reads out of bounds).
+    By default losses is (B,). For training loops that keep the whole epoch on the device, losses may be an
+    epoch-long (N,) buffer, `counter` a (1,) int32 device array holding the step number and `stride` the full
+    batch size: row r's loss goes to losses[(counter[0] * stride) % N + r], read on the device at run time, so
+    one bound launch (or a captured graph) serves every step of the epoch.
     """
     op = "softmax_ce_grad"
     block = check_block(op, block, power_of_two=True)
@@ -155,10 +163,20 @@ def softmax_ce_grad(
     check_array(op, "dlogits", dlogits, 2)
     check_array(op, "losses", losses, 1)
     rows, cols = logits.shape
+    epoch_buffer = counter is not None
+    if epoch_buffer:
+        check_array(op, "counter", counter, 1, dtype=np.int32)
+        if int(stride) < rows or losses.shape[0] < rows:
+            raise ValueError(
+                f"{op}: stride {stride} must be the full batch size (>= {rows} rows) and losses "
+                f"{tuple(losses.shape)} an epoch-long buffer of at least {rows} rows"
+            )
+    else:
+        counter, stride = _zero_counter(), 0
     if (
         tuple(dlogits.shape) != (rows, cols)
         or tuple(labels.shape) != (rows,)
-        or tuple(losses.shape) != (rows,)
+        or (not epoch_buffer and tuple(losses.shape) != (rows,))
     ):
         raise ValueError(
             f"{op}: shapes do not fit logits {tuple(logits.shape)}, labels {tuple(labels.shape)}, "
@@ -166,7 +184,13 @@ def softmax_ce_grad(
             "(need logits and dlogits (B, C), labels and losses (B,))"
         )
     _, kernel = _row_kernels(block)
-    return bind(kernel, rows, block, (logits, labels, dlogits, losses, rows, cols), stream, launch, op)
+    return bind(kernel, rows, block, (logits, labels, dlogits, losses, counter, np.int32(stride)), stream, launch, op)
+
+
+@functools.cache
+def _zero_counter():
+    """A (1,) int32 device array holding 0: the step counter of one-batch calls."""
+    return cuda.to_device(np.zeros(1, dtype=np.int32))
 
 
 def loss_mean(losses, out, block: int = 256, stream=0, launch: bool = True) -> Launch:
