@@ -112,24 +112,24 @@ def train_run(spec: RunSpec, prepared_path, out_dir, log=print, progress_every_s
         f"{model.num_parameters} parameters, {len(slices)} batches per epoch"
     )
 
+    if hasattr(backend, "warm_up"):  # GPU kernels compile on first launch: not inside the first epoch's time
+        log(f"compiling the kernels of {spec.variant} (first launch)")
+        backend.warm_up({e - s for s, e in slices})
+    resident = hasattr(backend, "train_epoch")  # the backend keeps the training set on its device
+    if resident:
+        backend.load_train_data(images_to_float(data.x_train), data.y_train)
+
     rows = []
     for epoch in range(spec.epochs):
         order = batch_order(spec.seed, epoch, n_train)
-        loss_sum = forward_s = backward_s = 0.0
-        start = last_report = time.perf_counter()
-        for number, (s, e) in enumerate(slices, 1):
-            index = order[s:e]
-            xb = images_to_float(data.x_train[index])
-            step = backend.train_step(xb, xb if autoencoder else data.y_train[index])
-            _check_finite(step.loss, f"epoch {epoch + 1} batch {number}", spec)
-            loss_sum += step.loss * (e - s)
-            forward_s += step.forward_s
-            backward_s += step.backward_s
-            now = time.perf_counter()
-            if now - last_report >= progress_every_s and number < len(slices):
-                log(f"  epoch {epoch + 1}/{spec.epochs} batch {number}/{len(slices)} "
-                    f"loss {loss_sum / e:.4f} ({now - start:.1f} s)")
-                last_report = now
+        start = time.perf_counter()
+        if resident:
+            result = backend.train_epoch(order, spec.batch)
+            loss_sum, forward_s, backward_s = result.loss_sum, result.forward_s, result.backward_s
+            _check_finite(loss_sum, f"epoch {epoch + 1}", spec)
+        else:
+            loss_sum, forward_s, backward_s = _train_batches(backend, data, order, slices, autoencoder, spec,
+                                                             epoch, log, progress_every_s)
         epoch_s = time.perf_counter() - start
         eval_start = time.perf_counter()
         metrics = test_metrics(spec.model, predict(backend, data.x_test), data.x_test, data.y_test)
@@ -168,6 +168,27 @@ def train_run(spec: RunSpec, prepared_path, out_dir, log=print, progress_every_s
     io.write_csv(out_dir / "metrics.csv", frame)
     io.write_json(out_dir / "metrics.json", summary)
     return summary
+
+
+def _train_batches(backend, data: RunData, order, slices, autoencoder: bool, spec: RunSpec, epoch: int, log,
+                   progress_every_s: float):
+    """One epoch batch by batch: the loop gathers each batch on the host and hands it to the backend."""
+    loss_sum = forward_s = backward_s = 0.0
+    start = last_report = time.perf_counter()
+    for number, (s, e) in enumerate(slices, 1):
+        index = order[s:e]
+        xb = images_to_float(data.x_train[index])
+        step = backend.train_step(xb, xb if autoencoder else data.y_train[index])
+        _check_finite(step.loss, f"epoch {epoch + 1} batch {number}", spec)
+        loss_sum += step.loss * (e - s)
+        forward_s += step.forward_s
+        backward_s += step.backward_s
+        now = time.perf_counter()
+        if now - last_report >= progress_every_s and number < len(slices):
+            log(f"  epoch {epoch + 1}/{spec.epochs} batch {number}/{len(slices)} "
+                f"loss {loss_sum / e:.4f} ({now - start:.1f} s)")
+            last_report = now
+    return loss_sum, forward_s, backward_s
 
 
 def save_weights(path, spec: RunSpec, model, flat: np.ndarray, data: RunData) -> None:

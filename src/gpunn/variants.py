@@ -5,8 +5,13 @@ loop gathers in the shared batch order (gpunn.seeding), so every variant sees th
 
     cpu-numpy   NumPy float32 reference: gpunn.nn layers, one flat parameter buffer, SGD (all models)
     cpu-serial  plain loops under numba @njit on one thread, like the papers' serial C++ (MLP only)
+    gpu-naive   numba.cuda, E1's design: batch copied every step, one kernel per op (gpunn.gpu_mlp)
+    gpu-tiled   the same with shared-memory tiled GEMMs forward and backward
+    gpu-fused   training set resident on the GPU, batches gathered there, fused epilogues, 8 launches a step
+    gpu-graph   gpu-fused with each step captured in CUDA graphs and replayed (real GPU only)
 
-GPU variants register here as further names (issue #3 onwards).
+A backend with `load_train_data` and `train_epoch` (gpu-fused) trains whole epochs on the device; the
+training loop then hands it the epoch's order instead of batches.
 """
 
 from __future__ import annotations
@@ -92,10 +97,21 @@ class CpuSerialBackend:
         return self.model.flat
 
 
+def _gpu_mlp(name: str) -> Callable:
+    def factory(model, model_name: str, lr: float):
+        from gpunn import gpu_mlp  # imports numba.cuda: only when a GPU variant is asked for
+
+        return {"gpu-naive": gpu_mlp.GpuNaiveMlp, "gpu-tiled": gpu_mlp.GpuTiledMlp,
+                "gpu-fused": gpu_mlp.GpuFusedMlp, "gpu-graph": gpu_mlp.GpuGraphMlp}[name](model, model_name, lr)
+
+    return factory
+
+
 # variant name -> (backend factory, models it supports)
 VARIANTS: dict[str, tuple[Callable, tuple[str, ...]]] = {
     "cpu-numpy": (CpuNumpyBackend, ("mlp", "cnn", "autoencoder")),
     "cpu-serial": (CpuSerialBackend, ("mlp",)),
+    **{name: (_gpu_mlp(name), ("mlp",)) for name in ("gpu-naive", "gpu-tiled", "gpu-fused", "gpu-graph")},
 }
 
 
