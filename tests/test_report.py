@@ -1,13 +1,20 @@
-"""Report figures (non-empty, non-blank PNGs) and summary tables (CSV round trip, Markdown formatting)."""
+"""Report figures (non-empty, non-blank PNGs), summary tables (CSV round trip, Markdown formatting) and the
+experiment reports E1-E3 built from synthetic run folders and timing CSVs (tables checked cell by cell)."""
 
 from __future__ import annotations
+
+import json
 
 import matplotlib.image as mpimg
 import numpy as np
 import pandas as pd
 import pytest
 
+from gpunn import io
+from gpunn.cli import main as cli_main
 from gpunn.errors import GpunnError
+from gpunn.experiments import make_report
+from gpunn.pipeline import report_outputs
 from gpunn.report import (
     batch_timing,
     confusion_matrix_figure,
@@ -18,7 +25,11 @@ from gpunn.report import (
     sample_classifications,
     summary_table,
 )
+from gpunn.report.figures import block_sweep, e2_phase_times, epoch_time_bars
 from gpunn.report.tables import format_significant
+from gpunn.runspec import RunSpec
+from gpunn.timing import TIMING_COLUMNS
+from gpunn.train import METRIC_COLUMNS
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -202,3 +213,344 @@ def test_rate_columns_are_not_times():
     assert not is_time_column("samples_per_s") and not is_time_column("test_accuracy")
     text = markdown_table(pd.DataFrame({"samples_per_s": [95238.13, 1.23456]}))
     assert "95238" in text and "1.235" in text
+
+
+# ------------------------------------------------------------------------ experiment reports (gpunn.experiments)
+# Synthetic inputs in the formats the pipeline writes: run folders as gpunn.train leaves them, timing CSVs as
+# gpunn.timing writes them, and the block-size sweep CSV of rule sweep_blocks.
+
+GPU_VARIANTS = ("gpu-naive", "gpu-tiled", "gpu-fused")
+
+
+def _write_run(results, spec: RunSpec, train_s, forward_s, backward_s, accuracy):
+    """A finished run's folder: metrics.csv (one row per epoch) and metrics.json, as gpunn.train writes them."""
+    run = results / "runs" / spec.path
+    epochs = np.arange(1, spec.epochs + 1)
+    per_epoch = train_s / spec.epochs
+    io.write_csv(run / "metrics.csv", pd.DataFrame({
+        "epoch": epochs, "train_loss": 1.0 / epochs, "test_loss": 1.1 / epochs,
+        "test_accuracy": accuracy - 0.01 * (spec.epochs - epochs), "epoch_time_s": per_epoch,
+        "forward_time_s": forward_s / spec.epochs, "backward_time_s": backward_s / spec.epochs,
+        "eval_time_s": 0.01, "samples_per_s": 1000 / per_epoch}, columns=METRIC_COLUMNS))
+    io.write_json(run / "metrics.json", {
+        "spec": spec.to_dict(), "n_train": 1000, "n_test": 500, "image_shape": [1, 28, 28], "num_classes": 10,
+        "num_parameters": 785 * spec.widths[0] + (spec.widths[0] + 1) * 10, "final_train_loss": 1.0 / spec.epochs,
+        "final_test_loss": 1.1 / spec.epochs, "final_test_accuracy": accuracy, "total_train_time_s": train_s,
+        "mean_epoch_time_s": per_epoch, "forward_time_s": forward_s, "backward_time_s": backward_s,
+        "host": {"machine": "x86_64"}})
+    return run
+
+
+def _write_eval(results, spec: RunSpec):
+    """The evaluate step's samples.npz (the only eval file the E1 report reads)."""
+    out = results / "eval" / spec.path
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 10, 12)
+    io.write_npz(out / "samples.npz", images=rng.integers(0, 256, (12, 1, 28, 28), dtype=np.uint8), labels=labels,
+                 predictions=(labels + (np.arange(12) % 4 == 0)) % 10,
+                 class_names=np.array([str(c) for c in range(10)]))
+    return out
+
+
+def _declared(experiment, config=None):
+    """Base names of the files the workflow expects from one report step."""
+    config = config or {"experiments": {experiment: {}}}
+    return sorted(path.rsplit("/", 1)[1] for path in report_outputs(config, experiment))
+
+
+def _assert_written(out_dir, experiment):
+    written = sorted(p.name for p in out_dir.iterdir())
+    assert written == _declared(experiment)  # exactly what pipeline.report_outputs declares, nothing else
+    for name in written:
+        if name.endswith(".png"):
+            _assert_png(out_dir / name)
+        else:
+            assert (out_dir / name).stat().st_size > 0
+
+
+E1_RUNS = {  # variant: (train time s, test accuracy)
+    "cpu-serial": (300.0, 0.9793), "cpu-numpy": (12.0, 0.9790), "gpu-naive": (2.4, 0.9795),
+    "gpu-fused": (0.5, 0.9740),
+}
+
+
+def _e1_results(tmp_path, variants):
+    results = tmp_path / "results"
+    runs = []
+    for variant in variants:
+        train_s, accuracy = E1_RUNS[variant]
+        spec = RunSpec("mnist", "standard", "mlp", variant, (256,), 64, 0.01, 4, 0)
+        runs.append(_write_run(results, spec, train_s, 0.4 * train_s, 0.5 * train_s, accuracy))
+    return runs, [_write_eval(results, RunSpec("mnist", "standard", "mlp", variants[0], (256,), 64, 0.01, 4, 0))]
+
+
+def test_e1_report_speedups_accuracy_difference_and_figures(tmp_path):
+    runs, evals = _e1_results(tmp_path, ["gpu-fused", "cpu-numpy", "gpu-naive", "cpu-serial"])
+    out = tmp_path / "report"
+    make_report("e1", out, runs=runs, evals=evals)
+    _assert_written(out, "e1")
+    table = pd.read_csv(out / "summary.csv")
+    assert list(table["variant"]) == ["cpu-serial", "cpu-numpy", "gpu-naive", "gpu-fused"]  # baselines first
+    for _, row in table.iterrows():
+        train_s, accuracy = E1_RUNS[row["variant"]]
+        assert row["train_time_s"] == pytest.approx(train_s)
+        assert row["time_per_epoch_s"] == pytest.approx(train_s / 4)
+        assert row["speedup_vs_cpu_serial"] == pytest.approx(300.0 / train_s)
+        assert row["speedup_vs_cpu_numpy"] == pytest.approx(12.0 / train_s)
+        assert row["accuracy_diff_vs_cpu_numpy_pp"] == pytest.approx(100 * (accuracy - 0.9790))
+    # within 0.1 pp of cpu-numpy: cpu-serial (+0.03 pp) and gpu-naive (+0.05 pp) yes, gpu-fused (-0.5 pp) no
+    assert list(table["accuracy_matches_cpu_numpy"]) == [True, True, True, False]
+    md = (out / "summary.md").read_text()
+    assert "| gpu-naive " in md and "125x" in md and "+0.05" in md and "-0.50" in md and "0.1 pp" in md
+
+
+def test_e1_report_without_a_baseline_gives_nan_not_a_crash(tmp_path):
+    runs, evals = _e1_results(tmp_path, ["cpu-serial", "gpu-naive"])  # no cpu-numpy
+    out = tmp_path / "report"
+    make_report("e1", out, runs=runs, evals=evals)
+    table = pd.read_csv(out / "summary.csv")
+    assert table["speedup_vs_cpu_serial"].tolist() == pytest.approx([1.0, 125.0])
+    assert table["speedup_vs_cpu_numpy"].isna().all()
+    assert table["accuracy_diff_vs_cpu_numpy_pp"].isna().all()
+    assert table["accuracy_matches_cpu_numpy"].isna().all()
+    gpu_line = next(line for line in (out / "summary.md").read_text().splitlines() if "| gpu-naive" in line)
+    assert gpu_line.count(" - ") == 3  # the three comparisons with the missing baseline
+    _assert_png(out / "epoch_time.png")
+
+
+E2_HIDDEN = (32, 64)
+E2_BATCH = (32, 128)
+E2_FACTOR = {"cpu-serial": 100.0, "cpu-numpy": 8.0, "gpu-naive": 2.0, "gpu-tiled": 1.0}  # time scale per variant
+
+
+def _e2_cell(variant, hidden, batch):
+    """Independent truth of one E2 run: (train, forward, backward time, test accuracy)."""
+    train = E2_FACTOR[variant] * hidden / 32 * (1.0 if variant == "cpu-serial" else 64 / batch)
+    accuracy = 0.92 - hidden / 10000 - batch / 100000 + (0.0005 if variant.startswith("gpu") else 0.0)
+    return train, 0.45 * train, 0.5 * train, accuracy
+
+
+def _e2_runs(tmp_path, variants, skip=()):
+    results = tmp_path / "results"
+    runs = []
+    for variant in variants:
+        for hidden in E2_HIDDEN:
+            for batch in E2_BATCH:
+                if (variant, hidden, batch) in skip:
+                    continue
+                spec = RunSpec("mnist", "e2", "mlp", variant, (hidden,), batch, 0.01, 5, 0)
+                runs.append(_write_run(results, spec, *_e2_cell(variant, hidden, batch)))
+    return runs
+
+
+def test_e2_paper_table_cells_and_speedups(tmp_path):
+    missing = ("gpu-tiled", 64, 128)
+    runs = _e2_runs(tmp_path, ["gpu-tiled", "gpu-naive", "cpu-numpy", "cpu-serial"], skip={missing})
+    out = tmp_path / "report"
+    make_report("e2", out, runs=runs)
+    _assert_written(out, "e2")
+
+    summary = pd.read_csv(out / "summary.csv")  # tidy: one row per run
+    assert len(summary) == 4 * len(E2_HIDDEN) * len(E2_BATCH) - 1
+    assert summary["variant"].unique().tolist() == ["cpu-serial", "cpu-numpy", "gpu-naive", "gpu-tiled"]
+
+    paper = pd.read_csv(out / "paper_table.csv")
+    metrics = ["train_s", "forward_s", "backward_s", "accuracy"]
+    expected_columns = ["batch", "hidden"]
+    for variant in ("cpu-serial", "cpu-numpy", "gpu-naive", "gpu-tiled"):
+        expected_columns += [f"{variant} {m}" for m in metrics]
+        if variant != "cpu-serial":
+            expected_columns.append(f"{variant} speedup_vs_serial")
+    assert list(paper.columns) == expected_columns
+    assert list(zip(paper["batch"], paper["hidden"])) == [(b, h) for b in E2_BATCH for h in E2_HIDDEN]
+    for _, row in paper.iterrows():
+        hidden, batch = int(row["hidden"]), int(row["batch"])
+        serial_train = _e2_cell("cpu-serial", hidden, batch)[0]
+        for variant in E2_FACTOR:
+            if (variant, hidden, batch) == missing:
+                assert all(np.isnan(row[f"{variant} {m}"]) for m in metrics + ["speedup_vs_serial"])
+                continue
+            assert [row[f"{variant} {m}"] for m in metrics] == pytest.approx(_e2_cell(variant, hidden, batch))
+            if variant != "cpu-serial":
+                train = _e2_cell(variant, hidden, batch)[0]
+                assert row[f"{variant} speedup_vs_serial"] == pytest.approx(serial_train / train)
+                long_row = summary[(summary["variant"] == variant) & (summary["hidden"] == hidden)
+                                   & (summary["batch"] == batch)].iloc[0]
+                assert long_row["speedup_vs_cpu_serial"] == pytest.approx(serial_train / train)
+    md = (out / "paper_table.md").read_text().splitlines()
+    assert md[0].startswith("## E2") and "laid out as in the paper" in md[0]
+    header = [c.strip() for c in md[2].strip("|").split("|")]
+    assert header == expected_columns
+    first = [c.strip() for c in md[4].strip("|").split("|")]  # batch 32, hidden 32
+    assert first[:2] == ["32", "32"]
+    assert first[header.index("gpu-naive accuracy")] == "91.70 %"
+    assert first[header.index("gpu-naive forward_s")] == "1.80"
+    assert first[header.index("gpu-tiled speedup_vs_serial")] == "50.0x"
+
+
+def test_e2_without_serial_baseline_has_nan_speedups(tmp_path):
+    out = tmp_path / "report"
+    make_report("e2", out, runs=_e2_runs(tmp_path, ["cpu-numpy", "gpu-naive"]))
+    paper = pd.read_csv(out / "paper_table.csv")
+    assert paper["cpu-numpy speedup_vs_serial"].isna().all()
+    assert paper["gpu-naive speedup_vs_serial"].isna().all()
+    summary = pd.read_csv(out / "summary.csv")
+    assert summary["speedup_vs_cpu_serial"].isna().all()
+    assert summary["speedup_vs_cpu_numpy"].notna().all()
+    _assert_png(out / "heatmaps.png")
+    _assert_png(out / "forward_backward.png")
+
+
+def test_e2_two_runs_of_one_cell_are_refused(tmp_path):
+    runs = _e2_runs(tmp_path, ["cpu-numpy"])
+    other_seed = RunSpec("mnist", "e2", "mlp", "cpu-numpy", (32,), 32, 0.01, 5, 1)
+    runs.append(_write_run(tmp_path / "results", other_seed, 1.0, 0.4, 0.5, 0.9))
+    with pytest.raises(GpunnError, match="two runs of cpu-numpy at batch 32, hidden 32"):
+        make_report("e2", tmp_path / "report", runs=runs)
+
+
+E3_VARIANTS = ("cpu-numpy", "cpu-serial", *GPU_VARIANTS)
+
+
+def _write_timings(folder):
+    """One CSV per variant, as `gpunn time-batches` writes them."""
+    paths = []
+    for k, variant in enumerate(E3_VARIANTS):
+        rows = []
+        for batch in (1, 8, 32, 128, 512):
+            step = 10.0 / (k + 1) ** 2 + 0.01 * batch
+            rows.append({"variant": variant, "batch": batch, "hidden": 256, "forward_ms": 0.4 * step,
+                         "backward_ms": 0.6 * step, "step_ms": step, "samples_per_s": 1000 * batch / step,
+                         "repeats": 20})
+        paths.append(folder / f"{variant}.csv")
+        io.write_csv(paths[-1], pd.DataFrame(rows, columns=TIMING_COLUMNS))
+    return paths
+
+
+BLOCK_OPS = ("bias_add", "relu_forward", "colsum_tree", "sgd_step")
+BLOCK_SHAPES = ((64, 256), (512, 784))
+BLOCKS = (32, 64, 128, 256, 512, 1024)
+
+
+def _block_ms(op, rows, cols, block):
+    """Independent truth of the sweep: each op has its own best block; colsum_tree fails at 1024 (NaN);
+    sgd_step ties between 128 and 256 on the small shape."""
+    best = {"bias_add": 256, "relu_forward": 128, "colsum_tree": 64, "sgd_step": 512}[op]
+    if op == "colsum_tree" and block == 1024:
+        return np.nan
+    if op == "sgd_step" and rows == 64 and block in (128, 256):
+        return 0.001
+    return 1e-6 * rows * cols * (1 + abs(np.log2(block / best)))
+
+
+def _write_blocks(path, device="NVIDIA H200"):
+    rows = [{"op": op, "block": block, "rows": r, "cols": c, "n_elements": r * c, "ms": _block_ms(op, r, c, block),
+             "gb_per_s": 8e-6 * r * c / _block_ms(op, r, c, block), "repeats": 50, "device": device}
+            for r, c in BLOCK_SHAPES for op in BLOCK_OPS for block in BLOCKS]
+    io.write_csv(path, pd.DataFrame(rows))
+    return path
+
+
+def test_e3_report_batch_timing_and_block_table(tmp_path):
+    timings = _write_timings(tmp_path / "timing")
+    blocks = _write_blocks(tmp_path / "timing" / "blocks.csv")
+    out = tmp_path / "report"
+    make_report("e3", out, timings=timings, blocks=[blocks])
+    _assert_written(out, "e3")
+    summary = pd.read_csv(out / "summary.csv")
+    assert len(summary) == 5 * len(E3_VARIANTS)
+    assert summary["variant"].unique().tolist() == ["cpu-serial", "cpu-numpy", *GPU_VARIANTS]
+
+    table = pd.read_csv(out / "blocks.csv")
+    assert list(table.columns) == ["op", "rows", "cols", *[f"block_{b}_ms" for b in BLOCKS], "best_block",
+                                   "best_ms", "best_gb_per_s"]
+    assert list(zip(table["op"], table["rows"], table["cols"])) == [
+        (op, r, c) for op in BLOCK_OPS for r, c in BLOCK_SHAPES]  # the sweep's op order, then by shape
+    for _, row in table.iterrows():
+        times = {b: _block_ms(row["op"], row["rows"], row["cols"], b) for b in BLOCKS}
+        assert [row[f"block_{b}_ms"] for b in BLOCKS] == pytest.approx(list(times.values()), nan_ok=True)
+        finite = {b: t for b, t in times.items() if np.isfinite(t)}
+        best = min(finite, key=lambda b: (finite[b], b))  # ties: the smaller block
+        assert row["best_block"] == best
+        assert row["best_ms"] == pytest.approx(finite[best])
+        assert row["best_gb_per_s"] == pytest.approx(8e-6 * row["rows"] * row["cols"] / finite[best])
+    assert table.loc[(table["op"] == "sgd_step") & (table["rows"] == 64), "best_block"].item() == 128
+    md = (out / "blocks.md").read_text()
+    assert "on NVIDIA H200" in md.splitlines()[0]
+    colsum = next(line for line in md.splitlines() if line.startswith("| colsum_tree ") and " 64 " in line)
+    assert colsum.split("|")[-5].strip() == "-"  # block 1024 did not run
+
+
+def test_e3_cli_passes_blocks(tmp_path, capsys):
+    timings = _write_timings(tmp_path / "timing")
+    blocks = _write_blocks(tmp_path / "timing" / "blocks.csv")
+    out = tmp_path / "report"
+    assert cli_main(["report", "e3", "--out", str(out), "--timings", *map(str, timings),
+                     "--blocks", str(blocks)]) == 0
+    _assert_written(out, "e3")
+    assert cli_main(["report", "e3", "--out", str(out), "--timings", *map(str, timings),
+                     "--blocks", str(tmp_path / "nowhere" / "blocks.csv")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "nowhere/blocks.csv" in err and "not found" in err
+
+
+def test_e3_block_sweep_bad_inputs(tmp_path):
+    timings = _write_timings(tmp_path / "timing")
+    blocks = tmp_path / "blocks.csv"
+    _write_blocks(blocks)
+    pd.read_csv(blocks).drop(columns="ms").to_csv(blocks, index=False)
+    with pytest.raises(GpunnError, match=r"blocks.csv: block-size sweep CSV lacks column\(s\) ms") as info:
+        make_report("e3", tmp_path / "r1", timings=timings, blocks=[blocks])
+    assert "\n" not in str(info.value)
+    mixed = pd.concat([pd.read_csv(_write_blocks(tmp_path / "a.csv")),
+                       pd.read_csv(_write_blocks(tmp_path / "b.csv", device="NVIDIA H100")).assign(rows=1)])
+    mixed.to_csv(blocks, index=False)
+    with pytest.raises(GpunnError, match="mixes devices NVIDIA H100, NVIDIA H200"):
+        make_report("e3", tmp_path / "r2", timings=timings, blocks=[blocks])
+    _write_blocks(blocks)
+    with pytest.raises(GpunnError, match="nope.csv: E3 timing CSV not found"):
+        make_report("e3", tmp_path / "r3", timings=[*timings, tmp_path / "nope.csv"], blocks=[blocks])
+
+
+def test_missing_run_and_eval_files_name_the_file(tmp_path):
+    runs, evals = _e1_results(tmp_path, ["cpu-numpy", "gpu-naive"])
+    (runs[1] / "metrics.json").unlink()
+    with pytest.raises(GpunnError, match="gpu-naive/w256_b64_lr0.01_e4_s0/metrics.json: missing") as info:
+        make_report("e1", tmp_path / "r1", runs=runs, evals=evals)
+    assert "\n" not in str(info.value)
+    runs, evals = _e1_results(tmp_path, ["cpu-numpy", "gpu-naive"])
+    (runs[0] / "metrics.csv").unlink()
+    with pytest.raises(GpunnError, match="cpu-numpy/w256_b64_lr0.01_e4_s0/metrics.csv: per-epoch metrics CSV not"):
+        make_report("e1", tmp_path / "r2", runs=runs, evals=evals)
+    runs, evals = _e1_results(tmp_path, ["cpu-numpy", "gpu-naive"])
+    (evals[0] / "samples.npz").unlink()
+    with pytest.raises(GpunnError, match="samples.npz: missing"):
+        make_report("e1", tmp_path / "r3", runs=runs, evals=evals)
+    summary = json.loads((runs[0] / "metrics.json").read_text())
+    del summary["forward_time_s"]
+    io.write_json(runs[0] / "metrics.json", summary)
+    with pytest.raises(GpunnError, match="metrics.json: lacks key 'forward_time_s'"):
+        make_report("e2", tmp_path / "r4", runs=runs)
+
+
+def test_new_figures_draw_every_variant(tmp_path):
+    rows = [dict(variant=v, time_per_epoch_s=t, speedup_vs_cpu_serial=30.0 / t)
+            for v, t in (("gpu-graph", 0.01), ("cpu-serial", 30.0), ("gpu-naive", 0.3), ("my-variant", 1.0))]
+    pd.DataFrame(rows).to_csv(tmp_path / "e1.csv", index=False)
+    _assert_png(epoch_time_bars(tmp_path / "e1.csv", tmp_path / "e1.png"))
+    pd.DataFrame(rows).assign(time_per_epoch_s=0.0).to_csv(tmp_path / "zero.csv", index=False)
+    with pytest.raises(GpunnError, match="no positive time_per_epoch_s"):
+        epoch_time_bars(tmp_path / "zero.csv", tmp_path / "zero.png")
+
+    e2 = [dict(variant=v, hidden=h, batch=b, train_time_s=f * h, forward_time_s=0.4 * f * h,
+               backward_time_s=0.5 * f * h, test_accuracy=0.9) for v, f in E2_FACTOR.items()
+          for h in (32, 64, 128, 256) for b in (32, 64, 128)]
+    pd.DataFrame(e2).to_csv(tmp_path / "e2.csv", index=False)
+    _assert_png(e2_phase_times(tmp_path / "e2.csv", tmp_path / "e2.png"))
+
+    single_shape = tmp_path / "one_shape.csv"
+    pd.read_csv(_write_blocks(tmp_path / "b.csv")).query("rows == 64").to_csv(single_shape, index=False)
+    _assert_png(block_sweep([single_shape], tmp_path / "blocks.png"))
+    with pytest.raises(GpunnError, match="missing.csv: block-size sweep CSV not found"):
+        block_sweep([tmp_path / "missing.csv"], tmp_path / "none.png")
+    assert not (tmp_path / "none.png").exists()

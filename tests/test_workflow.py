@@ -44,8 +44,10 @@ def test_default_dry_run_lists_every_stage():
     assert "python -m gpunn svm --features results/features/cifar10/" in text
     for experiment in ("e1", "e2", "e3", "e4", "e5", "e6"):
         assert f"python -m gpunn report {experiment} " in text
-    # 2 E1 + 24 E2 + 2 E4 + 1 E5 training runs
-    assert text.count("python -m gpunn train ") == 29
+    assert "NUMBA_ENABLE_CUDASIM" not in text  # the full config runs GPU variants on a GPU
+    assert "python -m gpunn train mnist/standard/mlp/gpu-fused/w256_b64_lr0.01_e10_s0 " in text
+    # 5 E1 + 48 E2 + 2 E4 + 1 E5 training runs
+    assert text.count("python -m gpunn train ") == 56
 
 
 def test_target_rules_list_the_experiments():
@@ -82,9 +84,12 @@ def test_default_config_has_the_papers_settings():
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     config.setdefault("splits", {})
     e1 = experiment_runs(config, "e1")
-    assert {r.variant for r in e1} == {"cpu-numpy", "cpu-serial"}
+    assert {r.variant for r in e1} == {"cpu-numpy", "cpu-serial", "gpu-naive", "gpu-tiled", "gpu-fused"}
     assert all((r.widths, r.batch, r.lr, r.epochs) == ((256,), 64, 0.01, 10) for r in e1)
-    assert len(experiment_runs(config, "e2")) == 4 * 3 * 2
+    e2 = experiment_runs(config, "e2")
+    assert len(e2) == 4 * 3 * 4
+    assert {r.variant for r in e2} == {"cpu-serial", "gpu-naive", "gpu-tiled", "gpu-fused"}
+    assert {(r.widths[0], r.batch) for r in e2} == {(h, b) for h in (32, 64, 128, 256) for b in (32, 64, 128)}
     assert {r.dataset for r in experiment_runs(config, "e4")} == {"mnist", "fashion_mnist"}
     (e5,) = experiment_runs(config, "e5")
     assert e5.widths == (256, 128) and e5.subset == 1000 and e5.epochs == 20

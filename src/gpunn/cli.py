@@ -9,7 +9,8 @@ just as well by hand. Errors a user can fix print one line (`gpunn: error: ...`)
     gpunn features --run DIR --data FILE --out DIR
     gpunn svm --features DIR --out DIR
     gpunn time-batches --variants V.. --batches B.. --out CSV
-    gpunn report EXP --out DIR [--runs ..] [--evals ..] [--timings ..] [--svm ..]
+    gpunn sweep-blocks --blocks 32,64,.. --shapes 64x256,.. --repeats N --out CSV
+    gpunn report EXP --out DIR [--runs ..] [--evals ..] [--timings ..] [--svm ..] [--blocks ..]
 """
 
 from __future__ import annotations
@@ -93,10 +94,24 @@ def _cmd_time_batches(args):
     io.write_csv(args.out, frame)
 
 
+def _cmd_sweep_blocks(args):
+    import pandas as pd
+
+    from gpunn import bench, device, io
+
+    blocks = bench.parse_blocks(args.blocks)
+    shapes = bench.parse_shapes(args.shapes)
+    device.require_gpu("sweep-blocks (the E3 block-size sweep of the elementwise, reduction and SGD kernels)")
+    bench.log_device_header(_log)
+    frames = [bench.block_sweep(blocks, rows, cols, args.repeats, log=_log) for rows, cols in shapes]
+    io.write_csv(args.out, pd.concat(frames, ignore_index=True))
+
+
 def _cmd_report(args):
     from gpunn.experiments import make_report
 
-    make_report(args.experiment, args.out, runs=args.runs, evals=args.evals, timings=args.timings, svm=args.svm)
+    make_report(args.experiment, args.out, runs=args.runs, evals=args.evals, timings=args.timings, svm=args.svm,
+                blocks=args.blocks)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -165,11 +180,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output CSV")
     p.set_defaults(func=_cmd_time_batches)
 
+    p = sub.add_parser("sweep-blocks", help="E3: elementwise, reduction and SGD kernel time per block size (validated)")
+    p.add_argument("--blocks", required=True, help="block sizes, powers of two up to 1024, e.g. 32,64,128,256,512,1024")
+    p.add_argument("--shapes", required=True, help="ROWSxCOLS shapes, e.g. 64x256,8192x4096")
+    p.add_argument("--repeats", type=int, default=50, help="timed launches per kernel and block (default 50)")
+    p.add_argument("--out", required=True, help="output CSV (all shapes)")
+    p.set_defaults(func=_cmd_sweep_blocks)
+
     p = sub.add_parser("report", help="summary table and figures of one experiment (e1..e6)")
     p.add_argument("experiment")
     p.add_argument("--out", required=True, help="output directory")
     for option in ("runs", "evals", "timings", "svm"):
         p.add_argument(f"--{option}", nargs="*", default=[])
+    p.add_argument("--blocks", nargs="*", default=[], help="E3: block-size sweep CSV(s) (results/timing/e3/blocks.csv)")
     p.set_defaults(func=_cmd_report)
     return parser
 

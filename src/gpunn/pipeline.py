@@ -28,7 +28,7 @@ def experiment_runs(config: dict, experiment: str) -> list[RunSpec]:
     exp = config["experiments"][experiment]
     if experiment == "e1":
         return [RunSpec(exp["dataset"], "standard", "mlp", v, (exp["hidden"],), exp["batch"], exp["lr"],
-                        exp["epochs"], exp["seed"]) for v in exp["variants"]]
+                        exp["epochs"], exp["seed"], exp["subset"]) for v in exp["variants"]]
     if experiment == "e2":
         return [RunSpec(exp["dataset"], "e2", "mlp", v, (h,), b, exp["lr"], exp["epochs"], exp["seed"])
                 for v in exp["variants"] for h in _as_list(exp["hidden"]) for b in _as_list(exp["batch"])]
@@ -70,14 +70,15 @@ def eval_dir(spec: RunSpec) -> str:
 def report_outputs(config: dict, experiment: str) -> list[str]:
     """The files a report step writes (the experiment's target files)."""
     base = f"{RESULTS}/report/{experiment}"
-    tables = [f"{base}/summary.csv", f"{base}/summary.md"]
     exp = config["experiments"][experiment]
+    tables = ["summary"] + {"e2": ["paper_table"], "e3": ["blocks"]}.get(experiment, [])
     figures = {
-        "e1": ["loss_curves.png", "samples.png"],
-        "e2": ["heatmaps.png"],
-        "e3": ["batch_timing.png"],
+        "e1": ["loss_curves.png", "epoch_time.png", "samples.png"],
+        "e2": ["heatmaps.png", "forward_backward.png"],
+        "e3": ["batch_timing.png", "block_sweep.png"],
         "e4": ["loss_curves.png"] + [f"samples_{d}.png" for d in exp.get("datasets", [])],
         "e5": ["loss_curves.png", "reconstructions.png"],
         "e6": [],
     }[experiment]
-    return tables + [f"{base}/{name}" for name in figures]
+    table_files = [f"{base}/{table}.{ext}" for table in tables for ext in ("csv", "md")]
+    return table_files + [f"{base}/{name}" for name in figures]

@@ -76,9 +76,12 @@ def download_mirrors(wildcards):
 
 
 def report_inputs(experiment):
-    """Input files of one experiment's report, by kind (runs, evals, timings, svm)."""
+    """Input files of one experiment's report, by kind (runs, evals, timings, blocks, svm)."""
     if experiment == "e3":
-        return {"timings": expand("results/timing/e3/{variant}.csv", variant=config["experiments"]["e3"]["variants"])}
+        return {
+            "timings": expand("results/timing/e3/{variant}.csv", variant=config["experiments"]["e3"]["variants"]),
+            "blocks": ["results/timing/e3/blocks.csv"],
+        }
     if experiment == "e6":
         return {"svm": [f"results/svm/{e6_run(config).path}/metrics.json"]}
     runs = experiment_runs(config, experiment)
@@ -91,11 +94,15 @@ def report_inputs(experiment):
     return inputs
 
 
+# Report inputs passed as the CSV files themselves; every other kind is passed as the folder holding the file.
+CSV_REPORT_INPUTS = ("timings", "blocks")
+
+
 def report_args(inputs):
-    """Command-line options naming the run, eval and svm folders (and the timing CSVs)."""
+    """Command-line options naming the run, eval and svm folders (and the timing and block-sweep CSVs)."""
     parts = []
     for kind, paths in inputs.items():
-        folders = paths if kind == "timings" else [os.path.dirname(p) for p in paths]
+        folders = paths if kind in CSV_REPORT_INPUTS else [os.path.dirname(p) for p in paths]
         parts.append(f"--{kind} " + " ".join(folders))
     return " ".join(parts)
 

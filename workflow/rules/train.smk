@@ -66,3 +66,25 @@ rule time_batches:
     shell:
         "{params.env}python -m gpunn time-batches --variants {wildcards.variant} --batches {params.batches} "
         "--hidden {params.e3[hidden]} --repeats {params.e3[repeats]} --out {output} > {log} 2>&1"
+
+
+rule sweep_blocks:
+    """E3: elementwise, reduction and SGD kernel time per block size and shape, each validated first."""
+    output:
+        "results/timing/e3/blocks.csv",
+    log:
+        "results/logs/sweep_blocks.log",
+    params:
+        blocks=",".join(str(b) for b in config["experiments"]["e3"]["block_sizes"]),
+        shapes=",".join(config["experiments"]["e3"]["sweep_shapes"]),
+        repeats=config["experiments"]["e3"]["sweep_repeats"],
+        env=gpu_env(True),
+    threads: 1
+    resources:
+        timing=1,
+        gpu=1,
+    conda:
+        ENV_FILE
+    shell:
+        "{params.env}python -m gpunn sweep-blocks --blocks {params.blocks} --shapes {params.shapes} "
+        "--repeats {params.repeats} --out {output} > {log} 2>&1"

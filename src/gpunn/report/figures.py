@@ -4,8 +4,13 @@
     confusion_matrix_figure  heatmap of a confusion matrix with counts (used by gpunn.svm)
     reconstruction_grid      originals above autoencoder reconstructions
     sample_classifications   up to 25 test images titled "pred (true)", wrong ones in red
+    epoch_time_bars          E1: time per epoch of each variant, bars on a log axis
     e2_heatmaps              E2 sweep: training time and test accuracy over hidden x batch, one panel per variant
-    batch_timing             E3: samples/s and step time against batch size, one line per variant
+    e2_phase_times           E2 sweep: forward and backward time against hidden size, one panel per batch size
+    batch_timing             E3: samples/s, step, forward and backward time against batch size, one line per variant
+    block_sweep              E3: kernel time against block size, one line per op, one panel per shape
+
+Variants keep one colour in every figure (their place in gpunn.report.tables.KNOWN_VARIANTS).
 """
 
 from __future__ import annotations
@@ -22,15 +27,24 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
+from matplotlib.ticker import NullLocator  # noqa: E402
 
 from gpunn.errors import GpunnError  # noqa: E402
 from gpunn.io import atomic_path  # noqa: E402
+from gpunn.report.tables import (  # noqa: E402
+    KNOWN_VARIANTS,
+    format_significant,
+    ordered_variants,
+    read_table,
+)
 
 DPI = 120
 
 LOSS_COLUMNS = ("epoch", "train_loss", "test_loss", "test_accuracy", "epoch_time_s")
 E2_COLUMNS = ("variant", "hidden", "batch", "train_time_s", "forward_time_s", "backward_time_s", "test_accuracy")
+E1_COLUMNS = ("variant", "time_per_epoch_s")
 E3_COLUMNS = ("variant", "batch", "forward_ms", "backward_ms", "step_ms", "samples_per_s")
+BLOCK_COLUMNS = ("op", "block", "rows", "cols", "ms", "gb_per_s", "device")
 
 
 # ------------------------------------------------------------------------------------------- helpers
@@ -44,20 +58,24 @@ def _save(fig, out_png) -> Path:
     return out_png
 
 
-def _read_table(path, columns: Sequence[str], what: str) -> pd.DataFrame:
-    path = Path(path)
-    if not path.is_file():
-        raise GpunnError(f"{path}: {what} not found; run the step that writes it first or fix the path")
-    try:
-        frame = pd.read_csv(path)
-    except Exception as exc:
-        raise GpunnError(f"{path}: cannot read {what} as CSV ({exc}); regenerate it") from exc
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise GpunnError(f"{path}: {what} lacks column(s) {', '.join(missing)}; expected {', '.join(columns)}")
-    if frame.empty:
-        raise GpunnError(f"{path}: {what} has no rows; regenerate it")
-    return frame
+def _variant_colors(variants: Sequence[str]) -> dict[str, str]:
+    """A fixed colour per known variant (so cpu-serial looks the same in every figure), then the unknown ones."""
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    unknown = [v for v in variants if v not in KNOWN_VARIANTS]
+    return {v: cycle[(KNOWN_VARIANTS.index(v) if v in KNOWN_VARIANTS else len(KNOWN_VARIANTS) + unknown.index(v))
+                     % len(cycle)] for v in variants}
+
+
+def _numeric(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
+    return frame.assign(**{c: pd.to_numeric(frame[c], errors="coerce") for c in columns})
+
+
+def _log2_ticks(ax, values) -> None:
+    """Log-2 x axis labelled with exactly the swept values (batch, hidden or block sizes)."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(values)
+    ax.set_xticklabels([f"{int(v)}" for v in values])
+    ax.xaxis.set_minor_locator(NullLocator())
 
 
 def _as_images(images, what: str) -> np.ndarray:
@@ -103,7 +121,7 @@ def loss_curves(metrics_csvs: Mapping[str, str | Path], out_png, title: str) -> 
     has accuracies (the autoencoder's are empty)."""
     if not metrics_csvs:
         raise GpunnError(f"{out_png}: loss_curves needs at least one metrics CSV")
-    runs = {label: _read_table(path, LOSS_COLUMNS, "per-epoch metrics CSV") for label, path in metrics_csvs.items()}
+    runs = {label: read_table(path, LOSS_COLUMNS, "per-epoch metrics CSV") for label, path in metrics_csvs.items()}
     has_acc = any(pd.to_numeric(f["test_accuracy"], errors="coerce").notna().any() for f in runs.values())
     ncols = 2 if has_acc else 1
     fig, axes = plt.subplots(1, ncols, figsize=(6.0 * ncols, 4.2), squeeze=False)
@@ -241,8 +259,8 @@ def _annotate(ax, values, fmt, dark) -> None:
 def e2_heatmaps(table_csv, out_png, title: str = "E2: MLP hidden size x batch size") -> Path:
     """One column of panels per variant: training time (top row, one shared log colour scale, annotated in
     seconds) and test accuracy (bottom row, annotated in %) over hidden size (rows) x batch size (columns)."""
-    frame = _read_table(table_csv, E2_COLUMNS, "E2 sweep table")
-    variants = list(dict.fromkeys(frame["variant"].astype(str)))
+    frame = read_table(table_csv, E2_COLUMNS, "E2 sweep table")
+    variants = ordered_variants(frame["variant"])
     frame = frame.assign(variant=frame["variant"].astype(str))
     hiddens = sorted(pd.unique(frame["hidden"]))
     batches = sorted(pd.unique(frame["batch"]))
@@ -303,29 +321,143 @@ def e2_heatmaps(table_csv, out_png, title: str = "E2: MLP hidden size x batch si
     return _save(fig, out_png)
 
 
-def batch_timing(table_csv, out_png, title: str = "E3: throughput against batch size") -> Path:
-    """Samples/s (left) and time per training step (right) against batch size, one line per variant, log axes."""
-    frame = _read_table(table_csv, E3_COLUMNS, "E3 batch timing table")
-    frame = frame.assign(variant=frame["variant"].astype(str))
-    fig, (ax_thr, ax_step) = plt.subplots(1, 2, figsize=(11.0, 4.2))
-    for variant in dict.fromkeys(frame["variant"]):
-        sub = frame[frame["variant"] == variant].sort_values("batch")
-        batch = pd.to_numeric(sub["batch"], errors="coerce")
-        ax_thr.plot(batch, pd.to_numeric(sub["samples_per_s"], errors="coerce"), "-o", ms=4, label=variant)
-        ax_step.plot(batch, pd.to_numeric(sub["step_ms"], errors="coerce"), "-o", ms=4, label=variant)
-    batches = sorted(pd.to_numeric(frame["batch"], errors="coerce").dropna().unique())
-    for ax in (ax_thr, ax_step):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xticks(batches)
-        ax.set_xticklabels([f"{int(b)}" for b in batches])
-        ax.set_xlabel("batch size")
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize="small")
-    ax_thr.set_ylabel("samples / s")
-    ax_thr.set_title("training throughput")
-    ax_step.set_ylabel("time per step (ms)")
-    ax_step.set_title("time per training step")
+def epoch_time_bars(table_csv, out_png, title: str = "E1: time per epoch per variant") -> Path:
+    """Mean time per training epoch of each variant as a bar on a log axis, annotated in seconds and, where the
+    table has it, with the speedup over cpu-serial."""
+    frame = read_table(table_csv, E1_COLUMNS, "E1 summary table")
+    frame = _numeric(frame.assign(variant=frame["variant"].astype(str)), ["time_per_epoch_s"])
+    variants = ordered_variants(frame["variant"])
+    rows = [frame[frame["variant"] == v].iloc[0] for v in variants]
+    times = np.array([r["time_per_epoch_s"] for r in rows], dtype=np.float64)
+    if not (times > 0).any():
+        raise GpunnError(f"{table_csv}: E1 summary table has no positive time_per_epoch_s")
+    colors = _variant_colors(variants)
+    fig, ax = plt.subplots(figsize=(1.3 * len(variants) + 3.0, 4.2))
+    positions = np.arange(len(variants))
+    ax.bar(positions, np.where(times > 0, times, np.nan), color=[colors[v] for v in variants])
+    for x, row, t in zip(positions, rows, times):
+        if not t > 0:
+            continue
+        label = f"{format_significant(t, 3)} s"
+        speedup = row.get("speedup_vs_cpu_serial", np.nan)
+        if row["variant"] != "cpu-serial" and pd.notna(speedup):
+            label += f"\n{format_significant(float(speedup), 3)}x"
+        ax.annotate(label, (x, t), xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize=8)
+    ax.set_yscale("log")
+    ax.margins(y=0.25)  # room above the tallest bar for its label
+    ax.set_xticks(positions)
+    ax.set_xticklabels(variants, rotation=20, ha="right")
+    ax.set_ylabel("time per epoch (s, log scale)")
+    ax.set_title("speedup over cpu-serial under each bar's time" if "speedup_vs_cpu_serial" in frame else "",
+                 fontsize=9)
+    ax.grid(axis="y", alpha=0.3, which="both")
     fig.suptitle(title)
     fig.tight_layout()
+    return _save(fig, out_png)
+
+
+def e2_phase_times(table_csv, out_png, title: str = "E2: forward and backward time against hidden size") -> Path:
+    """Forward (top row) and backward (bottom row) time summed over training, against hidden size, one column of
+    panels per batch size and one line per variant; log axes shared by all panels, so phases compare directly."""
+    frame = read_table(table_csv, E2_COLUMNS, "E2 sweep table")
+    frame = _numeric(frame.assign(variant=frame["variant"].astype(str)),
+                     ["hidden", "batch", "forward_time_s", "backward_time_s"])
+    variants = ordered_variants(frame["variant"])
+    colors = _variant_colors(variants)
+    hiddens = sorted(frame["hidden"].dropna().unique())
+    batches = sorted(frame["batch"].dropna().unique())
+    fig, axes = plt.subplots(2, len(batches), figsize=(4.0 * len(batches) + 0.8, 7.0), squeeze=False,
+                             sharex=True, sharey=True)
+    for row, (column, phase) in enumerate((("forward_time_s", "forward"), ("backward_time_s", "backward"))):
+        for k, batch in enumerate(batches):
+            ax = axes[row, k]
+            for variant in variants:
+                sub = frame[(frame["variant"] == variant) & (frame["batch"] == batch)].sort_values("hidden")
+                ax.plot(sub["hidden"], sub[column].where(sub[column] > 0), "-o", ms=4, color=colors[variant],
+                        label=variant)
+            ax.set_yscale("log")
+            _log2_ticks(ax, hiddens)
+            ax.set_title(f"{phase}, batch {int(batch)}")
+            ax.grid(alpha=0.3, which="both")
+            if row == 1:
+                ax.set_xlabel("hidden units")
+            if k == 0:
+                ax.set_ylabel(f"{phase} time over training (s)")
+    axes[0, 0].legend(fontsize="small")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return _save(fig, out_png)
+
+
+def batch_timing(table_csv, out_png, title: str = "E3: MLP training step against batch size") -> Path:
+    """Samples/s, time per training step, forward and backward time against batch size, one line per variant,
+    log axes (CPU baselines and GPU variants differ by orders of magnitude)."""
+    frame = read_table(table_csv, E3_COLUMNS, "E3 batch timing table")
+    frame = _numeric(frame.assign(variant=frame["variant"].astype(str)), E3_COLUMNS[1:])
+    variants = ordered_variants(frame["variant"])
+    colors = _variant_colors(variants)
+    batches = sorted(frame["batch"].dropna().unique())
+    panels = (("samples_per_s", "samples / s", "training throughput"),
+              ("step_ms", "time per step (ms)", "time per training step"),
+              ("forward_ms", "forward time (ms)", "forward pass and loss"),
+              ("backward_ms", "backward time (ms)", "backward pass and update"))
+    fig, axes = plt.subplots(2, 2, figsize=(11.0, 8.0))
+    for ax, (column, ylabel, panel_title) in zip(axes.ravel(), panels):
+        for variant in variants:
+            sub = frame[frame["variant"] == variant].sort_values("batch")
+            ax.plot(sub["batch"], sub[column].where(sub[column] > 0), "-o", ms=4, color=colors[variant],
+                    label=variant)
+        ax.set_yscale("log")
+        _log2_ticks(ax, batches)
+        ax.set_xlabel("batch size")
+        ax.set_ylabel(ylabel)
+        ax.set_title(panel_title)
+        ax.grid(alpha=0.3, which="both")
+    axes[0, 0].legend(fontsize="small")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return _save(fig, out_png)
+
+
+def block_sweep(block_csvs: Sequence[str | Path], out_png, title: str = "E3: kernel time against block size") -> Path:
+    """Time per launch against threads per block, one line per op and one panel per shape (rows x cols), log
+    axes; a star marks each op's fastest block."""
+    if not block_csvs:
+        raise GpunnError(f"{out_png}: block_sweep needs at least one block-size sweep CSV")
+    frame = pd.concat([read_table(path, BLOCK_COLUMNS, "block-size sweep CSV") for path in block_csvs],
+                      ignore_index=True)
+    frame = _numeric(frame.assign(op=frame["op"].astype(str)), ["block", "rows", "cols", "ms"])
+    ops = list(dict.fromkeys(frame["op"]))  # the sweep's own order
+    palette = plt.get_cmap("tab10" if len(ops) <= 10 else "tab20")
+    colors = {op: palette(i % palette.N) for i, op in enumerate(ops)}
+    shapes = sorted({(int(r), int(c)) for r, c in zip(frame["rows"], frame["cols"])}, key=lambda s: (s[0] * s[1], s))
+    blocks = sorted(frame["block"].dropna().unique())
+    ncols = min(len(shapes), 3)
+    nrows = math.ceil(len(shapes) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols + 0.6, 3.9 * nrows + 1.2), squeeze=False,
+                             layout="constrained")
+    lines = {}
+    for ax, (rows, cols) in zip(axes.ravel(), shapes):
+        shape = frame[(frame["rows"] == rows) & (frame["cols"] == cols)]
+        for op in ops:
+            sub = shape[shape["op"] == op].sort_values("block")
+            ms = sub["ms"].where(sub["ms"] > 0)
+            if ms.notna().any():
+                (lines[op],) = ax.plot(sub["block"], ms, "-o", ms=4, color=colors[op], label=op)
+                best = ms.idxmin()
+                ax.plot(sub.loc[best, "block"], ms[best], "*", ms=12, color=colors[op])
+        ax.set_yscale("log")
+        _log2_ticks(ax, blocks)
+        ax.set_title(f"{rows} x {cols}")
+        ax.set_xlabel("threads per block")
+        ax.set_ylabel("time per launch (ms)")
+        ax.grid(alpha=0.3, which="both")
+    for ax in axes.ravel()[len(shapes):]:
+        ax.axis("off")
+    # one legend for all panels, below them: ten or so ops would hide the lines inside a panel
+    drawn = [op for op in ops if op in lines]
+    fig.legend([lines[op] for op in drawn], drawn, loc="outside lower center", ncols=min(len(drawn), 4),
+               fontsize="small", title="op (star: its fastest block)", title_fontsize="small")
+    devices = sorted({str(d) for d in frame["device"].dropna()})
+    fig.suptitle(title + (f"\n{', '.join(devices)}" if devices else ""))
     return _save(fig, out_png)

@@ -10,6 +10,9 @@ Formatting rules of the Markdown (the CSV keeps the raw numbers):
     integers, and whole-number floats in a column of whole numbers, are printed as integers;
   * text as is (``|`` escaped); missing values (None / NaN) as ``-``.
 ``formats`` overrides any column with a format string (``"{:.1f}x"``) or a callable.
+
+``read_table`` reads any CSV input of a report (per-epoch metrics, summaries, timings) with one-line errors;
+``ordered_variants`` gives the order in which every table and figure lists the training variants.
 """
 
 from __future__ import annotations
@@ -27,6 +30,36 @@ from gpunn.io import write_csv, write_text
 
 MISSING = "-"
 _TIME_SUFFIXES = ("_s", "_ms", "_us")
+# Baselines first, then the GPU variants from the plainest to the most optimised; unknown names follow, sorted.
+KNOWN_VARIANTS = ("cpu-serial", "cpu-numpy", "gpu-naive", "gpu-tiled", "gpu-fused", "gpu-graph")
+
+
+def variant_rank(variant: str) -> int:
+    """Position of a known variant in KNOWN_VARIANTS; every unknown one ranks after them."""
+    return KNOWN_VARIANTS.index(variant) if variant in KNOWN_VARIANTS else len(KNOWN_VARIANTS)
+
+
+def ordered_variants(names) -> list[str]:
+    """The distinct variant names among `names` in report order (KNOWN_VARIANTS, then the rest by name)."""
+    return sorted({str(n) for n in names}, key=lambda v: (variant_rank(v), v))
+
+
+def read_table(path, columns: Sequence[str], what: str) -> pd.DataFrame:
+    """Read the CSV `path`, which must exist, parse, have `columns` and at least one row."""
+    path = Path(path)
+    if not path.is_file():
+        raise GpunnError(f"{path}: {what} not found; run the step that writes it first or fix the path")
+    try:
+        frame = pd.read_csv(path)
+    except Exception as exc:
+        reason = " ".join(str(exc).split())  # parser messages span lines; the error is one line
+        raise GpunnError(f"{path}: cannot read {what} as CSV ({reason}); regenerate it") from exc
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise GpunnError(f"{path}: {what} lacks column(s) {', '.join(missing)}; expected {', '.join(columns)}")
+    if frame.empty:
+        raise GpunnError(f"{path}: {what} has no rows; regenerate it")
+    return frame
 
 
 def is_accuracy_column(name: str) -> bool:

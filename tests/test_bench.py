@@ -1,0 +1,219 @@
+"""gpunn.bench and `gpunn sweep-blocks`: validation before timing, the first mismatch stops everything, one CSV
+row per configuration, atomic outputs, one-line errors.
+
+Under the CUDA simulator (tiny shapes, few blocks) timings are host-clock times and meaningless: they are only
+checked to be finite and positive. `gpu`-marked tests need a real GPU (CUDA events, the torch comparison).
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+from numba import config, cuda
+
+from gpunn import bench, cli
+from gpunn.errors import GpunnError
+from gpunn.kernels import elementwise, gemm
+
+ON_GPU = not config.ENABLE_CUDASIM
+
+
+def _positive_finite(values) -> bool:
+    values = np.asarray(values, np.float64)
+    return bool(np.all(np.isfinite(values)) and np.all(values > 0))
+
+
+# --------------------------------------------------------------------------------------------- validation
+@pytest.mark.parametrize("op", bench.OPS)
+def test_every_op_validates_on_quick_shapes(op, capsys):
+    problems = bench.op_problems(op, quick=True)
+    configurations = bench.validate(problems, bench.QUICK_BLOCKS)
+    assert "all results match" in capsys.readouterr().out
+    variants = {c.variant for c in configurations}
+    if op == "gemm":  # every registered variant, on every quick case
+        assert variants == set(gemm.VARIANTS)
+        assert {c.problem.case for c in configurations} == {case.case for case in bench.QUICK_GEMM_CASES}
+    else:
+        assert len(configurations) == len(problems) * len(bench.QUICK_BLOCKS)
+
+
+def _negated_relu_forward(x, out, block=256, stream=0, launch=True):
+    """Wrong on purpose: relu(-x)."""
+    negated = cuda.to_device(-x.copy_to_host())
+    return elementwise.VARIANTS["relu_forward"](negated, out, block=block, stream=stream, launch=launch)
+
+
+def _unwritten_relu_forward(x, out, block=256, stream=0, launch=True):
+    """Wrong on purpose: never writes `out`."""
+    return lambda: None
+
+
+@pytest.mark.parametrize("broken, detail", [(_negated_relu_forward, "max relative error"),
+                                            (_unwritten_relu_forward, "111 NaN")])
+def test_a_wrong_kernel_stops_validation_naming_op_variant_and_block(monkeypatch, broken, detail):
+    monkeypatch.setattr(elementwise, "relu_forward", broken)
+    problems = bench.op_problems("elementwise", quick=True)
+    with pytest.raises(bench.BenchMismatch) as info:
+        bench.validate(problems, [32, 64])
+    message = str(info.value)
+    assert "elementwise/relu_forward block 32 on quick 3x37" in message
+    assert "output 'out'" in message and detail in message and "first: [0, " in message
+    assert "\n" not in message
+
+
+def test_a_new_gemm_variant_is_picked_up_and_validated(monkeypatch):
+    naive = gemm.VARIANTS["naive"]
+
+    def relu_forgotten(a, b, out, trans_a=False, trans_b=False, bias=None, relu=False, relu_mask=None,
+                       block=(16, 16), stream=0, launch=True):
+        return naive(a, b, out, trans_a=trans_a, trans_b=trans_b, bias=bias, relu=False, block=block,
+                     stream=stream, launch=launch)
+
+    monkeypatch.setitem(gemm.VARIANTS, "relu_forgotten", relu_forgotten)
+    (problem,) = bench.gemm_problems(bench.QUICK_GEMM_CASES[:1])
+    assert set(problem.variants) == set(gemm.VARIANTS)
+    problem.variants = {"relu_forgotten": relu_forgotten}  # only the new one: the others are tested above
+    with pytest.raises(bench.BenchMismatch, match=r"gemm/relu_forgotten block 16x16 on quick_bias_relu 19x13x11"):
+        bench.validate([problem], [])
+
+
+def test_fixed_block_gemm_variants_skip_other_sizes():
+    (problem,) = bench.gemm_problems(bench.QUICK_GEMM_CASES[1:])
+    configurations = bench.validate([problem], [32, 256])
+    blocks = {(c.variant, bench.block_dims(c.block)) for c in configurations}
+    # naive takes the sizes (32 x threads/32); versions with a fixed block run it once, under its own name
+    assert {("naive", "16x16"), ("naive", "32x1"), ("naive", "32x8"), ("tiled16", "16x16")} <= blocks
+    assert len(blocks) == len(configurations) == 3 + (len(gemm.VARIANTS) - 1)
+
+
+def test_gemm_tolerance_grows_with_k():
+    assert bench.gemm_tolerance(11) == bench.TOLERANCE
+    assert bench.gemm_tolerance(4096) == pytest.approx(5e-5)
+    assert bench.gemm_tolerance(16384) == pytest.approx(1e-4)
+
+
+# --------------------------------------------------------------------------------------------- timing and CSV
+def test_benchmark_rows_one_per_configuration(capsys):
+    problems = bench.op_problems("reduce", quick=True)
+    frame = bench.bench_frame(bench.benchmark(problems, [32, 64], repeats=2))
+    out = capsys.readouterr().out
+    assert list(frame.columns) == bench.BENCH_COLUMNS
+    assert len(frame) == len(problems) * 2
+    assert set(zip(frame["variant"], frame["block"])) == {(v, b) for v in ("colsum_atomic", "colsum_tree")
+                                                         for b in (32, 64)}
+    assert _positive_finite(frame["ms"]) and _positive_finite(frame["gbps"])
+    assert frame["gflops"].isna().all() and (frame["rows"] == 3).all() and (frame["cols"] == 37).all()
+    assert (frame["repeats"] == 2).all()
+    # validation comes first, then one line per configuration
+    lines = out.splitlines()
+    assert lines[0].startswith("all results match") and len(lines) == 1 + len(frame)
+
+
+def test_bench_gemm_quick_end_to_end(tmp_path):
+    out = tmp_path / "gemm.csv"
+    run = subprocess.run([sys.executable, "-m", "gpunn.bench", "gemm", "--quick", "--blocks", "32", "--out",
+                          str(out)], check=False, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    first_timing = next(i for i, line in enumerate(lines) if " ms " in line)
+    assert any(line.startswith("all results match") for line in lines[:first_timing])
+    if not ON_GPU:
+        assert "timings below are host-clock times and meaningless" in run.stdout
+    frame = pd.read_csv(out)
+    assert list(frame.columns) == bench.BENCH_COLUMNS
+    assert len(frame) == sum(1 for line in lines if " ms " in line)
+    assert not frame.duplicated(["case", "variant", "block_dims"]).any()
+    assert set(frame["variant"]) == set(gemm.VARIANTS)
+    assert _positive_finite(frame["ms"]) and _positive_finite(frame["gflops"])
+    row = frame[frame["case"] == "quick_bias_relu"].iloc[0]
+    assert row["gflops"] == pytest.approx(2 * 19 * 13 * 11 / row["ms"] / 1e6)
+
+
+def test_bench_rejects_bad_blocks_in_one_line(capsys):
+    assert bench.main(["sgd", "--quick", "--blocks", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gpunn.bench: error: --blocks") and "\n" not in err
+
+
+# --------------------------------------------------------------------------------------------- sweep-blocks
+def test_sweep_blocks_cli_writes_one_csv_atomically(tmp_path, capsys):
+    out = tmp_path / "e3" / "blocks.csv"
+    assert cli.main(["sweep-blocks", "--blocks", "32", "--shapes", "3x37,2x5", "--repeats", "1",
+                     "--out", str(out)]) == 0
+    assert [p.name for p in out.parent.iterdir()] == ["blocks.csv"]  # no temporary left behind
+    frame = pd.read_csv(out)
+    assert list(frame.columns) == bench.SWEEP_COLUMNS
+    kernels = {"bias_add", "relu_forward", "relu_backward", "bias_relu", "softmax_rows", "softmax_ce_grad",
+               "loss_mean", "colsum_atomic", "colsum_tree", "sgd_step"}
+    assert set(frame["op"]) == kernels and len(frame) == 2 * len(kernels)
+    assert set(zip(frame["rows"], frame["cols"])) == {(3, 37), (2, 5)}
+    assert (frame["block"] == 32).all() and (frame["repeats"] == 1).all()
+    assert _positive_finite(frame["ms"]) and _positive_finite(frame["gb_per_s"])
+    loss_mean = frame[frame["op"] == "loss_mean"]
+    assert list(loss_mean["n_elements"]) == [3, 2]  # the batch's losses, one per row
+    assert "all results match" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("blocks", ["2048", "0", "48", "32,x"])
+def test_sweep_blocks_rejects_bad_blocks(tmp_path, capsys, blocks):
+    out = tmp_path / "blocks.csv"
+    assert cli.main(["sweep-blocks", "--blocks", blocks, "--shapes", "3x37", "--repeats", "1",
+                     "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gpunn: error: --blocks") and "\n" not in err
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("shapes", ["3x", "0x5", "3*5", ""])
+def test_sweep_blocks_rejects_bad_shapes(tmp_path, capsys, shapes):
+    assert cli.main(["sweep-blocks", "--blocks", "32", "--shapes", shapes, "--out", str(tmp_path / "b.csv")]) == 2
+    assert capsys.readouterr().err.strip().startswith("gpunn: error: --shapes")
+
+
+def test_a_mismatch_in_the_sweep_leaves_the_previous_csv(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "blocks.csv"
+    out.write_text("previous\n")
+    monkeypatch.setattr(elementwise, "relu_forward", _negated_relu_forward)
+    assert cli.main(["sweep-blocks", "--blocks", "32", "--shapes", "3x37", "--repeats", "1",
+                     "--out", str(out)]) == 2
+    assert "relu_forward block 32" in capsys.readouterr().err
+    assert out.read_text() == "previous\n" and [p.name for p in tmp_path.iterdir()] == ["blocks.csv"]
+
+
+def test_block_sweep_rejects_zero_repeats():
+    with pytest.raises(GpunnError, match="repeats must be at least 1"):
+        bench.block_sweep([32], 3, 37, 0)
+
+
+# --------------------------------------------------------------------------------------------- real GPU
+@pytest.mark.gpu
+@pytest.mark.skipif(not ON_GPU, reason="needs a real GPU, not the CUDA simulator")
+def test_gpu_timings_come_from_cuda_events():
+    stream = cuda.stream()
+    assert not bench.numba_clock(stream).host_clock
+    (problem,) = [p for p in bench.op_problems("elementwise") if p.variants.keys() == {"relu_forward"}
+                  and p.case == "large_odd"]
+    (config,) = bench.validate([problem], [256])
+    ms, repeats = bench.time_configuration(config, 10, stream)
+    # 8191 x 4099 floats read and written: well above launch overhead, well below a second on any GPU
+    assert 0.005 < ms < 1000 and repeats == 10
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not ON_GPU, reason="needs a real GPU, not the CUDA simulator")
+def test_gpu_gemm_against_torch():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    cases = [c for c in bench.GEMM_CASES if c.case in ("square_4096", "mlp_fc1_forward", "odd_validation")]
+    frame = bench.bench_frame(bench.benchmark(bench.gemm_problems(cases), [], repeats=5))
+    assert _positive_finite(frame["ms"]) and _positive_finite(frame["ref_ms"]) and _positive_finite(frame["pct_of_ref"])
+    assert not torch.backends.cuda.matmul.allow_tf32
+    square = frame[frame["case"] == "square_4096"]
+    assert (square["ref_name"] == "torch.matmul").all()
+    assert math.isclose(square["gflops"].iloc[0], 2 * 4096**3 / square["ms"].iloc[0] / 1e6)
