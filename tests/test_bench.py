@@ -217,3 +217,19 @@ def test_gpu_gemm_against_torch():
     square = frame[frame["case"] == "square_4096"]
     assert (square["ref_name"] == "torch.matmul").all()
     assert math.isclose(square["gflops"].iloc[0], 2 * 4096**3 / square["ms"].iloc[0] / 1e6)
+
+
+def test_bench_mlp_writes_epoch_times(tmp_path):
+    """The epoch benchmark end to end on a CPU variant (GPU variants at 784 inputs are too slow simulated)."""
+    out = tmp_path / "mlp.csv"
+    done = subprocess.run([sys.executable, "-m", "gpunn.bench", "mlp", "--variants", "cpu-numpy,cpu-serial",
+                           "--samples", "50", "--batch", "16", "--hidden", "8", "--epochs", "2", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    frame = pd.read_csv(out)
+    assert list(frame["variant"]) == ["cpu-numpy", "cpu-serial"]
+    assert (frame["epoch_s"] > 0).all() and (frame["samples_per_s"] > 0).all()
+    bad = subprocess.run([sys.executable, "-m", "gpunn.bench", "mlp", "--variants", "gpu-fast", "--samples", "8",
+                          "--out", str(tmp_path / "bad.csv")], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "unknown variant 'gpu-fast'" in bad.stderr
+    assert not (tmp_path / "bad.csv").exists()

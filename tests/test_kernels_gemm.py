@@ -1,116 +1,205 @@
 """GEMM kernels against the float64 NumPy reference.
 
 Under the CUDA simulator (CPU-only machines, see conftest.py) the shapes are tiny and deliberately not
-multiples of the tiles; outputs are poisoned with NaN so unwritten elements fail. The ``gpu``-marked test
-repeats the check at real sizes on a GPU (``pytest -m gpu``).
+multiples of the tiles; outputs are poisoned with NaN so unwritten elements fail, and every test draws
+fresh random inputs from its own seed. The ``gpu``-marked tests repeat the checks at real sizes on a GPU
+(``pytest -m gpu``).
 """
 
 import os
+import zlib
 
 import numpy as np
 import pytest
 from numba import cuda
 
 from gpunn.kernels import gemm as G
+from gpunn.kernels.launch import Launch
 
 TOL = 1e-5
 TRANS = [(False, False), (False, True), (True, False), (True, True)]
+TRANS_IDS = ["NN", "NT", "TN", "TT"]
+# One (M, N, K) per transpose combination: odd, not multiples of any tile, K = 1 included.
+SMALL = {(False, False): (13, 7, 11), (False, True): (5, 19, 9), (True, False): (9, 3, 12),
+         (True, True): (7, 10, 1)}
 
 
-def _operands(rng, m, n, k, trans_a, trans_b):
+def _rng(*key):
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
+
+
+def _stored(rng, m, n, k, trans_a, trans_b):
+    """Host operands in their stored layouts."""
     a = rng.standard_normal((k, m) if trans_a else (m, k)).astype(np.float32)
     b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(np.float32)
-    bias = rng.standard_normal(n).astype(np.float32)
-    return a, b, bias
+    return a, b
 
 
-def _run(variant, m, n, k, trans_a, trans_b, epilogue, seed=0, **kw):
-    """Launch one variant on fresh random inputs; return the relative max error vs the reference."""
-    rng = np.random.default_rng(seed)
-    a, b, bias = _operands(rng, m, n, k, trans_a, trans_b)
-    out = cuda.to_device(np.full((m, n), np.nan, dtype=np.float32))
-    G.gemm(
-        cuda.to_device(a), cuda.to_device(b), out, variant=variant,
-        trans_a=trans_a, trans_b=trans_b,
-        bias=cuda.to_device(bias) if epilogue else None, relu=epilogue, **kw,
-    )
-    got = out.copy_to_host()
-    ref = G.gemm_reference(a, b, trans_a, trans_b, bias if epilogue else None, epilogue)
-    assert np.isfinite(got).all(), f"{variant}: unwritten (NaN) outputs"
+def _epilogue_args(rng, m, n, epilogue):
+    """Host (bias, relu, mask) for an epilogue name; the mask looks like a ReLU output (half zeros)."""
+    bias = rng.standard_normal(n).astype(np.float32) if epilogue in ("bias", "bias_relu") else None
+    relu = epilogue in ("relu", "bias_relu")
+    mask = np.maximum(rng.standard_normal((m, n)), 0).astype(np.float32) if epilogue == "mask" else None
+    return bias, relu, mask
+
+
+def _dev_or_none(x):
+    return None if x is None else cuda.to_device(x)
+
+
+def _nan(shape):
+    return cuda.to_device(np.full(shape, np.nan, dtype=np.float32))
+
+
+def _rel_err(got, ref):
     return float(np.abs(got - ref).max() / np.abs(ref).max())
 
 
-@pytest.mark.parametrize("epilogue", [False, True], ids=["plain", "bias_relu"])
-@pytest.mark.parametrize("trans_a,trans_b", TRANS, ids=["NN", "NT", "TN", "TT"])
+def _run(variant, m, n, k, trans_a, trans_b, epilogue, key=(), **kw):
+    """Launch one variant on fresh random inputs; return the relative max error vs the reference."""
+    rng = _rng(variant, m, n, k, trans_a, trans_b, epilogue, *key)
+    a, b = _stored(rng, m, n, k, trans_a, trans_b)
+    bias, relu, mask = _epilogue_args(rng, m, n, epilogue)
+    out = _nan((m, n))
+    launch = G.gemm(cuda.to_device(a), cuda.to_device(b), out, variant=variant, trans_a=trans_a,
+                    trans_b=trans_b, bias=_dev_or_none(bias), relu=relu, relu_mask=_dev_or_none(mask), **kw)
+    assert isinstance(launch, Launch)
+    got = out.copy_to_host()
+    assert np.isfinite(got).all(), f"{variant}: unwritten (NaN) outputs"
+    return _rel_err(got, G.gemm_reference(a, b, trans_a, trans_b, bias, relu, mask))
+
+
+# --------------------------------------------------------------------------------------------- correctness
+@pytest.mark.parametrize("epilogue", G.EPILOGUES)
+@pytest.mark.parametrize("trans_a,trans_b", TRANS, ids=TRANS_IDS)
 @pytest.mark.parametrize("variant", list(G.VARIANTS))
-def test_gemm_small_odd_shape(variant, trans_a, trans_b, epilogue):
-    assert _run(variant, 5, 7, 9, trans_a, trans_b, epilogue) < TOL
+def test_gemm_every_variant_transpose_epilogue(variant, trans_a, trans_b, epilogue):
+    m, n, k = SMALL[trans_a, trans_b]
+    assert _run(variant, m, n, k, trans_a, trans_b, epilogue) < TOL
 
 
-@pytest.mark.parametrize("epilogue", [False, True], ids=["plain", "bias_relu"])
-@pytest.mark.parametrize("trans_a,trans_b", TRANS, ids=["NN", "NT", "TN", "TT"])
-@pytest.mark.parametrize("variant", ["tiled16", "regblock"])
-def test_gemm_across_tiles(variant, trans_a, trans_b, epilogue):
-    # 17x19 spans 2x2 blocks of tiled16; K=23 takes 2 (tiled16) or 3 (regblock, BK=8) K steps.
-    assert _run(variant, 17, 19, 23, trans_a, trans_b, epilogue, seed=1) < TOL
-
-
-@pytest.mark.parametrize("trans_a,trans_b", [(False, False), (True, True)], ids=["NN", "TT"])
-def test_regblock_several_blocks(trans_a, trans_b):
-    # 66x65 needs 2x2 blocks of the 64x64 register-blocked tile.
-    assert _run("regblock", 66, 65, 9, trans_a, trans_b, True, seed=2) < TOL
+@pytest.mark.parametrize("variant,trans_a,trans_b,m,n,k", [
+    ("tiled16", False, False, 17, 19, 23),     # 2x2 blocks, 2 K steps
+    ("tiled16", True, True, 17, 19, 23),
+    ("regblock", False, False, 66, 5, 9),      # 2 blocks of the 64x64 tile along M, 2 K steps
+    ("regblock", True, True, 5, 65, 9),        # 2 blocks along N
+    ("regblock128", False, False, 130, 5, 17),  # 2 blocks of the 128x128 tile along M, 3 K steps
+    ("regblock128", True, True, 3, 131, 10),    # 2 blocks along N
+])
+def test_gemm_across_tiles(variant, trans_a, trans_b, m, n, k):
+    assert _run(variant, m, n, k, trans_a, trans_b, "bias_relu") < TOL
 
 
 @pytest.mark.parametrize("variant", list(G.VARIANTS))
 def test_gemm_batch_of_one(variant):
-    assert _run(variant, 1, 10, 12, False, True, True, seed=3) < TOL
+    assert _run(variant, 1, 10, 12, False, True, "bias_relu") < TOL
 
 
 def test_naive_block_sizes():
-    assert _run("naive", 9, 11, 5, False, False, True, block=(8, 4)) < TOL
-    assert _run("naive", 9, 11, 5, True, False, False, block=(32, 1)) < TOL
+    assert _run("naive", 9, 11, 5, False, False, "bias_relu", block=(8, 4)) < TOL
+    assert _run("naive", 9, 11, 5, True, False, "none", block=(32, 1)) < TOL
 
 
-def test_bias_without_relu():
-    rng = np.random.default_rng(4)
-    a, b, bias = _operands(rng, 4, 6, 3, False, False)
-    out = cuda.to_device(np.full((4, 6), np.nan, dtype=np.float32))
-    G.gemm(cuda.to_device(a), cuda.to_device(b), out, bias=cuda.to_device(bias))
-    ref = G.gemm_reference(a, b, bias=bias)
-    assert (ref < 0).any()  # the ReLU would have changed something
-    np.testing.assert_allclose(out.copy_to_host(), ref, rtol=1e-5, atol=1e-5)
+@pytest.mark.parametrize("trans_a,trans_b", [(False, True), (True, False)], ids=["NT", "TN"])
+@pytest.mark.parametrize("variant", list(G.VARIANTS))
+def test_gemm_strided_views(variant, trans_a, trans_b):
+    """a: columns of a wider array (a (B, 785) batch's first 784 columns); b: a reshaped slice of a flat
+    parameter buffer; out: an interior window of a larger buffer, whose other elements must stay NaN."""
+    m, n, k = 6, 5, 7
+    rng = _rng("strided", variant, trans_a, trans_b)
+    a, b = _stored(rng, m, n, k, trans_a, trans_b)
+    bias = rng.standard_normal(n).astype(np.float32)
+    a_big = rng.standard_normal((a.shape[0], a.shape[1] + 1)).astype(np.float32)
+    a_big[:, : a.shape[1]] = a
+    a_dev = cuda.to_device(a_big)[:, : a.shape[1]]
+    flat = rng.standard_normal(b.size + 9).astype(np.float32)
+    flat[4 : 4 + b.size] = b.ravel()
+    b_dev = cuda.to_device(flat)[4 : 4 + b.size].reshape(b.shape)
+    out_big = _nan((m + 3, n + 2))
+    out = out_big[1 : 1 + m, 2:]
+    G.gemm(a_dev, b_dev, out, variant=variant, trans_a=trans_a, trans_b=trans_b,
+           bias=cuda.to_device(bias), relu=True)
+    got_big = out_big.copy_to_host()
+    got = got_big[1 : 1 + m, 2:]
+    assert np.isfinite(got).all(), "unwritten outputs in the view"
+    outside = np.ones(got_big.shape, dtype=bool)
+    outside[1 : 1 + m, 2:] = False
+    assert np.isnan(got_big[outside]).all(), "wrote outside the output view"
+    assert _rel_err(got, G.gemm_reference(a, b, trans_a, trans_b, bias, True)) < TOL
+
+
+@pytest.mark.parametrize("variant", list(G.VARIANTS))
+def test_bound_launch_reads_live_arrays(variant):
+    """launch=False only binds; each call recomputes from the arrays' current contents."""
+    m, n, k = 5, 6, 9
+    rng = _rng("bound", variant)
+    a, b = _stored(rng, m, n, k, False, True)
+    h = np.maximum(rng.standard_normal((m, n)), 0).astype(np.float32)
+    a_dev, b_dev, h_dev, out = cuda.to_device(a), cuda.to_device(b), cuda.to_device(h), _nan((m, n))
+    launch = G.gemm(a_dev, b_dev, out, variant=variant, trans_b=True, relu_mask=h_dev, launch=False)
+    assert isinstance(launch, Launch) and "mask" in launch.name
+    assert np.isnan(out.copy_to_host()).all(), "launch=False must not launch"
+    for _ in range(2):
+        launch()
+        assert _rel_err(out.copy_to_host(), G.gemm_reference(a, b, trans_b=True, relu_mask=h)) < TOL
+        a, b = _stored(rng, m, n, k, False, True)
+        h = np.maximum(rng.standard_normal((m, n)), 0).astype(np.float32)
+        a_dev.copy_to_device(a)
+        b_dev.copy_to_device(b)
+        h_dev.copy_to_device(h)
 
 
 def test_reference_matches_numpy():
-    rng = np.random.default_rng(5)
+    rng = _rng("reference")
     a = rng.standard_normal((3, 4))
     b = rng.standard_normal((5, 4))
     bias = rng.standard_normal(5)
+    mask = np.maximum(rng.standard_normal((3, 5)), 0)
     np.testing.assert_allclose(G.gemm_reference(a, b, trans_b=True), a @ b.T)
     np.testing.assert_allclose(
         G.gemm_reference(a.T, b, trans_a=True, trans_b=True, bias=bias, relu=True),
         np.maximum(a @ b.T + bias, 0),
     )
+    np.testing.assert_allclose(G.gemm_reference(a, b, trans_b=True, relu_mask=mask),
+                               np.where(mask > 0, a @ b.T, 0))
 
 
-def _dev(*shape):
-    return cuda.to_device(np.zeros(shape, dtype=np.float32))
+# --------------------------------------------------------------------------------------------- errors
+def _dev(*shape, dtype=np.float32):
+    return cuda.to_device(np.zeros(shape, dtype=dtype))
 
 
 @pytest.mark.parametrize("variant", list(G.VARIANTS))
-def test_gemm_shape_errors(variant):
+def test_gemm_shape_and_dtype_errors(variant):
+    def call(a, b, out, **kw):
+        return G.gemm(a, b, out, variant=variant, **kw)
+
     with pytest.raises(ValueError, match=r"inner dimensions"):
-        G.gemm(_dev(3, 4), _dev(5, 6), _dev(3, 6), variant=variant)
+        call(_dev(3, 4), _dev(5, 6), _dev(3, 6))
     with pytest.raises(ValueError, match=r"inner dimensions"):  # trans_b makes B (6, 5)
-        G.gemm(_dev(3, 4), _dev(4, 6), _dev(3, 6), variant=variant, trans_b=True)
+        call(_dev(3, 4), _dev(4, 6), _dev(3, 6), trans_b=True)
     with pytest.raises(ValueError, match=r"out must be \(3, 6\)"):
-        G.gemm(_dev(3, 4), _dev(4, 6), _dev(6, 3), variant=variant)
+        call(_dev(3, 4), _dev(4, 6), _dev(6, 3))
     with pytest.raises(ValueError, match=r"bias must be \(6,\)"):
-        G.gemm(_dev(3, 4), _dev(4, 6), _dev(3, 6), variant=variant, bias=_dev(3))
-    with pytest.raises(ValueError, match=r"2-D"):
-        G.gemm(_dev(3, 4, 1), _dev(4, 6), _dev(3, 6), variant=variant)
-    with pytest.raises(ValueError, match=r"float32"):
-        G.gemm(cuda.to_device(np.zeros((3, 4))), _dev(4, 6), _dev(3, 6), variant=variant)
+        call(_dev(3, 4), _dev(4, 6), _dev(3, 6), bias=_dev(3))
+    with pytest.raises(ValueError, match=r"bias must be 1-D"):
+        call(_dev(3, 4), _dev(4, 6), _dev(3, 6), bias=_dev(1, 6))
+    with pytest.raises(ValueError, match=r"relu_mask must have out's shape \(3, 6\)"):
+        call(_dev(3, 4), _dev(4, 6), _dev(3, 6), relu_mask=_dev(6, 3))
+    with pytest.raises(ValueError, match=r"relu_mask .*excludes bias and relu"):
+        call(_dev(3, 4), _dev(4, 6), _dev(3, 6), relu_mask=_dev(3, 6), relu=True)
+    with pytest.raises(ValueError, match=r"relu_mask .*excludes bias and relu"):
+        call(_dev(3, 4), _dev(4, 6), _dev(3, 6), relu_mask=_dev(3, 6), bias=_dev(6))
+    with pytest.raises(ValueError, match=r"a must be 2-D"):
+        call(_dev(3, 4, 1), _dev(4, 6), _dev(3, 6))
+    with pytest.raises(ValueError, match=r"a must be float32"):
+        call(_dev(3, 4, dtype=np.float64), _dev(4, 6), _dev(3, 6))
+    with pytest.raises(ValueError, match=r"out must be float32"):
+        call(_dev(3, 4), _dev(4, 6), _dev(3, 6, dtype=np.float16))
+    with pytest.raises(ValueError, match=r"relu_mask must be float32"):
+        call(_dev(3, 4), _dev(4, 6), _dev(3, 6), relu_mask=_dev(3, 6, dtype=np.int32))
+    with pytest.raises(ValueError, match=r"b is a host NumPy array"):
+        call(_dev(3, 4), np.zeros((4, 6), np.float32), _dev(3, 6))
 
 
 @pytest.mark.parametrize("variant", list(G.VARIANTS))
@@ -121,16 +210,21 @@ def test_gemm_zero_sized(variant, m, n, k):
 
 
 def test_unknown_variant_and_bad_blocks():
-    with pytest.raises(ValueError, match=r"naive.*regblock.*tiled16"):
+    with pytest.raises(ValueError, match=r"naive.*regblock.*regblock128.*tiled16"):
         G.gemm(_dev(2, 2), _dev(2, 2), _dev(2, 2), variant="cublas")
     with pytest.raises(ValueError, match=r"block"):
         G.gemm(_dev(2, 2), _dev(2, 2), _dev(2, 2), variant="tiled16", block=(8, 8))
     with pytest.raises(ValueError, match=r"block"):
         G.gemm(_dev(2, 2), _dev(2, 2), _dev(2, 2), variant="regblock", block=128)
     with pytest.raises(ValueError, match=r"block"):
+        G.gemm(_dev(2, 2), _dev(2, 2), _dev(2, 2), variant="regblock128", block=(16, 8))
+    with pytest.raises(ValueError, match=r"block"):
         G.gemm(_dev(2, 2), _dev(2, 2), _dev(2, 2), variant="naive", block=(64, 32))
+    with pytest.raises(ValueError, match=r"block"):
+        G.gemm(_dev(2, 2), _dev(2, 2), _dev(2, 2), variant="naive", block=256)
 
 
+# --------------------------------------------------------------------------------------------- real GPU
 _ON_GPU = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") != "1" and cuda.is_available()
 
 
@@ -139,9 +233,33 @@ _ON_GPU = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") != "1" and cuda.is_availab
 @pytest.mark.parametrize("variant", list(G.VARIANTS))
 def test_gemm_gpu_sizes(variant):
     for trans_a, trans_b in TRANS:
-        for epilogue in (False, True):
-            err = _run(variant, 257, 129, 301, trans_a, trans_b, epilogue, seed=6)
+        for epilogue in G.EPILOGUES:
+            err = _run(variant, 257, 129, 301, trans_a, trans_b, epilogue, key=("gpu",))
             assert err < TOL, (variant, trans_a, trans_b, epilogue, err)
     for trans_a, trans_b in [(False, False), (True, True)]:
-        err = _run(variant, 1024, 1024, 1024, trans_a, trans_b, True, seed=7)
+        err = _run(variant, 1024, 1024, 1024, trans_a, trans_b, "bias_relu", key=("gpu",))
         assert err < TOL, (variant, trans_a, trans_b, err)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _ON_GPU, reason="needs a real CUDA GPU")
+@pytest.mark.parametrize("variant", list(G.VARIANTS))
+def test_gemm_gpu_strided_mlp_shapes(variant):
+    """The MLP's views at real size: X = batch[:, :784] of a (64, 785) array, W1 (784, 256) in a flat
+    buffer; dH = dZ @ W2^T masked by H."""
+    rng = _rng("gpu-mlp", variant)
+    batch = rng.standard_normal((64, 785)).astype(np.float32)
+    params = rng.standard_normal(784 * 256 + 256 * 10 + 7).astype(np.float32)
+    x = cuda.to_device(batch)[:, :784]
+    w1 = cuda.to_device(params)[:784 * 256].reshape(784, 256)
+    w2 = cuda.to_device(params)[784 * 256 : 784 * 256 + 2560].reshape(256, 10)
+    h = cuda.device_array((64, 256), np.float32)
+    G.gemm(x, w1, h, variant=variant, relu=True)
+    h_ref = G.gemm_reference(batch[:, :784], params[:784 * 256].reshape(784, 256), relu=True)
+    assert _rel_err(h.copy_to_host(), h_ref) < TOL
+    dz = rng.standard_normal((64, 10)).astype(np.float32)
+    dh = _nan((64, 256))
+    G.gemm(cuda.to_device(dz), w2, dh, variant=variant, trans_b=True, relu_mask=h)
+    ref = G.gemm_reference(dz, params[784 * 256 : 784 * 256 + 2560].reshape(256, 10), trans_b=True,
+                           relu_mask=h.copy_to_host())
+    assert _rel_err(dh.copy_to_host(), ref) < TOL

@@ -3,6 +3,7 @@ first, then time every version x block size with CUDA events, one line each.
 
     python -m gpunn.bench {gemm,elementwise,softmax,reduce,sgd,all} [--out CSV] [--quick] [--repeats N]
                           [--blocks 32,64,...]
+    python -m gpunn.bench mlp [--variants gpu-fused,...] [--samples 60000] [--batch 64] [--epochs 3]
 
 What is benchmarked
     gemm         every variant in ``gemm.VARIANTS`` (variants added there are picked up) on 4096^3, the
@@ -35,6 +36,10 @@ How
        cuBLAS with TF32 off) is timed the same way with torch.cuda.Event; pct_of_ref = 100 * ref_ms / ms.
     Under numba's CUDA simulator events carry no time: the host clock is used instead, and a warning says
     the timings are meaningless; the code path still runs.
+
+``mlp`` times whole training epochs of the MLP per variant (gpunn.timing.time_mlp_epochs: same random
+MNIST-shaped data, init and batch order for every variant; PyTorch eager and CUDA-graph epochs in the same run
+when torch is importable, and each variant's ratio to PyTorch eager).
 
 ``block_sweep`` is the E3 block-size sweep of the memory-bound kernels (``gpunn sweep-blocks``).
 """
@@ -602,13 +607,33 @@ def log_device_header(log=print) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m gpunn.bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("op", choices=(*OPS, "all"))
+    parser.add_argument("op", choices=(*OPS, "all", "mlp"),
+                        help="an op family, all of them, or mlp: whole MLP training epochs per variant")
     parser.add_argument("--out", help="output CSV (default results/bench/<op>.csv, one per op with 'all')")
     parser.add_argument("--quick", action="store_true", help="tiny shapes, 2 repeats, blocks 32,64 (simulator tests)")
     parser.add_argument("--repeats", type=int, help=f"timed launches per configuration (default {DEFAULT_REPEATS})")
     parser.add_argument("--blocks", help="block sizes, e.g. 32,64,128 (default 32,...,1024)")
     parser.add_argument("--seed", type=int, default=0)
+    mlp = parser.add_argument_group("mlp: epochs of the 784-hidden-10 MLP on MNIST-shaped random data, PyTorch too")
+    mlp.add_argument("--variants", default="gpu-naive,gpu-tiled,gpu-fused,gpu-graph,cpu-numpy",
+                     help="training variants (gpunn.variants), comma-separated")
+    mlp.add_argument("--samples", type=int, default=60000, help="training samples per epoch")
+    mlp.add_argument("--batch", type=int, default=64)
+    mlp.add_argument("--hidden", type=int, default=256)
+    mlp.add_argument("--epochs", type=int, default=3, help="epochs per variant; the median after the first is kept")
     return parser
+
+
+def bench_mlp(args) -> pd.DataFrame:
+    from gpunn.timing import time_mlp_epochs
+
+    variants = [v for v in args.variants.split(",") if v]
+    for name, value in (("--samples", args.samples), ("--batch", args.batch), ("--hidden", args.hidden),
+                        ("--epochs", args.epochs)):
+        if value < 1:
+            raise GpunnError(f"{name} must be at least 1, got {value}")
+    return time_mlp_epochs(variants, n=args.samples, batch=args.batch, hidden=args.hidden, epochs=args.epochs,
+                           seed=args.seed, torch_reference=not device.simulator_enabled())
 
 
 def main(argv=None) -> int:
@@ -620,6 +645,9 @@ def main(argv=None) -> int:
         if repeats < 1:
             raise GpunnError(f"--repeats must be at least 1, got {repeats}")
         log_device_header()
+        if args.op == "mlp":
+            io.write_csv(args.out or "results/bench/mlp.csv", bench_mlp(args))
+            return 0
         frames = []
         for op in OPS if args.op == "all" else (args.op,):
             print(f"== {op}", flush=True)
