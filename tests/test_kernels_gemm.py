@@ -11,7 +11,7 @@ import zlib
 
 import numpy as np
 import pytest
-from numba import cuda
+from numba import config, cuda
 
 from gpunn.kernels import gemm as G
 from gpunn.kernels.launch import Launch
@@ -263,3 +263,30 @@ def test_gemm_gpu_strided_mlp_shapes(variant):
     ref = G.gemm_reference(dz, params[784 * 256 : 784 * 256 + 2560].reshape(256, 10), trans_b=True,
                            relu_mask=h.copy_to_host())
     assert _rel_err(dh.copy_to_host(), ref) < TOL
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(bool(config.ENABLE_CUDASIM), reason="the direct launch path exists only on a real GPU")
+def test_gpu_direct_launch_matches_the_ordinary_call():
+    """After its first call a bound launch goes straight to the driver with prepared arguments: it must read
+    the live buffers exactly as numba's ordinary call does."""
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((257, 301)).astype(np.float32), rng.standard_normal((301, 129)).astype(np.float32)
+    bias = rng.standard_normal(129).astype(np.float32)
+    d_a, d_b, d_bias = cuda.to_device(a), cuda.to_device(b), cuda.to_device(bias)
+    out = cuda.to_device(np.full((257, 129), np.nan, np.float32))
+    bound = G.gemm_v4(d_a, d_b, out, bias=d_bias, relu=True, launch=False)
+    bound()
+    first = out.copy_to_host()
+    assert bound.direct
+    a2 = rng.standard_normal((257, 301)).astype(np.float32)
+    d_a.copy_to_device(a2)
+    out.copy_to_device(np.full((257, 129), np.nan, np.float32))
+    bound()  # direct path, new contents of the same buffers
+    cuda.synchronize()
+    for got, a_used in ((first, a), (out.copy_to_host(), a2)):
+        ref = G.gemm_reference(a_used, b, bias=bias, relu=True)
+        assert np.max(np.abs(got - ref)) / np.max(np.abs(ref)) < 1e-5
+    ordinary = cuda.to_device(np.full((257, 129), np.nan, np.float32))
+    G.gemm_v4(d_a, d_b, ordinary, bias=d_bias, relu=True)
+    np.testing.assert_array_equal(ordinary.copy_to_host(), out.copy_to_host())

@@ -1,20 +1,32 @@
 """Bound kernel launches: a kernel with its grid, block and arguments fixed once, launched by a call.
 
 Training steps launch the same kernels on the same device buffers thousands of times. Checking shapes,
-computing grids and configuring the launch once, instead of at every step, keeps the per-launch host
-cost down to numba's own dispatch; the list of bound launches of a step is also what a CUDA graph
-captures (``launch.on(graph_builder)``).
+computing grids and configuring the launch once, instead of at every step, is the first saving; the list of
+bound launches of a step is also what a CUDA graph captures (``launch.on(graph_builder)``).
+
+The second saving is numba's own dispatch. Every ``kernel[grid, block](*args)`` call types each argument,
+looks up the compiled overload, marshals every array into its ABI fields (pointer, shape, strides ...) and
+builds a launch configuration: ~60 us per launch measured on an H200 for our 4-7 argument kernels, more than
+the MLP's kernels take to run. Since a bound launch's arguments never change, after its first (compiling)
+launch it prepares all of that once and then calls cuda.core's ``launch`` directly. That uses two internals of
+numba-cuda's compiled kernel (``_prepare_args``, ``_codelibrary``), so it is enabled only for the pinned
+numba-cuda version (``DIRECT_LAUNCH_VERSION``) and otherwise falls back to the ordinary call; the GPU tests
+compare both paths.
 """
 
 from __future__ import annotations
 
+import functools
+
 from gpunn import device
+
+DIRECT_LAUNCH_VERSION = "0.30.4"  # the numba-cuda whose kernel internals the direct launch relies on
 
 
 class Launch:
     """``kernel[grid, block, stream](*args)``, configured once; ``launch()`` runs it again."""
 
-    __slots__ = ("kernel", "grid", "block", "args", "stream", "name", "_configured")
+    __slots__ = ("kernel", "grid", "block", "args", "stream", "name", "_configured", "_direct")
 
     def __init__(self, kernel, grid, block, args, stream=0, name: str = ""):
         self.kernel = kernel
@@ -26,12 +38,22 @@ class Launch:
         # The simulator's kernel object keeps a single mutable configuration, so it is configured anew at
         # every call there; on a GPU the configured launch object is reusable.
         self._configured = None if device.simulator_enabled() else kernel[grid, block, stream]
+        self._direct = None  # None: not prepared yet; False: not available (ordinary calls)
 
     def __call__(self) -> None:
-        if self._configured is None:
+        if self._direct:
+            self._direct()
+        elif self._configured is None:
             self.kernel[self.grid, self.block, self.stream](*self.args)
         else:
-            self._configured(*self.args)
+            self._configured(*self.args)  # compiles on the first call
+            if self._direct is None:
+                self._direct = _direct_launcher(self.kernel, self._configured, self.args) or False
+
+    @property
+    def direct(self) -> bool:
+        """Whether calls now go straight to the driver (after the first call, on a GPU)."""
+        return bool(self._direct)
 
     def on(self, stream) -> None:
         """Launch on another stream (or a graph builder, to capture it)."""
@@ -39,6 +61,29 @@ class Launch:
 
     def __repr__(self) -> str:
         return f"Launch({self.name}, grid={self.grid}, block={self.block})"
+
+
+def _direct_launcher(kernel, configured, args):
+    """``cuda.core.launch`` with this launch's prepared arguments, or None where numba must do it itself."""
+    try:
+        import numba_cuda
+        from cuda.core import LaunchConfig, launch
+
+        if numba_cuda.__version__ != DIRECT_LAUNCH_VERSION:
+            return None
+        compiled = kernel.overloads[tuple(kernel.typeof_pyval(arg) for arg in args)]
+        if compiled.debug or compiled.cooperative or configured.sharedmem:
+            return None
+        prepared, writeback = [], []
+        for arg_type, arg in zip(compiled.argument_types, args):
+            compiled._prepare_args(arg_type, arg, configured.stream, writeback, prepared)
+        if writeback:  # a host array: numba copies it back after every launch
+            return None
+        config = LaunchConfig(grid=configured.griddim, block=configured.blockdim, shmem_size=0)
+        function = compiled._codelibrary.get_cufunc().kernel
+    except (ImportError, AttributeError, KeyError, TypeError):
+        return None
+    return functools.partial(launch, configured.stream, config, function, *prepared)
 
 
 class LaunchGroup:
