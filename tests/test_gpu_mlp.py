@@ -131,15 +131,14 @@ def test_gpu_variant_rejects_other_models():
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", GPU_VARIANTS + ["gpu-graph"])
 def test_real_shapes_on_gpu(variant):
-    """784-256-10 on 3 000 random images, batch 64 (a partial last batch of 56), compiled kernels with FMA.
+    """784-256-10 at E1's lr 0.01 on 3 000 random images, batch 64 (a partial last batch of 56), compiled
+    kernels with FMA: gradients to float32 rounding, two epochs' parameters within 1e-4.
 
-    One batch's gradients agree to float32 rounding. Over epochs, rounding differences of 1e-7 flip the ReLU
-    mask of the few hidden pre-activations that sit within rounding of zero, and each flip changes that
-    unit's gradient for that sample, so parameters drift apart slowly (max-element error ~1e-2 after 94 steps
-    measured on an H200): the losses, the parameters as a whole and the predictions must still agree."""
+    (At lr 0.05 on these random labels training turns chaotic: even cpu-serial and cpu-numpy, two CPU
+    summation orders, end 1e-2 apart after two epochs; at 0.01 they agree to 2e-7.)"""
     sizes = {"in_features": 784, "hidden": 256, "classes": 10}
     x, y = tiny_data(3000, sizes=sizes)
-    ref, gpu = backends(variant, lr=0.05, sizes=sizes)
+    ref, gpu = backends(variant, lr=0.01, sizes=sizes)
     assert rel_err(gpu.gradients(x[:64], y[:64]), cpu_gradients(ref, x[:64], y[:64])) < 1e-5
     if hasattr(gpu, "load_train_data"):
         gpu.load_train_data(x, y)
@@ -147,9 +146,7 @@ def test_real_shapes_on_gpu(variant):
     for epoch in range(2):
         ref_loss = train_epoch(ref, x, y, 64, epoch)
         gpu_loss = train_epoch(gpu, x, y, 64, epoch)
-        assert gpu_loss == pytest.approx(ref_loss, rel=1e-4)
-    diff = np.linalg.norm(gpu.flat_params().astype(np.float64) - ref.flat_params())
-    assert diff / np.linalg.norm(ref.flat_params()) < 1e-3
+        assert gpu_loss == pytest.approx(ref_loss, rel=1e-5)
+    assert rel_err(gpu.flat_params(), ref.flat_params()) < 1e-4
     x_new, _ = tiny_data(2000, seed=9, sizes=sizes)
-    agree = np.mean(gpu.predict(x_new).argmax(1) == ref.predict(x_new).argmax(1))
-    assert agree >= 0.995
+    assert rel_err(gpu.predict(x_new), ref.predict(x_new)) < 1e-4
