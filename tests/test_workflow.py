@@ -46,8 +46,8 @@ def test_default_dry_run_lists_every_stage():
         assert f"python -m gpunn report {experiment} " in text
     assert "NUMBA_ENABLE_CUDASIM" not in text  # the full config runs GPU variants on a GPU
     assert "python -m gpunn train mnist/standard/mlp/gpu-fused/w256_b64_lr0.01_e10_s0 " in text
-    # 5 E1 + 48 E2 + 2 E4 + 1 E5 training runs
-    assert text.count("python -m gpunn train ") == 56
+    # 6 E1 + 48 E2 + 2 E4 + 1 E5 training runs
+    assert text.count("python -m gpunn train ") == 57
 
 
 def test_target_rules_list_the_experiments():
@@ -84,7 +84,7 @@ def test_default_config_has_the_papers_settings():
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     config.setdefault("splits", {})
     e1 = experiment_runs(config, "e1")
-    assert {r.variant for r in e1} == {"cpu-numpy", "cpu-serial", "gpu-naive", "gpu-tiled", "gpu-fused"}
+    assert {r.variant for r in e1} == {"cpu-numpy", "cpu-serial", "gpu-naive", "gpu-tiled", "gpu-fused", "gpu-graph"}
     assert all((r.widths, r.batch, r.lr, r.epochs) == ((256,), 64, 0.01, 10) for r in e1)
     e2 = experiment_runs(config, "e2")
     assert len(e2) == 4 * 3 * 4

@@ -89,8 +89,8 @@ def _cmd_time_batches(args):
     from gpunn import io
     from gpunn.timing import time_mlp_batches
 
-    frame = time_mlp_batches(args.variants, args.batches, hidden=args.hidden, repeats=args.repeats,
-                             seed=args.seed, log=_log)
+    frame = time_mlp_batches(args.variants, args.batches, hidden=args.hidden, in_features=args.features,
+                             repeats=args.repeats, seed=args.seed, log=_log)
     io.write_csv(args.out, frame)
 
 
@@ -175,6 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--variants", nargs="+", required=True)
     p.add_argument("--batches", type=_int_list, required=True, help="e.g. 1,8,32,128,512")
     p.add_argument("--hidden", type=int, default=256)
+    p.add_argument("--features", type=int, default=784, help="inputs of the timed MLP (784: MNIST)")
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="output CSV")

@@ -65,7 +65,7 @@ rule time_batches:
         ENV_FILE
     shell:
         "{params.env}python -m gpunn time-batches --variants {wildcards.variant} --batches {params.batches} "
-        "--hidden {params.e3[hidden]} --repeats {params.e3[repeats]} --out {output} > {log} 2>&1"
+        "--hidden {params.e3[hidden]} --features {params.e3[features]} --repeats {params.e3[repeats]} --out {output} > {log} 2>&1"
 
 
 rule sweep_blocks:

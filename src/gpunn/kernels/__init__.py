@@ -1,11 +1,13 @@
 """numba.cuda kernels of gpunn, one module per op (llm.c ``dev/cuda`` style: numbered versions, a small
 launcher each, a dispatcher, and the CPU reference in the same file).
 
-* ``gemm``: ``C = op(A) @ op(B)`` (+ bias, + ReLU): naive, shared-memory tiles, register-blocked.
+* ``gemm``: ``C = op(A) @ op(B)`` (+ bias, + ReLU, or a ReLU-backward mask): naive, 16x16 shared-memory
+  tiles, register-blocked 64x64 and 128x128 tiles.
 * ``elementwise``: element-wise activations and their gradients.
 * ``softmax``: row-wise softmax and softmax cross-entropy.
 * ``reduce``: sums and reductions (e.g. bias gradients).
 * ``sgd``: the SGD parameter update.
+* ``launch``: bound launches (grid, block and arguments fixed once) that training steps replay or capture.
 
 Nothing is imported here, so ``import gpunn.kernels`` does not pull in numba; import the op modules
 directly (``from gpunn.kernels import gemm``).
