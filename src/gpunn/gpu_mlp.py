@@ -91,7 +91,7 @@ class _GpuMlp:
         self.model = model
         self.lr = float(lr)
         layout = {name: (offset, tuple(shape)) for name, offset, shape in model.layout()}
-        (w1_name, w1), (b1_name, b1), (w2_name, w2), (b2_name, b2) = sorted(layout.items(), key=lambda kv: kv[1][0])
+        w1, b1, w2, b2 = sorted(layout.values())  # (offset, shape) of W1, b1, W2, b2 in buffer order
         self.in_features, self.hidden = w1[1]
         self.classes = w2[1][1]
         if b1[0] != w1[0] + self.in_features * self.hidden or b2[0] != w2[0] + self.hidden * self.classes:
@@ -137,7 +137,9 @@ class _GpuMlp:
             self.stream.synchronize()
 
     def _load_batch(self, rows: int, xb: np.ndarray, target: np.ndarray) -> _Program:
-        program = self._programs.get(rows) or self._programs.setdefault(rows, self._host_program(rows))
+        if rows not in self._programs:
+            self._programs[rows] = self._host_program(rows)
+        program = self._programs[rows]
         program.x.copy_to_device(np.ascontiguousarray(xb.reshape(rows, -1), dtype=np.float32), stream=self.stream)
         program.y.copy_to_device(np.asarray(target, dtype=np.int32), stream=self.stream)
         return program
@@ -168,8 +170,9 @@ class _GpuMlp:
 
     def predict(self, xb: np.ndarray) -> np.ndarray:
         rows = len(xb)
-        predictor = self._predictors.get(rows) or self._predictors.setdefault(rows, self._predictor(rows))
-        x, z, launches = predictor
+        if rows not in self._predictors:
+            self._predictors[rows] = self._predictor(rows)
+        x, z, launches = self._predictors[rows]
         x.copy_to_device(np.ascontiguousarray(xb.reshape(rows, -1), dtype=np.float32))
         for launch in launches:
             launch()
@@ -334,11 +337,11 @@ class GpuFusedMlp(_GpuMlp):
         slices = batch_slices(n, batch)
         programs = []
         for s, e in slices:
-            rows = e - s
-            if rows not in self._epoch_programs:
-                self._epoch_programs[rows] = self._resident_program(source, labels, order_d, self.counter, batch,
-                                                                    rows, losses)
-            programs.append(self._epoch_programs[rows])
+            key = (e - s, batch)  # the rows of this step, and the stride its batch position is counted in
+            if key not in self._epoch_programs:
+                self._epoch_programs[key] = self._resident_program(source, labels, order_d, self.counter, batch,
+                                                                   e - s, losses)
+            programs.append(self._epoch_programs[key])
         if len(self.epoch_clock.times) != 2 * len(slices) + 1:
             self.epoch_clock = _Clock(self.stream, 2 * len(slices) + 1)
         order_d.copy_to_device(np.asarray(order, dtype=np.int32), stream=self.stream)
