@@ -39,8 +39,28 @@ __all__ = [
 
 # --------------------------------------------------------------------------------------------- kernels
 @functools.cache
+def _block_sum(block: int):
+    """Device function: the sum of buf[0:block] (shared, one value per thread), by a fixed-order tree, so the
+    result is bitwise deterministic. Every thread of the block must call it."""
+
+    @cuda.jit(device=True)
+    def block_sum(buf, t):
+        cuda.syncthreads()
+        s = block // 2
+        while s > 0:
+            if t < s:
+                buf[t] += buf[t + s]
+            cuda.syncthreads()
+            s //= 2
+        return buf[0]
+
+    return block_sum
+
+
+@functools.cache
 def _row_kernels(block: int):
     """Kernels for one (power-of-two) block size: (softmax_rows, softmax_ce_grad)."""
+    block_sum = _block_sum(block)
 
     @cuda.jit(device=True)
     def row_max_and_sum(x, row, cols, buf):
@@ -64,15 +84,7 @@ def _row_kernels(block: int):
         for j in range(t, cols, block):
             acc += math.exp(x[row, j] - rowmax)
         buf[t] = acc
-        cuda.syncthreads()
-        s = block // 2
-        while s > 0:
-            if t < s:
-                buf[t] += buf[t + s]
-            cuda.syncthreads()
-            s //= 2
-        total = buf[0]
-        return rowmax, total
+        return rowmax, block_sum(buf, t)
 
     @cuda.jit
     def softmax_rows_kernel(x, out, cols):
@@ -109,6 +121,8 @@ def _row_kernels(block: int):
 
 @functools.cache
 def _loss_mean_kernel(block: int):
+    block_sum = _block_sum(block)
+
     @cuda.jit
     def loss_mean_kernel(losses, out, n):
         buf = cuda.shared.array(block, float32)
@@ -117,15 +131,9 @@ def _loss_mean_kernel(block: int):
         for i in range(t, n, block):
             acc += losses[i]
         buf[t] = acc
-        cuda.syncthreads()
-        s = block // 2
-        while s > 0:
-            if t < s:
-                buf[t] += buf[t + s]
-            cuda.syncthreads()
-            s //= 2
+        total = block_sum(buf, t)
         if t == 0:
-            out[0] = buf[0] / float32(n)
+            out[0] = total / float32(n)
 
     return loss_mean_kernel
 
