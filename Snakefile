@@ -2,7 +2,8 @@
 #   snakemake --cores 4                                   everything enabled in config/config.yaml
 #   snakemake --cores 2 --configfile config/smoke.yaml    the same DAG on tiny offline data
 #   snakemake --cores 4 e1                                one experiment (see --list-target-rules)
-# The logic lives in src/gpunn; rules only call its command line. Paths are described in the README.
+# The logic lives in src/gpunn; rules only call its command line. Paths are described in the README: every
+# output goes under config key results_dir (default results/), measured ones also under the machine's name.
 
 from snakemake.utils import min_version
 
@@ -22,46 +23,46 @@ include: "workflow/rules/report.smk"
 rule all:
     localrule: True
     input:
-        [report_outputs(config, e) for e in enabled_experiments(config)],
+        target_inputs(enabled_experiments(config)),
 
 
 rule e1:
     """E1: MLP 784-256-10 on MNIST per variant: time, accuracy, speedups, loss curves."""
     localrule: True
     input:
-        report_outputs(config, "e1"),
+        target_inputs(["e1"]),
 
 
 rule e2:
     """E2: MLP hidden x batch sweep on the 37 800 / 4 200 split: train, forward, backward time, accuracy."""
     localrule: True
     input:
-        report_outputs(config, "e2"),
+        target_inputs(["e2"]),
 
 
 rule e3:
     """E3: MLP forward / backward / step time per batch size and variant."""
     localrule: True
     input:
-        report_outputs(config, "e3"),
+        target_inputs(["e3"]),
 
 
 rule e4:
     """E4: CNN on MNIST and Fashion-MNIST per variant."""
     localrule: True
     input:
-        report_outputs(config, "e4"),
+        target_inputs(["e4"]),
 
 
 rule e5:
     """E5: convolutional autoencoder on CIFAR-10: epoch time, MSE, reconstructions."""
     localrule: True
     input:
-        report_outputs(config, "e5"),
+        target_inputs(["e5"]),
 
 
 rule e6:
     """E6: RBF SVM on the autoencoder's encoder features: accuracy, confusion matrix."""
     localrule: True
     input:
-        report_outputs(config, "e6"),
+        target_inputs(["e6"]),

@@ -14,3 +14,13 @@ if shutil.which("nvidia-smi") is None:
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 # Tiny test grids trigger numba's low-occupancy warnings; they are noise here.
 os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
+
+import pytest  # noqa: E402
+
+from snakemake_helpers import copy_workflow  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def workflow_copy(tmp_path_factory):
+    """A copy of the workflow of this checkout in a temporary folder (see snakemake_helpers.copy_workflow)."""
+    return copy_workflow(tmp_path_factory.mktemp("workflow"))

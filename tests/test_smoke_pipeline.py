@@ -6,9 +6,6 @@ where cpu-numpy ends, the SVM ran on real encoder features, reruns are no-ops.
 """
 
 import json
-import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,34 +13,34 @@ import numpy as np
 import pandas as pd
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from snakemake_helpers import copy_workflow
+from snakemake_helpers import run_snakemake as _run_snakemake
+
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 E1_VARIANTS = ["cpu-numpy", "cpu-serial", "gpu-naive", "gpu-tiled", "gpu-fused"]  # config/smoke.yaml
 
 
+# config/smoke.yaml: results_dir results/smoke; GPU jobs under the simulator, so measured outputs are under
+# <stage>/cudasim/
+MACHINE = "cudasim"
+
+
 def run_snakemake(workdir: Path, *args, timeout=600):
-    bin_dir = Path(sys.executable).parent
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(Path.home()), "MPLBACKEND": "Agg"}
-    return subprocess.run([str(bin_dir / "snakemake"), "--cores", "2", "--configfile", "config/smoke.yaml", *args],
-                          cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env)
+    return _run_snakemake(workdir, "--cores", "2", "--configfile", "config/smoke.yaml", *args, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("smoke")
-    for name in ("Snakefile", "workflow", "config", "profiles", "environment.yml"):
-        src = REPO / name
-        (shutil.copytree if src.is_dir() else shutil.copy)(src, workdir / name)
-    (workdir / "src").symlink_to(REPO / "src")
+    workdir = copy_workflow(tmp_path_factory.mktemp("smoke"))
     start = time.perf_counter()
     out = run_snakemake(workdir)
     elapsed = time.perf_counter() - start
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
-    return workdir / "results", elapsed, workdir
+    return workdir / "results/smoke", elapsed, workdir
 
 
 def _runs(results: Path, pattern: str):
-    found = sorted(results.glob(f"runs/{pattern}/metrics.json"))
+    found = sorted(results.glob(f"runs/{MACHINE}/{pattern}/metrics.json"))
     assert found, f"no run matches {pattern}"
     return [json.loads(p.read_text()) for p in found]
 
@@ -63,17 +60,17 @@ def test_every_stage_left_its_outputs(smoke):
     for pattern in (*(f"digits8/standard/mlp/{variant}/*" for variant in E1_VARIANTS),
                     "*/standard/cnn/cpu-numpy/*", "synthetic_cifar10_small/standard/autoencoder/cpu-numpy/*"):
         for summary in _runs(results, pattern):
-            run = results / "runs" / summary["spec"]["path"]
+            run = results / "runs" / MACHINE / summary["spec"]["path"]
             frame = pd.read_csv(run / "metrics.csv")
             assert list(frame["epoch"]) == list(range(1, summary["spec"]["epochs"] + 1))
             assert np.isfinite(frame[["train_loss", "test_loss", "epoch_time_s"]].to_numpy()).all()
             assert (run / "weights.npz").is_file()
-    e3_variants = set(pd.read_csv(results / "report/e3/summary.csv")["variant"])
+    e3_variants = set(pd.read_csv(results / f"report/{MACHINE}/e3/summary.csv")["variant"])
     assert e3_variants == {"cpu-numpy", "cpu-serial", "gpu-fused"}  # time_batches ran a GPU variant (simulated)
     for experiment, figures in {"e1": ["loss_curves", "samples", "epoch_time"],
                                 "e2": ["heatmaps", "forward_backward"], "e3": ["batch_timing", "block_sweep"],
                                 "e4": ["loss_curves"], "e5": ["loss_curves", "reconstructions"], "e6": []}.items():
-        report = results / "report" / experiment
+        report = results / "report" / MACHINE / experiment
         table = pd.read_csv(report / "summary.csv")
         assert len(table) >= 1
         assert (report / "summary.md").read_text().count("\n|") >= len(table)
@@ -112,11 +109,11 @@ def test_e1_variants_end_where_cpu_numpy_ends(smoke, variant):
 
 def test_svm_on_encoder_features(smoke):
     results, _, _ = smoke
-    (features_dir,) = [p.parent for p in results.glob("features/**/train_features.npy")]
+    (features_dir,) = [p.parent for p in results.glob(f"features/{MACHINE}/**/train_features.npy")]
     train = np.load(features_dir / "train_features.npy")
     assert train.dtype == np.float32 and train.ndim == 2 and train.shape[1] == 8 * 8 * 8  # latent C x H/4 x W/4
     assert len(np.load(features_dir / "train_labels.npy")) == len(train)
-    (metrics_path,) = results.glob("svm/**/metrics.json")
+    (metrics_path,) = results.glob(f"svm/{MACHINE}/**/metrics.json")
     metrics = json.loads(metrics_path.read_text())
     assert metrics["n_train"] == 1000 and metrics["test_accuracy"] > 0.2  # 10 classes: chance is 0.1
     confusion = pd.read_csv(metrics_path.parent / "confusion.csv", index_col=0)

@@ -1,22 +1,73 @@
-"""What the Snakemake workflow builds, derived from the (validated) config: the runs of each experiment
-and the datasets they need. Kept here, not in the Snakefile, so it is plain, testable Python.
+"""What the Snakemake workflow builds, derived from the validated config (gpunn.config): where every output
+lives, the runs of each experiment, the files each report needs, and which planned intermediate files are
+missing. Kept here, not in the Snakefile, so it is plain, testable Python.
 
-Every path is relative to the workflow's directory; see the README for the layout of results/.
+Layout (paths relative to the workflow's directory; see the README):
+    <results_dir>/offline, data/raw, data/prepared      data: the same wherever it is made
+    <results_dir>/{runs,eval,features,svm,timing,report}/<machine>/...
+                                                         measured: apart per device (`machine`: the GPU's
+                                                         name, "cudasim" under the simulator, or "cpu")
+    <results_dir>/logs/...                               one log per job
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+from pathlib import Path
 
 from gpunn.runspec import RunSpec
 
 EXPERIMENTS = ("e1", "e2", "e3", "e4", "e5", "e6")
-RESULTS = "results"
+DEFAULT_RESULTS = "results"
+DEFAULT_MACHINE = "cpu"
 
 
 def export_source_path(src: str) -> None:
     """Put `src` first on PYTHONPATH, which every job inherits, so `python -m gpunn` runs this checkout."""
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the outputs of one config go: data under `root`, measured outputs also under `machine`."""
+
+    root: str = DEFAULT_RESULTS
+    machine: str = DEFAULT_MACHINE
+
+    @classmethod
+    def of(cls, config: dict) -> "Layout":
+        return cls(config.get("results_dir", DEFAULT_RESULTS).rstrip("/") or ".",
+                   config.get("machine", DEFAULT_MACHINE))
+
+    def data(self, stage: str) -> str:
+        """offline, data/raw or data/prepared: shared by every machine."""
+        return f"{self.root}/{stage}"
+
+    def measured(self, stage: str) -> str:
+        """runs, eval, features, svm, timing, report: one folder per machine."""
+        return f"{self.root}/{stage}/{self.machine}"
+
+    def logs(self, stage: str) -> str:
+        return f"{self.root}/logs/{stage}"
+
+    def run_dir(self, spec: RunSpec) -> str:
+        return f"{self.measured('runs')}/{spec.path}"
+
+    def eval_dir(self, spec: RunSpec) -> str:
+        return f"{self.measured('eval')}/{spec.path}"
+
+    def features_dir(self, spec: RunSpec) -> str:
+        return f"{self.measured('features')}/{spec.path}"
+
+    def report_dir(self, experiment: str) -> str:
+        return f"{self.measured('report')}/{experiment}"
+
+    def raw_dir(self, dataset: str) -> str:
+        return f"{self.data('data/raw')}/{dataset}"
+
+    def prepared(self, dataset: str, split: str) -> str:
+        return f"{self.data('data/prepared')}/{dataset}/{split}.npz"
 
 
 def _as_list(value):
@@ -59,26 +110,90 @@ def enabled_experiments(config: dict) -> list[str]:
     return [e for e in EXPERIMENTS if config["experiments"][e]["enabled"]]
 
 
-def run_dir(spec: RunSpec) -> str:
-    return f"{RESULTS}/runs/{spec.path}"
-
-
-def eval_dir(spec: RunSpec) -> str:
-    return f"{RESULTS}/eval/{spec.path}"
+def block_sweep_enabled(config: dict) -> bool:
+    """E3's kernel block-size sweep needs a GPU (or the simulator): dropped with gpu.enabled false."""
+    return bool(config.get("gpu", {}).get("enabled", True))
 
 
 def report_outputs(config: dict, experiment: str) -> list[str]:
     """The files a report step writes (the experiment's target files)."""
-    base = f"{RESULTS}/report/{experiment}"
+    base = Layout.of(config).report_dir(experiment)
     exp = config["experiments"][experiment]
-    tables = ["summary"] + {"e2": ["paper_table"], "e3": ["blocks"]}.get(experiment, [])
+    sweep = experiment == "e3" and block_sweep_enabled(config)
+    tables = ["summary"] + {"e2": ["paper_table"], "e3": ["blocks"] if sweep else []}.get(experiment, [])
     figures = {
         "e1": ["loss_curves.png", "epoch_time.png", "samples.png"],
         "e2": ["heatmaps.png", "forward_backward.png"],
-        "e3": ["batch_timing.png", "block_sweep.png"],
+        "e3": ["batch_timing.png"] + (["block_sweep.png"] if sweep else []),
         "e4": ["loss_curves.png"] + [f"samples_{d}.png" for d in exp.get("datasets", [])],
         "e5": ["loss_curves.png", "reconstructions.png"],
         "e6": [],
     }[experiment]
     table_files = [f"{base}/{table}.{ext}" for table in tables for ext in ("csv", "md")]
     return table_files + [f"{base}/{name}" for name in figures]
+
+
+def experiment_data(config: dict, experiment: str) -> list[tuple[str, str]]:
+    """(dataset, split) pairs an experiment's runs train on."""
+    return list(dict.fromkeys((r.dataset, r.split) for r in experiment_runs(config, experiment)))
+
+
+def raw_outputs(config: dict, dataset: str) -> list[str]:
+    """The files the download step leaves for a dataset: its registry files, then manifest.json."""
+    from gpunn.data.integrity import MANIFEST
+    from gpunn.data.registry import get_dataset
+
+    raw = Layout.of(config).raw_dir(dataset)
+    return [f"{raw}/{name}" for name in get_dataset(dataset).files] + [f"{raw}/{MANIFEST}"]
+
+
+RUN_FILES = ("metrics.json", "metrics.csv", "weights.npz")
+EVAL_FILES = ("eval.json", "samples.npz", "predictions.npy")
+FEATURE_FILES = tuple(f"{part}_{kind}.npy" for part in ("train", "test") for kind in ("features", "labels"))
+
+
+def report_inputs(config: dict, experiment: str) -> dict[str, list[str]]:
+    """Input files of one experiment's report, by kind: runs (metrics.json), evals (eval.json of the first
+    listed variant, the reference, per dataset: its sample figure), timings and blocks (E3 CSVs), svm (E6)."""
+    layout = Layout.of(config)
+    if experiment == "e3":
+        timing = layout.measured("timing")
+        inputs = {"timings": [f"{timing}/e3/{v}.csv" for v in config["experiments"]["e3"]["variants"]]}
+        if block_sweep_enabled(config):
+            inputs["blocks"] = [f"{timing}/e3/blocks.csv"]
+        return inputs
+    if experiment == "e6":
+        return {"svm": [f"{layout.measured('svm')}/{e6_run(config).path}/metrics.json"]}
+    runs = experiment_runs(config, experiment)
+    inputs = {"runs": [f"{layout.run_dir(r)}/metrics.json" for r in runs]}
+    if experiment in ("e1", "e4", "e5"):
+        shown = {}
+        for r in runs:
+            shown.setdefault(r.dataset, r)
+        inputs["evals"] = [f"{layout.eval_dir(r)}/eval.json" for r in shown.values()]
+    return inputs
+
+
+def planned_intermediates(config: dict, experiment: str) -> list[str]:
+    """Every file the experiment's report depends on through the DAG, upstream first: raw files, prepared
+    splits, run outputs, the evaluations the report shows and (E6) encoder features."""
+    layout = Layout.of(config)
+    files: list[str] = []
+    for dataset, split in experiment_data(config, experiment):
+        files += raw_outputs(config, dataset) + [layout.prepared(dataset, split)]
+    for spec in experiment_runs(config, experiment):
+        files += [f"{layout.run_dir(spec)}/{name}" for name in RUN_FILES]
+        if experiment == "e6":
+            files += [f"{layout.features_dir(spec)}/{name}" for name in FEATURE_FILES]
+    for eval_json in report_inputs(config, experiment).get("evals", []):
+        files += [f"{os.path.dirname(eval_json)}/{name}" for name in EVAL_FILES]
+    return list(dict.fromkeys(files))
+
+
+def missing_intermediates(config: dict, experiments, workdir: str | Path = ".") -> list[str]:
+    """Planned intermediate files of the experiments that are absent. Snakemake would not remake them while
+    what depends on them is up to date; the workflow lists them as inputs of its target rules, so removing
+    a file reruns the job that makes it and, after it, everything that depends on it (and nothing else)."""
+    workdir = Path(workdir)
+    planned = dict.fromkeys(f for e in experiments for f in planned_intermediates(config, e))
+    return [f for f in planned if not (workdir / f).exists()]

@@ -122,3 +122,21 @@ def make_backend(variant: str, model, model_name: str, lr: float):
     if model_name not in models:
         raise GpunnError(f"variant {variant} supports {', '.join(models)}, not {model_name}")
     return factory(model, model_name, lr)
+
+
+# Facts about variants that the config check and the workflow read (instead of rules on their names).
+# gpu-graph captures CUDA graphs, which numba's CUDA simulator lacks.
+_NOT_ON_SIMULATOR = frozenset({"gpu-graph"})
+
+
+def supported_models(variant: str) -> tuple[str, ...]:
+    return VARIANTS[variant][1]
+
+
+def variant_uses_gpu(variant: str) -> bool:
+    return variant.startswith("gpu-")
+
+
+def runs_on_simulator(variant: str) -> bool:
+    """Whether a GPU variant can run under numba's CUDA simulator (CPU variants need no GPU at all)."""
+    return variant not in _NOT_ON_SIMULATOR

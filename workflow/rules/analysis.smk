@@ -1,26 +1,28 @@
 # Stage 3: encoder features of the autoencoder and the SVM on them (E6).
 
-FEATURES = [f"results/features/{RUN}/{part}_{kind}.npy" for part in ("train", "test") for kind in ("features", "labels")]
+FEATURES = [f"{R}/features/{M}/{RUN}/{name}" for name in FEATURE_FILES]
 
 
 rule features:
     """Encoder outputs (.npy, float32, N x 8192 for the real autoencoder) for the train and test splits."""
     input:
-        weights=f"results/runs/{RUN}/weights.npz",
-        data="results/data/prepared/{dataset}/{split}.npz",
+        weights=f"{R}/runs/{M}/{RUN}/weights.npz",
+        data=f"{R}/data/prepared/{{dataset}}/{{split}}.npz",
     output:
         FEATURES,
     log:
-        f"results/logs/features/{RUN}.log",
+        f"{R}/logs/features/{M}/{RUN}.log",
     params:
         run=run_path,
+        runs=f"{R}/runs/{M}",
+        out=f"{R}/features/{M}",
         train_limit=config["experiments"]["e6"]["feature_train_limit"],
     threads: config["threads"]
     conda:
         ENV_FILE
     shell:
-        "python -m gpunn features --run results/runs/{params.run} --data {input.data} "
-        "--out results/features/{params.run} --train-limit {params.train_limit} 2>&1 | tee {log}"
+        "python -m gpunn features --run {params.runs}/{params.run} --data {input.data} "
+        "--out {params.out}/{params.run} --train-limit {params.train_limit} 2>&1 | tee {log}"
 
 
 rule svm:
@@ -28,14 +30,16 @@ rule svm:
     input:
         FEATURES,
     output:
-        metrics=f"results/svm/{RUN}/metrics.json",
-        confusion=f"results/svm/{RUN}/confusion.csv",
-        per_class=f"results/svm/{RUN}/per_class.csv",
-        figure=report(f"results/svm/{RUN}/confusion.png", caption="../report/confusion.rst", category="E6"),
+        metrics=f"{R}/svm/{M}/{RUN}/metrics.json",
+        confusion=f"{R}/svm/{M}/{RUN}/confusion.csv",
+        per_class=f"{R}/svm/{M}/{RUN}/per_class.csv",
+        figure=report(f"{R}/svm/{M}/{RUN}/confusion.png", caption="../report/confusion.rst", category="E6"),
     log:
-        f"results/logs/svm/{RUN}.log",
+        f"{R}/logs/svm/{M}/{RUN}.log",
     params:
         run=run_path,
+        features=f"{R}/features/{M}",
+        out=f"{R}/svm/{M}",
         e6=config["experiments"]["e6"],
         class_names=lambda wc: ",".join(DATASETS[wc.dataset].class_names),
     threads: config["threads"]
@@ -44,7 +48,7 @@ rule svm:
     conda:
         ENV_FILE
     shell:
-        "python -m gpunn svm --features results/features/{params.run} --out results/svm/{params.run}"
+        "python -m gpunn svm --features {params.features}/{params.run} --out {params.out}/{params.run}"
         " --train-subset {params.e6[train_subset]} --test-subset {params.e6[test_subset]}"
         " --method {params.e6[method]} --C {params.e6[C]} --gamma {params.e6[gamma]}"
         " --components {params.e6[components]} --seed {params.e6[seed]} --class-names {params.class_names:q}"

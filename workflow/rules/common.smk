@@ -1,32 +1,57 @@
-# Helpers shared by the rules (no rules here): config validation, wildcard constraints, input functions.
+# Helpers shared by the rules (no rules here): the config check, the output layout, wildcard constraints,
+# input functions and the integrity checks that decide what must be remade.
 
 import os
 import sys
-
-from snakemake.utils import validate
 
 # The workflow and its jobs use the gpunn package of this checkout, installed or not (e.g. jobs in a
 # --use-conda environment built from environment.yml): PYTHONPATH is inherited by every job.
 _SRC = os.path.join(workflow.basedir, "src")
 sys.path.insert(0, _SRC)
 
+from gpunn.config import load_config, load_schema
 from gpunn.data.registry import DATASETS
+from gpunn.errors import GpunnError
 from gpunn.pipeline import (
     EXPERIMENTS,
-    export_source_path,
+    FEATURE_FILES,
+    Layout,
     e6_run,
     enabled_experiments,
-    eval_dir,
-    experiment_runs,
+    experiment_data,
+    export_source_path,
+    missing_intermediates,
+    raw_outputs,
+    report_inputs,
     report_outputs,
-    run_dir,
 )
+from gpunn.variants import variant_uses_gpu
 
 
-validate(config, schema="../schemas/config.schema.yaml", set_default=True)
+def _checked_config():
+    """The config validated against the schema and the registries, or one line and exit 1 (no traceback,
+    no schema dump, before any job is planned)."""
+    try:
+        checked = load_config(dict(config), load_schema(os.path.join(workflow.basedir, "workflow/schemas/config.schema.yaml")),
+                              log=lambda line: print(line, file=sys.stderr))
+    except GpunnError as exc:
+        print(f"gpunn: config error: {exc}", file=sys.stderr)
+        sys.exit(1)
+    config.clear()
+    config.update(checked)
+
+
+_checked_config()
 export_source_path(_SRC)
-
+LAYOUT = Layout.of(config)
+R = LAYOUT.root  # data outputs: <results_dir>/...
+M = LAYOUT.machine  # measured outputs: <results_dir>/<stage>/<machine>/...
 ENV_FILE = "../../environment.yml"
+
+# Download options change where files come from, never what they are (every file is md5-verified), so they
+# reach the download jobs through the environment rather than as params: changing them reruns nothing.
+os.environ["GPUNN_MIRRORS"] = config["data"]["mirror_dir"]
+os.environ["GPUNN_DOWNLOAD_TIMEOUT"] = str(config["data"]["timeout_s"])
 
 
 wildcard_constraints:
@@ -52,7 +77,7 @@ def cpu_threads(wildcards):
 
 
 def uses_gpu(wildcards):
-    return 1 if wildcards.variant.startswith("gpu") else 0
+    return 1 if variant_uses_gpu(wildcards.variant) else 0
 
 
 def gpu_env(gpu_job):
@@ -65,33 +90,28 @@ def variant_env(wildcards):
 
 
 def download_input(wildcards):
-    return [f"results/offline/{wildcards.dataset}/manifest.json"] if DATASETS[wildcards.dataset].offline else []
+    return [f"{R}/offline/{wildcards.dataset}/manifest.json"] if DATASETS[wildcards.dataset].offline else []
 
 
-def download_mirrors(wildcards):
-    mirrors = [config["data"]["mirror_dir"]] if config["data"]["mirror_dir"] else []
-    if DATASETS[wildcards.dataset].offline:
-        mirrors.append(f"results/offline/{wildcards.dataset}")
-    return " ".join(f"--mirror {m}" for m in mirrors)
+def offline_mirror(wildcards):
+    """The folder an offline dataset is generated into, tried as a mirror (after config data.mirror_dir)."""
+    return f"--mirror {R}/offline/{wildcards.dataset}" if DATASETS[wildcards.dataset].offline else ""
 
 
-def report_inputs(experiment):
-    """Input files of one experiment's report, by kind (runs, evals, timings, blocks, svm)."""
-    if experiment == "e3":
-        return {
-            "timings": expand("results/timing/e3/{variant}.csv", variant=config["experiments"]["e3"]["variants"]),
-            "blocks": ["results/timing/e3/blocks.csv"],
-        }
-    if experiment == "e6":
-        return {"svm": [f"results/svm/{e6_run(config).path}/metrics.json"]}
-    runs = experiment_runs(config, experiment)
-    inputs = {"runs": [f"{run_dir(r)}/metrics.json" for r in runs]}
-    if experiment in ("e1", "e4", "e5"):
-        shown = {}  # sample figures from the first listed variant (the reference) of each dataset
-        for r in runs:
-            shown.setdefault(r.dataset, r)
-        inputs["evals"] = [f"{eval_dir(r)}/eval.json" for r in shown.values()]
-    return inputs
+# The raw files of each on-disk format (what the download rules of workflow/rules/data.smk write).
+RAW_FILES_BY_KIND = {}
+for _spec in DATASETS.values():
+    RAW_FILES_BY_KIND.setdefault(_spec.kind, tuple(_spec.files))
+
+
+def raw_files(wildcards):
+    return raw_outputs(config, wildcards.dataset)
+
+
+def split_options(wildcards):
+    """Only E2's split depends on splits.e2: the standard split's jobs never see (nor rerun for) it."""
+    e2 = config["splits"]["e2"]
+    return f"--e2-train {e2['train']} --e2-test {e2['test']} --seed {e2['seed']}" if wildcards.split == "e2" else ""
 
 
 # Report inputs passed as the CSV files themselves; every other kind is passed as the folder holding the file.
@@ -113,3 +133,32 @@ def report_files(experiment):
     for path in report_outputs(config, experiment):
         files.append(report(path, caption="../report/figure.rst", category=experiment.upper()) if path.endswith(".png") else path)
     return files
+
+
+def invalidate_changed_downloads(experiments):
+    """A raw file that no longer matches its manifest (edited, replaced, truncated) makes that manifest a lie:
+    remove the manifest, so the download job reruns (re-verifying every file and re-fetching the bad ones)
+    and, after it, everything that depends on the dataset. Runs once, in the main Snakemake process."""
+    from gpunn.data.integrity import MANIFEST, raw_status
+
+    datasets = dict.fromkeys(d for e in experiments for d, _ in experiment_data(config, e))
+    for dataset in datasets:
+        raw = LAYOUT.raw_dir(dataset)
+        manifest = os.path.join(raw, MANIFEST)
+        if not os.path.exists(manifest):
+            continue
+        bad = {name: state for name, state in raw_status(dataset, raw).items() if state != "ok"}
+        if bad:
+            listed = ", ".join(f"{name} ({state})" for name, state in bad.items())
+            print(f"gpunn: {raw}: {listed} no longer match {MANIFEST}; it is fetched again, and what depends "
+                  "on it rerun", file=sys.stderr)
+            os.remove(manifest)
+
+
+def target_inputs(experiments):
+    """What a target rule asks for: the experiments' reports, and every planned intermediate file that is
+    missing, so that removing one reruns it and what depends on it (see gpunn.pipeline.missing_intermediates)."""
+    if workflow.is_main_process:
+        invalidate_changed_downloads(experiments)
+    files = [f for e in experiments for f in report_outputs(config, e)]
+    return files + missing_intermediates(config, experiments)

@@ -1,50 +1,65 @@
 # Stage 1: data. Offline datasets are generated in their true on-disk formats, then every dataset goes
-# through the same download (md5-verified, mirrors in order) and prepare (parse, check, cache) steps.
+# through the same download (md5-verified, mirrors in order) and prepare (verify, parse, check, cache) steps.
+# Data outputs are shared by every machine: <results_dir>/offline, data/raw, data/prepared.
 
 
 rule make_offline:
     """Write an offline dataset (synthetic_*, digits*) as IDX gzip / CIFAR-10 binary tar.gz."""
     output:
-        "results/offline/{dataset}/manifest.json",
+        f"{R}/offline/{{dataset}}/manifest.json",
     log:
-        "results/logs/make_offline/{dataset}.log",
-    conda:
-        ENV_FILE
-    shell:
-        "python -m gpunn make-offline {wildcards.dataset} --out results/offline/{wildcards.dataset} > {log} 2>&1"
-
-
-rule download:
-    """Fetch and md5-verify a dataset's files: config data.mirror_dir first, then the known mirrors."""
-    input:
-        download_input,
-    output:
-        "results/data/raw/{dataset}/manifest.json",
-    log:
-        "results/logs/download/{dataset}.log",
+        f"{R}/logs/make_offline/{{dataset}}.log",
     params:
-        mirrors=download_mirrors,
-        timeout=config["data"]["timeout_s"],
+        out=f"{R}/offline",
     conda:
         ENV_FILE
     shell:
-        "python -m gpunn download {wildcards.dataset} --dest results/data/raw/{wildcards.dataset} {params.mirrors} "
-        "--timeout {params.timeout} 2>&1 | tee {log}"
+        "python -m gpunn make-offline {wildcards.dataset} --out {params.out}/{wildcards.dataset} 2>&1 | tee {log}"
+
+
+# One download rule per file format, since a rule's outputs cannot depend on the dataset: the outputs are the
+# files themselves (removing one re-fetches it) and manifest.json, which marks a complete, verified download.
+for _kind, _names in RAW_FILES_BY_KIND.items():
+
+    rule:
+        name:
+            f"download_{_kind}"
+        input:
+            download_input,
+        output:
+            manifest=f"{R}/data/raw/{{dataset}}/manifest.json",
+            files=[f"{R}/data/raw/{{dataset}}/{name}" for name in _names],
+        log:
+            f"{R}/logs/download/{{dataset}}.log",
+        wildcard_constraints:
+            dataset="|".join(n for n, spec in DATASETS.items() if spec.kind == _kind),
+        params:
+            dest=f"{R}/data/raw",
+            offline=offline_mirror,
+        conda:
+            ENV_FILE
+        shell:
+            # the mirror folder and timeout come from the environment (common.smk), not params: changing them
+            # reruns nothing, since every file is verified against its checksums whatever its source
+            "python -m gpunn download {wildcards.dataset} --dest {params.dest}/{wildcards.dataset} "
+            '${{GPUNN_MIRRORS:+--mirror "$GPUNN_MIRRORS"}} {params.offline} --timeout "${{GPUNN_DOWNLOAD_TIMEOUT:-30}}" '
+            "2>&1 | tee {log}"
 
 
 rule prepare:
-    """Parse and check a dataset, cache one split (standard, or E2's sub-split of the training set)."""
+    """Verify a dataset's raw files against its manifest and the registry, parse and check them, cache one
+    split (standard, or E2's sub-split of the training set)."""
     input:
-        "results/data/raw/{dataset}/manifest.json",
+        raw_files,
     output:
-        "results/data/prepared/{dataset}/{split}.npz",
+        f"{R}/data/prepared/{{dataset}}/{{split}}.npz",
     log:
-        "results/logs/prepare/{dataset}/{split}.log",
+        f"{R}/logs/prepare/{{dataset}}/{{split}}.log",
     params:
-        e2=config["splits"]["e2"],
+        raw=f"{R}/data/raw",
+        split=split_options,
     conda:
         ENV_FILE
     shell:
-        "python -m gpunn prepare {wildcards.dataset} --raw results/data/raw/{wildcards.dataset} --out {output} "
-        "--split {wildcards.split} --e2-train {params.e2[train]} --e2-test {params.e2[test]} "
-        "--seed {params.e2[seed]} > {log} 2>&1"
+        "python -m gpunn prepare {wildcards.dataset} --raw {params.raw}/{wildcards.dataset} --out {output} "
+        "--split {wildcards.split} {params.split} 2>&1 | tee {log}"

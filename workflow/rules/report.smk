@@ -1,4 +1,4 @@
-# Stage 4: per-experiment summary tables (CSV + Markdown) and figures under results/report/<experiment>/.
+# Stage 4: per-experiment summary tables (CSV + Markdown) and figures under <results_dir>/report/<machine>/<eN>/.
 # One rule per experiment (report_e1 .. report_e6), since each has its own inputs and figures.
 
 
@@ -8,15 +8,16 @@ for _experiment in EXPERIMENTS:
         name:
             f"report_{_experiment}"
         input:
-            **report_inputs(_experiment),
+            **report_inputs(config, _experiment),
         output:
             report_files(_experiment),
         log:
-            f"results/logs/report/{_experiment}.log",
+            f"{R}/logs/report/{M}/{_experiment}.log",
         params:
             experiment=_experiment,
-            args=report_args(report_inputs(_experiment)),
+            out=LAYOUT.report_dir(_experiment),
+            args=report_args(report_inputs(config, _experiment)),
         conda:
             ENV_FILE
         shell:
-            "python -m gpunn report {params.experiment} --out results/report/{params.experiment} {params.args} > {log} 2>&1"
+            "python -m gpunn report {params.experiment} --out {params.out} {params.args} 2>&1 | tee {log}"

@@ -1,20 +1,22 @@
 # Stage 2: training and evaluation. One rule serves every dataset, model, variant and hyperparameter set:
 # GPU variants and sweeps are new wildcard values. Training is timed, so at most one runs at a time
-# (resource `timing`, limited to 1 in profiles/default).
+# (resource `timing`, limited to 1 in profiles/default; gpunn's own machine-wide lock keeps timed jobs of
+# other pipelines out too). Measured outputs go under <results_dir>/<stage>/<machine>/.
 
 
 rule train:
-    """Train one run; metrics.csv has one row per epoch."""
+    """Train one run; metrics.csv has one row per epoch, metrics.json the summary and provenance."""
     input:
-        "results/data/prepared/{dataset}/{split}.npz",
+        f"{R}/data/prepared/{{dataset}}/{{split}}.npz",
     output:
-        metrics=f"results/runs/{RUN}/metrics.json",
-        curve=f"results/runs/{RUN}/metrics.csv",
-        weights=f"results/runs/{RUN}/weights.npz",
+        metrics=f"{R}/runs/{M}/{RUN}/metrics.json",
+        curve=f"{R}/runs/{M}/{RUN}/metrics.csv",
+        weights=f"{R}/runs/{M}/{RUN}/weights.npz",
     log:
-        f"results/logs/train/{RUN}.log",
+        f"{R}/logs/train/{M}/{RUN}.log",
     params:
         run=run_path,
+        out=f"{R}/runs/{M}",
         env=variant_env,
     threads: cpu_threads
     resources:
@@ -23,36 +25,38 @@ rule train:
     conda:
         ENV_FILE
     shell:
-        "{params.env}python -m gpunn train {params.run} --data {input} --out results/runs/{params.run} 2>&1 | tee {log}"
+        "{params.env}python -m gpunn train {params.run} --data {input} --out {params.out}/{params.run} 2>&1 | tee {log}"
 
 
 rule evaluate:
     """Test-set metrics, per-class accuracy, confusion matrix and sample outputs of a trained run."""
     input:
-        weights=f"results/runs/{RUN}/weights.npz",
-        data="results/data/prepared/{dataset}/{split}.npz",
+        weights=f"{R}/runs/{M}/{RUN}/weights.npz",
+        data=f"{R}/data/prepared/{{dataset}}/{{split}}.npz",
     output:
-        f"results/eval/{RUN}/eval.json",
-        f"results/eval/{RUN}/samples.npz",
-        f"results/eval/{RUN}/predictions.npy",
+        f"{R}/eval/{M}/{RUN}/eval.json",
+        f"{R}/eval/{M}/{RUN}/samples.npz",
+        f"{R}/eval/{M}/{RUN}/predictions.npy",
     log:
-        f"results/logs/evaluate/{RUN}.log",
+        f"{R}/logs/evaluate/{M}/{RUN}.log",
     params:
         run=run_path,
+        runs=f"{R}/runs/{M}",
+        out=f"{R}/eval/{M}",
     threads: config["threads"]
     conda:
         ENV_FILE
     shell:
-        "python -m gpunn evaluate --run results/runs/{params.run} --data {input.data} "
-        "--out results/eval/{params.run} > {log} 2>&1"
+        "python -m gpunn evaluate --run {params.runs}/{params.run} --data {input.data} "
+        "--out {params.out}/{params.run} 2>&1 | tee {log}"
 
 
 rule time_batches:
     """E3: forward, backward and step time of the MLP per batch size, for one variant."""
     output:
-        "results/timing/e3/{variant}.csv",
+        f"{R}/timing/{M}/e3/{{variant}}.csv",
     log:
-        "results/logs/time_batches/{variant}.log",
+        f"{R}/logs/time_batches/{M}/{{variant}}.log",
     params:
         e3=config["experiments"]["e3"],
         batches=",".join(str(b) for b in config["experiments"]["e3"]["batches"]),
@@ -65,15 +69,16 @@ rule time_batches:
         ENV_FILE
     shell:
         "{params.env}python -m gpunn time-batches --variants {wildcards.variant} --batches {params.batches} "
-        "--hidden {params.e3[hidden]} --features {params.e3[features]} --repeats {params.e3[repeats]} --out {output} > {log} 2>&1"
+        "--hidden {params.e3[hidden]} --features {params.e3[features]} --repeats {params.e3[repeats]} --out {output} "
+        "2>&1 | tee {log}"
 
 
 rule sweep_blocks:
     """E3: elementwise, reduction and SGD kernel time per block size and shape, each validated first."""
     output:
-        "results/timing/e3/blocks.csv",
+        f"{R}/timing/{M}/e3/blocks.csv",
     log:
-        "results/logs/sweep_blocks.log",
+        f"{R}/logs/sweep_blocks/{M}.log",
     params:
         blocks=",".join(str(b) for b in config["experiments"]["e3"]["block_sizes"]),
         shapes=",".join(config["experiments"]["e3"]["sweep_shapes"]),
@@ -87,4 +92,4 @@ rule sweep_blocks:
         ENV_FILE
     shell:
         "{params.env}python -m gpunn sweep-blocks --blocks {params.blocks} --shapes {params.shapes} "
-        "--repeats {params.repeats} --out {output} > {log} 2>&1"
+        "--repeats {params.repeats} --out {output} 2>&1 | tee {log}"

@@ -1,0 +1,29 @@
+"""Running the Snakemake workflow from tests: always in a temporary copy, never in the checkout, so that the
+tests pass whatever the checkout's own results/ and .snakemake/ hold (e.g. after the README's smoke run)."""
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+WORKFLOW_FILES = ("Snakefile", "workflow", "config", "profiles", "environment.yml")
+
+
+def copy_workflow(dest: Path) -> Path:
+    """A copy of the workflow in `dest` (its own results/ and .snakemake/), running this checkout's src/."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in WORKFLOW_FILES:
+        src = REPO / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, dest / name)
+    (dest / "src").symlink_to(REPO / "src")
+    return dest
+
+
+def run_snakemake(workdir: Path, *args, timeout=600, env_extra=None):
+    """`snakemake ARGS` in `workdir` with a minimal environment (this interpreter's bin first on PATH)."""
+    bin_dir = Path(sys.executable).parent
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(Path.home()), "MPLBACKEND": "Agg",
+           "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS": "0", **(env_extra or {})}
+    return subprocess.run([str(bin_dir / "snakemake"), *args], cwd=workdir, capture_output=True, text=True,
+                          timeout=timeout, env=env)

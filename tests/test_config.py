@@ -1,0 +1,135 @@
+"""Early validation of the pipeline config (gpunn.config): text read as numbers where the schema wants them,
+one-line errors naming the key, names checked against the dataset and variant registries, the CPU-only
+switch, the machine name that keeps measured outputs apart; and the README's `--config` examples, run."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpunn.config import load_config, machine_slug
+from gpunn.errors import GpunnError
+from gpunn.pipeline import Layout, report_inputs, report_outputs
+from snakemake_helpers import REPO, run_snakemake
+
+
+def no_gpu():
+    return None
+
+
+def load(raw, **kwargs):
+    kwargs.setdefault("gpu_name", no_gpu)
+    kwargs.setdefault("log", lambda line: None)
+    return load_config(raw, **kwargs)
+
+
+def test_defaults_fill_an_empty_config():
+    config = load({})
+    assert config["results_dir"] == "results" and config["machine"] == "cpu"
+    assert config["experiments"]["e1"]["batch"] == 64 and config["gpu"] == {"enabled": True, "simulator": False}
+
+
+@pytest.mark.parametrize("raw, key, value", [
+    ({"data": {"timeout_s": "2"}}, ("data", "timeout_s"), 2.0),                  # --config data='{timeout_s: 2}'
+    ({"experiments": {"e1": {"lr": "1e-3"}}}, ("experiments", "e1", "lr"), 1e-3),  # YAML 1.1 reads 1e-3 as text
+    ({"experiments": {"e1": {"batch": "32"}}}, ("experiments", "e1", "batch"), 32),
+    ({"experiments": {"e2": {"hidden": ["16", "32"]}}}, ("experiments", "e2", "hidden"), [16, 32]),
+    ({"gpu": {"simulator": "true"}, "experiments": {"e1": {"variants": ["cpu-numpy"]}}}, ("gpu", "simulator"), True),
+    ({"experiments": {"e6": {"gamma": "0.5"}}}, ("experiments", "e6", "gamma"), 0.5),
+    ({"experiments": {"e6": {"gamma": "auto"}}}, ("experiments", "e6", "gamma"), "auto"),
+])
+def test_numbers_and_booleans_given_as_text_are_read(raw, key, value):
+    config = load(raw)
+    for part in key:
+        config = config[part]
+    assert config == value and type(config) is type(value)
+
+
+def test_yaml_file_with_1e_minus_3(tmp_path):
+    raw = yaml.safe_load("experiments:\n  e5: {lr: 1e-3}\n")
+    assert raw["experiments"]["e5"]["lr"] == "1e-3"  # what YAML 1.1 gives
+    assert load(raw)["experiments"]["e5"]["lr"] == 0.001
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"experiments": {"e1": {"dataset": "mnistt"}}},
+     "config key experiments.e1.dataset = 'mnistt' is not a known dataset; choose one of mnist, fashion_mnist"),
+    ({"experiments": {"e4": {"datasets": ["mnist", "fashion"]}}},
+     "config key experiments.e4.datasets[1] = 'fashion' is not a known dataset"),
+    ({"experiments": {"e1": {"variants": ["CPU_NumPy"]}}},
+     "config key experiments.e1.variants = 'CPU_NumPy' is not a known variant; choose one of cpu-numpy, cpu-serial"),
+    ({"experiments": {"e2": {"variants": ["gpu-turbo"]}}}, "experiments.e2.variants = 'gpu-turbo' is not a known variant"),
+    ({"experiments": {"e4": {"variants": ["cpu-serial"]}}},
+     "config key experiments.e4.variants = 'cpu-serial' does not train the cnn; choose one of cpu-numpy"),
+    ({"experiments": {"e6": {"gamma": "banana"}}},
+     "config key experiments.e6.gamma = 'banana'; choose one of scale, auto, a positive number"),
+    ({"experiments": {"e6": {"method": "approx"}}}, "config key experiments.e6.method: 'approx' is not one of"),
+    ({"experiments": {"e6": {"variant": "gpu-fused"}}},
+     "config key experiments.e6.variant = 'gpu-fused' is not one of experiments.e5.variants; choose one of cpu-numpy"),
+    ({"experiments": {"e1": {"batch": 0}}}, "config key experiments.e1.batch: 0 is less than the minimum of 1"),
+    ({"data": {"timeout_s": "soon"}}, "config key data.timeout_s: 'soon' is not of type 'number'"),
+    ({"gpu": {"simulator": True}}, "experiments.e1.variants = 'gpu-graph' cannot run under the CUDA simulator"),
+    ({"turbo": 1}, "config key turbo is unknown; known keys here: results_dir, machine, threads"),
+    ({"experiments": {"e1": {"epoch": 3}}}, "config key experiments.e1.epoch is unknown; known keys here: enabled"),
+    ({"machine": "My GPU"}, "config key machine: 'My GPU' does not match"),
+    ({"gpu": {"enabled": False}, "experiments": {"e1": {"variants": ["gpu-fused"]}}},
+     "config key experiments.e1.variants is empty once gpu.enabled: false drops the GPU variants"),
+])
+def test_bad_values_are_one_line_naming_the_key(raw, message):
+    with pytest.raises(GpunnError) as error:
+        load(raw)
+    text = str(error.value)
+    assert message in text and "\n" not in text
+
+
+def test_cpu_only_switch_drops_every_gpu_job():
+    lines = []
+    config = load({"gpu": {"enabled": False}}, log=lines.append)
+    for exp in ("e1", "e2", "e3", "e4", "e5"):
+        assert not any(v.startswith("gpu") for v in config["experiments"][exp]["variants"])
+    assert config["experiments"]["e1"]["variants"] == ["cpu-numpy", "cpu-serial"]
+    assert "blocks" not in report_inputs(config, "e3")
+    assert not any("block" in p for p in report_outputs(config, "e3"))
+    assert lines and "gpu-graph" in lines[0] and "block sweep" in lines[0]
+    assert load({"gpu": {"enabled": False}}, gpu_name=lambda: "NVIDIA H100")["machine"] == "cpu"
+    shipped = yaml.safe_load((REPO / "config/cpu.yaml").read_text())
+    assert load(shipped)["gpu"]["enabled"] is False
+
+
+def test_machine_keeps_devices_and_the_simulator_apart():
+    assert load({}, gpu_name=lambda: "NVIDIA H100 80GB HBM3")["machine"] == "nvidia-h100-80gb-hbm3"
+    simulated = load({"gpu": {"simulator": True}, "experiments": {"e1": {"variants": ["cpu-numpy", "gpu-fused"]}}})
+    assert simulated["machine"] == "cudasim"
+    assert load({"machine": "lab-box-2"}, gpu_name=lambda: "NVIDIA H200")["machine"] == "lab-box-2"
+    assert machine_slug("NVIDIA GeForce RTX 4090") == "nvidia-geforce-rtx-4090"
+    layout = Layout.of(load({"results_dir": "out/x"}, gpu_name=lambda: "NVIDIA H200"))
+    assert layout.measured("runs") == "out/x/runs/nvidia-h200" and layout.raw_dir("mnist") == "out/x/data/raw/mnist"
+
+
+def test_no_gpu_note_points_to_the_cpu_route():
+    lines = []
+    load({}, log=lines.append)
+    assert len(lines) == 1 and "config/cpu.yaml" in lines[0] and "gpu-fused" in lines[0]
+
+
+def readme_config_examples() -> list[str]:
+    """Every `snakemake ... --config ...` command in the README's code blocks."""
+    blocks = re.findall(r"```bash\n(.*?)```", (REPO / "README.md").read_text(), flags=re.DOTALL)
+    return [line.split("  #")[0].strip() for block in blocks for line in block.splitlines()
+            if line.startswith("snakemake") and "--config" in line]
+
+
+def test_readme_has_config_examples():
+    assert len(readme_config_examples()) >= 2
+
+
+@pytest.mark.parametrize("command", readme_config_examples())
+def test_readme_config_examples_work_as_written(workflow_copy, command):
+    args = shlex.split(command)[1:]
+    out = run_snakemake(workflow_copy, *args, "-n")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "config error" not in out.stderr
