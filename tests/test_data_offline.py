@@ -50,7 +50,9 @@ def test_regenerates_registry_checksums(offline_root, name):
     # write_offline_dataset already raised if an md5 differed; check the files and the manifest
     spec = registry.get_dataset(name)
     manifest = json.loads((offline_root / name / "manifest.json").read_text())
-    assert manifest == {"dataset": name, "files": spec.files}
+    assert manifest["dataset"] == name and manifest["files"] == spec.files
+    assert {f: (c["md5"], c["check"]) for f, c in manifest["checks"].items()} == {
+        f: (md5, "archive") for f, md5 in spec.files.items()}
     assert sorted(p.name for p in (offline_root / name).iterdir()) == sorted([*spec.files, "manifest.json"])
 
 

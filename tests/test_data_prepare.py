@@ -1,14 +1,43 @@
+import json
+import shutil
+
 import numpy as np
 import pytest
 
+from gpunn.data import registry
 from gpunn.data.cifar import write_cifar10_tar
-from gpunn.data.idx import write_idx
+from gpunn.data.download import fetch_dataset, md5sum
+from gpunn.data.idx import read_idx, write_idx
+from gpunn.data.offline import write_offline_dataset
 from gpunn.data.prepare import Prepared, load_prepared, load_raw, prepare_dataset
 from gpunn.errors import GpunnError
 
 
 def quiet(_line):
     pass
+
+
+@pytest.fixture
+def verified(monkeypatch):
+    """Make a directory of hand-written raw files pass prepare's integrity check: register their md5s
+    as dataset `name`'s archive md5s (for this test only) and let fetch_dataset accept them in place,
+    which writes the manifest."""
+    def register(directory, name="mnist"):
+        spec = registry.get_dataset(name)
+        files = {f: md5sum(directory / f) for f in spec.files}
+        monkeypatch.setitem(registry.DATASETS, name,
+                            registry.DatasetSpec(**{**spec.__dict__, "files": files, "content_md5": {}}))
+        fetch_dataset(name, directory, log=quiet)
+        return directory
+    return register
+
+
+@pytest.fixture(scope="module")
+def digits8_offline(tmp_path_factory):
+    """digits8 as written by its generator (a small real dataset, about a second to write)."""
+    out = tmp_path_factory.mktemp("offline") / "digits8"
+    write_offline_dataset("digits8", out, log=quiet)
+    return out
 
 
 def indexed_images(n, h=28, w=28):
@@ -83,8 +112,8 @@ def test_missing_file(tmp_path):
     assert str(tmp_path / "t10k-labels-idx1-ubyte.gz") in str(err.value)
 
 
-def test_prepare_standard_and_load(tmp_path):
-    raw = write_mnist_like(tmp_path / "raw")
+def test_prepare_standard_and_load(tmp_path, verified):
+    raw = verified(write_mnist_like(tmp_path / "raw"))
     out = tmp_path / "prepared" / "mnist-standard.npz"
     p = prepare_dataset("mnist", raw, out, log=quiet)
     assert isinstance(p, Prepared)
@@ -99,8 +128,8 @@ def test_prepare_standard_and_load(tmp_path):
     assert [f.name for f in out.parent.iterdir()] == [out.name]  # nothing else (no temp files)
 
 
-def test_prepare_e2(tmp_path):
-    raw = write_mnist_like(tmp_path / "raw", n_train=300)
+def test_prepare_e2(tmp_path, verified):
+    raw = verified(write_mnist_like(tmp_path / "raw", n_train=300))
     p = prepare_dataset("mnist", raw, tmp_path / "e2.npz", split="e2", e2_train=200, e2_test=60, seed=5, log=quiet)
     train, test = image_ids(p.x_train), image_ids(p.x_test)
     assert len(train) == 200 and len(test) == 60 and len(set(train) | set(test)) == 260
@@ -118,14 +147,14 @@ def test_prepare_e2(tmp_path):
     ({"split": "e2", "e2_train": 10, "e2_test": "many"}, "splits.e2.test"),
     ({"split": "random"}, "unknown split"),
 ])
-def test_bad_split_arguments(tmp_path, kwargs, fragment):
-    raw = write_mnist_like(tmp_path / "raw")
+def test_bad_split_arguments(tmp_path, verified, kwargs, fragment):
+    raw = verified(write_mnist_like(tmp_path / "raw"))
     with pytest.raises(GpunnError, match=fragment):
         prepare_dataset("mnist", raw, tmp_path / "x.npz", log=quiet, **kwargs)
     assert not (tmp_path / "x.npz").exists()
 
 
-def test_load_prepared_errors(tmp_path):
+def test_load_prepared_errors(tmp_path, verified):
     with pytest.raises(GpunnError, match="not found"):
         load_prepared(tmp_path / "missing.npz")
     bad = tmp_path / "bad.npz"
@@ -145,8 +174,98 @@ def test_load_prepared_errors(tmp_path):
         load_prepared(wrong)
     # a truncated file
     good = tmp_path / "good.npz"
-    prepare_dataset("mnist", write_mnist_like(tmp_path / "raw"), good, log=quiet)
+    prepare_dataset("mnist", verified(write_mnist_like(tmp_path / "raw")), good, log=quiet)
     data = good.read_bytes()
     good.write_bytes(data[: len(data) // 2])
     with pytest.raises(GpunnError, match="corrupt"):
         load_prepared(good)
+
+
+# ---------------------------------------------------------------------------------------- integrity
+
+def fetched_digits8(digits8_offline, raw):
+    fetch_dataset("digits8", raw, mirrors=[digits8_offline], log=quiet)
+    return raw
+
+
+def assert_rejected(raw, out, *fragments, name="digits8"):
+    with pytest.raises(GpunnError) as err:
+        prepare_dataset(name, raw, out, log=quiet)
+    msg = str(err.value)
+    assert "\n" not in msg
+    for fragment in fragments:
+        assert fragment in msg, msg
+    assert f"gpunn download {name} --dest {raw}" in msg and "re-run the pipeline" in msg
+    assert not out.exists() and list(out.parent.glob("*.tmp")) == []  # no output, no partial file
+    return msg
+
+
+def test_prepare_accepts_the_verified_download(tmp_path, digits8_offline):
+    raw = fetched_digits8(digits8_offline, tmp_path / "raw")
+    p = prepare_dataset("digits8", raw, tmp_path / "out" / "d.npz", log=quiet)
+    assert p.x_train.shape == (1437, 1, 8, 8)
+
+
+def test_prepare_rejects_a_valid_gzip_with_altered_pixels(tmp_path, digits8_offline):
+    raw = fetched_digits8(digits8_offline, tmp_path / "raw")
+    path = raw / "train-images-idx3-ubyte.gz"
+    recorded = md5sum(path)
+    images = read_idx(path)
+    images[0, 3, 3] ^= 0x40
+    write_idx(path, images)  # a well-formed IDX gzip: only the checksums can tell
+    read_idx(path)
+    out = tmp_path / "out" / "d.npz"
+    out.parent.mkdir()
+    assert_rejected(raw, out, str(path), f"md5 {md5sum(path)}", f"recorded md5 {recorded}", "changed")
+
+
+def test_prepare_rejects_a_missing_manifest(tmp_path, digits8_offline):
+    raw = fetched_digits8(digits8_offline, tmp_path / "raw")
+    (raw / "manifest.json").unlink()
+    out = tmp_path / "d.npz"
+    assert_rejected(raw, out, str(raw / "manifest.json"), "not found", "never verified")
+
+
+def test_prepare_rejects_a_missing_file(tmp_path, digits8_offline):
+    raw = fetched_digits8(digits8_offline, tmp_path / "raw")
+    (raw / "t10k-labels-idx1-ubyte.gz").unlink()
+    assert_rejected(raw, tmp_path / "d.npz", str(raw / "t10k-labels-idx1-ubyte.gz"), "missing",
+                    registry.get_dataset("digits8").files["t10k-labels-idx1-ubyte.gz"])
+
+
+def test_prepare_rejects_a_file_of_another_size(tmp_path, digits8_offline):
+    raw = fetched_digits8(digits8_offline, tmp_path / "raw")
+    path = raw / "t10k-images-idx3-ubyte.gz"
+    size = path.stat().st_size
+    with open(path, "ab") as fh:
+        fh.write(b"\0")
+    assert_rejected(raw, tmp_path / "d.npz", str(path), f"{size + 1} bytes", f"recorded {size} bytes")
+
+
+def test_prepare_rejects_a_manifest_of_another_dataset(tmp_path, digits8_offline):
+    raw = fetched_digits8(digits8_offline, tmp_path / "raw")
+    manifest = json.loads((raw / "manifest.json").read_text())
+    manifest["dataset"] = "digits28"
+    (raw / "manifest.json").write_text(json.dumps(manifest))
+    assert_rejected(raw, tmp_path / "d.npz", "'digits28'", "not 'digits8'")
+
+
+def test_prepare_rejects_a_record_the_registry_no_longer_accepts(tmp_path, digits8_offline, monkeypatch):
+    raw = fetched_digits8(digits8_offline, tmp_path / "raw")
+    spec = registry.get_dataset("digits8")
+    files = {**spec.files, "train-labels-idx1-ubyte.gz": "0" * 32}
+    monkeypatch.setitem(registry.DATASETS, "digits8", registry.DatasetSpec(**{**spec.__dict__, "files": files}))
+    assert_rejected(raw, tmp_path / "d.npz", str(raw / "train-labels-idx1-ubyte.gz"), "0" * 32, "registry")
+
+
+def test_prepare_reads_a_version_1_manifest(tmp_path, digits8_offline):
+    """Raw directories downloaded by older gpunn ({"dataset", "files"} only) stay usable, and checked."""
+    raw = tmp_path / "raw"
+    shutil.copytree(digits8_offline, raw)
+    files = registry.get_dataset("digits8").files
+    (raw / "manifest.json").write_text(json.dumps({"dataset": "digits8", "files": files}))
+    prepare_dataset("digits8", raw, tmp_path / "d.npz", log=quiet)
+    labels = read_idx(raw / "train-labels-idx1-ubyte.gz")
+    labels[0] = (labels[0] + 1) % 10
+    write_idx(raw / "train-labels-idx1-ubyte.gz", labels)
+    assert_rejected(raw, tmp_path / "d2.npz", "train-labels-idx1-ubyte.gz", files["train-labels-idx1-ubyte.gz"])

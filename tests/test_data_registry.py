@@ -3,6 +3,8 @@ import re
 import pytest
 
 from gpunn.data import registry
+from gpunn.data.integrity import content_md5sum, md5sum
+from gpunn.data.offline import write_offline_dataset
 from gpunn.data.registry import DATASETS, DatasetSpec, get_dataset
 from gpunn.errors import GpunnError
 
@@ -19,6 +21,9 @@ def test_known_datasets():
         assert isinstance(spec, DatasetSpec) and spec.name == name
         assert spec.kind in ("idx", "cifar10")
         assert all(MD5.match(md5) for md5 in spec.files.values()), name
+        assert set(spec.content_md5) == set(spec.files), name  # every file says what is known
+        assert all(md5 is None or MD5.match(md5) for md5 in spec.content_md5.values()), name
+        assert all(spec.content_md5_of(f) == spec.content_md5[f] for f in spec.files)
         assert len(spec.class_names) == 10
         assert spec.description
         if spec.kind == "idx":
@@ -45,11 +50,52 @@ def test_real_checksums_and_shapes():
     assert get_dataset("cifar10").class_names[0] == "airplane"
 
 
+def test_real_content_checksums():
+    """The md5s of the decompressed files (ANCHORS.md section 4); CIFAR-10's is not known."""
+    assert get_dataset("mnist").content_md5 == {
+        "train-images-idx3-ubyte.gz": "6bbc9ace898e44ae57da46a324031adb",
+        "train-labels-idx1-ubyte.gz": "a25bea736e30d166cdddb491f175f624",
+        "t10k-images-idx3-ubyte.gz": "2646ac647ad5339dbf082846283269ea",
+        "t10k-labels-idx1-ubyte.gz": "27ae3e4e09519cfbb04c329615203637",
+    }
+    assert get_dataset("fashion_mnist").content_md5 == {
+        "train-images-idx3-ubyte.gz": "f4a8712d7a061bf5bd6d2ca38dc4d50a",
+        "train-labels-idx1-ubyte.gz": "9018921c3c673c538a1fc5bad174d6f9",
+        "t10k-images-idx3-ubyte.gz": "8181f5470baa50b63fa0f6fddb340f0a",
+        "t10k-labels-idx1-ubyte.gz": "15d484375f8d13e6eb1aabb0c3f46965",
+    }
+    assert get_dataset("cifar10").content_md5 == {"cifar-10-binary.tar.gz": None}
+    assert get_dataset("cifar10").content_md5_of("cifar-10-binary.tar.gz") is None
+    # every offline file has both checksums
+    for spec in DATASETS.values():
+        if spec.offline:
+            assert all(spec.content_md5[f] for f in spec.files), spec.name
+
+
+@pytest.mark.parametrize("name", ["synthetic_mnist_small", "synthetic_cifar10_small", "digits8", "digits28"])
+def test_generated_files_match_both_checksums(tmp_path, name):
+    """The registry's content md5s of the offline datasets are those of their generators' output (the
+    full-size synthetic_mnist / synthetic_cifar10 were computed the same way, once; too slow to repeat
+    here)."""
+    spec = get_dataset(name)
+    write_offline_dataset(name, tmp_path, log=lambda _: None)  # raises if an archive md5 differs
+    for file_name in spec.files:
+        assert md5sum(tmp_path / file_name) == spec.files[file_name], file_name
+        assert content_md5sum(tmp_path / file_name) == spec.content_md5[file_name], file_name
+
+
+def test_content_md5_only_for_the_files_of_the_dataset():
+    with pytest.raises(ValueError, match="content md5"):
+        DatasetSpec(name="x", kind="idx", files={"a": "0" * 32}, urls=(), image_shape=(1, 2, 2),
+                    class_names=("a", "b"), offline=True, description="x", content_md5={"b": "1" * 32})
+
+
 def test_offline_checksums_are_distinct():
     seen = {}
     for spec in DATASETS.values():
-        for file_name, md5 in spec.files.items():
-            seen.setdefault(md5, set()).add((spec.name, file_name))
+        for file_name, md5 in [*spec.files.items(), *spec.content_md5.items()]:
+            if md5 is not None:
+                seen.setdefault(md5, set()).add((spec.name, file_name))
     # only the digits label files are shared (digits8 and digits28 use the same split)
     shared = [v for v in seen.values() if len(v) > 1]
     assert all({name for name, _ in v} == {"digits8", "digits28"} for v in shared)

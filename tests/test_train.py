@@ -126,7 +126,7 @@ def _cli(*args):
 def test_cli_errors_are_one_line_with_status_2(tmp_path):
     cases = [
         (["prepare", "mnist", "--raw", str(tmp_path / "missing"), "--out", str(tmp_path / "x.npz")],
-         "missing/train-images-idx3-ubyte.gz: file not found"),
+         "missing/manifest.json: not found"),  # prepare checks the download's manifest before parsing
         (["train", "nope", "--data", "x.npz", "--out", str(tmp_path)], "run path"),
         (["train", "digits8/standard/mlp/cpu-numpy/w8_b4_lr0.1_e1_s0", "--data", str(tmp_path / "none.npz"),
           "--out", str(tmp_path / "run")], "none.npz"),

@@ -2,10 +2,15 @@
 
 Sources for every file, in order: each `mirrors` entry (a local directory, looked up as `<dir>/<file>` and
 `<dir>/<dataset>/<file>`, or a URL base), then the registry's URLs. A local directory is turned into a
-`file://` URL so it goes through the same urllib code as a web mirror. A file already in place with the
-right md5 is not fetched again. Downloads stream into a temporary file next to the destination and are
-renamed into place only after the md5 matched, so no partial file is ever left behind. `manifest.json`
-({"dataset", "files": {file: md5}}) is written last and marks a complete download.
+`file://` URL so it goes through the same urllib code as a web mirror.
+
+A file is accepted if its archive md5 (the published file's) or its content md5 (the md5 of the
+decompressed bytes: a re-compressed copy of the same data) matches the registry; see
+`gpunn.data.integrity`. A file already in place that is accepted is not fetched again. Downloads stream
+into a temporary file next to the destination and are renamed into place only after they were accepted,
+so no partial or unverified file is ever left behind. `manifest.json` (format in `gpunn.data.integrity`:
+the stored md5, the check that matched, size and mtime of every file) is written last and marks a
+complete, verified download; an existing one is removed before any file is fetched again.
 """
 
 from __future__ import annotations
@@ -22,22 +27,15 @@ from typing import Callable, Iterable
 
 from gpunn import __version__
 from gpunn.errors import GpunnError
-from gpunn.io import atomic_path, write_json
+from gpunn.io import atomic_path
 
+from .integrity import (  # noqa: F401  (MANIFEST and md5sum are imported from here by older code)
+    ACCEPTED_BECAUSE, MANIFEST, ChecksumMismatch, expected_text, file_record, identify, md5sum, write_manifest,
+)
 from .registry import DatasetSpec, get_dataset
 
-MANIFEST = "manifest.json"
 _CHUNK = 1 << 20
 _USER_AGENT = f"gpunn/{__version__} (dataset download; python urllib)"
-
-
-def md5sum(path: str | os.PathLike) -> str:
-    """The md5 hex digest of a file, read in chunks."""
-    digest = hashlib.md5()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(_CHUNK), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _is_url(source: str) -> bool:
@@ -84,12 +82,10 @@ def _short_reason(exc: BaseException, timeout: float) -> str:
     return str(exc) or type(exc).__name__
 
 
-class _ChecksumMismatch(Exception):
-    pass
-
-
-def _download(url: str, dest: Path, expected_md5: str, timeout: float, log: Callable[[str], None]) -> int:
-    """Stream url into dest (atomically); raise _ChecksumMismatch or the urllib/OS error on failure."""
+def _download(url: str, dest: Path, spec: DatasetSpec, file_name: str, timeout: float,
+              log: Callable[[str], None]) -> tuple[int, str, str, str | None]:
+    """Stream url into dest (atomically) and accept it as `identify` does; returns (size, md5, check,
+    content md5 or None). Raises ChecksumMismatch or the urllib/OS error on failure, leaving dest as it was."""
     request = urllib.request.Request(url, headers={"User-Agent": _USER_AGENT})
     digest = hashlib.md5()
     size = 0
@@ -106,9 +102,9 @@ def _download(url: str, dest: Path, expected_md5: str, timeout: float, log: Call
                     log(f"    {dest.name}: {size / 1e6:.1f} / {total / 1e6:.1f} MB")
                     next_report += 0.25
         got = digest.hexdigest()
-        if got != expected_md5:
-            raise _ChecksumMismatch(f"checksum mismatch: md5 {got}, expected {expected_md5}")
-    return size
+        # the md5 came with the stream; the temp file is decompressed only if the archive md5 differs
+        check, content_md5 = identify(spec, file_name, tmp, md5=got)
+    return size, got, check, content_md5
 
 
 def fetch_dataset(
@@ -118,38 +114,45 @@ def fetch_dataset(
     timeout: float = 30.0,
     log: Callable[[str], None] = print,
 ) -> dict[str, str]:
-    """Make sure every file of dataset `name` is in dest_dir with its registry md5; returns {file: md5}."""
+    """Make sure every file of dataset `name` is in dest_dir and accepted by the registry (archive or
+    content md5), then write dest_dir/manifest.json; returns {file: md5 of the file as stored} (equal to
+    the registry's archive md5 unless the file was accepted by its content md5)."""
     spec = get_dataset(name)
     dest_dir = Path(dest_dir)
     dest_dir.mkdir(parents=True, exist_ok=True)
     bases = source_bases(spec, mirrors)
-    result: dict[str, str] = {}
-    for file_name, expected in spec.files.items():
+    records: dict[str, dict] = {}
+    for file_name in spec.files:
         dest = dest_dir / file_name
         note = ""
         if dest.is_file():
             have = md5sum(dest)
-            if have == expected:
-                log(f"{name}: {file_name} ok (cached)")
-                result[file_name] = expected
+            try:
+                check, content_md5 = identify(spec, file_name, dest, md5=have)
+            except ChecksumMismatch as exc:
+                note = f" (the existing {dest} failed: {exc})"
+                log(f"{name}: {file_name} exists but failed ({exc}); fetching it again")
+            else:
+                log(f"{name}: {file_name} ok ({ACCEPTED_BECAUSE[check]}; cached)")
+                records[file_name] = file_record(dest, have, check, content_md5)
                 continue
-            note = f" (the existing {dest} has md5 {have}, expected {expected})"
-            log(f"{name}: {file_name} exists with the wrong md5 {have}; fetching it again")
+        # the directory is about to change: it is no longer the complete download a manifest vouches for
+        (dest_dir / MANIFEST).unlink(missing_ok=True)
         tried: list[str] = []
         for base in bases:
             url = base + urllib.parse.quote(file_name)
             log(f"{name}: {file_name} <- {url}")
             try:
-                size = _download(url, dest, expected, timeout, log)
-            except _ChecksumMismatch as exc:
+                size, got, check, content_md5 = _download(url, dest, spec, file_name, timeout, log)
+            except ChecksumMismatch as exc:
                 reason = str(exc)
             except (OSError, ValueError, http.client.HTTPException) as exc:
                 # URLError, HTTPError and timeouts are OSErrors; ValueError covers malformed URLs;
                 # HTTPException covers connections cut mid-transfer (IncompleteRead)
                 reason = _short_reason(exc, timeout)
             else:
-                log(f"{name}: {file_name} ok ({size} bytes, md5 {expected})")
-                result[file_name] = expected
+                log(f"{name}: {file_name} ok ({ACCEPTED_BECAUSE[check]}; {size} bytes, md5 {got})")
+                records[file_name] = file_record(dest, got, check, content_md5)
                 break
             log(f"{name}: {file_name} failed: {reason}")
             tried.append(f"{url} ({reason})")
@@ -161,9 +164,10 @@ def fetch_dataset(
                 if spec.offline else ""
             )
             raise GpunnError(
-                f"{name}: could not get {file_name} (md5 {expected}){note}; tried: {tried_txt}; "
+                f"{name}: could not get {file_name} ({expected_text(spec, file_name)}){note}; "
+                f"tried: {tried_txt}; "
                 f"{offline_hint}put the files of {name} ({', '.join(spec.files)}) by hand into {dest_dir}, "
                 f"or into a directory given with --mirror / config key data.mirror_dir"
             )
-    write_json(dest_dir / MANIFEST, {"dataset": name, "files": result})
-    return result
+    write_manifest(dest_dir, name, records)
+    return {file_name: record["md5"] for file_name, record in records.items()}

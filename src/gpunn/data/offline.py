@@ -16,12 +16,11 @@ from typing import Callable
 import numpy as np
 
 from gpunn.errors import GpunnError
-from gpunn.io import write_json
 
 from . import digits, synthetic
 from .cifar import write_cifar10_tar
-from .download import MANIFEST, md5sum
 from .idx import write_idx
+from .integrity import file_record, md5sum, write_manifest
 from .registry import TEST_IMAGES, TEST_LABELS, TRAIN_IMAGES, TRAIN_LABELS, DatasetSpec, get_dataset
 
 # name -> (generator, arguments); the seeds are fixed forever (the registry md5s depend on them)
@@ -71,7 +70,8 @@ def write_offline_dataset(
     name: str, out_dir: str | os.PathLike, log: Callable[[str], None] = print
 ) -> dict[str, str]:
     """Write the files of offline dataset `name` into out_dir, check their md5s against the registry and
-    write out_dir/manifest.json last. Files already there with the right md5 are kept. Returns {file: md5}."""
+    write out_dir/manifest.json last (the same format `fetch_dataset` writes, so out_dir is also a valid raw
+    directory). Files already there with the right md5 are kept. Returns {file: md5}."""
     spec = _offline_spec(name)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -90,5 +90,6 @@ def write_offline_dataset(
             )
         for f in spec.files:
             log(f"{name}: {f} ok (md5 {got[f]})")
-    write_json(out_dir / MANIFEST, {"dataset": name, "files": dict(spec.files)})
+    # every file has exactly the registry's (archive) md5, checked above
+    write_manifest(out_dir, name, {f: file_record(out_dir / f, md5, "archive") for f, md5 in spec.files.items()})
     return dict(spec.files)

@@ -7,6 +7,11 @@ Splits:
 
 The npz holds x_train, y_train, x_test, y_test (uint8), class_names (unicode array), dataset and split
 (0-d unicode arrays); `load_prepared` reads it back into a `Prepared`.
+
+`prepare_dataset` first checks the raw directory against the manifest.json the download wrote
+(`gpunn.data.integrity.verify_raw`): a raw file changed after it was verified (a disk error, a hand edit,
+a half-finished copy) would otherwise turn into a prepared dataset that quietly differs from the real one.
+`load_raw` is the bare parser and checks no checksums.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from gpunn.io import write_npz
 
 from .cifar import read_cifar10_tar
 from .idx import read_idx
+from .integrity import verify_raw
 from .registry import TEST_IMAGES, TEST_LABELS, TRAIN_IMAGES, TRAIN_LABELS, get_dataset
 
 SPLITS = ("standard", "e2")
@@ -138,8 +144,11 @@ def prepare_dataset(
     seed: int = 0,
     log: Callable[[str], None] = print,
 ) -> Prepared:
-    """Read the raw files, apply the split and write the prepared npz atomically; returns what was written."""
+    """Verify the raw files against raw_dir/manifest.json and the registry (`verify_raw`; a one-line
+    GpunnError and no output if anything differs), read them, apply the split and write the prepared npz
+    atomically; returns what was written."""
     start = time.perf_counter()
+    verify_raw(name, raw_dir)
     raw = load_raw(name, raw_dir)
     x_train, y_train, x_test, y_test = _split(raw, split, e2_train, e2_test, seed, name)
     class_names = tuple(str(c) for c in raw["class_names"])

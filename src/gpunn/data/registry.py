@@ -1,14 +1,21 @@
 """The datasets gpunn knows: file names, md5 checksums, download mirrors, image shapes and class names.
 
-Real datasets (MNIST, Fashion-MNIST, CIFAR-10) are downloaded and checked against the md5 of the
-published files. Offline datasets are written locally by `gpunn.data.offline` in exactly the same file
-formats; their md5 values below were computed once from the (byte-for-byte deterministic) generators, so a
+Every file has two checksums. The archive md5 (`DatasetSpec.files`) is the md5 of the file exactly as
+published. The content md5 (`DatasetSpec.content_md5`) is the md5 of its decompressed bytes (the gunzipped
+IDX file, or the gunzipped tar stream of a CIFAR archive): mirrors and rebuilt copies often re-compress the
+same data with another gzip level, header time or file name, which changes the archive md5 but no pixel,
+so a file is genuine if either matches (see `gpunn.data.integrity`). A content md5 of None means it is not
+known; then only the archive md5 is accepted.
+
+Real datasets (MNIST, Fashion-MNIST, CIFAR-10) are downloaded and checked against the published md5s.
+Offline datasets are written locally by `gpunn.data.offline` in exactly the same file formats; both of
+their md5 values below were computed once from the (byte-for-byte deterministic) generators, so a
 regenerated file that no longer matches means the generator changed.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpunn.errors import GpunnError
 
@@ -35,10 +42,19 @@ class DatasetSpec:
     class_names: tuple[str, ...]
     offline: bool  # generated locally by gpunn, not downloaded
     description: str
+    # file name -> md5 of the decompressed bytes; None or absent: unknown (only the archive md5 is accepted)
+    content_md5: dict[str, str | None] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"dataset {self.name}: kind must be one of {KINDS}, got {self.kind!r}")
+        unknown = set(self.content_md5) - set(self.files)
+        if unknown:
+            raise ValueError(f"dataset {self.name}: content md5 for files it does not have: {sorted(unknown)}")
+
+    def content_md5_of(self, file_name: str) -> str | None:
+        """The md5 of the decompressed bytes of file_name, or None where it is not known."""
+        return self.content_md5.get(file_name)
 
     @property
     def num_classes(self) -> int:
@@ -81,6 +97,12 @@ _SPECS = (
             "9fb629c4189551a2d022fa330f9573f3",
             "ec29112dd5afa0611ce80d1b7f02629c",
         ),
+        content_md5=_idx_files(
+            "6bbc9ace898e44ae57da46a324031adb",
+            "a25bea736e30d166cdddb491f175f624",
+            "2646ac647ad5339dbf082846283269ea",
+            "27ae3e4e09519cfbb04c329615203637",
+        ),
         urls=(
             "https://ossci-datasets.s3.amazonaws.com/mnist/",
             "https://storage.googleapis.com/cvdf-datasets/mnist/",
@@ -100,6 +122,12 @@ _SPECS = (
             "bef4ecab320f06d8554ea6380940ec79",
             "bb300cfdad3c16e7a12a480ee83cd310",
         ),
+        content_md5=_idx_files(
+            "f4a8712d7a061bf5bd6d2ca38dc4d50a",
+            "9018921c3c673c538a1fc5bad174d6f9",
+            "8181f5470baa50b63fa0f6fddb340f0a",
+            "15d484375f8d13e6eb1aabb0c3f46965",
+        ),
         urls=(
             "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/",
             "https://raw.githubusercontent.com/zalandoresearch/fashion-mnist/master/data/fashion/",
@@ -113,6 +141,9 @@ _SPECS = (
         name="cifar10",
         kind="cifar10",
         files={CIFAR_ARCHIVE: "c32a1d4ab5d03f1284b67883e8d87530"},
+        # the md5 of the decompressed tar stream of the published archive is not known to us (no
+        # trusted copy to compute it from): only the published archive itself is accepted
+        content_md5={CIFAR_ARCHIVE: None},
         urls=("https://www.cs.toronto.edu/~kriz/",),
         image_shape=(3, 32, 32),
         class_names=CIFAR10_NAMES,
@@ -127,6 +158,12 @@ _SPECS = (
             "7b8d0da78e8ac0681db4eb32c40ca809",
             "4d987f2cb7474ac8742c19d34ea5f7c0",
             "aed7d99ca630a6bce5cfda655495e3fc",
+        ),
+        content_md5=_idx_files(
+            "3426bdf2e2a543494e4bf72bccd7b1f0",
+            "8d4ee5a6d24b1dae73ceb73daae1ad95",
+            "b2aeb02dd3dd0f53b28f4a881c167b4b",
+            "a7652e19d7fe7a50b1320f9935106171",
         ),
         urls=(),
         image_shape=(1, 28, 28),
@@ -144,6 +181,12 @@ _SPECS = (
             "517870712edc120a04778b98283a5dc9",
             "c3a182560971347226cd24d938a145bc",
         ),
+        content_md5=_idx_files(
+            "1872ed59ff0476064ea39e73598251fc",
+            "96633b774e147fe08f1b6675b2c5420e",
+            "da7e952cfc6434945ab52822e391f2b2",
+            "50fb2d6afba911698a93e99dc75cff29",
+        ),
         urls=(),
         image_shape=(1, 28, 28),
         class_names=DIGIT_NAMES,
@@ -154,6 +197,7 @@ _SPECS = (
         name="synthetic_cifar10",
         kind="cifar10",
         files={CIFAR_ARCHIVE: "47fe8dd52c0c9dcdffc96c32755f65e6"},
+        content_md5={CIFAR_ARCHIVE: "da2295dcac4ca394a1f6ad4a05515ce0"},
         urls=(),
         image_shape=(3, 32, 32),
         class_names=SYNTHETIC_CIFAR_NAMES,
@@ -165,6 +209,7 @@ _SPECS = (
         name="synthetic_cifar10_small",
         kind="cifar10",
         files={CIFAR_ARCHIVE: "0accd4c7bedb8db114713a08480c7065"},
+        content_md5={CIFAR_ARCHIVE: "12ad3acc037ae0e747f1c75bb348c0f1"},
         urls=(),
         image_shape=(3, 32, 32),
         class_names=SYNTHETIC_CIFAR_NAMES,
@@ -179,6 +224,12 @@ _SPECS = (
             "d8adf9e9d312a353c81a7531e6549a8c",
             "869fbe3a4af88908d223d98dfda296be",
             "0ad7afe43b15b0fa1d802638d3479e18",
+        ),
+        content_md5=_idx_files(
+            "ff6cef495730f7e7f5b5165dd7393d4b",
+            "f345115cb92857a170d3c61c6cb53d11",
+            "f1b7265d5afc47d6d4fabd38588d4efa",
+            "53b13aca79ed76eda5e4adc36d4e43e2",
         ),
         urls=(),
         image_shape=(1, 8, 8),
@@ -195,6 +246,12 @@ _SPECS = (
             "d8adf9e9d312a353c81a7531e6549a8c",
             "ae54db7403f08aae09c5c91093166a88",
             "0ad7afe43b15b0fa1d802638d3479e18",
+        ),
+        content_md5=_idx_files(
+            "8a3c0abb3a13062c4677f3a30a6ab7bb",
+            "f345115cb92857a170d3c61c6cb53d11",
+            "4a1571ecc8d4ee2f0f306a546fa29d6e",
+            "53b13aca79ed76eda5e4adc36d4e43e2",
         ),
         urls=(),
         image_shape=(1, 28, 28),
