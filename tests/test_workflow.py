@@ -32,8 +32,8 @@ def test_default_dry_run_lists_every_stage(workflow_copy):
                 "cifar10/standard/autoencoder/cpu-numpy/w256-128_b32_lr0.001_e20_s0_n1000"):  # E5
         assert f"python -m gpunn train {run} " in text
     assert "python -m gpunn time-batches --variants cpu-serial" in text  # E3
-    assert "python -m gpunn features --run results/runs/cifar10/" in text  # E6
-    assert "python -m gpunn svm --features results/features/cifar10/" in text
+    assert "python -m gpunn features --run results/runs/gpu-box/cifar10/" in text  # E6, under the machine's name
+    assert "python -m gpunn svm --features results/features/gpu-box/cifar10/" in text
     for experiment in ("e1", "e2", "e3", "e4", "e5", "e6"):
         assert f"python -m gpunn report {experiment} " in text
     assert "NUMBA_ENABLE_CUDASIM" not in text  # the full config runs GPU variants on a GPU

@@ -28,6 +28,14 @@ def export_source_path(src: str) -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)
 
 
+def export_download_options(config: dict) -> None:
+    """Download options change where files come from, never what they are (every file is checksum-verified),
+    so they reach the download jobs through the environment (GPUNN_MIRRORS, GPUNN_DOWNLOAD_TIMEOUT, read by
+    the download rules' command) rather than as params: changing them reruns nothing."""
+    os.environ["GPUNN_MIRRORS"] = config["data"]["mirror_dir"]
+    os.environ["GPUNN_DOWNLOAD_TIMEOUT"] = str(config["data"]["timeout_s"])
+
+
 @dataclass(frozen=True)
 class Layout:
     """Where the outputs of one config go: data under `root`, measured outputs also under `machine`."""

@@ -13,16 +13,15 @@ rule features:
     log:
         f"{R}/logs/features/{M}/{RUN}.log",
     params:
-        run=run_path,
-        runs=f"{R}/runs/{M}",
-        out=f"{R}/features/{M}",
+        run_dir=folder_of("input"),
+        out=folder_of("output"),
         train_limit=config["experiments"]["e6"]["feature_train_limit"],
     threads: config["threads"]
     conda:
         ENV_FILE
     shell:
-        "python -m gpunn features --run {params.runs}/{params.run} --data {input.data} "
-        "--out {params.out}/{params.run} --train-limit {params.train_limit} 2>&1 | tee {log}"
+        "python -m gpunn features --run {params.run_dir} --data {input.data} "
+        "--out {params.out} --train-limit {params.train_limit} 2>&1 | tee {log}"
 
 
 rule svm:
@@ -37,9 +36,8 @@ rule svm:
     log:
         f"{R}/logs/svm/{M}/{RUN}.log",
     params:
-        run=run_path,
-        features=f"{R}/features/{M}",
-        out=f"{R}/svm/{M}",
+        features=folder_of("input"),
+        out=folder_of("output"),
         e6=config["experiments"]["e6"],
         class_names=lambda wc: ",".join(DATASETS[wc.dataset].class_names),
     threads: config["threads"]
@@ -48,7 +46,7 @@ rule svm:
     conda:
         ENV_FILE
     shell:
-        "python -m gpunn svm --features {params.features}/{params.run} --out {params.out}/{params.run}"
+        "python -m gpunn svm --features {params.features} --out {params.out}"
         " --train-subset {params.e6[train_subset]} --test-subset {params.e6[test_subset]}"
         " --method {params.e6[method]} --C {params.e6[C]} --gamma {params.e6[gamma]}"
         " --components {params.e6[components]} --seed {params.e6[seed]} --class-names {params.class_names:q}"

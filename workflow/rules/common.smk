@@ -19,6 +19,7 @@ from gpunn.pipeline import (
     e6_run,
     enabled_experiments,
     experiment_data,
+    export_download_options,
     export_source_path,
     missing_intermediates,
     raw_outputs,
@@ -48,10 +49,7 @@ R = LAYOUT.root  # data outputs: <results_dir>/...
 M = LAYOUT.machine  # measured outputs: <results_dir>/<stage>/<machine>/...
 ENV_FILE = "../../environment.yml"
 
-# Download options change where files come from, never what they are (every file is md5-verified), so they
-# reach the download jobs through the environment rather than as params: changing them reruns nothing.
-os.environ["GPUNN_MIRRORS"] = config["data"]["mirror_dir"]
-os.environ["GPUNN_DOWNLOAD_TIMEOUT"] = str(config["data"]["timeout_s"])
+export_download_options(config)
 
 
 wildcard_constraints:
@@ -93,9 +91,14 @@ def download_input(wildcards):
     return [f"{R}/offline/{wildcards.dataset}/manifest.json"] if DATASETS[wildcards.dataset].offline else []
 
 
-def offline_mirror(wildcards):
+def offline_mirror(wildcards, input):
     """The folder an offline dataset is generated into, tried as a mirror (after config data.mirror_dir)."""
-    return f"--mirror {R}/offline/{wildcards.dataset}" if DATASETS[wildcards.dataset].offline else ""
+    return f"--mirror {os.path.dirname(input[0])}" if input else ""
+
+
+def folder_of(kind, index=0):
+    """Param function: the folder holding a job's first input or output file (`kind` "input" or "output")."""
+    return lambda wildcards, input, output: os.path.dirname((input if kind == "input" else output)[index])
 
 
 # The raw files of each on-disk format (what the download rules of workflow/rules/data.smk write).
@@ -156,7 +159,7 @@ def invalidate_changed_downloads(experiments):
 
 
 def target_inputs(experiments):
-    """What a target rule asks for: the experiments' reports, and every planned intermediate file that is
+    """The inputs of the target rules all and e1 .. e6: the experiments' reports, and every planned intermediate file that is
     missing, so that removing one reruns it and what depends on it (see gpunn.pipeline.missing_intermediates)."""
     if workflow.is_main_process:
         invalidate_changed_downloads(experiments)

@@ -10,11 +10,11 @@ rule make_offline:
     log:
         f"{R}/logs/make_offline/{{dataset}}.log",
     params:
-        out=f"{R}/offline",
+        out=folder_of("output"),
     conda:
         ENV_FILE
     shell:
-        "python -m gpunn make-offline {wildcards.dataset} --out {params.out}/{wildcards.dataset} 2>&1 | tee {log}"
+        "python -m gpunn make-offline {wildcards.dataset} --out {params.out} 2>&1 | tee {log}"
 
 
 # One download rule per file format, since a rule's outputs cannot depend on the dataset: the outputs are the
@@ -34,14 +34,14 @@ for _kind, _names in RAW_FILES_BY_KIND.items():
         wildcard_constraints:
             dataset="|".join(n for n, spec in DATASETS.items() if spec.kind == _kind),
         params:
-            dest=f"{R}/data/raw",
+            dest=folder_of("output"),
             offline=offline_mirror,
         conda:
             ENV_FILE
         shell:
             # the mirror folder and timeout come from the environment (common.smk), not params: changing them
             # reruns nothing, since every file is verified against its checksums whatever its source
-            "python -m gpunn download {wildcards.dataset} --dest {params.dest}/{wildcards.dataset} "
+            "python -m gpunn download {wildcards.dataset} --dest {params.dest} "
             '${{GPUNN_MIRRORS:+--mirror "$GPUNN_MIRRORS"}} {params.offline} --timeout "${{GPUNN_DOWNLOAD_TIMEOUT:-30}}" '
             "2>&1 | tee {log}"
 
@@ -56,10 +56,10 @@ rule prepare:
     log:
         f"{R}/logs/prepare/{{dataset}}/{{split}}.log",
     params:
-        raw=f"{R}/data/raw",
+        raw=folder_of("input"),
         split=split_options,
     conda:
         ENV_FILE
     shell:
-        "python -m gpunn prepare {wildcards.dataset} --raw {params.raw}/{wildcards.dataset} --out {output} "
+        "python -m gpunn prepare {wildcards.dataset} --raw {params.raw} --out {output} "
         "--split {wildcards.split} {params.split} 2>&1 | tee {log}"

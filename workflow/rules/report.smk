@@ -15,7 +15,7 @@ for _experiment in EXPERIMENTS:
             f"{R}/logs/report/{M}/{_experiment}.log",
         params:
             experiment=_experiment,
-            out=LAYOUT.report_dir(_experiment),
+            out=folder_of("output"),
             args=report_args(report_inputs(config, _experiment)),
         conda:
             ENV_FILE

@@ -16,7 +16,7 @@ rule train:
         f"{R}/logs/train/{M}/{RUN}.log",
     params:
         run=run_path,
-        out=f"{R}/runs/{M}",
+        out=folder_of("output"),
         env=variant_env,
     threads: cpu_threads
     resources:
@@ -25,7 +25,7 @@ rule train:
     conda:
         ENV_FILE
     shell:
-        "{params.env}python -m gpunn train {params.run} --data {input} --out {params.out}/{params.run} 2>&1 | tee {log}"
+        "{params.env}python -m gpunn train {params.run} --data {input} --out {params.out} 2>&1 | tee {log}"
 
 
 rule evaluate:
@@ -40,15 +40,13 @@ rule evaluate:
     log:
         f"{R}/logs/evaluate/{M}/{RUN}.log",
     params:
-        run=run_path,
-        runs=f"{R}/runs/{M}",
-        out=f"{R}/eval/{M}",
+        run_dir=folder_of("input"),
+        out=folder_of("output"),
     threads: config["threads"]
     conda:
         ENV_FILE
     shell:
-        "python -m gpunn evaluate --run {params.runs}/{params.run} --data {input.data} "
-        "--out {params.out}/{params.run} 2>&1 | tee {log}"
+        "python -m gpunn evaluate --run {params.run_dir} --data {input.data} --out {params.out} 2>&1 | tee {log}"
 
 
 rule time_batches:
