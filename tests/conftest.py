@@ -5,15 +5,26 @@ CUDA simulator, so ``NUMBA_ENABLE_CUDASIM=1`` is set here; on the GPU machine it
 real device is used. Numba reads these variables when it is first imported, and pytest imports this
 file before any test module, so nothing may import numba above this point. ``setdefault`` lets a user
 override either choice from the environment.
+
+The timed code paths take the machine-wide timing lock (gpunn.timing_lock); the tests use a lock file of
+their own (GPUNN_TIMING_LOCK, inherited by the subprocesses they start), so they never wait for, nor delay,
+a real timed job on the same machine.
 """
 
+import atexit
 import os
 import shutil
+import tempfile
 
 if shutil.which("nvidia-smi") is None:
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 # Tiny test grids trigger numba's low-occupancy warnings; they are noise here.
 os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
+
+if "GPUNN_TIMING_LOCK" not in os.environ:
+    _lock_dir = tempfile.mkdtemp(prefix="gpunn-tests-")
+    atexit.register(shutil.rmtree, _lock_dir, True)
+    os.environ["GPUNN_TIMING_LOCK"] = os.path.join(_lock_dir, "timing.lock")
 
 import pytest  # noqa: E402
 

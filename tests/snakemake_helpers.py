@@ -1,6 +1,7 @@
 """Running the Snakemake workflow from tests: always in a temporary copy, never in the checkout, so that the
 tests pass whatever the checkout's own results/ and .snakemake/ hold (e.g. after the README's smoke run)."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -25,5 +26,7 @@ def run_snakemake(workdir: Path, *args, timeout=600, env_extra=None):
     bin_dir = Path(sys.executable).parent
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(Path.home()), "MPLBACKEND": "Agg",
            "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS": "0", **(env_extra or {})}
+    if "GPUNN_TIMING_LOCK" in os.environ:  # the tests' own lock file (conftest.py)
+        env["GPUNN_TIMING_LOCK"] = os.environ["GPUNN_TIMING_LOCK"]
     return subprocess.run([str(bin_dir / "snakemake"), *args], cwd=workdir, capture_output=True, text=True,
                           timeout=timeout, env=env)

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 from numba import config, cuda
 
-from gpunn import bench, cli
+from gpunn import bench, cli, provenance
 from gpunn.errors import GpunnError
 from gpunn.kernels import elementwise, gemm
 
@@ -109,6 +109,8 @@ def test_benchmark_rows_one_per_configuration(capsys):
     assert _positive_finite(frame["ms"]) and _positive_finite(frame["gbps"])
     assert frame["gflops"].isna().all() and (frame["rows"] == 3).all() and (frame["cols"] == 37).all()
     assert (frame["repeats"] == 2).all()
+    assert (frame["device"] == provenance.gpu_name()).all() and (frame["simulator"] == (not ON_GPU)).all()
+    assert frame["commit"].notna().all() and frame["numba_threads"].notna().all()
     # validation comes first, then one line per configuration
     lines = out.splitlines()
     assert lines[0].startswith("all results match") and len(lines) == 1 + len(frame)
@@ -156,6 +158,9 @@ def test_sweep_blocks_cli_writes_one_csv_atomically(tmp_path, capsys):
     assert _positive_finite(frame["ms"]) and _positive_finite(frame["gb_per_s"])
     loss_mean = frame[frame["op"] == "loss_mean"]
     assert list(loss_mean["n_elements"]) == [3, 2]  # the batch's losses, one per row
+    # the device by name, as in every timing CSV ("cuda-simulator" under the simulator), with the provenance
+    assert set(frame["device"]) == {provenance.gpu_name()} and set(frame["simulator"]) == {not ON_GPU}
+    assert frame["numpy"].notna().all() and frame["commit"].notna().all()
     assert "all results match" in capsys.readouterr().out
 
 
@@ -228,6 +233,8 @@ def test_bench_mlp_writes_epoch_times(tmp_path):
     assert done.returncode == 0, done.stderr
     frame = pd.read_csv(out)
     assert list(frame["variant"]) == ["cpu-numpy", "cpu-serial"]
+    assert (frame["device"] == "cpu").all() and not frame["simulator"].any()
+    assert list(frame.columns[-len(provenance.CSV_COLUMNS):]) == list(provenance.CSV_COLUMNS)
     assert (frame["epoch_s"] > 0).all() and (frame["samples_per_s"] > 0).all()
     bad = subprocess.run([sys.executable, "-m", "gpunn.bench", "mlp", "--variants", "gpu-fast", "--samples", "8",
                           "--out", str(tmp_path / "bad.csv")], capture_output=True, text=True, timeout=300)

@@ -24,6 +24,21 @@ def test_gpu_variant_without_gpu_names_the_simulator_route():
     if out.stdout.strip() == "HAS-GPU":
         pytest.skip("a real GPU is present")
     assert "variant gpu-naive needs a CUDA GPU" in out.stdout and "NUMBA_ENABLE_CUDASIM=1" in out.stdout
+    assert "`gpu.simulator: true`" in out.stdout
+
+
+def test_no_gpu_error_is_one_line_naming_the_config_key_and_the_variable(monkeypatch):
+    from numba import cuda
+
+    from gpunn.device import require_gpu
+    from gpunn.errors import GpunnError
+
+    monkeypatch.setattr(cuda, "is_available", lambda: False)
+    with pytest.raises(GpunnError) as caught:
+        require_gpu("variant gpu-fused")
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith("variant gpu-fused needs a CUDA GPU")
+    assert "config key `gpu.simulator: true`" in message and "NUMBA_ENABLE_CUDASIM=1" in message
 
 
 @pytest.mark.parametrize("threads, message", [(2048, "exceeds this device's limit of 1024"), (0, "positive"),

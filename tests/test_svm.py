@@ -47,8 +47,10 @@ def _check_outputs(out_dir, metrics, n_test):
     on_disk = json.loads((out_dir / "metrics.json").read_text())
     assert on_disk["test_accuracy"] == pytest.approx(metrics["test_accuracy"])
     for key in ("method", "C", "gamma", "gamma_value", "n_train", "n_test", "n_features", "train_accuracy",
-                "test_accuracy", "fit_time_s", "predict_time_s", "per_class_accuracy"):
+                "test_accuracy", "fit_time_s", "predict_time_s", "per_class_accuracy", "timing_lock_wait_s"):
         assert key in on_disk
+    assert on_disk["provenance"]["device"] == "cpu" and on_disk["provenance"]["simulator"] is False
+    assert on_disk["provenance"]["commit"] and on_disk["timing_lock_wait_s"] == 0.0
 
     conf = pd.read_csv(out_dir / "confusion.csv")
     assert list(conf.columns) == ["true"] + NAMES

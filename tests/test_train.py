@@ -4,6 +4,7 @@ synthetic CIFAR-like images) that went through the same download / parse / prepa
 import json
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pandas as pd
@@ -45,6 +46,10 @@ def test_mlp_run_outputs_and_reload(digits, tmp_path):
     assert frame["train_loss"].iloc[-1] < frame["train_loss"].iloc[0]
     assert summary["final_test_accuracy"] >= 0.85  # real digits, 8x8, 3 epochs
     assert sum(line.startswith("epoch ") for line in lines) == 3  # one progress line per epoch
+    on_disk = json.loads((tmp_path / "metrics.json").read_text())
+    assert "host" not in on_disk and on_disk["timing_lock_wait_s"] == 0.0
+    assert on_disk["provenance"]["device"] == "cpu" and on_disk["provenance"]["simulator"] is False
+    assert {"cpu", "numpy", "numba", "commit", "blas_threads"} <= set(on_disk["provenance"])
     # the saved weights reproduce the final test accuracy through the evaluation path
     result = evaluate_run(tmp_path, digits, tmp_path / "eval", log=lambda _: None)
     assert result["test_accuracy"] == pytest.approx(summary["final_test_accuracy"])
@@ -139,6 +144,34 @@ def test_cli_errors_are_one_line_with_status_2(tmp_path):
         assert len(lines) == 1 and lines[0].startswith("gpunn: error:") and named in lines[0], out.stderr
         assert "Traceback" not in out.stderr
     assert not (tmp_path / "x.npz").exists() and not (tmp_path / "run").exists()
+
+
+def test_train_waits_for_the_timing_lock_and_records_the_wait(digits, tmp_path, monkeypatch):
+    monkeypatch.setenv("GPUNN_TIMING_LOCK", str(tmp_path / "timing.lock"))
+    holder = subprocess.Popen([sys.executable, "-c", "import time\nfrom gpunn.timing_lock import timing_lock\n"
+                               "with timing_lock('another timed job'):\n    time.sleep(1.5)\n"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while "another timed job" not in _read(tmp_path / "timing.lock") and time.monotonic() < deadline:
+            time.sleep(0.02)
+        lines = []
+        summary = train_run(parse_run_path("digits8/standard/mlp/cpu-numpy/w8_b64_lr0.1_e1_s0"), digits,
+                            tmp_path / "run", log=lines.append)
+    finally:
+        holder.wait(timeout=30)
+    assert summary["timing_lock_wait_s"] >= 1.0
+    assert lines[0].startswith(f"waiting for the timing lock {tmp_path / 'timing.lock'}: held by pid {holder.pid} "
+                               "(another timed job, since ")
+    assert lines[1].startswith("got the timing lock after") and lines[2].startswith("train digits8/")
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["timing_lock_wait_s"] >= 1.0
+
+
+def _read(path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
 
 
 def test_cli_train_end_to_end(digits, tmp_path):

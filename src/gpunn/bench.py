@@ -36,6 +36,9 @@ How
        cuBLAS with TF32 off) is timed the same way with torch.cuda.Event; pct_of_ref = 100 * ref_ms / ms.
     Under numba's CUDA simulator events carry no time: the host clock is used instead, and a warning says
     the timings are meaningless; the code path still runs.
+    Validation and timing run under the machine-wide timing lock (gpunn.timing_lock: one timed job at a time),
+    and every CSV row ends with the provenance columns (gpunn.provenance.CSV_COLUMNS: device by name, thread
+    counts, versions, commit).
 
 ``mlp`` times whole training epochs of the MLP per variant (gpunn.timing.time_mlp_epochs: same random
 MNIST-shaped data, init and batch order for every variant; PyTorch eager and CUDA-graph epochs in the same run
@@ -58,9 +61,12 @@ import numpy as np
 import pandas as pd
 from numba import cuda
 
-from gpunn import device, io
+from gpunn import device, io, provenance
+from gpunn.cli import OneLineErrorParser, int_at_least
 from gpunn.errors import GpunnError
 from gpunn.kernels import elementwise, gemm, reduce, sgd, softmax
+from gpunn.timing_lock import timing_lock
+from gpunn.variants import check_variant
 
 OPS = ("gemm", "elementwise", "softmax", "reduce", "sgd")
 DEFAULT_BLOCKS = (32, 64, 128, 256, 512, 1024)
@@ -74,9 +80,10 @@ TOLERANCE = 1e-5  # relative error of the memory-bound ops: a few float32 roundi
 WARP = 32
 SGD_LR = 0.01
 
+# every row ends with the provenance columns (device, thread counts, versions, commit: gpunn.provenance)
 BENCH_COLUMNS = ["op", "case", "variant", "block", "block_dims", "m", "n", "k", "rows", "cols", "n_elements", "ms",
-                 "gflops", "gbps", "ref_name", "ref_ms", "pct_of_ref", "repeats", "device"]
-SWEEP_COLUMNS = ["op", "block", "rows", "cols", "n_elements", "ms", "gb_per_s", "repeats", "device"]
+                 "gflops", "gbps", "ref_name", "ref_ms", "pct_of_ref", "repeats", *provenance.CSV_COLUMNS]
+SWEEP_COLUMNS = ["op", "block", "rows", "cols", "n_elements", "ms", "gb_per_s", "repeats", *provenance.CSV_COLUMNS]
 SIMULATOR_WARNING = ("WARNING: numba CUDA simulator: kernels run as Python threads on the CPU; the timings "
                      "below are host-clock times and meaningless")
 
@@ -524,7 +531,7 @@ def benchmark(problems, blocks, repeats: int, log=print, compare_torch: bool = T
     `compare_torch` and torch has CUDA); one printed line and one dict per configuration."""
     configurations = validate(problems, blocks, log)
     torch = torch_on_gpu() if compare_torch else None
-    device_name = device.describe_device()
+    provenance_columns = provenance.columns(provenance.collect(uses_gpu=True))
     stream = cuda.stream()
     references = {}
     rows = []
@@ -541,7 +548,7 @@ def benchmark(problems, blocks, repeats: int, log=print, compare_torch: bool = T
             "op": problem.op, "case": problem.case, "variant": config.variant,
             "block": block_threads(config.block), "block_dims": block_dims(config.block), **problem.dims,
             "n_elements": problem.n_elements, "ms": ms, "gflops": gflops, "gbps": gbps, "ref_name": ref_name,
-            "ref_ms": ref_ms, "pct_of_ref": pct, "repeats": timed, "device": device_name,
+            "ref_ms": ref_ms, "pct_of_ref": pct, "repeats": timed, **provenance_columns,
         })
         rate = f"{gflops:9.1f} GFLOP/s" if gflops is not None else f"{gbps:9.2f} GB/s"
         versus = f"  {pct:6.1f}% of {ref_name}" if pct is not None else ""
@@ -566,7 +573,8 @@ def block_sweep(block_sizes, rows: int, cols: int, repeats: int, seed: int = 0, 
     results = benchmark(problems, block_sizes, repeats, log, compare_torch=False)
     return pd.DataFrame(
         [{"op": r["variant"], "block": r["block"], "rows": rows, "cols": cols, "n_elements": r["n_elements"],
-          "ms": r["ms"], "gb_per_s": r["gbps"], "repeats": r["repeats"], "device": r["device"]} for r in results],
+          "ms": r["ms"], "gb_per_s": r["gbps"], "repeats": r["repeats"],
+          **{key: r[key] for key in provenance.CSV_COLUMNS}} for r in results],
         columns=SWEEP_COLUMNS,
     )
 
@@ -605,22 +613,30 @@ def log_device_header(log=print) -> None:
         log(SIMULATOR_WARNING)
 
 
+class BenchParser(OneLineErrorParser):
+    """Argument errors as one line: ``gpunn.bench: error: ... (see python -m gpunn.bench --help)``."""
+
+    error_name = "gpunn.bench"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m gpunn.bench", description=__doc__.split("\n\n")[0])
+    parser = BenchParser(prog="python -m gpunn.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("op", choices=(*OPS, "all", "mlp"),
                         help="an op family, all of them, or mlp: whole MLP training epochs per variant")
     parser.add_argument("--out", help="output CSV (default results/bench/<op>.csv, one per op with 'all')")
     parser.add_argument("--quick", action="store_true", help="tiny shapes, 2 repeats, blocks 32,64 (simulator tests)")
-    parser.add_argument("--repeats", type=int, help=f"timed launches per configuration (default {DEFAULT_REPEATS})")
+    parser.add_argument("--repeats", type=int_at_least(1),
+                        help=f"timed launches per configuration (default {DEFAULT_REPEATS})")
     parser.add_argument("--blocks", help="block sizes, e.g. 32,64,128 (default 32,...,1024)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int_at_least(0), default=0)
     mlp = parser.add_argument_group("mlp: epochs of the 784-hidden-10 MLP on MNIST-shaped random data, PyTorch too")
     mlp.add_argument("--variants", default="gpu-naive,gpu-tiled,gpu-fused,gpu-graph,cpu-numpy",
                      help="training variants (gpunn.variants), comma-separated")
-    mlp.add_argument("--samples", type=int, default=60000, help="training samples per epoch")
-    mlp.add_argument("--batch", type=int, default=64)
-    mlp.add_argument("--hidden", type=int, default=256)
-    mlp.add_argument("--epochs", type=int, default=3, help="epochs per variant; the median after the first is kept")
+    mlp.add_argument("--samples", type=int_at_least(1), default=60000, help="training samples per epoch")
+    mlp.add_argument("--batch", type=int_at_least(1), default=64)
+    mlp.add_argument("--hidden", type=int_at_least(1), default=256)
+    mlp.add_argument("--epochs", type=int_at_least(1), default=3,
+                     help="epochs per variant; the median after the first is kept")
     return parser
 
 
@@ -628,10 +644,6 @@ def bench_mlp(args) -> pd.DataFrame:
     from gpunn.timing import time_mlp_epochs
 
     variants = [v for v in args.variants.split(",") if v]
-    for name, value in (("--samples", args.samples), ("--batch", args.batch), ("--hidden", args.hidden),
-                        ("--epochs", args.epochs)):
-        if value < 1:
-            raise GpunnError(f"{name} must be at least 1, got {value}")
     return time_mlp_epochs(variants, n=args.samples, batch=args.batch, hidden=args.hidden, epochs=args.epochs,
                            seed=args.seed, torch_reference=not device.simulator_enabled())
 
@@ -642,18 +654,20 @@ def main(argv=None) -> int:
         device.require_gpu("gpunn.bench")
         blocks = parse_blocks(args.blocks) if args.blocks else list(QUICK_BLOCKS if args.quick else DEFAULT_BLOCKS)
         repeats = args.repeats if args.repeats is not None else QUICK_REPEATS if args.quick else DEFAULT_REPEATS
-        if repeats < 1:
-            raise GpunnError(f"--repeats must be at least 1, got {repeats}")
-        log_device_header()
         if args.op == "mlp":
-            io.write_csv(args.out or "results/bench/mlp.csv", bench_mlp(args))
-            return 0
-        frames = []
-        for op in OPS if args.op == "all" else (args.op,):
-            print(f"== {op}", flush=True)
-            frames.append(bench_frame(benchmark(op_problems(op, args.quick, args.seed), blocks, repeats)))
-            if not args.out:
-                io.write_csv(f"results/bench/{op}.csv", frames[-1])
+            for variant in [v for v in args.variants.split(",") if v] or [""]:
+                check_variant(variant, "mlp")
+        log_device_header()
+        with timing_lock(f"python -m gpunn.bench {args.op}"):  # one timed job at a time on this machine
+            if args.op == "mlp":
+                io.write_csv(args.out or "results/bench/mlp.csv", bench_mlp(args))
+                return 0
+            frames = []
+            for op in OPS if args.op == "all" else (args.op,):
+                print(f"== {op}", flush=True)
+                frames.append(bench_frame(benchmark(op_problems(op, args.quick, args.seed), blocks, repeats)))
+                if not args.out:
+                    io.write_csv(f"results/bench/{op}.csv", frames[-1])
         if args.out:
             io.write_csv(args.out, pd.concat(frames, ignore_index=True))
     except GpunnError as exc:

@@ -1,5 +1,8 @@
 """Command line of gpunn: one subcommand per pipeline step. The Snakemake rules call these; they work
-just as well by hand. Errors a user can fix print one line (`gpunn: error: ...`) and exit with status 2.
+just as well by hand. Errors a user can fix print one line (`gpunn: error: ...`) and exit with status 2:
+bad arguments too (`gpunn: error: ... (see gpunn COMMAND --help)`, no usage block), numbers checked before
+any work. The timed commands (train, svm, time-batches, sweep-blocks) run their timed part under the
+machine-wide timing lock (gpunn.timing_lock) and record where their results came from (gpunn.provenance).
 
     gpunn make-offline NAME --out DIR          write an offline dataset in its true on-disk format
     gpunn download NAME --dest DIR [--mirror M] fetch and md5-verify a dataset's files
@@ -16,6 +19,7 @@ just as well by hand. Errors a user can fix print one line (`gpunn: error: ...`)
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 
@@ -26,11 +30,60 @@ def _log(message: str) -> None:
     print(message, flush=True)
 
 
-def _int_list(text: str) -> list[int]:
+class OneLineErrorParser(argparse.ArgumentParser):
+    """An argument error is one line on stderr and exit status 2: ``gpunn: error: MESSAGE (see PROG --help)``,
+    without argparse's usage block (PROG names the subcommand: ``gpunn train``)."""
+
+    error_name = "gpunn"
+
+    def error(self, message):
+        message = " ".join(str(message).split())
+        self.exit(2, f"{self.error_name}: error: {message} (see {self.prog} --help)\n")
+
+
+def int_at_least(minimum: int, meaning: str = ""):
+    """argparse type: an integer >= minimum (`meaning` explains a special value, e.g. '0: all')."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got '{text}'") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}{meaning}, got {value}")
+        return value
+
+    return parse
+
+
+def positive_float(text: str) -> float:
     try:
-        return [int(v) for v in text.replace(",", " ").split()]
+        value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got '{text}'") from None
+        raise argparse.ArgumentTypeError(f"expected a number, got '{text}'") from None
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got '{text}'")
+    return value
+
+
+def _gamma(text: str):
+    """'scale', 'auto' or a positive number."""
+    if text in ("scale", "auto"):
+        return text
+    try:
+        return positive_float(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected 'scale', 'auto' or a positive number, got '{text}'") from None
+
+
+def _positive_int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.replace(",", " ").split()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers separated by commas, got '{text}'")
+    return values
 
 
 def _cmd_make_offline(args):
@@ -77,10 +130,9 @@ def _cmd_svm(args):
     from gpunn.svm import run_svm
 
     features = Path(args.features)
-    gamma = args.gamma if args.gamma in ("scale", "auto") else float(args.gamma)
     run_svm(features / "train_features.npy", features / "train_labels.npy", features / "test_features.npy",
             features / "test_labels.npy", args.out, train_subset=args.train_subset or None,
-            test_subset=args.test_subset or None, method=args.method, C=args.C, gamma=gamma,
+            test_subset=args.test_subset or None, method=args.method, C=args.C, gamma=args.gamma,
             nystroem_components=args.components, seed=args.seed,
             class_names=args.class_names.split(",") if args.class_names else None, log=_log)
 
@@ -88,9 +140,14 @@ def _cmd_svm(args):
 def _cmd_time_batches(args):
     from gpunn import io
     from gpunn.timing import time_mlp_batches
+    from gpunn.timing_lock import timing_lock
+    from gpunn.variants import check_variant
 
-    frame = time_mlp_batches(args.variants, args.batches, hidden=args.hidden, in_features=args.features,
-                             repeats=args.repeats, seed=args.seed, log=_log)
+    for variant in args.variants:
+        check_variant(variant, "mlp")
+    with timing_lock(f"gpunn time-batches {','.join(args.variants)}", _log):
+        frame = time_mlp_batches(args.variants, args.batches, hidden=args.hidden, in_features=args.features,
+                                 repeats=args.repeats, seed=args.seed, log=_log)
     io.write_csv(args.out, frame)
 
 
@@ -98,12 +155,14 @@ def _cmd_sweep_blocks(args):
     import pandas as pd
 
     from gpunn import bench, device, io
+    from gpunn.timing_lock import timing_lock
 
     blocks = bench.parse_blocks(args.blocks)
     shapes = bench.parse_shapes(args.shapes)
     device.require_gpu("sweep-blocks (the E3 block-size sweep of the elementwise, reduction and SGD kernels)")
     bench.log_device_header(_log)
-    frames = [bench.block_sweep(blocks, rows, cols, args.repeats, log=_log) for rows, cols in shapes]
+    with timing_lock(f"gpunn sweep-blocks {args.shapes}", _log):
+        frames = [bench.block_sweep(blocks, rows, cols, args.repeats, log=_log) for rows, cols in shapes]
     io.write_csv(args.out, pd.concat(frames, ignore_index=True))
 
 
@@ -115,8 +174,8 @@ def _cmd_report(args):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpunn", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser = OneLineErrorParser(prog="gpunn", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=OneLineErrorParser)
 
     p = sub.add_parser("make-offline", help="write an offline dataset (synthetic_*, digits*) in its true format")
     p.add_argument("name")
@@ -127,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p.add_argument("--dest", required=True, help="directory for the verified files and manifest.json")
     p.add_argument("--mirror", action="append", help="local directory or URL base tried first (repeatable)")
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds per connection attempt (default 30)")
+    p.add_argument("--timeout", type=positive_float, default=30.0, help="seconds per connection attempt (default 30)")
     p.set_defaults(func=_cmd_download)
 
     p = sub.add_parser("prepare", help="parse a downloaded dataset and cache one split as arrays (.npz)")
@@ -135,16 +194,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--raw", required=True, help="directory with the downloaded files")
     p.add_argument("--out", required=True, help="output .npz")
     p.add_argument("--split", choices=("standard", "e2"), default="standard")
-    p.add_argument("--e2-train", type=int, default=37800, help="E2 split: training samples (default 37800)")
-    p.add_argument("--e2-test", type=int, default=4200, help="E2 split: test samples (default 4200)")
-    p.add_argument("--seed", type=int, default=0, help="E2 split: shuffle seed (default 0)")
+    p.add_argument("--e2-train", type=int_at_least(1), default=37800, help="E2 split: training samples (default 37800)")
+    p.add_argument("--e2-test", type=int_at_least(1), default=4200, help="E2 split: test samples (default 4200)")
+    p.add_argument("--seed", type=int_at_least(0), default=0, help="E2 split: shuffle seed (default 0)")
     p.set_defaults(func=_cmd_prepare)
 
     p = sub.add_parser("train", help="train one run")
     p.add_argument("run", help="dataset/split/model/variant/hparams, e.g. mnist/standard/mlp/cpu-numpy/w256_b64_lr0.01_e10_s0")
     p.add_argument("--data", required=True, help="prepared .npz of the run's dataset and split")
     p.add_argument("--out", required=True, help="run directory for metrics.csv, metrics.json, weights.npz")
-    p.add_argument("--progress-every", type=float, default=15.0, help="seconds between progress lines inside an epoch")
+    p.add_argument("--progress-every", type=positive_float, default=15.0,
+                   help="seconds between progress lines inside an epoch")
     p.set_defaults(func=_cmd_train)
 
     for name, func, help_text in (("evaluate", _cmd_evaluate, "test-set metrics, predictions and samples of a run"),
@@ -154,37 +214,41 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--data", required=True, help="prepared .npz")
         p.add_argument("--out", required=True, help="output directory")
         if name == "features":
-            p.add_argument("--train-limit", type=int, default=0, help="encode only the first N training images (0: all)")
+            p.add_argument("--train-limit", type=int_at_least(0, " (0: all)"), default=0,
+                           help="encode only the first N training images (0: all)")
         p.set_defaults(func=func)
 
     p = sub.add_parser("svm", help="StandardScaler + RBF SVM on encoder features")
     p.add_argument("--features", required=True, help="directory with {train,test}_{features,labels}.npy")
     p.add_argument("--out", required=True)
-    p.add_argument("--train-subset", type=int, default=0, help="stratified training subset size (0: all)")
-    p.add_argument("--test-subset", type=int, default=0, help="stratified test subset size (0: all)")
+    p.add_argument("--train-subset", type=int_at_least(0, " (0: all)"), default=0,
+                   help="stratified training subset size (0: all)")
+    p.add_argument("--test-subset", type=int_at_least(0, " (0: all)"), default=0,
+                   help="stratified test subset size (0: all)")
     p.add_argument("--method", choices=("exact", "nystroem"), default="exact",
                    help="exact SVC, or the approximate Nystroem + linear SVM route for large sets")
-    p.add_argument("--C", type=float, default=10.0)
-    p.add_argument("--gamma", default="scale", help="'scale', 'auto' or a number")
-    p.add_argument("--components", type=int, default=2000, help="Nystroem components")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--C", type=positive_float, default=10.0)
+    p.add_argument("--gamma", type=_gamma, default="scale", help="'scale', 'auto' or a positive number")
+    p.add_argument("--components", type=int_at_least(1), default=2000, help="Nystroem components")
+    p.add_argument("--seed", type=int_at_least(0), default=0)
     p.add_argument("--class-names", default="", help="comma-separated class names")
     p.set_defaults(func=_cmd_svm)
 
     p = sub.add_parser("time-batches", help="E3: MLP forward/backward/step time per batch size")
     p.add_argument("--variants", nargs="+", required=True)
-    p.add_argument("--batches", type=_int_list, required=True, help="e.g. 1,8,32,128,512")
-    p.add_argument("--hidden", type=int, default=256)
-    p.add_argument("--features", type=int, default=784, help="inputs of the timed MLP (784: MNIST)")
-    p.add_argument("--repeats", type=int, default=20)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batches", type=_positive_int_list, required=True, help="e.g. 1,8,32,128,512")
+    p.add_argument("--hidden", type=int_at_least(1), default=256)
+    p.add_argument("--features", type=int_at_least(1), default=784, help="inputs of the timed MLP (784: MNIST)")
+    p.add_argument("--repeats", type=int_at_least(1), default=20)
+    p.add_argument("--seed", type=int_at_least(0), default=0)
     p.add_argument("--out", required=True, help="output CSV")
     p.set_defaults(func=_cmd_time_batches)
 
     p = sub.add_parser("sweep-blocks", help="E3: elementwise, reduction and SGD kernel time per block size (validated)")
     p.add_argument("--blocks", required=True, help="block sizes, powers of two up to 1024, e.g. 32,64,128,256,512,1024")
     p.add_argument("--shapes", required=True, help="ROWSxCOLS shapes, e.g. 64x256,8192x4096")
-    p.add_argument("--repeats", type=int, default=50, help="timed launches per kernel and block (default 50)")
+    p.add_argument("--repeats", type=int_at_least(1), default=50,
+                   help="timed launches per kernel and block (default 50)")
     p.add_argument("--out", required=True, help="output CSV (all shapes)")
     p.set_defaults(func=_cmd_sweep_blocks)
 

@@ -143,9 +143,9 @@ def _check_variants(key: str, names, model: str, simulator: bool) -> None:
         if model not in variants.supported_models(name):
             fits = [v for v in variants.VARIANTS if model in variants.supported_models(v)]
             raise _choice_error(key, name, fits, f" does not train the {model}")
-        if simulator and variants.variant_uses_gpu(name) and not variants.runs_on_simulator(name):
+        if simulator and variants.uses_gpu(name) and not variants.runs_on_simulator(name):
             fits = [v for v in variants.VARIANTS if model in variants.supported_models(v)
-                    and (not variants.variant_uses_gpu(v) or variants.runs_on_simulator(v))]
+                    and (not variants.uses_gpu(v) or variants.runs_on_simulator(v))]
             raise _choice_error(key, name, fits, " cannot run under the CUDA simulator (gpu.simulator: true)")
 
 
@@ -182,7 +182,7 @@ def _drop_gpu_jobs(config: dict, log: Callable[[str], None]) -> None:
 
     dropped = set()
     for exp in EXPERIMENT_MODELS:
-        kept = [v for v in config["experiments"][exp]["variants"] if not variants.variant_uses_gpu(v)]
+        kept = [v for v in config["experiments"][exp]["variants"] if not variants.uses_gpu(v)]
         dropped.update(set(config["experiments"][exp]["variants"]) - set(kept))
         config["experiments"][exp]["variants"] = kept
     if dropped:
@@ -247,4 +247,4 @@ def load_config(raw: dict, schema: dict | None = None, log: Callable[[str], None
 def _uses_gpu(variant: str) -> bool:
     from gpunn import variants
 
-    return variants.variant_uses_gpu(variant)
+    return variants.uses_gpu(variant)

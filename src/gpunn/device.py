@@ -29,8 +29,8 @@ def require_gpu(what: str) -> None:
     if not cuda.is_available():
         raise GpunnError(
             f"{what} needs a CUDA GPU and none is usable here (no driver or no device); run it on a GPU "
-            "machine, or for tiny shapes only, under numba's CUDA simulator: NUMBA_ENABLE_CUDASIM=1 "
-            "(about 1e5 times slower, timings meaningless)"
+            "machine, or for tiny shapes only, under numba's CUDA simulator: config key `gpu.simulator: true` "
+            "in the pipeline, NUMBA_ENABLE_CUDASIM=1 by hand (about 1e5 times slower, timings meaningless)"
         )
 
 

@@ -18,7 +18,9 @@ Two routes:
 
 Inputs are ``.npy`` files: float features of shape (N, D) (trailing dimensions, e.g. an (N, 128, 8, 8)
 latent, are flattened) and integer labels of shape (N,). Every output is written atomically and only
-after all inputs were validated, with ``metrics.json`` last, so a failed run leaves nothing behind.
+after all inputs were validated, with ``metrics.json`` last, so a failed run leaves nothing behind. The fit and
+the predictions run under the machine-wide timing lock (gpunn.timing_lock); ``metrics.json`` records the
+seconds waited for it and where the result came from (``provenance``, gpunn.provenance).
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ from typing import Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from gpunn import provenance
 from gpunn.errors import GpunnError
 from gpunn.io import write_csv, write_json
+from gpunn.timing_lock import timing_lock
 
 METHODS = ("exact", "nystroem")
 
@@ -357,24 +361,26 @@ def run_svm(
     log(f"svm[{method}]: fitting on {n_train} x {n_features} ({classes.size} classes, C={C}, "
         f"gamma={gamma!r} = {gamma_value:.4g}{extra}); testing on {n_test}")
 
-    t0 = time.perf_counter()
-    if precompute:
-        model = _PrecomputedRbfSVC(C, gamma_value)
-        pred_train = model.fit(xs_train, y_train, log)
-        fit_time = time.perf_counter() - t0 - model.train_predict_time
+    # the inputs are loaded and checked; fit and predict are timed: one timed job at a time on this machine
+    with timing_lock(f"gpunn svm {method} on {n_train} x {n_features}", log) as lock:
         t0 = time.perf_counter()
-        pred_test = model.predict(scaler.transform(x_test))
-        predict_time = time.perf_counter() - t0
-    else:
-        if method == "exact":
-            model = _fit_exact(x_train, y_train, C, gamma)
+        if precompute:
+            model = _PrecomputedRbfSVC(C, gamma_value)
+            pred_train = model.fit(xs_train, y_train, log)
+            fit_time = time.perf_counter() - t0 - model.train_predict_time
+            t0 = time.perf_counter()
+            pred_test = model.predict(scaler.transform(x_test))
+            predict_time = time.perf_counter() - t0
         else:
-            model = _fit_nystroem(x_train, y_train, C, gamma_value, n_components, seed)
-        fit_time = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        pred_test = model.predict(x_test)
-        predict_time = time.perf_counter() - t0
-        pred_train = model.predict(x_train)
+            if method == "exact":
+                model = _fit_exact(x_train, y_train, C, gamma)
+            else:
+                model = _fit_nystroem(x_train, y_train, C, gamma_value, n_components, seed)
+            fit_time = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            pred_test = model.predict(x_test)
+            predict_time = time.perf_counter() - t0
+            pred_train = model.predict(x_train)
     log(f"svm[{method}]: fit took {fit_time:.2f} s; predicting {n_test} test rows took {predict_time:.2f} s")
 
     # ---- metrics
@@ -403,6 +409,8 @@ def run_svm(
         "fit_time_s": fit_time,
         "predict_time_s": predict_time,
         "per_class_accuracy": {name: acc for name, acc in zip(names, per_class_acc)},
+        "timing_lock_wait_s": lock.waited_s,
+        "provenance": provenance.collect(uses_gpu=False),
     }
     if method == "exact":
         metrics["n_support_vectors"] = int((model if precompute else model[-1]).support_.size)

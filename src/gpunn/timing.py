@@ -2,7 +2,9 @@
 
 Random (not zero) inputs, a warm-up step first (numba compiles on first call), then the median over
 `repeats` steps. Host clocks are fine for CPU variants; GPU variants time themselves with CUDA events
-inside their train_step and report the same StepTimes fields.
+inside their train_step and report the same StepTimes fields. Every row carries the provenance columns
+(gpunn.provenance.CSV_COLUMNS: device, thread counts, versions, commit) of the variant it times; callers run
+these functions under the machine-wide timing lock (gpunn.timing_lock).
 """
 
 from __future__ import annotations
@@ -10,10 +12,17 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from gpunn import provenance
 from gpunn.nn import build_model
-from gpunn.variants import make_backend
+from gpunn.variants import VARIANTS, make_backend, uses_gpu
 
-TIMING_COLUMNS = ["variant", "batch", "hidden", "forward_ms", "backward_ms", "step_ms", "samples_per_s", "repeats"]
+TIMING_COLUMNS = ["variant", "batch", "hidden", "forward_ms", "backward_ms", "step_ms", "samples_per_s", "repeats",
+                  *provenance.CSV_COLUMNS]
+
+
+def provenance_columns(variant: str) -> dict:
+    """The provenance columns of a row timing `variant` (a gpunn variant, or a PyTorch reference on the GPU)."""
+    return provenance.columns(provenance.collect(uses_gpu=uses_gpu(variant) if variant in VARIANTS else True))
 
 
 def time_mlp_batches(variants, batch_sizes, hidden=256, in_features=784, classes=10, repeats=20,
@@ -33,7 +42,7 @@ def time_mlp_batches(variants, batch_sizes, hidden=256, in_features=784, classes
             step = float(np.median([s.forward_s + s.backward_s for s in steps]))
             rows.append({"variant": variant, "batch": batch, "hidden": hidden, "forward_ms": 1e3 * forward,
                          "backward_ms": 1e3 * backward, "step_ms": 1e3 * step,
-                         "samples_per_s": batch / step, "repeats": repeats})
+                         "samples_per_s": batch / step, "repeats": repeats, **provenance_columns(variant)})
             log(f"{variant:>12} batch {batch:>4}: forward {1e3 * forward:8.3f} ms  backward {1e3 * backward:8.3f} ms"
                 f"  {batch / step:10.0f} samples/s")
     return pd.DataFrame(rows, columns=TIMING_COLUMNS)
@@ -42,7 +51,8 @@ def time_mlp_batches(variants, batch_sizes, hidden=256, in_features=784, classes
 # ---------------------------------------------------------------------------------------------------------
 # Whole training epochs of the MLP (the E1 target: 60 000 samples, batch 64), with PyTorch in the same run.
 
-EPOCH_COLUMNS = ["variant", "n", "batch", "hidden", "epoch_s", "samples_per_s", "ratio_to_torch_eager", "epochs"]
+EPOCH_COLUMNS = ["variant", "n", "batch", "hidden", "epoch_s", "samples_per_s", "ratio_to_torch_eager", "epochs",
+                 *provenance.CSV_COLUMNS]
 
 
 def mnist_shaped_data(n: int, seed: int = 0, features: int = 784, classes: int = 10):
@@ -158,7 +168,7 @@ def time_mlp_epochs(variants, n=60000, batch=64, hidden=256, lr=0.01, epochs=3, 
     for variant, seconds in timed.items():
         epoch_s = float(np.median(seconds[1:] if len(seconds) > 1 else seconds))
         rows.append({"variant": variant, "n": n, "batch": batch, "hidden": hidden, "epoch_s": epoch_s,
-                     "samples_per_s": n / epoch_s, "epochs": len(seconds)})
+                     "samples_per_s": n / epoch_s, "epochs": len(seconds), **provenance_columns(variant)})
     frame = pd.DataFrame(rows)
     eager = frame.loc[frame["variant"] == "torch-eager", "epoch_s"]
     frame["ratio_to_torch_eager"] = frame["epoch_s"] / float(eager.iloc[0]) if len(eager) else np.nan

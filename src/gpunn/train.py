@@ -4,7 +4,9 @@ Per epoch the loop trains over the shared batch order, then evaluates on the tes
 train loss, test loss, test accuracy (classifiers), wall time and its forward/backward split. Outputs of
 a run directory, all written atomically at the end:
     metrics.csv    one row per epoch
-    metrics.json   the run spec, data sizes and final figures
+    metrics.json   the run spec, data sizes, final figures, where the run came from ("provenance": device,
+                   threads, versions, commit; gpunn.provenance) and the seconds it waited for the timing
+                   lock ("timing_lock_wait_s": the timed part runs under gpunn.timing_lock)
     weights.npz    the flat parameter buffer, its layout and the spec
 """
 
@@ -12,7 +14,6 @@ from __future__ import annotations
 
 import json
 import math
-import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,14 +21,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gpunn import io
+from gpunn import io, provenance
 from gpunn.data.prepare import Prepared, load_prepared
 from gpunn.errors import GpunnError
 from gpunn.nn import build_model
 from gpunn.nn.functional import mse_forward, softmax_cross_entropy
 from gpunn.runspec import RunSpec, parse_run_path
 from gpunn.seeding import batch_order, batch_slices
-from gpunn.variants import make_backend
+from gpunn.timing_lock import timing_lock
+from gpunn.variants import make_backend, uses_gpu
 
 EVAL_BATCH = 1000
 METRIC_COLUMNS = [
@@ -102,6 +104,39 @@ def _check_finite(value: float, where: str, spec: RunSpec) -> None:
 def train_run(spec: RunSpec, prepared_path, out_dir, log=print, progress_every_s: float = 15.0) -> dict:
     """Train `spec` on the prepared dataset; write metrics.csv, metrics.json and weights.npz to out_dir."""
     data = run_data(spec, load_prepared(prepared_path))
+    # data loading above, every timed step below: one timed job at a time on this machine
+    with timing_lock(f"gpunn train {spec.path}", log) as lock:
+        model, backend, rows = _train_epochs(spec, data, log, progress_every_s)
+
+    n_train = len(data.x_train)
+    frame = pd.DataFrame(rows, columns=METRIC_COLUMNS)
+    summary = {
+        "spec": spec.to_dict(),
+        "n_train": n_train,
+        "n_test": len(data.x_test),
+        "image_shape": list(data.image_shape),
+        "num_classes": data.num_classes,
+        "num_parameters": int(model.num_parameters),
+        "final_train_loss": rows[-1]["train_loss"],
+        "final_test_loss": rows[-1]["test_loss"],
+        "final_test_accuracy": rows[-1]["test_accuracy"],
+        "total_train_time_s": float(frame["epoch_time_s"].sum()),
+        "mean_epoch_time_s": float(frame["epoch_time_s"].mean()),
+        "forward_time_s": float(frame["forward_time_s"].sum()),
+        "backward_time_s": float(frame["backward_time_s"].sum()),
+        "timing_lock_wait_s": lock.waited_s,
+        "provenance": provenance.collect(uses_gpu=uses_gpu(spec.variant)),
+    }
+    out_dir = Path(out_dir)
+    save_weights(out_dir / "weights.npz", spec, model, backend.flat_params(), data)
+    io.write_csv(out_dir / "metrics.csv", frame)
+    io.write_json(out_dir / "metrics.json", summary)
+    return summary
+
+
+def _train_epochs(spec: RunSpec, data: RunData, log, progress_every_s: float):
+    """Build the model and backend, compile, and train every epoch with its test evaluation: the timed
+    part of a run. Returns (model, backend, one metrics row per epoch)."""
     model = new_model(spec, data.image_shape, data.num_classes)
     backend = make_backend(spec.variant, model, spec.model, spec.lr)
     autoencoder = spec.model == "autoencoder"
@@ -145,29 +180,7 @@ def train_run(spec: RunSpec, prepared_path, out_dir, log=print, progress_every_s
         log(f"epoch {epoch + 1}/{spec.epochs}: train loss {row['train_loss']:.4f} test loss "
             f"{row['test_loss']:.4f}{accuracy} ({epoch_s:.2f} s)")
 
-    frame = pd.DataFrame(rows, columns=METRIC_COLUMNS)
-    summary = {
-        "spec": spec.to_dict(),
-        "n_train": n_train,
-        "n_test": len(data.x_test),
-        "image_shape": list(data.image_shape),
-        "num_classes": data.num_classes,
-        "num_parameters": int(model.num_parameters),
-        "final_train_loss": rows[-1]["train_loss"],
-        "final_test_loss": rows[-1]["test_loss"],
-        "final_test_accuracy": rows[-1]["test_accuracy"],
-        "total_train_time_s": float(frame["epoch_time_s"].sum()),
-        "mean_epoch_time_s": float(frame["epoch_time_s"].mean()),
-        "forward_time_s": float(frame["forward_time_s"].sum()),
-        "backward_time_s": float(frame["backward_time_s"].sum()),
-        "host": {"machine": platform.machine(), "processor": platform.processor(), "python": platform.python_version(),
-                 "numpy": np.__version__},
-    }
-    out_dir = Path(out_dir)
-    save_weights(out_dir / "weights.npz", spec, model, backend.flat_params(), data)
-    io.write_csv(out_dir / "metrics.csv", frame)
-    io.write_json(out_dir / "metrics.json", summary)
-    return summary
+    return model, backend, rows
 
 
 def _train_batches(backend, data: RunData, order, slices, autoencoder: bool, spec: RunSpec, epoch: int, log,

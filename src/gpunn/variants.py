@@ -10,6 +10,9 @@ loop gathers in the shared batch order (gpunn.seeding), so every variant sees th
     gpu-fused   training set resident on the GPU, batches gathered there, fused epilogues, 8 launches a step
     gpu-graph   gpu-fused with each step captured in CUDA graphs and replayed (real GPU only)
 
+Each registry entry says which models a variant trains and whether it runs on the CUDA device
+(`uses_gpu`: what the provenance record and the GPU checks go by; `check_variant` validates a name up front).
+
 A backend with `load_train_data` and `train_epoch` (gpu-fused) trains whole epochs on the device; the
 training loop then hands it the epoch's order instead of batches.
 """
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -107,36 +110,45 @@ def _gpu_mlp(name: str) -> Callable:
     return factory
 
 
-# variant name -> (backend factory, models it supports)
-VARIANTS: dict[str, tuple[Callable, tuple[str, ...]]] = {
-    "cpu-numpy": (CpuNumpyBackend, ("mlp", "cnn", "autoencoder")),
-    "cpu-serial": (CpuSerialBackend, ("mlp",)),
-    **{name: (_gpu_mlp(name), ("mlp",)) for name in ("gpu-naive", "gpu-tiled", "gpu-fused", "gpu-graph")},
+class Variant(NamedTuple):
+    factory: Callable   # (model, model_name, lr) -> backend
+    models: tuple[str, ...]  # models it can train
+    gpu: bool           # runs on the CUDA device (needs a GPU or numba's simulator)
+    simulator: bool = True  # can run under numba's CUDA simulator (gpu-graph captures CUDA graphs, which it lacks)
+
+
+GPU_MLP_VARIANTS = ("gpu-naive", "gpu-tiled", "gpu-fused", "gpu-graph")
+VARIANTS: dict[str, Variant] = {
+    "cpu-numpy": Variant(CpuNumpyBackend, ("mlp", "cnn", "autoencoder"), gpu=False),
+    "cpu-serial": Variant(CpuSerialBackend, ("mlp",), gpu=False),
+    **{name: Variant(_gpu_mlp(name), ("mlp",), gpu=True, simulator=name != "gpu-graph") for name in GPU_MLP_VARIANTS},
 }
 
 
-def make_backend(variant: str, model, model_name: str, lr: float):
+def check_variant(variant: str, model_name: str | None = None) -> Variant:
+    """The registry entry of `variant`; a one-line GpunnError when the name is unknown or the variant cannot
+    train `model_name` (when given)."""
     if variant not in VARIANTS:
         raise GpunnError(f"unknown variant '{variant}': choose one of {', '.join(VARIANTS)}")
-    factory, models = VARIANTS[variant]
-    if model_name not in models:
-        raise GpunnError(f"variant {variant} supports {', '.join(models)}, not {model_name}")
-    return factory(model, model_name, lr)
+    entry = VARIANTS[variant]
+    if model_name is not None and model_name not in entry.models:
+        raise GpunnError(f"variant {variant} supports {', '.join(entry.models)}, not {model_name}")
+    return entry
 
 
-# Facts about variants that the config check and the workflow read (instead of rules on their names).
-# gpu-graph captures CUDA graphs, which numba's CUDA simulator lacks.
-_NOT_ON_SIMULATOR = frozenset({"gpu-graph"})
+def uses_gpu(variant: str) -> bool:
+    """Whether `variant` trains on the CUDA device (GpunnError for an unknown name)."""
+    return check_variant(variant).gpu
+
+
+def make_backend(variant: str, model, model_name: str, lr: float):
+    return check_variant(variant, model_name).factory(model, model_name, lr)
 
 
 def supported_models(variant: str) -> tuple[str, ...]:
-    return VARIANTS[variant][1]
-
-
-def variant_uses_gpu(variant: str) -> bool:
-    return variant.startswith("gpu-")
+    return check_variant(variant).models
 
 
 def runs_on_simulator(variant: str) -> bool:
-    """Whether a GPU variant can run under numba's CUDA simulator (CPU variants need no GPU at all)."""
-    return variant not in _NOT_ON_SIMULATOR
+    """Whether a variant can run where numba's CUDA simulator stands in for the GPU."""
+    return check_variant(variant).simulator

@@ -26,7 +26,7 @@ from gpunn.pipeline import (
     report_inputs,
     report_outputs,
 )
-from gpunn.variants import variant_uses_gpu
+from gpunn.variants import uses_gpu as variant_uses_gpu
 
 
 def _checked_config():

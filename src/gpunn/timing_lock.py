@@ -1,0 +1,119 @@
+"""One timed job at a time on a machine, across processes and users.
+
+Two timed jobs running together (Snakemake with several cores, a benchmark started by hand next to a
+pipeline, two users on one GPU machine) share the GPU, the memory bandwidth and the CPU cores, and both
+report times that are too slow. Every timed command therefore runs its timed work inside ``timing_lock``:
+an exclusive ``fcntl.flock`` on one machine-wide file, ``$GPUNN_TIMING_LOCK`` or
+``<tempdir>/gpunn-timing.lock`` (created world-writable, so every user's jobs share it). The kernel drops
+the lock when its holder exits, however it exits, so a killed job never leaves a stale lock.
+
+A job that had to wait says so in its log, with who held the lock (the holder writes its pid, what it runs
+and since when into the file), and how long it waited; the wait is also returned, for metrics.json.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from gpunn.errors import GpunnError
+
+ENV_VARIABLE = "GPUNN_TIMING_LOCK"
+DEFAULT_NAME = "gpunn-timing.lock"
+
+# depth > 0 while this thread holds the lock: a nested timing_lock (a timed command calling another timed
+# function) must not wait for its own process, which flock would make it do forever
+_held = threading.local()
+
+
+@dataclass
+class TimingLock:
+    """The held lock: its file and the seconds spent waiting for it (0.0 when it was free)."""
+
+    path: str
+    waited_s: float = 0.0
+
+
+def lock_path() -> str:
+    return os.environ.get(ENV_VARIABLE) or os.path.join(tempfile.gettempdir(), DEFAULT_NAME)
+
+
+@contextlib.contextmanager
+def timing_lock(what: str, log: Callable[[str], None] = print) -> Iterator[TimingLock]:
+    """Hold the machine-wide timing lock for the block; `what` (e.g. "gpunn train mnist/...") is shown to
+    jobs waiting for it. Released on leaving the block, by an exception or KeyboardInterrupt too."""
+    path = lock_path()
+    if getattr(_held, "depth", 0):
+        _held.depth += 1
+        try:
+            yield TimingLock(path)
+        finally:
+            _held.depth -= 1
+        return
+    fd = _open(path)
+    try:
+        waited = 0.0
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log(f"waiting for the timing lock {path}: held by {_describe_holder(fd)}")
+            start = time.monotonic()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            waited = time.monotonic() - start
+            log(f"got the timing lock after {waited:.1f} s of waiting")
+        _write_holder(fd, what)
+        _held.depth = 1
+        try:
+            yield TimingLock(path, waited)
+        finally:
+            _held.depth = 0
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)  # no stale holder for the next reader
+    finally:
+        os.close(fd)  # closing the last descriptor releases the flock
+
+
+def _open(path: str) -> int:
+    # an existing file is opened without O_CREAT: Linux's fs.protected_regular refuses O_CREAT on another
+    # user's file in a sticky world-writable directory such as /tmp, even when the file itself is writable
+    try:
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+            except FileExistsError:  # another job created it in between
+                fd = os.open(path, os.O_RDWR)
+    except OSError as exc:
+        raise GpunnError(
+            f"cannot open the timing lock file {path} ({exc.strerror}); make it writable for every user "
+            f"(chmod 666 {path}) or set {ENV_VARIABLE} to a writable path"
+        ) from None
+    with contextlib.suppress(OSError):
+        if os.fstat(fd).st_uid == os.getuid() and os.fstat(fd).st_mode & 0o777 != 0o666:
+            os.fchmod(fd, 0o666)  # the umask took write access from other users' jobs
+    return fd
+
+
+def _write_holder(fd: int, what: str) -> None:
+    record = json.dumps({"pid": os.getpid(), "what": what, "since": time.time()})
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, record.encode() + b"\n", 0)
+
+
+def _describe_holder(fd: int) -> str:
+    """'pid N (what, since HH:MM:SS)' from the holder's record, best effort (it may not have written it yet)."""
+    try:
+        record = json.loads(os.pread(fd, 4096, 0).decode())
+        since = time.strftime("%H:%M:%S", time.localtime(float(record["since"])))
+        return f"pid {int(record['pid'])} ({record['what']}, since {since})"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "another process (not yet recorded)"

@@ -1,0 +1,122 @@
+"""The machine-wide timing lock: a timed job waits for another one and says so in its log, two holders never
+overlap, and the lock is released however the block ends. Every test uses a lock file of its own."""
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from gpunn.errors import GpunnError
+from gpunn.timing_lock import timing_lock
+
+
+@pytest.fixture
+def lock_file(tmp_path, monkeypatch):
+    path = tmp_path / "timing.lock"
+    monkeypatch.setenv("GPUNN_TIMING_LOCK", str(path))
+    return path
+
+
+def _python(code: str, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], stdout=subprocess.PIPE, text=True,
+                            **kwargs)
+
+
+def test_a_job_waits_for_the_holder_and_logs_it(lock_file):
+    holder = _python("""
+        import time
+        from gpunn.timing_lock import timing_lock
+        with timing_lock("holder job", log=print):
+            print("locked", flush=True)
+            time.sleep(3)
+        """)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        lines = []
+        start = time.monotonic()
+        with timing_lock("waiting job", log=lines.append) as lock:
+            elapsed = time.monotonic() - start
+        assert holder.wait(timeout=30) == 0
+    finally:
+        holder.kill()
+    assert lock.waited_s >= 2.0 and elapsed >= 2.0
+    assert len(lines) == 2, lines
+    assert lines[0].startswith(f"waiting for the timing lock {lock_file}: held by pid {holder.pid} (holder job, since ")
+    assert lines[1] == f"got the timing lock after {lock.waited_s:.1f} s of waiting"
+
+
+def test_two_holders_never_overlap(lock_file, tmp_path):
+    code = """
+        import json, sys, time
+        from gpunn.timing_lock import timing_lock
+        intervals = []
+        for _ in range(3):
+            with timing_lock("timed block " + sys.argv[1], log=lambda line: None):
+                entered = time.time()
+                time.sleep(0.2)
+                intervals.append((entered, time.time()))
+        print(json.dumps(intervals))
+        """
+    jobs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), str(k)], stdout=subprocess.PIPE,
+                             text=True) for k in range(2)]
+    intervals = sorted(i for job in jobs for i in json.loads(job.communicate(timeout=60)[0]))
+    assert len(intervals) == 6
+    for (_, first_exit), (second_enter, _) in zip(intervals, intervals[1:]):
+        assert first_exit <= second_enter, intervals
+
+
+def test_a_free_lock_is_taken_silently_and_world_writable(lock_file):
+    lines = []
+    old_umask = os.umask(0o022)
+    try:
+        with timing_lock("job", log=lines.append) as lock:
+            holder = json.loads(lock_file.read_text())
+    finally:
+        os.umask(old_umask)
+    assert lines == [] and lock.waited_s == 0.0 and lock.path == str(lock_file)
+    assert holder["pid"] == os.getpid() and holder["what"] == "job"
+    assert lock_file.stat().st_mode & 0o777 == 0o666
+    assert lock_file.read_text() == ""  # no stale holder once released
+
+
+def _free(path) -> bool:
+    with open(path, "a") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        return True
+
+
+@pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
+def test_released_when_the_block_fails(lock_file, error):
+    with pytest.raises(error):
+        with timing_lock("job", log=print):
+            assert not _free(lock_file)
+            raise error()
+    assert _free(lock_file)
+
+
+def test_nested_use_in_one_process_does_not_wait_for_itself(lock_file):
+    lines = []
+    with timing_lock("outer", log=lines.append):
+        with timing_lock("inner", log=lines.append) as inner:
+            assert inner.waited_s == 0.0
+        assert not _free(lock_file)  # the outer block still holds it
+    assert _free(lock_file) and lines == []
+
+
+def test_unusable_lock_path_is_one_clear_error(tmp_path, monkeypatch):
+    path = tmp_path / "no-such-dir" / "timing.lock"
+    monkeypatch.setenv("GPUNN_TIMING_LOCK", str(path))
+    with pytest.raises(GpunnError) as caught:
+        with timing_lock("job"):
+            pass
+    message = str(caught.value)
+    assert str(path) in message and "GPUNN_TIMING_LOCK" in message and "\n" not in message
