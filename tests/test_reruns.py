@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gzip
 import re
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -112,6 +113,27 @@ def test_corrupted_raw_file_is_fetched_again(small):
     assert set(jobs) == {"download_idx", "prepare"} | E1_CHAIN
     _rebuild(small)
     assert gzip.decompress(raw.read_bytes()) == original
+
+
+def test_edited_intermediate_is_remade(small):
+    """A prepared split overwritten by hand (still a valid npz, one pixel changed) after its job: it is moved
+    aside and remade, and what depends on it reruns; digits28's E2 chain is untouched."""
+    import numpy as np
+
+    prepared = small / "results/small/data/prepared/digits8/standard.npz"
+    with np.load(prepared) as saved:
+        arrays = dict(saved)
+    original = arrays["x_train"].copy()
+    arrays["x_train"][0, 0, 0, 0] ^= 0xFF
+    time.sleep(2.5)  # later than the prepare job's log by more than gpunn.pipeline.EDIT_SLACK_S
+    with open(prepared, "wb") as fh:
+        np.savez(fh, **arrays)
+    jobs = planned(small)
+    assert set(jobs) == {"prepare"} | E1_CHAIN
+    assert Path(f"{prepared}.edited").is_file()
+    _rebuild(small)
+    with np.load(prepared) as saved:
+        assert np.array_equal(saved["x_train"], original)
 
 
 def test_removed_run_output_reruns_that_run_only(small):

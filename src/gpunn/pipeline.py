@@ -182,20 +182,52 @@ def report_inputs(config: dict, experiment: str) -> dict[str, list[str]]:
     return inputs
 
 
-def planned_intermediates(config: dict, experiment: str) -> list[str]:
-    """Every file the experiment's report depends on through the DAG, upstream first: raw files, prepared
-    splits, run outputs, the evaluations the report shows and (E6) encoder features."""
+def planned_intermediates(config: dict, experiment: str) -> dict[str, str | None]:
+    """Every file the experiment's report depends on through the DAG, upstream first (raw files, prepared
+    splits, run outputs, the evaluations the report shows, E6's encoder features), each with the log of the
+    job that writes it (None for raw files, which their manifest.json vouches for instead)."""
     layout = Layout.of(config)
-    files: list[str] = []
+    logs = layout.logs
+    files: dict[str, str | None] = {}
     for dataset, split in experiment_data(config, experiment):
-        files += raw_outputs(config, dataset) + [layout.prepared(dataset, split)]
+        files.update(dict.fromkeys(raw_outputs(config, dataset)))
+        files[layout.prepared(dataset, split)] = f"{logs('prepare')}/{dataset}/{split}.log"
     for spec in experiment_runs(config, experiment):
-        files += [f"{layout.run_dir(spec)}/{name}" for name in RUN_FILES]
+        log = f"{logs('train')}/{layout.machine}/{spec.path}.log"
+        files.update({f"{layout.run_dir(spec)}/{name}": log for name in RUN_FILES})
         if experiment == "e6":
-            files += [f"{layout.features_dir(spec)}/{name}" for name in FEATURE_FILES]
+            log = f"{logs('features')}/{layout.machine}/{spec.path}.log"
+            files.update({f"{layout.features_dir(spec)}/{name}": log for name in FEATURE_FILES})
     for eval_json in report_inputs(config, experiment).get("evals", []):
-        files += [f"{os.path.dirname(eval_json)}/{name}" for name in EVAL_FILES]
-    return list(dict.fromkeys(files))
+        run_path = os.path.relpath(os.path.dirname(eval_json), layout.measured("eval"))
+        log = f"{logs('evaluate')}/{layout.machine}/{run_path}.log"
+        files.update({f"{os.path.dirname(eval_json)}/{name}": log for name in EVAL_FILES})
+    return files
+
+
+# A job's log is finished after its outputs are renamed into place (its last line says "done"): an output
+# modified later than that, by more than this slack for coarse file-system clocks, was changed by hand.
+EDIT_SLACK_S = 2.0
+
+
+def edited_intermediates(config: dict, experiments, workdir: str | Path = ".") -> list[str]:
+    """Planned intermediate files changed after the job that wrote them finished (edited, overwritten,
+    truncated by hand): they no longer are what that job made. The workflow moves each aside (to
+    `<file>.edited`), so that it is remade and everything that depends on it reruns."""
+    workdir = Path(workdir)
+    edited = []
+    for experiment in experiments:
+        for path, log in planned_intermediates(config, experiment).items():
+            if log is None or path in edited:
+                continue
+            try:
+                written = (workdir / path).stat().st_mtime
+                finished = (workdir / log).stat().st_mtime
+            except FileNotFoundError:
+                continue  # missing: see missing_intermediates; no log: not made by this workflow's job
+            if written > finished + EDIT_SLACK_S:
+                edited.append(path)
+    return edited
 
 
 def missing_intermediates(config: dict, experiments, workdir: str | Path = ".") -> list[str]:

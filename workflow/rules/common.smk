@@ -17,6 +17,7 @@ from gpunn.pipeline import (
     FEATURE_FILES,
     Layout,
     e6_run,
+    edited_intermediates,
     enabled_experiments,
     experiment_data,
     export_download_options,
@@ -158,10 +159,21 @@ def invalidate_changed_downloads(experiments):
             os.remove(manifest)
 
 
+def set_aside_edited(experiments):
+    """Intermediate files changed by hand after their job (gpunn.pipeline.edited_intermediates) are moved to
+    `<file>.edited`: the job that makes them reruns, and everything that depends on them."""
+    for path in edited_intermediates(config, experiments):
+        os.replace(path, f"{path}.edited")
+        print(f"gpunn: {path} was changed after the job that wrote it; moved to {path}.edited, it is remade "
+              "and what depends on it rerun", file=sys.stderr)
+
+
 def target_inputs(experiments):
     """The inputs of the target rules all and e1 .. e6: the experiments' reports, and every planned intermediate file that is
     missing, so that removing one reruns it and what depends on it (see gpunn.pipeline.missing_intermediates)."""
     if workflow.is_main_process:
         invalidate_changed_downloads(experiments)
+        if not workflow.touch:  # --touch refreshes outputs on purpose
+            set_aside_edited(experiments)
     files = [f for e in experiments for f in report_outputs(config, e)]
     return files + missing_intermediates(config, experiments)
