@@ -222,9 +222,36 @@ def test_rate_columns_are_not_times():
 GPU_VARIANTS = ("gpu-naive", "gpu-tiled", "gpu-fused")
 
 
-def _write_run(results, spec: RunSpec, train_s, forward_s, backward_s, accuracy):
-    """A finished run's folder: metrics.csv (one row per epoch) and metrics.json, as gpunn.train writes them."""
+def _provenance(device, simulator=False):
+    """A run's provenance as gpunn.train records it in metrics.json."""
+    return {"device": device, "simulator": simulator, "cpu": "AMD EPYC 9454", "blas_threads": 4, "numba_threads": 4,
+            "numpy": "2.4.6", "numba": "0.61.2", "numba_cuda": "0.15.1", "snakemake": "9.6.0", "commit": "aaca32a"}
+
+
+ON_CPU = _provenance("cpu")
+ON_H100 = _provenance("NVIDIA H100 80GB HBM3")
+SIMULATED = _provenance("numba CUDA simulator", simulator=True)
+
+
+def _cpu_and_simulated(variant):
+    return SIMULATED if variant.startswith("gpu") else ON_CPU
+
+
+def _cpu_and_h100(variant):
+    return ON_H100 if variant.startswith("gpu") else ON_CPU
+
+
+def _csv_provenance(provenance):
+    """The provenance columns every timing CSV row gets (no cpu column: that is only in metrics.json)."""
+    return {k: v for k, v in provenance.items() if k != "cpu"}
+
+
+def _write_run(results, spec: RunSpec, train_s, forward_s, backward_s, accuracy, provenance=None, n_train=1000,
+               n_test=500, image_shape=(1, 28, 28)):
+    """A finished run's folder: metrics.csv (one row per epoch) and metrics.json, as gpunn.train writes them;
+    without `provenance`, metrics.json is in the format written before runs recorded their device."""
     run = results / "runs" / spec.path
+    inputs = int(np.prod(image_shape))
     epochs = np.arange(1, spec.epochs + 1)
     per_epoch = train_s / spec.epochs
     io.write_csv(run / "metrics.csv", pd.DataFrame({
@@ -232,12 +259,15 @@ def _write_run(results, spec: RunSpec, train_s, forward_s, backward_s, accuracy)
         "test_accuracy": accuracy - 0.01 * (spec.epochs - epochs), "epoch_time_s": per_epoch,
         "forward_time_s": forward_s / spec.epochs, "backward_time_s": backward_s / spec.epochs,
         "eval_time_s": 0.01, "samples_per_s": 1000 / per_epoch}, columns=METRIC_COLUMNS))
-    io.write_json(run / "metrics.json", {
-        "spec": spec.to_dict(), "n_train": 1000, "n_test": 500, "image_shape": [1, 28, 28], "num_classes": 10,
-        "num_parameters": 785 * spec.widths[0] + (spec.widths[0] + 1) * 10, "final_train_loss": 1.0 / spec.epochs,
-        "final_test_loss": 1.1 / spec.epochs, "final_test_accuracy": accuracy, "total_train_time_s": train_s,
-        "mean_epoch_time_s": per_epoch, "forward_time_s": forward_s, "backward_time_s": backward_s,
-        "host": {"machine": "x86_64"}})
+    summary = {
+        "spec": spec.to_dict(), "n_train": n_train, "n_test": n_test, "image_shape": list(image_shape),
+        "num_classes": 10, "num_parameters": (inputs + 1) * spec.widths[0] + (spec.widths[0] + 1) * 10,
+        "final_train_loss": 1.0 / spec.epochs, "final_test_loss": 1.1 / spec.epochs, "final_test_accuracy": accuracy,
+        "total_train_time_s": train_s, "mean_epoch_time_s": per_epoch, "forward_time_s": forward_s,
+        "backward_time_s": backward_s, "host": {"machine": "x86_64"}}
+    if provenance is not None:
+        summary["provenance"] = provenance
+    io.write_json(run / "metrics.json", summary)
     return run
 
 
@@ -274,14 +304,19 @@ E1_RUNS = {  # variant: (train time s, test accuracy)
 }
 
 
-def _e1_results(tmp_path, variants):
+def _e1_results(tmp_path, variants, where=None, spec_fields=None, **sizes):
+    """E1's run folders and the first variant's eval folder; `where(variant)`: that run's provenance (None:
+    a metrics.json from before provenance); `spec_fields` and `sizes` override the MNIST-sized defaults."""
     results = tmp_path / "results"
+    fields = {"dataset": "mnist", "widths": (256,), "batch": 64, "lr": 0.01, "epochs": 4, "seed": 0,
+              **(spec_fields or {})}
     runs = []
     for variant in variants:
         train_s, accuracy = E1_RUNS[variant]
-        spec = RunSpec("mnist", "standard", "mlp", variant, (256,), 64, 0.01, 4, 0)
-        runs.append(_write_run(results, spec, train_s, 0.4 * train_s, 0.5 * train_s, accuracy))
-    return runs, [_write_eval(results, RunSpec("mnist", "standard", "mlp", variants[0], (256,), 64, 0.01, 4, 0))]
+        spec = RunSpec(split="standard", model="mlp", variant=variant, **fields)
+        runs.append(_write_run(results, spec, train_s, 0.4 * train_s, 0.5 * train_s, accuracy,
+                               provenance=where(variant) if where else None, **sizes))
+    return runs, [_write_eval(results, RunSpec(split="standard", model="mlp", variant=variants[0], **fields))]
 
 
 def test_e1_report_speedups_accuracy_difference_and_figures(tmp_path):
@@ -330,7 +365,7 @@ def _e2_cell(variant, hidden, batch):
     return train, 0.45 * train, 0.5 * train, accuracy
 
 
-def _e2_runs(tmp_path, variants, skip=()):
+def _e2_runs(tmp_path, variants, skip=(), where=None, **sizes):
     results = tmp_path / "results"
     runs = []
     for variant in variants:
@@ -339,7 +374,8 @@ def _e2_runs(tmp_path, variants, skip=()):
                 if (variant, hidden, batch) in skip:
                     continue
                 spec = RunSpec("mnist", "e2", "mlp", variant, (hidden,), batch, 0.01, 5, 0)
-                runs.append(_write_run(results, spec, *_e2_cell(variant, hidden, batch)))
+                runs.append(_write_run(results, spec, *_e2_cell(variant, hidden, batch),
+                                       provenance=where(variant) if where else None, **sizes))
     return runs
 
 
@@ -412,8 +448,9 @@ def test_e2_two_runs_of_one_cell_are_refused(tmp_path):
 E3_VARIANTS = ("cpu-numpy", "cpu-serial", *GPU_VARIANTS)
 
 
-def _write_timings(folder):
-    """One CSV per variant, as `gpunn time-batches` writes them."""
+def _write_timings(folder, where=None):
+    """One CSV per variant, as `gpunn time-batches` writes them; `where(variant)`: the provenance columns of
+    its rows (None: a CSV from before timings recorded them)."""
     paths = []
     for k, variant in enumerate(E3_VARIANTS):
         rows = []
@@ -421,9 +458,9 @@ def _write_timings(folder):
             step = 10.0 / (k + 1) ** 2 + 0.01 * batch
             rows.append({"variant": variant, "batch": batch, "hidden": 256, "forward_ms": 0.4 * step,
                          "backward_ms": 0.6 * step, "step_ms": step, "samples_per_s": 1000 * batch / step,
-                         "repeats": 20})
+                         "repeats": 20, **(_csv_provenance(where(variant)) if where else {})})
         paths.append(folder / f"{variant}.csv")
-        io.write_csv(paths[-1], pd.DataFrame(rows, columns=TIMING_COLUMNS))
+        io.write_csv(paths[-1], pd.DataFrame(rows, columns=list(rows[0]) if where else TIMING_COLUMNS))
     return paths
 
 
@@ -554,3 +591,242 @@ def test_new_figures_draw_every_variant(tmp_path):
     with pytest.raises(GpunnError, match="missing.csv: block-size sweep CSV not found"):
         block_sweep([tmp_path / "missing.csv"], tmp_path / "none.png")
     assert not (tmp_path / "none.png").exists()
+
+
+# ------------------------------------------------------------------------ provenance, titles from the data, overlaps
+def _title_line(md_path):
+    first = md_path.read_text().splitlines()[0]
+    assert first.startswith("## ")
+    return first[3:]
+
+
+def _md_row(md_path, first_cell):
+    return next(line for line in md_path.read_text().splitlines() if line.startswith(f"| {first_cell} "))
+
+
+def test_e1_report_labels_simulated_timings(tmp_path):
+    runs, evals = _e1_results(tmp_path, ["cpu-serial", "cpu-numpy", "gpu-naive", "gpu-fused"],
+                              where=_cpu_and_simulated)
+    out = tmp_path / "report"
+    written = make_report("e1", out, runs=runs, evals=evals)
+    _assert_written(out, "e1")
+    table = pd.read_csv(out / "summary.csv")
+    assert list(table["device"]) == ["cpu", "cpu", "cuda-simulator", "cuda-simulator"]
+    assert list(table["simulator"]) == [False, False, True, True]
+    title = _title_line(out / "summary.md")
+    assert title == written["summary.md"]
+    assert "timed on cpu (AMD EPYC 9454)" in title
+    assert title.endswith(" — timings of gpu-naive and gpu-fused under the CUDA simulator: not meaningful")
+    assert "cuda-simulator" in _md_row(out / "summary.md", "gpu-fused")
+    assert "cuda-simulator" not in _md_row(out / "summary.md", "cpu-numpy")
+    assert "gpu-naive and gpu-fused ran under numba's CUDA simulator" in (out / "summary.md").read_text()
+    assert "timings of gpu-naive and gpu-fused under the CUDA simulator: not meaningful" in written["epoch_time.png"]
+    assert "simulator" not in written["loss_curves.png"]  # losses do not depend on the device
+
+
+def test_e1_report_names_real_devices_without_warning(tmp_path):
+    runs, evals = _e1_results(tmp_path, ["cpu-numpy", "gpu-fused"], where=_cpu_and_h100)
+    out = tmp_path / "report"
+    written = make_report("e1", out, runs=runs, evals=evals)
+    assert list(pd.read_csv(out / "summary.csv")["device"]) == ["cpu", "NVIDIA H100 80GB HBM3"]
+    assert written["summary.md"].endswith("timed on cpu (AMD EPYC 9454) and NVIDIA H100 80GB HBM3")
+    assert written["epoch_time.png"].endswith("\ntimed on cpu (AMD EPYC 9454) and NVIDIA H100 80GB HBM3")
+    assert "simulator" not in (out / "summary.md").read_text().replace("| simulator |", "")
+
+
+def test_e1_report_from_metrics_without_provenance(tmp_path):
+    """Runs recorded before metrics.json had provenance: device unknown, not simulated, no device in titles."""
+    runs, evals = _e1_results(tmp_path, ["cpu-numpy", "gpu-naive"])
+    assert "provenance" not in json.loads((runs[0] / "metrics.json").read_text())
+    out = tmp_path / "report"
+    written = make_report("e1", out, runs=runs, evals=evals)
+    table = pd.read_csv(out / "summary.csv")
+    assert list(table["device"]) == ["unknown", "unknown"] and not table["simulator"].any()
+    assert "timed on" not in written["summary.md"] and "simulator" not in written["epoch_time.png"]
+    assert "CUDA simulator" not in (out / "summary.md").read_text()
+
+
+def test_e1_titles_come_from_the_runs(tmp_path):
+    """The smoke run's E1 (digits8, 8x8 images, 64 training samples) is not captioned as MNIST 784-hidden-10."""
+    runs, evals = _e1_results(tmp_path, ["cpu-numpy", "cpu-serial"], where=lambda v: ON_CPU,
+                              spec_fields={"dataset": "digits8", "widths": (16,), "batch": 16, "lr": 0.3,
+                                           "epochs": 1, "subset": 64},
+                              n_train=64, n_test=360, image_shape=(1, 8, 8))
+    out = tmp_path / "report"
+    written = make_report("e1", out, runs=runs, evals=evals)
+    head = "E1: MLP 64-16-10 on digits8 (64 train / 360 test), batch 16, 1 epoch"
+    assert _title_line(out / "summary.md") == f"{head}, per variant, timed on cpu (AMD EPYC 9454)"
+    assert written["loss_curves.png"] == f"{head}, training per variant"
+    assert written["epoch_time.png"] == f"{head}, time per epoch\ntimed on cpu (AMD EPYC 9454)"
+    assert written["samples.png"] == "E1: sample test classifications, MLP 64-16-10 on digits8"
+
+
+def test_mlp_inputs_from_the_parameter_count_when_metrics_lack_the_image_shape():
+    from gpunn.report.titles import mlp_in_features
+
+    assert mlp_in_features({"image_shape": [3, 32, 32]}, 256) == 3072
+    params = (784 + 1) * 256 + (256 + 1) * 10
+    assert mlp_in_features({"num_classes": 10, "num_parameters": params}, 256) == 784
+    assert mlp_in_features({"num_classes": 10, "num_parameters": params + 1}, 256) is None  # not an MLP's count
+    assert mlp_in_features({"num_parameters": params}, 256) is None  # classes unknown: cannot solve
+
+
+def test_e2_titles_and_simulated_labels_come_from_the_runs(tmp_path):
+    runs = _e2_runs(tmp_path, ["cpu-numpy", "gpu-naive"], where=_cpu_and_simulated, n_train=1500, n_test=500,
+                    image_shape=(1, 4, 4))
+    out = tmp_path / "report"
+    written = make_report("e2", out, runs=runs)
+    head = ("E2: MLP 16-hidden-10, hidden {32, 64} x batch {32, 128} on mnist (e2 split, 1 500 train / 500 test), "
+            "5 epochs")
+    warning = "timings of gpu-naive under the CUDA simulator: not meaningful"
+    assert _title_line(out / "summary.md") == f"{head}, timed on cpu (AMD EPYC 9454) — {warning}"
+    assert _title_line(out / "paper_table.md").startswith(f"{head}, laid out as in the paper, timed on cpu")
+    assert _title_line(out / "paper_table.md").endswith(warning)
+    assert "gpu-naive ran under numba's CUDA simulator" in (out / "paper_table.md").read_text()
+    for figure in ("heatmaps.png", "forward_backward.png"):  # figure titles are wrapped into lines
+        assert written[figure].replace("\n", " ").startswith(head) and written[figure].endswith(f"\n{warning}")
+        assert max(len(line) for line in written[figure].splitlines()) < 100
+    summary = pd.read_csv(out / "summary.csv")
+    assert set(zip(summary["variant"], summary["device"], summary["simulator"])) == {
+        ("cpu-numpy", "cpu", False), ("gpu-naive", "cuda-simulator", True)}
+    assert "37 800" not in (out / "summary.md").read_text()
+
+
+def test_e3_labels_simulated_timings_and_blocks(tmp_path):
+    timings = _write_timings(tmp_path / "timing", where=lambda v: SIMULATED if v == "gpu-fused" else ON_CPU)
+    blocks = _write_blocks(tmp_path / "timing" / "blocks.csv", device="numba CUDA simulator (CPU; timings meaningless)")
+    out = tmp_path / "report"
+    written = make_report("e3", out, timings=timings, blocks=[blocks])
+    _assert_written(out, "e3")
+    summary = pd.read_csv(out / "summary.csv")
+    assert list(summary.columns) == ["variant", "device", "batch", "hidden", "forward_ms", "backward_ms", "step_ms",
+                                     "samples_per_s", "repeats", "simulator"]
+    assert set(summary.loc[summary["simulator"], "variant"]) == {"gpu-fused"}
+    assert set(summary.loc[~summary["simulator"], "device"]) == {"cpu"}
+    assert _title_line(out / "summary.md") == (
+        "E3: MLP step time per batch size and variant (hidden 256, median of 20 steps), timed on cpu"
+        " — timings of gpu-fused under the CUDA simulator: not meaningful")
+    assert written["batch_timing.png"].endswith("\ntimed on cpu\ntimings of gpu-fused under the CUDA simulator: "
+                                                "not meaningful")
+    # the block sweep CSV predates its simulator column: its device name says it all the same
+    assert _title_line(out / "blocks.md") == ("E3: kernel time (ms) against threads per block — timings under the "
+                                              "CUDA simulator: not meaningful")
+    assert "Timed under numba's CUDA simulator" in (out / "blocks.md").read_text()
+    assert written["block_sweep.png"].endswith("\ntimings under the CUDA simulator: not meaningful")
+
+
+def test_e3_block_sweep_with_a_simulator_column(tmp_path):
+    timings = _write_timings(tmp_path / "timing")  # older CSVs: device unknown
+    blocks = tmp_path / "blocks.csv"
+    pd.read_csv(_write_blocks(blocks, device="NVIDIA H200")).assign(simulator=False).to_csv(blocks, index=False)
+    out = tmp_path / "report"
+    written = make_report("e3", out, timings=timings, blocks=[blocks])
+    assert set(pd.read_csv(out / "summary.csv")["device"]) == {"unknown"}
+    assert "timed on" not in written["summary.md"]
+    assert written["blocks.md"] == "E3: kernel time (ms) against threads per block, timed on NVIDIA H200"
+
+
+def _write_eval_json(eval_dir, spec: RunSpec):
+    io.write_json(eval_dir / "eval.json", {"run": spec.path, "n_test": 500})
+
+
+def test_e4_e5_e6_titles_come_from_the_outputs(tmp_path):
+    results = tmp_path / "results"
+    runs, evals = [], []
+    for dataset, n_train, n_test in (("digits28", 1400, 360), ("synthetic_mnist_small", 1400, 500)):
+        spec = RunSpec(dataset, "standard", "cnn", "cpu-numpy", (8, 16), 32, 0.05, 2, 0, 1400)
+        runs.append(_write_run(results, spec, 3.0, 1.0, 1.5, 0.9, provenance=ON_CPU, n_train=n_train, n_test=n_test))
+        evals.append(_write_eval(results, spec))
+        _write_eval_json(evals[-1], spec)
+    written = make_report("e4", tmp_path / "e4", runs=runs, evals=evals)
+    assert sorted(p.name for p in (tmp_path / "e4").iterdir()) == _declared(
+        "e4", {"experiments": {"e4": {"datasets": ["digits28", "synthetic_mnist_small"]}}})
+    assert _title_line(tmp_path / "e4" / "summary.md") == (
+        "E4: CNN (conv channels 8, 16) on digits28 (1 400 train / 360 test) and synthetic_mnist_small "
+        "(1 400 train / 500 test), batch 32, 2 epochs, per dataset and variant, timed on cpu (AMD EPYC 9454)")
+    assert written["samples_digits28.png"] == "E4: sample test classifications, CNN (conv channels 8, 16) on digits28"
+    assert list(pd.read_csv(tmp_path / "e4" / "summary.csv")["device"]) == ["cpu", "cpu"]
+
+    spec = RunSpec("synthetic_cifar10_small", "standard", "autoencoder", "cpu-numpy", (16, 8), 16, 0.2, 2, 0, 500)
+    run = _write_run(results, spec, 4.0, 1.0, 2.0, float("nan"), provenance=SIMULATED, n_train=500, n_test=1000,
+                     image_shape=(3, 32, 32))
+    images = np.random.default_rng(0).integers(0, 256, (6, 3, 32, 32), dtype=np.uint8)
+    io.write_npz(results / "eval" / spec.path / "samples.npz", images=images, reconstructions=images / 255.0)
+    written = make_report("e5", tmp_path / "e5", runs=[run], evals=[results / "eval" / spec.path])
+    _assert_written(tmp_path / "e5", "e5")
+    assert _title_line(tmp_path / "e5" / "summary.md") == (
+        "E5: convolutional autoencoder (conv channels 16, 8) on synthetic_cifar10_small (500 train / 1 000 test), "
+        "batch 16, 2 epochs — timings of cpu-numpy under the CUDA simulator: not meaningful")
+    assert "cuda-simulator" in _md_row(tmp_path / "e5" / "summary.md", "cpu-numpy")
+
+    svm = results / "svm" / spec.path
+    io.write_json(svm / "metrics.json", {
+        "method": "exact", "C": 10.0, "gamma": "scale", "n_train": 1000, "n_test": 500, "n_features": 2048,
+        "train_accuracy": 0.99, "test_accuracy": 0.5, "fit_time_s": 1.5, "per_class_accuracy": {"cat": 0.5}})
+    written = make_report("e6", tmp_path / "e6", svm=[svm])
+    assert _title_line(tmp_path / "e6" / "summary.md") == (
+        "E6: SVM (RBF, exact) on 2 048 autoencoder features, 1 000 train / 500 test")
+    e6 = pd.read_csv(tmp_path / "e6" / "summary.csv")
+    assert list(e6.columns[:2]) == ["method", "device"] and e6["device"].item() == "unknown"
+
+
+def test_coinciding_groups():
+    from gpunn.report.figures import coincide_note, coinciding_groups
+
+    base = np.array([1.0, 0.5, np.nan, 0.25])
+    series = {
+        "cpu-numpy": base, "cpu-serial": base * (1 + 1e-6),  # different: 1e-6 relative is visible in print
+        "gpu-tiled": base.copy(), "gpu-fused": base * (1 + 1e-12),  # within 1e-9: the same line
+        "nan-elsewhere": np.array([1.0, 0.5, 0.125, np.nan]), "other": base * (1 + 1e-6),
+        "all-nan": [np.nan] * 4, "all-nan-too": [np.nan] * 4,  # draw nothing: never grouped
+        "shorter": base[:3],
+    }
+    groups = coinciding_groups(series)
+    assert groups == [["cpu-numpy", "gpu-tiled", "gpu-fused"], ["cpu-serial", "other"]]
+    assert coincide_note(groups) == "cpu-numpy, gpu-tiled and gpu-fused coincide; cpu-serial and other coincide"
+    assert coinciding_groups({"a": [0.0, 1.0], "b": [0.0, 1.0], "c": [0.0, 1.0 + 1e-6]}) == [["a", "b"]]
+    assert coinciding_groups({"a": [np.inf, 1.0], "b": [np.inf, 1.0]}) == [["a", "b"]]
+    assert coinciding_groups({"a": [1.0, 2.0], "b": [2.0, 1.0]}) == []
+    assert coincide_note([]) == ""
+
+
+def _capture_figures(monkeypatch):
+    """Panel titles and lines of every figure saved while the returned list is watched."""
+    from gpunn.report import figures
+
+    saved = []
+    original = figures._save
+
+    def capture(fig, out_png):
+        saved.append({"panels": [ax.get_title() for ax in fig.axes],
+                      "lines": [[(line.get_label(), line.get_marker(), line.get_linestyle()) for line in ax.lines]
+                                for ax in fig.axes],
+                      "legend": [text.get_text() for legend in fig.legends for text in legend.get_texts()]})
+        return original(fig, out_png)
+
+    monkeypatch.setattr(figures, "_save", capture)
+    return saved
+
+
+def test_coinciding_curves_are_named_and_styled_apart(tmp_path, monkeypatch):
+    saved = _capture_figures(monkeypatch)
+    same = {v: _epoch_csv(tmp_path / f"{v}.csv") for v in ("cpu-numpy", "gpu-tiled", "gpu-fused")}
+    runs = {"cpu-serial": _epoch_csv(tmp_path / "serial.csv", offset=0.01), **same}
+    _assert_png(loss_curves(runs, tmp_path / "loss.png", "E1"))
+    panels = saved[-1]["panels"]
+    assert panels[0] == "train loss per epoch\n(cpu-numpy, gpu-tiled and gpu-fused coincide)"
+    assert panels[1].endswith("(cpu-numpy, gpu-tiled and gpu-fused coincide)")
+    assert panels[2] == "test accuracy per epoch\n(all 4 coincide)"  # the offset moved the losses only
+    styles = [(marker, style) for _, marker, style in saved[-1]["lines"][0]]
+    assert len(set(styles)) == len(runs)  # every run its own marker and line style
+
+    rows = [dict(variant=v, batch=b, forward_ms=0.4 * b, backward_ms=0.6 * b, step_ms=float(b),
+                 samples_per_s=1000.0 * (2 if v == "gpu-naive" else 1), simulator=v == "gpu-fused")
+            for v in ("cpu-numpy", "gpu-naive", "gpu-fused") for b in (1, 8, 64)]
+    pd.DataFrame(rows).to_csv(tmp_path / "e3.csv", index=False)
+    _assert_png(batch_timing(tmp_path / "e3.csv", tmp_path / "e3.png"))
+    panels = saved[-1]["panels"]
+    assert panels[0] == "training throughput\n(cpu-numpy and gpu-fused coincide)"
+    assert panels[1] == "time per training step\n(all 3 coincide)"
+    assert saved[-1]["legend"] == ["cpu-numpy", "gpu-naive", "gpu-fused (simulated)"]
+    assert len({(marker, style) for _, marker, style in saved[-1]["lines"][0]}) == 3

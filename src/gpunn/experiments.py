@@ -1,15 +1,20 @@
 """Report of each experiment E1..E6: a summary table (CSV + Markdown) and its figures, built from the
 outputs of finished runs. Paper numbers for comparison are in ../shared/ANCHORS.md and the README.
 
-    e1  MLP on MNIST per variant: time, time per epoch, accuracy, speedups, accuracy difference to cpu-numpy;
+    e1  MLP per variant: time, time per epoch, accuracy, speedups, accuracy difference to cpu-numpy;
         loss curves; time per epoch (bars); sample predictions
-    e2  MLP hidden x batch sweep on the 37 800 / 4 200 split: train / forward / backward time, accuracy, speedups
+    e2  MLP hidden x batch sweep on the e2 split: train / forward / backward time, accuracy, speedups
         (tidy summary, and the papers' wide layout in paper_table); heatmaps; forward / backward time lines
     e3  MLP forward / backward / step time and samples/s per batch size and variant; with --blocks, the kernels'
         time per block size (blocks table: the fastest block per op and shape; block_sweep figure)
     e4  CNN on MNIST and Fashion-MNIST: accuracy and time per variant; loss curves; sample predictions
     e5  autoencoder: epoch time, test MSE; loss curves; reconstruction grid
     e6  SVM on encoder features: accuracy, per-class accuracy, fit time; confusion matrix (by the svm step)
+
+Titles are built from the rows shown (gpunn.report.titles): model widths, dataset, split sizes, batch and
+epochs as run, the device that timed them and, for anything timed under the CUDA simulator, a warning that its
+timings are not meaningful. Every table with timings has `device` and `simulator` columns. make_report returns
+the title of every table and figure it wrote, by file name.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from gpunn.errors import GpunnError
-from gpunn.report import figures, tables
+from gpunn.report import figures, tables, titles
 from gpunn.report.tables import format_significant, ordered_variants
 
 
@@ -47,6 +52,9 @@ def run_row(run_dir) -> dict:
 
 
 def _run_row(summary: dict) -> dict:
+    """The spec, sizes, times and final metrics of a run; its device and whether it ran under the simulator
+    (unknown and false for runs recorded before metrics.json had provenance); the MLP's input and output sizes
+    for titles."""
     spec = summary["spec"]
     return {
         "dataset": spec["dataset"], "split": spec["split"], "model": spec["model"], "variant": spec["variant"],
@@ -56,6 +64,9 @@ def _run_row(summary: dict) -> dict:
         "time_per_epoch_s": summary["mean_epoch_time_s"], "forward_time_s": summary["forward_time_s"],
         "backward_time_s": summary["backward_time_s"], "final_train_loss": summary["final_train_loss"],
         "test_loss": summary["final_test_loss"], "test_accuracy": summary["final_test_accuracy"],
+        **titles.device_fields(summary.get("provenance")),
+        "in_features": titles.mlp_in_features(summary, spec["widths"][0]) if spec["model"] == "mlp" else None,
+        "classes": summary.get("num_classes"),
     }
 
 
@@ -105,6 +116,10 @@ COMPARISON_NOTE = ("Speedup: the baseline's training time over the variant's, sa
                    f"accuracy_matches_cpu_numpy: within {ACCURACY_TOLERANCE_PP} pp. '-': that baseline did not run.")
 
 
+def _note(*lines: str | None) -> str:
+    return "\n\n".join(line for line in lines if line)
+
+
 def _curves(run_dirs, label_fields, out_png, title) -> None:
     labelled = {}
     for run_dir in run_dirs:
@@ -125,18 +140,27 @@ def _samples_figure(eval_dir, out_png, title) -> None:
                                            [str(c) for c in saved["class_names"]], out_png, title)
 
 
-def report_e1(runs, evals, out_dir, **_):
+def report_e1(runs, evals, out_dir, **_) -> dict[str, str]:
     frame = pd.DataFrame([run_row(r) for r in runs])
     frame = _sorted(add_baseline_comparisons(frame, keys=("dataset", "widths", "batch")), ["variant"])
-    cols = ["variant", "dataset", "widths", "batch", "lr", "epochs", "train_time_s", "time_per_epoch_s",
+    cols = ["variant", "device", "dataset", "widths", "batch", "lr", "epochs", "train_time_s", "time_per_epoch_s",
             "test_accuracy", "speedup_vs_cpu_serial", "speedup_vs_cpu_numpy", "accuracy_diff_vs_cpu_numpy_pp",
-            "accuracy_matches_cpu_numpy"]
+            "accuracy_matches_cpu_numpy", "simulator"]
+    timing = titles.timing_parts(frame)
+    written = {
+        "summary.md": titles.table_title(titles.runs_head("E1", frame, "per variant"), timing),
+        "loss_curves.png": titles.figure_title(titles.runs_head("E1", frame, "training per variant")),
+        "epoch_time.png": titles.figure_title(titles.runs_head("E1", frame, "time per epoch"), timing),
+        "samples.png": f"E1: sample test classifications, {titles.model_description(frame)} on "
+                       f"{titles.join_words(titles.distinct(frame['dataset']))}",
+    }
     tables.summary_table(frame.to_dict("records"), out_dir / "summary.csv", out_dir / "summary.md",
-                         "E1: MLP 784-hidden-10 on MNIST, per variant", columns=cols, formats=COMPARISON_FORMATS,
-                         note=COMPARISON_NOTE)
-    _curves(runs, ["variant"], out_dir / "loss_curves.png", "E1: MLP training per variant")
-    figures.epoch_time_bars(out_dir / "summary.csv", out_dir / "epoch_time.png")
-    _samples_figure(evals[0], out_dir / "samples.png", "E1: sample test classifications")
+                         written["summary.md"], columns=cols, formats=COMPARISON_FORMATS,
+                         note=_note(COMPARISON_NOTE, titles.simulated_note(frame)))
+    _curves(runs, ["variant"], out_dir / "loss_curves.png", written["loss_curves.png"])
+    figures.epoch_time_bars(out_dir / "summary.csv", out_dir / "epoch_time.png", written["epoch_time.png"])
+    _samples_figure(evals[0], out_dir / "samples.png", written["samples.png"])
+    return written
 
 
 E2_CELL = ("batch", "hidden")
@@ -168,24 +192,43 @@ def e2_paper_table(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(columns, index=wide.index).reset_index()
 
 
-def report_e2(runs, out_dir, **_):
+def e2_head(frame: pd.DataFrame) -> str:
+    """'E2: MLP 784-hidden-10, hidden {32, 64} x batch {32, 128} on mnist (e2 split, 37 800 train / 4 200
+    test), 5 epochs': the sweep as run, not as the paper ran it. `frame` has the runs' rows (widths as hidden)."""
+    rows = frame.rename(columns={"hidden": "widths"}).assign(widths=lambda f: f["widths"].astype(str))
+    sweep = f"hidden {titles.one_or_set(frame['hidden'])} x batch {titles.one_or_set(frame['batch'])}"
+    return (f"E2: {titles.model_description(rows)}, {sweep} on {titles.data_description(rows)}, "
+            f"{titles.training_description(rows, sweep=('batch',))}")
+
+
+def report_e2(runs, out_dir, **_) -> dict[str, str]:
     frame = pd.DataFrame([run_row(r) for r in runs]).rename(columns={"widths": "hidden"})
     frame["hidden"] = frame["hidden"].astype(int)
     frame = _sorted(add_baseline_comparisons(frame, keys=E2_CELL), ["variant", "hidden", "batch"])
-    cols = ["variant", "hidden", "batch", "train_time_s", "forward_time_s", "backward_time_s", "test_accuracy",
-            "speedup_vs_cpu_serial", "speedup_vs_cpu_numpy", "accuracy_diff_vs_cpu_numpy_pp",
-            "accuracy_matches_cpu_numpy"]
-    title = "E2: MLP hidden x batch sweep (37 800 / 4 200 split)"
-    tables.summary_table(frame.to_dict("records"), out_dir / "summary.csv", out_dir / "summary.md", title,
-                         columns=cols, formats=COMPARISON_FORMATS, note=COMPARISON_NOTE)
+    cols = ["variant", "device", "hidden", "batch", "train_time_s", "forward_time_s", "backward_time_s",
+            "test_accuracy", "speedup_vs_cpu_serial", "speedup_vs_cpu_numpy", "accuracy_diff_vs_cpu_numpy_pp",
+            "accuracy_matches_cpu_numpy", "simulator"]
+    head, timing = e2_head(frame), titles.timing_parts(frame)
+    written = {
+        "summary.md": titles.table_title(head, timing),
+        "paper_table.md": titles.table_title(f"{head}, laid out as in the paper", timing),
+        "heatmaps.png": titles.figure_title(f"{head}: training time and test accuracy", timing),
+        "forward_backward.png": titles.figure_title(f"{head}: forward and backward time", timing),
+    }
+    tables.summary_table(frame.to_dict("records"), out_dir / "summary.csv", out_dir / "summary.md",
+                         written["summary.md"], columns=cols, formats=COMPARISON_FORMATS,
+                         note=_note(COMPARISON_NOTE, titles.simulated_note(frame)))
     paper = e2_paper_table(frame)
     tables.summary_table(paper.to_dict("records"), out_dir / "paper_table.csv", out_dir / "paper_table.md",
-                         f"{title}, laid out as in the paper",
+                         written["paper_table.md"],
                          formats={c: _times for c in paper.columns if c.endswith(E2_WIDE_SPEEDUP)},
-                         note="Times in seconds, summed over all epochs; accuracy on the test split; "
-                              f"{E2_WIDE_SPEEDUP}: cpu-serial's training time over the variant's in the same cell.")
-    figures.e2_heatmaps(out_dir / "summary.csv", out_dir / "heatmaps.png")
-    figures.e2_phase_times(out_dir / "summary.csv", out_dir / "forward_backward.png")
+                         note=_note("Times in seconds, summed over all epochs; accuracy on the test split; "
+                                    f"{E2_WIDE_SPEEDUP}: cpu-serial's training time over the variant's in the "
+                                    "same cell.", titles.simulated_note(frame)))
+    figures.e2_heatmaps(out_dir / "summary.csv", out_dir / "heatmaps.png", written["heatmaps.png"])
+    figures.e2_phase_times(out_dir / "summary.csv", out_dir / "forward_backward.png",
+                           written["forward_backward.png"])
+    return written
 
 
 BLOCK_KEYS = ("op", "rows", "cols")
@@ -214,74 +257,134 @@ def block_table(sweep: pd.DataFrame) -> pd.DataFrame:
 
 
 def _read_csvs(paths, columns, what) -> pd.DataFrame:
-    return pd.concat([tables.read_table(p, columns, what) for p in paths], ignore_index=True)
+    """The CSVs' rows, with device and simulator columns normalised (filled in for CSVs written before the
+    timings recorded their provenance)."""
+    frame = pd.concat([tables.read_table(p, columns, what) for p in paths], ignore_index=True)
+    return titles.with_device_fields(frame)
 
 
-def report_e3(timings, out_dir, blocks=(), **_):
+E3_SUMMARY_COLUMNS = ("variant", "device", "batch", "hidden", "features", "forward_ms", "backward_ms", "step_ms",
+                      "samples_per_s", "repeats", "simulator")
+
+
+def e3_head(frame: pd.DataFrame) -> str:
+    """'E3: MLP step time per batch size and variant (hidden 256, 784 inputs, median of 20 steps)', from the
+    columns the timing CSVs have."""
+    sizes = [f"{name} {titles.one_or_set(frame[column])}" for column, name in (("hidden", "hidden"),
+                                                                            ("features", "inputs"))
+             if column in frame]
+    if "repeats" in frame:
+        sizes.append(f"median of {titles.one_or_set(frame['repeats'])} steps")
+    return "E3: MLP step time per batch size and variant" + (f" ({', '.join(sizes)})" if sizes else "")
+
+
+def report_e3(timings, out_dir, blocks=(), **_) -> dict[str, str]:
     frame = _sorted(_read_csvs(timings, figures.E3_COLUMNS, "E3 timing CSV"), ["variant", "batch"])
+    head, timing = e3_head(frame), titles.timing_parts(frame)
+    written = {"summary.md": titles.table_title(head, timing),
+               "batch_timing.png": titles.figure_title(head, timing)}
     tables.summary_table(frame.to_dict("records"), out_dir / "summary.csv", out_dir / "summary.md",
-                         "E3: MLP step time per batch size and variant")
-    figures.batch_timing(out_dir / "summary.csv", out_dir / "batch_timing.png")
+                         written["summary.md"], columns=[c for c in E3_SUMMARY_COLUMNS if c in frame],
+                         note=titles.simulated_note(frame))
+    figures.batch_timing(out_dir / "summary.csv", out_dir / "batch_timing.png", written["batch_timing.png"])
     if not blocks:  # the block-size sweep is optional by hand; the workflow always passes it
-        return
+        return written
     sweep = _read_csvs(blocks, figures.BLOCK_COLUMNS, "block-size sweep CSV")
-    devices = sorted({str(d) for d in sweep["device"].dropna()})
+    devices = titles.distinct(sweep.loc[sweep["device"] != titles.UNKNOWN_DEVICE, "device"])
     if len(devices) > 1:
-        raise GpunnError(f"{', '.join(map(str, blocks))}: block sweep mixes devices {', '.join(devices)}; "
+        raise GpunnError(f"{', '.join(map(str, blocks))}: block sweep mixes devices {', '.join(sorted(devices))}; "
                          "the fastest block is only meaningful on one")
     table = block_table(sweep)
-    on_device = f" on {devices[0]}" if devices else ""
+    timing = titles.timing_parts(sweep)
+    written["blocks.md"] = titles.table_title("E3: kernel time (ms) against threads per block", timing)
+    written["block_sweep.png"] = titles.figure_title("E3: kernel time against block size", timing)
     tables.summary_table(table.to_dict("records"), out_dir / "blocks.csv", out_dir / "blocks.md",
-                         f"E3: kernel time (ms) against threads per block{on_device}",
-                         note="One row per op and shape (rows x cols); '-': that block size did not run. "
-                              "best_gb_per_s: bandwidth at the fastest block.")
-    figures.block_sweep(blocks, out_dir / "block_sweep.png")
+                         written["blocks.md"],
+                         note=_note("One row per op and shape (rows x cols); '-': that block size did not run. "
+                                    "best_gb_per_s: bandwidth at the fastest block.", titles.simulated_note(sweep)))
+    figures.block_sweep(blocks, out_dir / "block_sweep.png", written["block_sweep.png"])
+    return written
 
 
-def report_e4(runs, evals, out_dir, **_):
+def report_e4(runs, evals, out_dir, **_) -> dict[str, str]:
     frame = pd.DataFrame([run_row(r) for r in runs]).sort_values(["dataset", "variant"])
-    cols = ["dataset", "variant", "widths", "batch", "lr", "epochs", "parameters", "train_time_s",
-            "time_per_epoch_s", "final_train_loss", "test_accuracy"]
+    cols = ["dataset", "variant", "device", "widths", "n_train", "n_test", "batch", "lr", "epochs", "parameters",
+            "train_time_s", "time_per_epoch_s", "final_train_loss", "test_accuracy", "simulator"]
+    timing = titles.timing_parts(frame)
+    written = {"summary.md": titles.table_title(titles.runs_head("E4", frame, "per dataset and variant"), timing),
+               "loss_curves.png": titles.figure_title(titles.runs_head("E4", frame, "training"))}
     tables.summary_table(frame.to_dict("records"), out_dir / "summary.csv", out_dir / "summary.md",
-                         "E4: CNN per dataset and variant", columns=cols)
-    _curves(runs, ["dataset", "variant"], out_dir / "loss_curves.png", "E4: CNN training")
+                         written["summary.md"], columns=cols, note=titles.simulated_note(frame))
+    _curves(runs, ["dataset", "variant"], out_dir / "loss_curves.png", written["loss_curves.png"])
     for eval_dir in evals:
         dataset = _read_json(Path(eval_dir) / "eval.json")["run"].split("/")[0]
-        _samples_figure(eval_dir, out_dir / f"samples_{dataset}.png", f"E4: sample test classifications, {dataset}")
+        of_dataset = frame[frame["dataset"] == dataset]
+        described = titles.model_description(of_dataset if not of_dataset.empty else frame)
+        name = f"samples_{dataset}.png"
+        written[name] = f"E4: sample test classifications, {described} on {dataset}"
+        _samples_figure(eval_dir, out_dir / name, written[name])
+    return written
 
 
-def report_e5(runs, evals, out_dir, full_train_size: int = 50000, **_):
+def report_e5(runs, evals, out_dir, full_train_size: int = 50000, **_) -> dict[str, str]:
     frame = pd.DataFrame([run_row(r) for r in runs])
     # the paper extrapolated its CPU epoch over 1 000 images to the full 50 000; we do the same, labelled as such
     frame["extrapolated_full_epoch_s"] = frame["time_per_epoch_s"] * full_train_size / frame["n_train"]
     frame = frame.rename(columns={"test_loss": "test_mse", "final_train_loss": "final_train_mse"})
-    cols = ["variant", "dataset", "widths", "n_train", "batch", "lr", "epochs", "parameters", "time_per_epoch_s",
-            "extrapolated_full_epoch_s", "final_train_mse", "test_mse"]
+    cols = ["variant", "device", "dataset", "widths", "n_train", "n_test", "batch", "lr", "epochs", "parameters",
+            "time_per_epoch_s", "extrapolated_full_epoch_s", "final_train_mse", "test_mse", "simulator"]
+    timing = titles.timing_parts(frame)
+    written = {"summary.md": titles.table_title(titles.runs_head("E5", frame), timing),
+               "loss_curves.png": titles.figure_title(titles.runs_head("E5", frame, "MSE per epoch")),
+               "reconstructions.png": f"E5: test images (top) and reconstructions (bottom), "
+                                      f"{titles.model_description(frame)} on "
+                                      f"{titles.join_words(titles.distinct(frame['dataset']))}"}
     tables.summary_table(frame.to_dict("records"), out_dir / "summary.csv", out_dir / "summary.md",
-                         "E5: convolutional autoencoder", columns=cols)
-    _curves(runs, ["variant"], out_dir / "loss_curves.png", "E5: autoencoder MSE")
-    _samples_figure(evals[0], out_dir / "reconstructions.png", "E5: test images (top) and reconstructions (bottom)")
+                         written["summary.md"], columns=cols,
+                         note=_note(f"extrapolated_full_epoch_s: time_per_epoch_s scaled to {full_train_size} "
+                                    "training images, as the paper extrapolated its CPU epoch.",
+                                    titles.simulated_note(frame)))
+    _curves(runs, ["variant"], out_dir / "loss_curves.png", written["loss_curves.png"])
+    _samples_figure(evals[0], out_dir / "reconstructions.png", written["reconstructions.png"])
+    return written
 
 
-def report_e6(svm, out_dir, **_):
+def e6_head(frame: pd.DataFrame) -> str:
+    """'E6: SVM (RBF, exact) on 128 autoencoder features, 1 000 train / 500 test' from the svm metrics."""
+    methods = titles.join_words(titles.distinct(frame["method"])) if "method" in frame else "?"
+    return (f"E6: SVM (RBF, {methods}) on {titles.one_or_set(frame['n_features'], titles.count)} autoencoder "
+            f"features, {titles.one_or_set(frame['n_train'], titles.count)} train / "
+            f"{titles.one_or_set(frame['n_test'], titles.count)} test")
+
+
+def report_e6(svm, out_dir, **_) -> dict[str, str]:
     rows = []
     for svm_dir in svm:
         metrics = _read_json(Path(svm_dir) / "metrics.json")
-        rows.append({key: metrics.get(key) for key in ("method", "C", "gamma", "n_train", "n_test", "n_features",
-                                                       "train_accuracy", "test_accuracy", "fit_time_s")})
+        fields = titles.device_fields(metrics.get("provenance"))
+        rows.append({"method": metrics.get("method"), "device": fields["device"]})
+        rows[-1].update({key: metrics.get(key) for key in ("C", "gamma", "n_train", "n_test", "n_features",
+                                                           "train_accuracy", "test_accuracy", "fit_time_s")})
         per_class = metrics.get("per_class_accuracy", {})
         rows[-1].update({f"{name}_accuracy": acc for name, acc in per_class.items()})
-    tables.summary_table(rows, out_dir / "summary.csv", out_dir / "summary.md",
-                         "E6: SVM (RBF) on autoencoder features")
+        rows[-1]["simulator"], rows[-1]["cpu"] = fields["simulator"], fields["cpu"]
+    frame = pd.DataFrame(rows)
+    written = {"summary.md": titles.table_title(e6_head(frame), titles.timing_parts(frame))}
+    tables.summary_table([{k: v for k, v in r.items() if k != "cpu"} for r in rows], out_dir / "summary.csv",
+                         out_dir / "summary.md", written["summary.md"])
+    return written
 
 
 REPORTS = {"e1": report_e1, "e2": report_e2, "e3": report_e3, "e4": report_e4, "e5": report_e5, "e6": report_e6}
 
 
-def make_report(experiment: str, out_dir, runs=(), evals=(), timings=(), svm=(), blocks=(), **options) -> None:
+def make_report(experiment: str, out_dir, runs=(), evals=(), timings=(), svm=(), blocks=(),
+                **options) -> dict[str, str]:
+    """Write one experiment's tables and figures into `out_dir`; returns each one's title by file name (the
+    Markdown tables under their .md name)."""
     if experiment not in REPORTS:
         raise GpunnError(f"unknown experiment '{experiment}': choose one of {', '.join(REPORTS)}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    REPORTS[experiment](runs=list(runs), evals=list(evals), timings=list(timings), svm=list(svm),
-                        blocks=list(blocks), out_dir=out_dir, **options)
+    return REPORTS[experiment](runs=list(runs), evals=list(evals), timings=list(timings), svm=list(svm),
+                               blocks=list(blocks), out_dir=out_dir, **options)

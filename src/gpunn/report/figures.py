@@ -10,12 +10,17 @@
     batch_timing             E3: samples/s, step, forward and backward time against batch size, one line per variant
     block_sweep              E3: kernel time against block size, one line per op, one panel per shape
 
-Variants keep one colour in every figure (their place in gpunn.report.tables.KNOWN_VARIANTS).
+Variants keep one colour in every figure (their place in gpunn.report.tables.KNOWN_VARIANTS). In every figure
+with several lines, each line also has its own marker and line style, drawn from the widest line and largest
+hollow marker at the bottom to the thinnest on top: a GPU variant that reproduces cpu-numpy bit for bit draws
+exactly over it, and would otherwise hide it. Lines that coincide (coinciding_groups) are named in their
+panel's title. A table with a true `simulator` column marks those variants "(simulated)".
 """
 
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -39,6 +44,13 @@ from gpunn.report.tables import (  # noqa: E402
 )
 
 DPI = 120
+# series closer than this (relative) draw as one line at any figure size
+COINCIDE_RTOL = 1e-9
+MARKERS = ("o", "s", "^", "D", "v")
+LINESTYLES = ("-", "--", "-.", ":")
+SIMULATED_LABEL = "(simulated)"
+COINCIDE_NOTE_WIDTH = 60  # characters per line of a panel's coincidence note
+MIN_RELATIVE_SPAN = 1e-3  # loss and accuracy axes never zoom into less than this fraction of their values
 
 LOSS_COLUMNS = ("epoch", "train_loss", "test_loss", "test_accuracy", "epoch_time_s")
 E2_COLUMNS = ("variant", "hidden", "batch", "train_time_s", "forward_time_s", "backward_time_s", "test_accuracy")
@@ -76,6 +88,105 @@ def _log2_ticks(ax, values) -> None:
     ax.set_xticks(values)
     ax.set_xticklabels([f"{int(v)}" for v in values])
     ax.xaxis.set_minor_locator(NullLocator())
+
+
+def _coincide(a: np.ndarray, b: np.ndarray, rtol: float) -> bool:
+    if a.shape != b.shape:
+        return False
+    missing = np.isnan(a)
+    if not np.array_equal(missing, np.isnan(b)):
+        return False
+    a, b = a[~missing], b[~missing]
+    with np.errstate(invalid="ignore"):  # inf - inf: equal infinities are caught by a == b
+        close = np.abs(a - b) <= rtol * np.maximum(np.abs(a), np.abs(b))
+    return bool(np.all((a == b) | close))
+
+
+def coinciding_groups(series: Mapping[str, Sequence[float]], rtol: float = COINCIDE_RTOL) -> list[list[str]]:
+    """Labels of the series that would draw over one another: same length, NaN (nothing drawn) at the same
+    places and every other value within `rtol` relative of the group's first series. Only groups of two or
+    more, each in the order of `series`; a series without a finite value draws nothing and joins none."""
+    groups: list[tuple[np.ndarray, list[str]]] = []
+    for label, values in series.items():
+        arr = np.asarray(values, dtype=np.float64).ravel()
+        if not np.isfinite(arr).any():
+            continue
+        for reference, labels in groups:
+            if _coincide(reference, arr, rtol):
+                labels.append(label)
+                break
+        else:
+            groups.append((arr, [label]))
+    return [labels for _, labels in groups if len(labels) > 1]
+
+
+def coincide_note(groups: Sequence[Sequence[str]]) -> str:
+    """'cpu-numpy, gpu-tiled and gpu-fused coincide' (groups separated by '; '); empty without groups."""
+    return "; ".join(f"{', '.join(g[:-1])} and {g[-1]} coincide" for g in groups)
+
+
+def _on_common_x(lines: Mapping[str, tuple]) -> dict[str, np.ndarray]:
+    """Each line's y values on the sorted union of all x values (NaN where it has none), so lines over
+    different x ranges compare point by point."""
+    xs = sorted({float(x) for x_values, _ in lines.values() for x in np.asarray(x_values, dtype=np.float64)
+                 if np.isfinite(x)})
+    out = {}
+    for label, (x_values, y_values) in lines.items():
+        by_x = pd.Series(np.asarray(y_values, dtype=np.float64), index=np.asarray(x_values, dtype=np.float64))
+        out[label] = by_x[~by_x.index.duplicated()].reindex(xs).to_numpy()
+    return out
+
+
+def _titled_with_coincidences(ax, title: str, lines: Mapping[str, tuple]) -> None:
+    """Panel title, with the lines that coincide on it named below (wrapped to the panel's width), or 'all N
+    coincide' when every line does."""
+    groups = coinciding_groups(_on_common_x(lines))
+    if not groups:
+        ax.set_title(title)
+        return
+    note = f"all {len(lines)} coincide" if len(groups[0]) == len(lines) else coincide_note(groups)
+    ax.set_title(f"{title}\n" + textwrap.fill(f"({note})", width=COINCIDE_NOTE_WIDTH, break_on_hyphens=False),
+                 fontsize="medium")
+
+
+def _readable_y_span(ax, values, rel: float = MIN_RELATIVE_SPAN) -> None:
+    """Keep a linear y axis at least `rel` of its values wide: float rounding between variants (1e-8 relative)
+    would otherwise fill the panel, labelled '1e-8+2.304391', as if it were a difference."""
+    finite = np.asarray(values, dtype=np.float64)
+    finite = finite[np.isfinite(finite)]
+    ax.ticklabel_format(axis="y", useOffset=False)
+    if finite.size == 0:
+        return
+    lo, hi = float(finite.min()), float(finite.max())
+    half = 0.5 * rel * max(abs(lo + hi) / 2, 1e-12)
+    if hi - lo < 2 * half:
+        center = (lo + hi) / 2
+        ax.set_ylim(center - half, center + half)
+
+
+def series_styles(n: int) -> list[dict]:
+    """Plot keyword arguments of `n` series: its own marker and line style each, line width and hollow marker
+    size shrinking from the first (drawn at the bottom) to the last (on top), so that series drawn exactly
+    over one another all stay visible."""
+    styles = []
+    for i in range(n):
+        frac = i / max(n - 1, 1)
+        styles.append({"marker": MARKERS[i % len(MARKERS)], "linestyle": LINESTYLES[i % len(LINESTYLES)],
+                       "linewidth": 3.0 - 1.9 * frac, "markersize": 10.0 - 5.5 * frac, "markerfacecolor": "none",
+                       "markeredgewidth": 1.3, "zorder": 2 + i})
+    return styles
+
+
+def simulated_variants(frame: pd.DataFrame) -> set[str]:
+    """Variants with a row whose `simulator` column is true (none when the table has no such column)."""
+    if "simulator" not in frame:
+        return set()
+    flags = frame["simulator"].map(lambda v: str(v).strip().lower() in ("true", "1"))
+    return {str(v) for v in frame.loc[flags, "variant"]}
+
+
+def _variant_label(variant: str, simulated: set[str], sep: str = " ") -> str:
+    return f"{variant}{sep}{SIMULATED_LABEL}" if variant in simulated else variant
 
 
 def _as_images(images, what: str) -> np.ndarray:
@@ -117,43 +228,44 @@ def _show(ax, image) -> None:
 
 # ------------------------------------------------------------------------------------------- figures
 def loss_curves(metrics_csvs: Mapping[str, str | Path], out_png, title: str) -> Path:
-    """Train (solid) and test (dashed) loss per epoch for each labelled run; a test-accuracy panel if any run
-    has accuracies (the autoencoder's are empty)."""
+    """Train loss, test loss and (when any run has accuracies; the autoencoder's are empty) test accuracy per
+    epoch, one panel each and one line per labelled run. Train and test get their own panels because every
+    run needs its own line style: runs that reproduce one another exactly would otherwise be hidden."""
     if not metrics_csvs:
         raise GpunnError(f"{out_png}: loss_curves needs at least one metrics CSV")
     runs = {label: read_table(path, LOSS_COLUMNS, "per-epoch metrics CSV") for label, path in metrics_csvs.items()}
     has_acc = any(pd.to_numeric(f["test_accuracy"], errors="coerce").notna().any() for f in runs.values())
-    ncols = 2 if has_acc else 1
-    fig, axes = plt.subplots(1, ncols, figsize=(6.0 * ncols, 4.2), squeeze=False)
-    ax_loss = axes[0, 0]
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for i, (label, frame) in enumerate(runs.items()):
-        color = colors[i % len(colors)]
-        epoch = pd.to_numeric(frame["epoch"], errors="coerce")
-        ax_loss.plot(epoch, pd.to_numeric(frame["train_loss"], errors="coerce"), "-o", ms=3, color=color,
-                     label=f"{label} train")
-        ax_loss.plot(epoch, pd.to_numeric(frame["test_loss"], errors="coerce"), "--s", ms=3, color=color,
-                     label=f"{label} test")
-        if has_acc:
-            acc = pd.to_numeric(frame["test_accuracy"], errors="coerce")
-            if acc.notna().any():
-                axes[0, 1].plot(epoch, 100.0 * acc, "-o", ms=3, color=color, label=label)
-    ax_loss.set_xlabel("epoch")
-    ax_loss.set_ylabel("loss")
-    ax_loss.set_title("loss per epoch")
-    ax_loss.grid(alpha=0.3)
-    ax_loss.legend(fontsize="small")
+    panels = [("train_loss", "loss", "train loss per epoch", 1.0), ("test_loss", "loss", "test loss per epoch", 1.0)]
     if has_acc:
-        ax_acc = axes[0, 1]
-        ax_acc.set_xlabel("epoch")
-        ax_acc.set_ylabel("test accuracy (%)")
-        ax_acc.set_title("test accuracy per epoch")
-        ax_acc.grid(alpha=0.3)
-        ax_acc.legend(fontsize="small")
-    for ax in axes.ravel():
-        ax.xaxis.get_major_locator().set_params(integer=True)
+        panels.append(("test_accuracy", "test accuracy (%)", "test accuracy per epoch", 100.0))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.8 * len(panels) + 0.4, 4.6), squeeze=False,
+                             layout="constrained")
+    colors = _variant_colors(list(runs))
+    styles = dict(zip(runs, series_styles(len(runs))))
+    handles = {}
+    for ax, (column, ylabel, panel_title, scale) in zip(axes[0], panels):
+        lines = {}
+        for label, frame in runs.items():
+            epoch = pd.to_numeric(frame["epoch"], errors="coerce")
+            values = scale * pd.to_numeric(frame[column], errors="coerce")
+            if values.notna().any():
+                (handles[label],) = ax.plot(epoch, values, color=colors[label], label=label, **styles[label])
+                lines[label] = (epoch, values)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(ylabel)
+        _titled_with_coincidences(ax, panel_title, lines)
+        _readable_y_span(ax, np.concatenate([np.asarray(y, dtype=np.float64) for _, y in lines.values()] or [[]]))
+        ax.grid(alpha=0.3)
+        epochs = sorted({float(e) for x, _ in lines.values() for e in x if np.isfinite(e)})
+        if 0 < len(epochs) <= 12:  # few epochs: exactly those ticks (one epoch would get 0.96 ... 1.04)
+            ax.set_xticks(epochs)
+            ax.set_xticklabels([f"{e:g}" for e in epochs])
+        else:
+            ax.xaxis.get_major_locator().set_params(integer=True)
+    # one legend for all panels, below them: inside a panel it would cover the curves
+    fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncols=min(len(handles), 4),
+               fontsize="small")
     fig.suptitle(title)
-    fig.tight_layout()
     return _save(fig, out_png)
 
 
@@ -262,6 +374,7 @@ def e2_heatmaps(table_csv, out_png, title: str = "E2: MLP hidden size x batch si
     frame = read_table(table_csv, E2_COLUMNS, "E2 sweep table")
     variants = ordered_variants(frame["variant"])
     frame = frame.assign(variant=frame["variant"].astype(str))
+    simulated = simulated_variants(frame)
     hiddens = sorted(pd.unique(frame["hidden"]))
     batches = sorted(pd.unique(frame["batch"]))
     times = pd.to_numeric(frame["train_time_s"], errors="coerce")
@@ -298,14 +411,14 @@ def e2_heatmaps(table_csv, out_png, title: str = "E2: MLP hidden size x batch si
         im_t = ax.imshow(np.ma.masked_invalid(t), cmap="viridis", norm=norm, aspect="auto")
         # viridis is dark at the low end
         _annotate(ax, t, lambda v: f"{v:.3g} s", np.ma.filled(norm(np.nan_to_num(t, nan=norm.vmax)), 1.0) < 0.5)
-        ax.set_title(f"{variant}: training time")
+        ax.set_title(f"{_variant_label(variant, simulated)}: training time")
         if has_acc:
             a = grid(sub, "test_accuracy")
             ax2 = axes[1, k]
             im_a = ax2.imshow(np.ma.masked_invalid(a), cmap="magma", vmin=acc_lo, vmax=acc_hi, aspect="auto")
             # magma is dark at the low end
             _annotate(ax2, a, lambda v: f"{v:.2f}%", np.nan_to_num((a - acc_lo) / (acc_hi - acc_lo), nan=1.0) < 0.5)
-            ax2.set_title(f"{variant}: test accuracy")
+            ax2.set_title(f"{_variant_label(variant, simulated)}: test accuracy")
         for ax_ in axes[:, k]:
             ax_.set_xticks(range(len(batches)))
             ax_.set_xticklabels([str(b) for b in batches])
@@ -323,7 +436,7 @@ def e2_heatmaps(table_csv, out_png, title: str = "E2: MLP hidden size x batch si
 
 def epoch_time_bars(table_csv, out_png, title: str = "E1: time per epoch per variant") -> Path:
     """Mean time per training epoch of each variant as a bar on a log axis, annotated in seconds and, where the
-    table has it, with the speedup over cpu-serial."""
+    table has it, with the speedup over cpu-serial; simulated variants' bars are hatched and labelled so."""
     frame = read_table(table_csv, E1_COLUMNS, "E1 summary table")
     frame = _numeric(frame.assign(variant=frame["variant"].astype(str)), ["time_per_epoch_s"])
     variants = ordered_variants(frame["variant"])
@@ -332,9 +445,11 @@ def epoch_time_bars(table_csv, out_png, title: str = "E1: time per epoch per var
     if not (times > 0).any():
         raise GpunnError(f"{table_csv}: E1 summary table has no positive time_per_epoch_s")
     colors = _variant_colors(variants)
+    simulated = simulated_variants(frame)
     fig, ax = plt.subplots(figsize=(1.3 * len(variants) + 3.0, 4.2))
     positions = np.arange(len(variants))
-    ax.bar(positions, np.where(times > 0, times, np.nan), color=[colors[v] for v in variants])
+    ax.bar(positions, np.where(times > 0, times, np.nan), color=[colors[v] for v in variants],
+           hatch=["//" if v in simulated else None for v in variants], edgecolor="white")
     for x, row, t in zip(positions, rows, times):
         if not t > 0:
             continue
@@ -346,7 +461,7 @@ def epoch_time_bars(table_csv, out_png, title: str = "E1: time per epoch per var
     ax.set_yscale("log")
     ax.margins(y=0.25)  # room above the tallest bar for its label
     ax.set_xticks(positions)
-    ax.set_xticklabels(variants, rotation=20, ha="right")
+    ax.set_xticklabels([_variant_label(v, simulated, "\n") for v in variants], rotation=20, ha="right")
     ax.set_ylabel("time per epoch (s, log scale)")
     ax.set_title("speedup over cpu-serial under each bar's time" if "speedup_vs_cpu_serial" in frame else "",
                  fontsize=9)
@@ -364,28 +479,33 @@ def e2_phase_times(table_csv, out_png, title: str = "E2: forward and backward ti
                      ["hidden", "batch", "forward_time_s", "backward_time_s"])
     variants = ordered_variants(frame["variant"])
     colors = _variant_colors(variants)
+    styles = dict(zip(variants, series_styles(len(variants))))
+    simulated = simulated_variants(frame)
     hiddens = sorted(frame["hidden"].dropna().unique())
     batches = sorted(frame["batch"].dropna().unique())
-    fig, axes = plt.subplots(2, len(batches), figsize=(4.0 * len(batches) + 0.8, 7.0), squeeze=False,
-                             sharex=True, sharey=True)
+    fig, axes = plt.subplots(2, len(batches), figsize=(4.0 * len(batches) + 0.8, 7.6), squeeze=False,
+                             sharex=True, sharey=True, layout="constrained")
+    handles = {}
     for row, (column, phase) in enumerate((("forward_time_s", "forward"), ("backward_time_s", "backward"))):
         for k, batch in enumerate(batches):
             ax = axes[row, k]
+            lines = {}
             for variant in variants:
                 sub = frame[(frame["variant"] == variant) & (frame["batch"] == batch)].sort_values("hidden")
-                ax.plot(sub["hidden"], sub[column].where(sub[column] > 0), "-o", ms=4, color=colors[variant],
-                        label=variant)
+                seconds = sub[column].where(sub[column] > 0)
+                (handles[variant],) = ax.plot(sub["hidden"], seconds, color=colors[variant], **styles[variant])
+                lines[variant] = (sub["hidden"], seconds)
             ax.set_yscale("log")
             _log2_ticks(ax, hiddens)
-            ax.set_title(f"{phase}, batch {int(batch)}")
+            _titled_with_coincidences(ax, f"{phase}, batch {int(batch)}", lines)
             ax.grid(alpha=0.3, which="both")
             if row == 1:
                 ax.set_xlabel("hidden units")
             if k == 0:
                 ax.set_ylabel(f"{phase} time over training (s)")
-    axes[0, 0].legend(fontsize="small")
+    fig.legend(handles.values(), [_variant_label(v, simulated) for v in handles], loc="outside lower center",
+               ncols=min(len(handles), 4), fontsize="small")
     fig.suptitle(title)
-    fig.tight_layout()
     return _save(fig, out_png)
 
 
@@ -396,32 +516,37 @@ def batch_timing(table_csv, out_png, title: str = "E3: MLP training step against
     frame = _numeric(frame.assign(variant=frame["variant"].astype(str)), E3_COLUMNS[1:])
     variants = ordered_variants(frame["variant"])
     colors = _variant_colors(variants)
+    styles = dict(zip(variants, series_styles(len(variants))))
+    simulated = simulated_variants(frame)
     batches = sorted(frame["batch"].dropna().unique())
     panels = (("samples_per_s", "samples / s", "training throughput"),
               ("step_ms", "time per step (ms)", "time per training step"),
               ("forward_ms", "forward time (ms)", "forward pass and loss"),
               ("backward_ms", "backward time (ms)", "backward pass and update"))
-    fig, axes = plt.subplots(2, 2, figsize=(11.0, 8.0))
+    fig, axes = plt.subplots(2, 2, figsize=(11.0, 8.6), layout="constrained")
+    handles = {}
     for ax, (column, ylabel, panel_title) in zip(axes.ravel(), panels):
+        lines = {}
         for variant in variants:
             sub = frame[frame["variant"] == variant].sort_values("batch")
-            ax.plot(sub["batch"], sub[column].where(sub[column] > 0), "-o", ms=4, color=colors[variant],
-                    label=variant)
+            values = sub[column].where(sub[column] > 0)
+            (handles[variant],) = ax.plot(sub["batch"], values, color=colors[variant], **styles[variant])
+            lines[variant] = (sub["batch"], values)
         ax.set_yscale("log")
         _log2_ticks(ax, batches)
         ax.set_xlabel("batch size")
         ax.set_ylabel(ylabel)
-        ax.set_title(panel_title)
+        _titled_with_coincidences(ax, panel_title, lines)
         ax.grid(alpha=0.3, which="both")
-    axes[0, 0].legend(fontsize="small")
+    fig.legend(handles.values(), [_variant_label(v, simulated) for v in handles], loc="outside lower center",
+               ncols=min(len(handles), 5), fontsize="small")
     fig.suptitle(title)
-    fig.tight_layout()
     return _save(fig, out_png)
 
 
-def block_sweep(block_csvs: Sequence[str | Path], out_png, title: str = "E3: kernel time against block size") -> Path:
+def block_sweep(block_csvs: Sequence[str | Path], out_png, title: str | None = None) -> Path:
     """Time per launch against threads per block, one line per op and one panel per shape (rows x cols), log
-    axes; a star marks each op's fastest block."""
+    axes; a star marks each op's fastest block. Without a title: a generic one naming the CSVs' devices."""
     if not block_csvs:
         raise GpunnError(f"{out_png}: block_sweep needs at least one block-size sweep CSV")
     frame = pd.concat([read_table(path, BLOCK_COLUMNS, "block-size sweep CSV") for path in block_csvs],
@@ -430,6 +555,7 @@ def block_sweep(block_csvs: Sequence[str | Path], out_png, title: str = "E3: ker
     ops = list(dict.fromkeys(frame["op"]))  # the sweep's own order
     palette = plt.get_cmap("tab10" if len(ops) <= 10 else "tab20")
     colors = {op: palette(i % palette.N) for i, op in enumerate(ops)}
+    styles = dict(zip(ops, series_styles(len(ops))))
     shapes = sorted({(int(r), int(c)) for r, c in zip(frame["rows"], frame["cols"])}, key=lambda s: (s[0] * s[1], s))
     blocks = sorted(frame["block"].dropna().unique())
     ncols = min(len(shapes), 3)
@@ -439,16 +565,18 @@ def block_sweep(block_csvs: Sequence[str | Path], out_png, title: str = "E3: ker
     lines = {}
     for ax, (rows, cols) in zip(axes.ravel(), shapes):
         shape = frame[(frame["rows"] == rows) & (frame["cols"] == cols)]
+        panel_lines = {}
         for op in ops:
             sub = shape[shape["op"] == op].sort_values("block")
             ms = sub["ms"].where(sub["ms"] > 0)
             if ms.notna().any():
-                (lines[op],) = ax.plot(sub["block"], ms, "-o", ms=4, color=colors[op], label=op)
+                (lines[op],) = ax.plot(sub["block"], ms, color=colors[op], label=op, **styles[op])
+                panel_lines[op] = (sub["block"], ms)
                 best = ms.idxmin()
-                ax.plot(sub.loc[best, "block"], ms[best], "*", ms=12, color=colors[op])
+                ax.plot(sub.loc[best, "block"], ms[best], "*", ms=12, color=colors[op], zorder=3 + len(ops))
         ax.set_yscale("log")
         _log2_ticks(ax, blocks)
-        ax.set_title(f"{rows} x {cols}")
+        _titled_with_coincidences(ax, f"{rows} x {cols}", panel_lines)
         ax.set_xlabel("threads per block")
         ax.set_ylabel("time per launch (ms)")
         ax.grid(alpha=0.3, which="both")
@@ -458,6 +586,8 @@ def block_sweep(block_csvs: Sequence[str | Path], out_png, title: str = "E3: ker
     drawn = [op for op in ops if op in lines]
     fig.legend([lines[op] for op in drawn], drawn, loc="outside lower center", ncols=min(len(drawn), 4),
                fontsize="small", title="op (star: its fastest block)", title_fontsize="small")
-    devices = sorted({str(d) for d in frame["device"].dropna()})
-    fig.suptitle(title + (f"\n{', '.join(devices)}" if devices else ""))
+    if title is None:
+        devices = sorted({str(d) for d in frame["device"].dropna()})
+        title = "E3: kernel time against block size" + (f"\n{', '.join(devices)}" if devices else "")
+    fig.suptitle(title)
     return _save(fig, out_png)
