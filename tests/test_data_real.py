@@ -132,3 +132,24 @@ def test_prepare_rejects_a_corrupted_copy(fetched, tmp_path):
     assert f"gpunn download mnist --dest {raw}" in msg
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["raw"]
     assert raw_status("mnist", raw)["t10k-labels-idx1-ubyte.gz"] == "changed"
+
+
+def test_real_mnist_e1_through_the_pipeline_offline(workflow_copy):
+    """`data.mirror_dir: ../shared/data/real` runs the real E1 offline: the pipeline downloads (from the
+    mirror), verifies, prepares and trains on real MNIST (a 2 000-image subset, one epoch, to stay quick)."""
+    import yaml
+
+    from snakemake_helpers import run_snakemake
+
+    config = {"results_dir": "results/real", "threads": 1, "data": {"mirror_dir": str(REAL)},
+              "experiments": {"e1": {"dataset": "mnist", "hidden": 32, "batch": 32, "lr": 0.1, "epochs": 1,
+                                     "subset": 2000, "variants": ["cpu-numpy"]},
+                              **{e: {"enabled": False} for e in ("e2", "e3", "e4", "e5", "e6")}}}
+    (workflow_copy / "real.yaml").write_text(yaml.safe_dump(config))
+    out = run_snakemake(workflow_copy, "--cores", "1", "--configfile", "real.yaml", "e1")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    log = (workflow_copy / "results/real/logs/download/mnist.log").read_text()
+    assert "content md5 matches" in log and "archive md5 matches" in log
+    (metrics,) = (workflow_copy / "results/real/runs").glob("*/mnist/standard/mlp/cpu-numpy/*/metrics.json")
+    summary = json.loads(metrics.read_text())
+    assert summary["n_test"] == 10000 and summary["final_test_accuracy"] > 0.85

@@ -158,3 +158,18 @@ def test_other_config_never_mixes_and_report_still_works(small):
     out = _snakemake(small, "--report", "report.zip")
     assert out.returncode == 0, out.stderr[-3000:]
     assert Path(small / "report.zip").stat().st_size > 0
+
+
+def test_a_failing_job_shows_its_error_on_the_terminal(small):
+    """A job's error reaches the terminal, not only its log: here a GPU variant on a machine without a GPU,
+    whose one-line error names the config key that runs it under the simulator."""
+    failing = dict(CONFIG, results_dir="results/failing")
+    failing["experiments"] = dict(CONFIG["experiments"], e1=dict(CONFIG["experiments"]["e1"], variants=["gpu-naive"]),
+                                  e2={"enabled": False})
+    (small / "failing.yaml").write_text(yaml.safe_dump(failing))
+    out = _snakemake(small, "e1", config="failing.yaml")
+    assert out.returncode != 0
+    errors = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("gpunn: error:")]
+    assert errors and "gpu.simulator: true" in errors[0] and "NUMBA_ENABLE_CUDASIM=1" in errors[0]
+    (log,) = (small / "results/failing/logs/train").rglob("*.log")
+    assert errors[0] in log.read_text()
