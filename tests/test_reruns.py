@@ -36,7 +36,7 @@ E2_CHAIN = {"train", "report_e2", "all"}
 
 
 def _snakemake(workdir, *args, config="small.yaml"):
-    return run_snakemake(workdir, "--cores", "2", "--configfile", config, *args)
+    return run_snakemake(workdir, *args, "--cores", "2", "--configfile", config)  # --configfile takes all after it
 
 
 def planned(workdir, *args, config="small.yaml") -> Counter:
