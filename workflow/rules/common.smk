@@ -16,7 +16,6 @@ from gpunn.pipeline import (
     EXPERIMENTS,
     FEATURE_FILES,
     Layout,
-    e6_run,
     edited_intermediates,
     enabled_experiments,
     experiment_data,
