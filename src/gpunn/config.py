@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import yaml
 
+from gpunn import variants
 from gpunn.errors import GpunnError
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
@@ -133,8 +134,6 @@ def _check_dataset(key: str, name, model: str | None = None) -> None:
 
 
 def _check_variants(key: str, names, model: str, simulator: bool) -> None:
-    from gpunn import variants
-
     if len(set(names)) != len(names):
         raise GpunnError(f"config key {key} lists a variant twice: {list(names)}")
     for name in names:
@@ -178,8 +177,6 @@ def _check_registries(config: dict) -> None:
 
 def _drop_gpu_jobs(config: dict, log: Callable[[str], None]) -> None:
     """gpu.enabled false: every GPU variant leaves every experiment, and E3's kernel block sweep is not run."""
-    from gpunn import variants
-
     dropped = set()
     for exp in EXPERIMENT_MODELS:
         kept = [v for v in config["experiments"][exp]["variants"] if not variants.uses_gpu(v)]
@@ -237,14 +234,9 @@ def load_config(raw: dict, schema: dict | None = None, log: Callable[[str], None
     _check_registries(config)
     config["machine"] = resolve_machine(config, gpu_name)
     gpu_variants = sorted({v for e in EXPERIMENT_MODELS if config["experiments"][e]["enabled"]
-                           for v in config["experiments"][e]["variants"] if _uses_gpu(v)})
+                           for v in config["experiments"][e]["variants"] if variants.uses_gpu(v)})
     if config["machine"] == CPU_MACHINE and config["gpu"]["enabled"] and gpu_variants and raw.get("machine", "auto") == "auto":
         log(f"gpunn: note: no GPU found here (nvidia-smi), yet {', '.join(gpu_variants)} are planned and will stop "
             "with an error; for the CPU-only reproduction use --configfile config/cpu.yaml (gpu.enabled: false)")
     return config
 
-
-def _uses_gpu(variant: str) -> bool:
-    from gpunn import variants
-
-    return variants.uses_gpu(variant)
