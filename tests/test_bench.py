@@ -36,7 +36,7 @@ def test_every_op_validates_on_quick_shapes(op, capsys):
     assert "all results match" in capsys.readouterr().out
     variants = {c.variant for c in configurations}
     if op == "gemm":  # every registered variant, on every quick case
-        assert variants == set(gemm.VARIANTS)
+        assert variants == set(gemm.VERSIONS)
         assert {c.problem.case for c in configurations} == {case.case for case in bench.QUICK_GEMM_CASES}
     else:
         assert len(configurations) == len(problems) * len(bench.QUICK_BLOCKS)
@@ -45,7 +45,7 @@ def test_every_op_validates_on_quick_shapes(op, capsys):
 def _negated_relu_forward(x, out, block=256, stream=0, launch=True):
     """Wrong on purpose: relu(-x)."""
     negated = cuda.to_device(-x.copy_to_host())
-    return elementwise.VARIANTS["relu_forward"](negated, out, block=block, stream=stream, launch=launch)
+    return elementwise.OPS["relu_forward"](negated, out, block=block, stream=stream, launch=launch)
 
 
 def _unwritten_relu_forward(x, out, block=256, stream=0, launch=True):
@@ -67,16 +67,16 @@ def test_a_wrong_kernel_stops_validation_naming_op_variant_and_block(monkeypatch
 
 
 def test_a_new_gemm_variant_is_picked_up_and_validated(monkeypatch):
-    naive = gemm.VARIANTS["naive"]
+    naive = gemm.VERSIONS["naive"]
 
     def relu_forgotten(a, b, out, trans_a=False, trans_b=False, bias=None, relu=False, relu_mask=None,
                        block=(16, 16), stream=0, launch=True):
         return naive(a, b, out, trans_a=trans_a, trans_b=trans_b, bias=bias, relu=False, block=block,
                      stream=stream, launch=launch)
 
-    monkeypatch.setitem(gemm.VARIANTS, "relu_forgotten", relu_forgotten)
+    monkeypatch.setitem(gemm.VERSIONS, "relu_forgotten", relu_forgotten)
     (problem,) = bench.gemm_problems(bench.QUICK_GEMM_CASES[:1])
-    assert set(problem.variants) == set(gemm.VARIANTS)
+    assert set(problem.variants) == set(gemm.VERSIONS)
     problem.variants = {"relu_forgotten": relu_forgotten}  # only the new one: the others are tested above
     with pytest.raises(bench.BenchMismatch, match=r"gemm/relu_forgotten block 16x16 on quick_bias_relu 19x13x11"):
         bench.validate([problem], [])
@@ -88,7 +88,7 @@ def test_fixed_block_gemm_variants_skip_other_sizes():
     blocks = {(c.variant, bench.block_dims(c.block)) for c in configurations}
     # naive takes the sizes (32 x threads/32); versions with a fixed block run it once, under its own name
     assert {("naive", "16x16"), ("naive", "32x1"), ("naive", "32x8"), ("tiled16", "16x16")} <= blocks
-    assert len(blocks) == len(configurations) == 3 + (len(gemm.VARIANTS) - 1)
+    assert len(blocks) == len(configurations) == 3 + (len(gemm.VERSIONS) - 1)
 
 
 def test_gemm_tolerance_grows_with_k():
@@ -130,7 +130,7 @@ def test_bench_gemm_quick_end_to_end(tmp_path):
     assert list(frame.columns) == bench.BENCH_COLUMNS
     assert len(frame) == sum(1 for line in lines if " ms " in line)
     assert not frame.duplicated(["case", "variant", "block_dims"]).any()
-    assert set(frame["variant"]) == set(gemm.VARIANTS)
+    assert set(frame["variant"]) == set(gemm.VERSIONS)
     assert _positive_finite(frame["ms"]) and _positive_finite(frame["gflops"])
     row = frame[frame["case"] == "quick_bias_relu"].iloc[0]
     assert row["gflops"] == pytest.approx(2 * 19 * 13 * 11 / row["ms"] / 1e6)

@@ -72,7 +72,7 @@ def _run(variant, m, n, k, trans_a, trans_b, epilogue, key=(), **kw):
 # --------------------------------------------------------------------------------------------- correctness
 @pytest.mark.parametrize("epilogue", G.EPILOGUES)
 @pytest.mark.parametrize("trans_a,trans_b", TRANS, ids=TRANS_IDS)
-@pytest.mark.parametrize("variant", list(G.VARIANTS))
+@pytest.mark.parametrize("variant", list(G.VERSIONS))
 def test_gemm_every_variant_transpose_epilogue(variant, trans_a, trans_b, epilogue):
     m, n, k = SMALL[trans_a, trans_b]
     assert _run(variant, m, n, k, trans_a, trans_b, epilogue) < TOL
@@ -90,7 +90,7 @@ def test_gemm_across_tiles(variant, trans_a, trans_b, m, n, k):
     assert _run(variant, m, n, k, trans_a, trans_b, "bias_relu") < TOL
 
 
-@pytest.mark.parametrize("variant", list(G.VARIANTS))
+@pytest.mark.parametrize("variant", list(G.VERSIONS))
 def test_gemm_batch_of_one(variant):
     assert _run(variant, 1, 10, 12, False, True, "bias_relu") < TOL
 
@@ -101,7 +101,7 @@ def test_naive_block_sizes():
 
 
 @pytest.mark.parametrize("trans_a,trans_b", [(False, True), (True, False)], ids=["NT", "TN"])
-@pytest.mark.parametrize("variant", list(G.VARIANTS))
+@pytest.mark.parametrize("variant", list(G.VERSIONS))
 def test_gemm_strided_views(variant, trans_a, trans_b):
     """a: columns of a wider array (a (B, 785) batch's first 784 columns); b: a reshaped slice of a flat
     parameter buffer; out: an interior window of a larger buffer, whose other elements must stay NaN."""
@@ -128,7 +128,7 @@ def test_gemm_strided_views(variant, trans_a, trans_b):
     assert _rel_err(got, G.gemm_reference(a, b, trans_a, trans_b, bias, True)) < TOL
 
 
-@pytest.mark.parametrize("variant", list(G.VARIANTS))
+@pytest.mark.parametrize("variant", list(G.VERSIONS))
 def test_bound_launch_reads_live_arrays(variant):
     """launch=False only binds; each call recomputes from the arrays' current contents."""
     m, n, k = 5, 6, 9
@@ -169,7 +169,7 @@ def _dev(*shape, dtype=np.float32):
     return cuda.to_device(np.zeros(shape, dtype=dtype))
 
 
-@pytest.mark.parametrize("variant", list(G.VARIANTS))
+@pytest.mark.parametrize("variant", list(G.VERSIONS))
 def test_gemm_shape_and_dtype_errors(variant):
     def call(a, b, out, **kw):
         return G.gemm(a, b, out, variant=variant, **kw)
@@ -202,7 +202,7 @@ def test_gemm_shape_and_dtype_errors(variant):
         call(_dev(3, 4), np.zeros((4, 6), np.float32), _dev(3, 6))
 
 
-@pytest.mark.parametrize("variant", list(G.VARIANTS))
+@pytest.mark.parametrize("variant", list(G.VERSIONS))
 @pytest.mark.parametrize("m,n,k", [(0, 6, 4), (3, 0, 4), (3, 6, 0)])
 def test_gemm_zero_sized(variant, m, n, k):
     with pytest.raises(ValueError, match=r"zero-sized"):
@@ -230,7 +230,7 @@ _ON_GPU = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") != "1" and cuda.is_availab
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _ON_GPU, reason="needs a real CUDA GPU")
-@pytest.mark.parametrize("variant", list(G.VARIANTS))
+@pytest.mark.parametrize("variant", list(G.VERSIONS))
 def test_gemm_gpu_sizes(variant):
     for trans_a, trans_b in TRANS:
         for epilogue in G.EPILOGUES:
@@ -243,7 +243,7 @@ def test_gemm_gpu_sizes(variant):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _ON_GPU, reason="needs a real CUDA GPU")
-@pytest.mark.parametrize("variant", list(G.VARIANTS))
+@pytest.mark.parametrize("variant", list(G.VERSIONS))
 def test_gemm_gpu_strided_mlp_shapes(variant):
     """The MLP's views at real size: X = batch[:, :784] of a (64, 785) array, W1 (784, 256) in a flat
     buffer; dH = dZ @ W2^T masked by H."""

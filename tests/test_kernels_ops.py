@@ -111,7 +111,7 @@ def test_elementwise_shape_errors():
         ew.relu_forward(cuda.to_device(np.ones((3, 7))), x)
     with pytest.raises(ValueError, match="block"):
         ew.relu_forward(x, x, block=0)
-    assert set(ew.VARIANTS) == {
+    assert set(ew.OPS) == {
         "bias_add",
         "relu_forward",
         "relu_backward",
@@ -210,7 +210,7 @@ def test_softmax_shape_errors():
 def test_colsum(rng, variant, shape, block):
     dy = rand(rng, *shape)
     db = poisoned(shape[1])
-    rd.VARIANTS[variant](cuda.to_device(dy), db, block=block)
+    rd.VERSIONS[variant](cuda.to_device(dy), db, block=block)
     got = db.copy_to_host()
     assert rel_err(got, rd.colsum_ref(dy)) < TOL
     assert (
@@ -236,7 +236,7 @@ def test_colsum_tree_bitwise_reproducible(rng):
 
 def test_colsum_shape_errors():
     dy = cuda.to_device(np.ones((3, 7), np.float32))
-    for name, launch in rd.VARIANTS.items():
+    for name, launch in rd.VERSIONS.items():
         with pytest.raises(ValueError, match=rf"{name}.*\(7,\).*\(3, 7\)"):
             launch(dy, cuda.to_device(np.ones(6, np.float32)), block=8)
         with pytest.raises(ValueError, match=f"{name}.*zero-sized"):
@@ -375,7 +375,7 @@ def test_gpu_all_ops_larger_shapes():
         m = poisoned(1)
         sm.loss_mean(ls, m, block=block)
         assert rel_err(m.copy_to_host(), [ref_l.mean()]) < TOL
-        for name, launch in rd.VARIANTS.items():
+        for name, launch in rd.VERSIONS.items():
             db = poisoned(c)
             launch(cuda.to_device(x), db, block=block)
             assert rel_err(db.copy_to_host(), rd.colsum_ref(x)) < TOL, name

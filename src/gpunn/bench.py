@@ -6,7 +6,7 @@ first, then time every version x block size with CUDA events, one line each.
     python -m gpunn.bench mlp [--variants gpu-fused,...] [--samples 60000] [--batch 64] [--epochs 3]
 
 What is benchmarked
-    gemm         every variant in ``gemm.VARIANTS`` (variants added there are picked up) on 4096^3, the
+    gemm         every variant in ``gemm.VERSIONS`` (variants added there are picked up) on 4096^3, the
                  MLP 784-256-10 at batch 64 (both layers' forward with bias (+ ReLU), the weight gradients
                  x^T dy, the hidden-layer input gradient dy W^T) and an odd validation shape 257x129x301.
                  Block sizes: the variant's own default block, plus every ``--blocks`` size the variant
@@ -207,7 +207,7 @@ def _gemm_problem(case: GemmCase, rng) -> Problem:
     flags = ("A^T " if case.trans_a else "") + ("B^T " if case.trans_b else "") + \
             ("+bias " if case.bias else "") + ("+relu" if case.relu else "")
     return Problem(
-        op="gemm", case=case.case, variants=dict(gemm.VARIANTS), dims={"m": m, "n": n, "k": k},
+        op="gemm", case=case.case, variants=dict(gemm.VERSIONS), dims={"m": m, "n": n, "k": k},
         shape_label=f"{m}x{n}x{k} {flags}".strip(), n_elements=m * n, output_names=("out",),
         expected=(expected,), tolerance=gemm_tolerance(k),
         bytes_moved=4 * (a.size + b.size + m * n + (n if case.bias else 0)), flops=2 * m * n * k,
@@ -334,7 +334,7 @@ def reduce_problems(rows, cols, case, rng) -> list[Problem]:
     return [
         _launcher_problem("reduce", case, name, launcher, rows, cols, (dy, _Output(cols)), {"db": 1},
                           [reduce.colsum_ref(dy)], 4 * (rows * cols + cols), colsum_ref)
-        for name, launcher in reduce.VARIANTS.items()
+        for name, launcher in reduce.VERSIONS.items()
     ]
 
 

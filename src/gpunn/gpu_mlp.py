@@ -124,7 +124,7 @@ class _GpuMlp:
     def gemm(self, *args, **kw):
         from gpunn.kernels import gemm
 
-        return gemm.VARIANTS[self.gemm_variant](*args, launch=False, **kw)
+        return gemm.VERSIONS[self.gemm_variant](*args, launch=False, **kw)
 
     # ---- the backend API used by gpunn.train and gpunn.timing
     def _execute(self, launches) -> None:
@@ -270,7 +270,7 @@ class GpuFusedMlp(_GpuMlp):
 
         rows, cols = out.shape
         variant = "regblock" if rows * cols >= 64 * 64 * 8 else "tiled16"
-        return gemm.VARIANTS[variant](a, b, out, launch=False, **kw)
+        return gemm.VERSIONS[variant](a, b, out, launch=False, **kw)
 
     def _resident_program(self, source, labels, order, counter, stride: int, rows: int, losses) -> _Program:
         """The 8 launches of one step on a `rows`-row batch gathered on the device."""

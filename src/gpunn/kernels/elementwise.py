@@ -11,9 +11,8 @@ Ops (one kernel each, 1-D grid-stride loops over the flattened row-major array):
 
 Every launcher takes float32 device arrays and `block` (threads per block), checks the shapes (ValueError
 naming the op and the shapes, zero-sized dimensions included), computes the grid and launches. The
-float64 NumPy references (`*_ref`) sit at the bottom; `VARIANTS` maps each op name to its launcher.
+float64 NumPy references (`*_ref`) sit at the bottom; `OPS` maps each op name to its launcher.
 
-The small validation helpers here are shared by the other kernel modules (softmax, reduce, sgd).
 """
 
 from __future__ import annotations
@@ -25,10 +24,10 @@ from numba import cuda, float32
 
 from gpunn import device
 
-from .launch import Launch, bind
+from .launch import Launch, bind, check_array, check_block, flat, grid_for
 
 __all__ = [
-    "VARIANTS",
+    "OPS",
     "bias_add",
     "bias_add_ref",
     "bias_relu",
@@ -40,47 +39,6 @@ __all__ = [
     "relu_forward",
     "relu_forward_ref",
 ]
-
-MAX_GRID = 65535  # cap for grid-stride kernels: more blocks than this only adds scheduling overhead
-
-
-# --------------------------------------------------------------------------------------------- checks
-def check_block(op: str, block, power_of_two: bool = False) -> int:
-    """The device's limits (gpunn.device.check_block), plus a power of two for the tree reductions."""
-    if isinstance(block, bool) or not isinstance(block, (int, np.integer)):
-        raise ValueError(f"{op}: block must be an int, got {block!r}")
-    block = device.check_block(op, int(block))
-    if power_of_two and block & (block - 1):
-        raise ValueError(f"{op}: block must be a power of two for the tree reduction, got {block}")
-    return block
-
-
-def check_array(op: str, name: str, a, ndim: int | None = None, dtype=np.float32):
-    shape = getattr(a, "shape", None)
-    if shape is None or not hasattr(a, "dtype"):
-        raise ValueError(f"{op}: {name} must be a device array, got {type(a).__name__}")
-    if np.dtype(a.dtype) != np.dtype(dtype):
-        raise ValueError(
-            f"{op}: {name} must be {np.dtype(dtype)}, got dtype {a.dtype} (shape {shape})"
-        )
-    if ndim is not None and len(shape) != ndim:
-        raise ValueError(f"{op}: {name} must be {ndim}-D, got shape {tuple(shape)}")
-    if any(int(d) == 0 for d in shape):
-        raise ValueError(
-            f"{op}: {name} has a zero-sized dimension, shape {tuple(shape)}"
-        )
-    return a
-
-
-def grid_for(n: int, block: int) -> int:
-    """Blocks for a grid-stride loop over n elements."""
-    return max(1, min(math.ceil(n / block), MAX_GRID))
-
-
-def flat(a):
-    """1-D view of a contiguous device array (no copy)."""
-    return a.reshape(a.size)
-
 
 # --------------------------------------------------------------------------------------------- kernels
 @cuda.jit
@@ -220,7 +178,7 @@ def gather_rows(source, labels, order, counter, stride: int, x, y, block: int = 
     return bind(_gather_rows_kernel, grid_for(x.size, block), block, args, stream, launch, op)
 
 
-VARIANTS = {
+OPS = {
     "bias_add": bias_add,
     "relu_forward": relu_forward,
     "relu_backward": relu_backward,

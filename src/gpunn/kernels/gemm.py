@@ -31,7 +31,7 @@ kernel whose flags are closure constants (numba prunes the dead branches, so no 
 loops), and every kernel takes just (a, b, c, aux), reading M, N, K from the shapes: launch cost grows
 with each argument. ``aux`` is the bias, the mask or a cached 1-element dummy.
 
-``gemm(a, b, out, variant=...)`` dispatches through ``VARIANTS``; ``gemm_reference`` is the float64 NumPy
+``gemm(a, b, out, variant=...)`` dispatches through ``VERSIONS``; ``gemm_reference`` is the float64 NumPy
 reference the kernels are validated against.
 """
 
@@ -44,8 +44,7 @@ from numba import cuda, float32, uint32
 
 from gpunn import device
 
-from .elementwise import check_array
-from .launch import Launch, bind
+from .launch import Launch, bind, check_array
 
 __all__ = [
     "BK",
@@ -60,7 +59,7 @@ __all__ = [
     "TM",
     "TN",
     "V4_THREADS",
-    "VARIANTS",
+    "VERSIONS",
     "gemm",
     "gemm_reference",
     "gemm_shapes",
@@ -646,13 +645,13 @@ def gemm_v4(a, b, out, trans_a=False, trans_b=False, bias=None, relu=False, relu
 # ---------------------------------------------------------------------------------------------------------
 # Dispatcher
 
-VARIANTS = {"naive": gemm_v1, "tiled16": gemm_v2, "regblock": gemm_v3, "regblock128": gemm_v4}
+VERSIONS = {"naive": gemm_v1, "tiled16": gemm_v2, "regblock": gemm_v3, "regblock128": gemm_v4}
 
 
 def gemm(a, b, out, variant="tiled16", **kw) -> Launch:
     """``out = op(a) @ op(b)`` with an epilogue, by the named version; kw go to its launcher."""
     try:
-        fn = VARIANTS[variant]
+        fn = VERSIONS[variant]
     except KeyError:
-        raise ValueError(f"gemm: unknown variant {variant!r}; choose from {sorted(VARIANTS)}") from None
+        raise ValueError(f"gemm: unknown variant {variant!r}; choose from {sorted(VERSIONS)}") from None
     return fn(a, b, out, **kw)

@@ -1,4 +1,7 @@
-"""Bound kernel launches: a kernel with its grid, block and arguments fixed once, launched by a call.
+"""Bound kernel launches, and the argument checks every kernel module shares (check_array, check_block,
+grid_for, flat).
+
+Bound launches: a kernel with its grid, block and arguments fixed once, launched by a call.
 
 Training steps launch the same kernels on the same device buffers thousands of times. Checking shapes,
 computing grids and configuring the launch once, instead of at every step, is the first saving; the list of
@@ -17,8 +20,52 @@ compare both paths.
 from __future__ import annotations
 
 import functools
+import math
+
+import numpy as np
 
 from gpunn import device
+
+MAX_GRID = 65535  # cap for grid-stride kernels: more blocks than this only adds scheduling overhead
+
+
+# --------------------------------------------------------------------------------------------- checks
+def check_block(op: str, block, power_of_two: bool = False) -> int:
+    """The device's limits (gpunn.device.check_block), plus a power of two for the tree reductions."""
+    if isinstance(block, bool) or not isinstance(block, (int, np.integer)):
+        raise ValueError(f"{op}: block must be an int, got {block!r}")
+    block = device.check_block(op, int(block))
+    if power_of_two and block & (block - 1):
+        raise ValueError(f"{op}: block must be a power of two for the tree reduction, got {block}")
+    return block
+
+
+def check_array(op: str, name: str, a, ndim: int | None = None, dtype=np.float32):
+    shape = getattr(a, "shape", None)
+    if shape is None or not hasattr(a, "dtype"):
+        raise ValueError(f"{op}: {name} must be a device array, got {type(a).__name__}")
+    if np.dtype(a.dtype) != np.dtype(dtype):
+        raise ValueError(
+            f"{op}: {name} must be {np.dtype(dtype)}, got dtype {a.dtype} (shape {shape})"
+        )
+    if ndim is not None and len(shape) != ndim:
+        raise ValueError(f"{op}: {name} must be {ndim}-D, got shape {tuple(shape)}")
+    if any(int(d) == 0 for d in shape):
+        raise ValueError(
+            f"{op}: {name} has a zero-sized dimension, shape {tuple(shape)}"
+        )
+    return a
+
+
+def grid_for(n: int, block: int) -> int:
+    """Blocks for a grid-stride loop over n elements."""
+    return max(1, min(math.ceil(n / block), MAX_GRID))
+
+
+def flat(a):
+    """1-D view of a contiguous device array (no copy)."""
+    return a.reshape(a.size)
+
 
 DIRECT_LAUNCH_VERSION = "0.30.4"  # the numba-cuda whose kernel internals the direct launch relies on
 

@@ -9,7 +9,7 @@ Variants:
                      (reads coalesced across tx), then a shared-memory tree over the TY lanes; no atomics,
                      fixed add order, so bitwise identical from run to run
 
-The float64 NumPy reference is `colsum_ref`; `VARIANTS` maps names to launchers.
+The float64 NumPy reference is `colsum_ref`; `VERSIONS` maps names to launchers.
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ import math
 import numpy as np
 from numba import cuda, float32
 
-from .elementwise import check_array, check_block, flat, grid_for
-from .launch import Launch, LaunchGroup, bind
+from .launch import Launch, LaunchGroup, bind, check_array, check_block, flat, grid_for
 
-__all__ = ["VARIANTS", "colsum_atomic", "colsum_ref", "colsum_tree"]
+__all__ = ["VERSIONS", "colsum_atomic", "colsum_ref", "colsum_tree"]
 
 WARP = 32
 
@@ -111,7 +110,7 @@ def colsum_tree(dy, db, block: int = 256, stream=0, launch: bool = True) -> Laun
     return bind(kernel, math.ceil(cols / tx_count), block, (dy, db, rows, cols), stream, launch, op)
 
 
-VARIANTS = {
+VERSIONS = {
     "colsum_atomic": colsum_atomic,
     "colsum_tree": colsum_tree,
 }

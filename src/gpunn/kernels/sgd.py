@@ -21,10 +21,9 @@ import functools
 import numpy as np
 from numba import config, cuda, float32
 
-from .elementwise import check_array, check_block, flat, grid_for
-from .launch import Launch, bind
+from .launch import Launch, bind, check_array, check_block, flat, grid_for
 
-__all__ = ["VARIANTS", "sgd_step", "sgd_step_ref", "sgd_step_ref64"]
+__all__ = ["OPS", "sgd_step", "sgd_step_ref", "sgd_step_ref64"]
 
 if config.ENABLE_CUDASIM:
 
@@ -79,7 +78,7 @@ def _scratch_counter():
     return cuda.to_device(np.zeros(1, dtype=np.int32))
 
 
-VARIANTS = {"sgd_step": sgd_step}
+OPS = {"sgd_step": sgd_step}
 
 
 # --------------------------------------------------------------------------------------------- references

@@ -12,7 +12,7 @@ covered by strided loops, thread t handling columns t, t + block, ...):
                        tree reduction, so the result is bitwise deterministic
 
 Shared arrays have a static size, so each kernel is built per block size by a cached factory. The float64
-NumPy references (`*_ref`) sit at the bottom; `VARIANTS` maps names to launchers.
+NumPy references (`*_ref`) sit at the bottom; `OPS` maps names to launchers.
 """
 
 from __future__ import annotations
@@ -23,11 +23,10 @@ import math
 import numpy as np
 from numba import cuda, float32
 
-from .elementwise import check_array, check_block
-from .launch import Launch, bind
+from .launch import Launch, bind, check_array, check_block
 
 __all__ = [
-    "VARIANTS",
+    "OPS",
     "loss_mean",
     "loss_mean_ref",
     "softmax_ce_grad",
@@ -214,7 +213,7 @@ def loss_mean(losses, out, block: int = 256, stream=0, launch: bool = True) -> L
     return bind(_loss_mean_kernel(block), 1, block, (losses, out, losses.shape[0]), stream, launch, op)
 
 
-VARIANTS = {
+OPS = {
     "softmax_rows": softmax_rows,
     "softmax_ce_grad": softmax_ce_grad,
     "loss_mean": loss_mean,
