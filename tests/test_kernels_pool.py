@@ -11,7 +11,7 @@ import zlib
 
 import numpy as np
 import pytest
-from numba import cuda
+from numba import config, cuda
 
 from gpunn import bench, bench_pool
 from gpunn.kernels import mse, pool
@@ -177,7 +177,8 @@ def test_pool_shape_errors():
     out = cuda.to_device(np.ones((2, 3, 2, 3), np.float32))
     argmax = cuda.to_device(np.zeros((2, 3, 2, 3), np.int8))
     fwd = pool.maxpool2x2_forward_v1
-    with pytest.raises(ValueError, match=r"maxpool2x2_forward_v1: out \(2, 3, 3, 3\).*\(2, 3, 2, 3\) for x \(2, 3, 5, 7\)"):
+    with pytest.raises(ValueError,
+                       match=r"maxpool2x2_forward_v1: out \(2, 3, 3, 3\).*\(2, 3, 2, 3\) for x \(2, 3, 5, 7\)"):
         fwd(x, cuda.to_device(np.ones((2, 3, 3, 3), np.float32)), argmax)
     with pytest.raises(ValueError, match="argmax must be int8"):
         fwd(x, out, out)
@@ -322,3 +323,14 @@ def test_bench_pool_catches_an_unwritten_argmax(monkeypatch):
     problem.variants = {"values_only": values_only}
     with pytest.raises(bench.BenchMismatch, match="output 'argmax'"):
         bench.validate([problem], [32])
+
+
+# --------------------------------------------------------------------------------------------- real GPU
+@pytest.mark.gpu
+@pytest.mark.skipif(bool(config.ENABLE_CUDASIM), reason="needs a real GPU, not the CUDA simulator")
+def test_gpu_pool_problems_at_the_models_shapes():
+    """Every pool/upsample/MSE version at the CNN and autoencoder shapes (batch 64; 17 M elements for the
+    first AE pool, so the grid-stride loops wrap), at small and large blocks."""
+    problems = bench_pool.pool_problems(quick=False)
+    configurations = bench.validate(problems, [64, 1024])
+    assert len(configurations) == 2 * len(problems)

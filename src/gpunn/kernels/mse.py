@@ -65,7 +65,8 @@ def _mse_kernel(block: int):
 def _rows(op: str, name: str, a):
     """a (B, ...) as a (B, F) view; host arrays refused (numba would copy them at every launch)."""
     if isinstance(a, np.ndarray):
-        raise ValueError(f"{op}: {name} is a host NumPy array (shape {a.shape}); pass a device array (cuda.to_device)")  # noqa: TRY004
+        raise ValueError(  # noqa: TRY004
+            f"{op}: {name} is a host NumPy array (shape {a.shape}); pass a device array (cuda.to_device)")
     check_array(op, name, a)
     if len(a.shape) < 2:
         raise ValueError(f"{op}: {name} must be (B, ...) with at least 2 dimensions, got shape {tuple(a.shape)}")
@@ -89,13 +90,11 @@ def mse_loss_grad(pred, target, dpred, losses, block: int = 256, stream=0, launc
     """
     op = "mse_loss_grad"
     block = check_block(op, block, power_of_two=True)
-    shapes = f"pred {tuple(getattr(pred, 'shape', ()))}, target {tuple(getattr(target, 'shape', ()))}, " \
-             f"dpred {tuple(getattr(dpred, 'shape', ()))}, losses {tuple(getattr(losses, 'shape', ()))}"
     pred2, target2, dpred2 = (_rows(op, name, a) for name, a in (("pred", pred), ("target", target),
                                                                   ("dpred", dpred)))
-    check_array(op, "losses", losses, 1)
     if isinstance(losses, np.ndarray):
         raise ValueError(f"{op}: losses is a host NumPy array; pass a device array (cuda.to_device)")  # noqa: TRY004
+    check_array(op, "losses", losses, 1)
     rows = pred2.shape[0]
     epoch_buffer = counter is not None
     if epoch_buffer:
@@ -109,8 +108,11 @@ def mse_loss_grad(pred, target, dpred, losses, block: int = 256, stream=0, launc
         counter, stride = _zero_counter(), 0
     if (tuple(target.shape) != tuple(pred.shape) or tuple(dpred.shape) != tuple(pred.shape)
             or (not epoch_buffer and tuple(losses.shape) != (rows,))):
-        raise ValueError(f"{op}: shapes do not fit {shapes} (need pred, target and dpred of one shape (B, ...), "
-                         "losses (B,))")
+        raise ValueError(
+            f"{op}: shapes do not fit pred {tuple(pred.shape)}, target {tuple(target.shape)}, dpred "
+            f"{tuple(dpred.shape)}, losses {tuple(losses.shape)} (need pred, target and dpred of one shape (B, ...), "
+            "losses (B,))"
+        )
     args = (pred2, target2, dpred2, losses, counter, np.int32(stride))
     return bind(_mse_kernel(block), rows, block, args, stream, launch, op)
 

@@ -205,12 +205,15 @@ def _upsample_backward_kernel(masked: bool):
 def _device_array(op: str, name: str, a, ndim: int | None = 4, dtype=np.float32):
     if isinstance(a, np.ndarray):
         # numba would copy a host array to the device and back at every launch of the bound kernel
-        raise ValueError(f"{op}: {name} is a host NumPy array (shape {a.shape}); pass a device array (cuda.to_device)")  # noqa: TRY004
+        raise ValueError(  # noqa: TRY004
+            f"{op}: {name} is a host NumPy array (shape {a.shape}); pass a device array (cuda.to_device)")
     check_array(op, name, a, ndim, dtype)
     if not a.is_c_contiguous():
-        raise ValueError(f"{op}: {name} must be C-contiguous (read as a flat array), got a strided view of shape {tuple(a.shape)}")
+        raise ValueError(
+            f"{op}: {name} must be C-contiguous (read as a flat array), got a strided view of shape {tuple(a.shape)}")
     if a.size > _MAX_ELEMENTS:
-        raise ValueError(f"{op}: {name} {tuple(a.shape)} has {a.size} elements; the uint32 indices allow at most {_MAX_ELEMENTS}")
+        raise ValueError(
+            f"{op}: {name} {tuple(a.shape)} has {a.size} elements; the uint32 indices allow at most {_MAX_ELEMENTS}")
     return a
 
 
