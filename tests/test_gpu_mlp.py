@@ -15,7 +15,8 @@ import pytest
 from gpunn.errors import GpunnError
 from gpunn.nn import build_model
 from gpunn.seeding import batch_order, batch_slices
-from gpunn.variants import CpuNumpyBackend, make_backend
+from gpunn.backends.cpu_numpy import CpuNumpyBackend
+from gpunn.backends.registry import make_backend
 
 GPU_VARIANTS = ["gpu-naive", "gpu-tiled", "gpu-fused"]
 SIZES = {"in_features": 13, "hidden": 7, "classes": 5}
@@ -37,27 +38,17 @@ def tiny_data(n=19, seed=1, sizes=SIZES):
 def backends(variant, lr=0.5, seed=3, sizes=SIZES):
     ref = CpuNumpyBackend(build_model("mlp", seed=seed, **sizes), "mlp", lr)
     gpu = make_backend(variant, build_model("mlp", seed=seed, **sizes), "mlp", lr)
-    np.testing.assert_array_equal(gpu.flat_params(), ref.flat_params())  # same init
+    np.testing.assert_array_equal(gpu.parameters(), ref.parameters())  # same init
     return ref, gpu
 
 
 def cpu_gradients(ref, xb, yb):
-    ref.loss.forward(ref.model.forward(xb), yb)
-    ref.model.backward(ref.loss.backward(), input_grad=False)
-    grads = ref.model.flat_grad.copy()
-    ref.model.flat_grad[:] = 0
-    return grads
+    return ref.gradients(xb, yb)
 
 
 def train_epoch(backend, x, y, batch, epoch, seed=3):
-    """One epoch in the shared batch order; returns the sum of per-sample losses."""
-    order = batch_order(seed, epoch, len(x))
-    if hasattr(backend, "train_epoch"):
-        return backend.train_epoch(order, batch).loss_sum
-    total = 0.0
-    for s, e in batch_slices(len(x), batch):
-        total += backend.train_step(x[order[s:e]], y[order[s:e]]).loss * (e - s)
-    return total
+    """One epoch in the shared batch order (the data loaded before); returns its mean per-sample loss."""
+    return backend.train_epoch(batch_order(seed, epoch, len(x)), batch).loss
 
 
 @pytest.mark.parametrize("variant", GPU_VARIANTS)
@@ -69,7 +60,7 @@ def test_gradients_match_cpu(variant, rows):
     assert np.abs(expected).max() > 0
     assert rel_err(gpu.gradients(x, y), expected) < 1e-5
     # gradients() leaves the parameters alone
-    np.testing.assert_array_equal(gpu.flat_params(), ref.flat_params())
+    np.testing.assert_array_equal(gpu.parameters(), ref.parameters())
 
 
 @pytest.mark.parametrize("variant", GPU_VARIANTS)
@@ -77,14 +68,14 @@ def test_one_epoch_parameters_match_cpu(variant):
     """One epoch of 19 samples in batches of 8 (a partial last batch of 3): parameters within 1e-4."""
     x, y = tiny_data()
     ref, gpu = backends(variant)
-    if hasattr(gpu, "load_train_data"):
-        gpu.load_train_data(x, y)
+    ref.load_train_data(x, y)
+    gpu.load_train_data(x, y)
     ref_loss = train_epoch(ref, x, y, 8, 0)
     gpu_loss = train_epoch(gpu, x, y, 8, 0)
     assert gpu_loss == pytest.approx(ref_loss, rel=1e-5)
-    moved = rel_err(ref.flat_params(), build_model("mlp", seed=3, **SIZES).flat)
+    moved = rel_err(ref.parameters(), build_model("mlp", seed=3, **SIZES).flat)
     assert moved > 1e-3  # training changed the parameters: the comparison below is not vacuous
-    assert rel_err(gpu.flat_params(), ref.flat_params()) < 1e-4
+    assert rel_err(gpu.parameters(), ref.parameters()) < 1e-4
 
 
 @pytest.mark.parametrize("variant", GPU_VARIANTS)
@@ -105,15 +96,15 @@ def test_fused_epoch_equals_its_own_steps():
     order = batch_order(3, 0, len(x))
     loss_stepped = 0.0
     for s, e in batch_slices(len(x), 8):
-        loss_stepped += stepped.train_step(x[order[s:e]], y[order[s:e]]).loss * (e - s)
+        loss_stepped += stepped.train_step(x[order[s:e]], y[order[s:e]]).loss * (e - s) / len(x)
     assert loss_resident == pytest.approx(loss_stepped, rel=1e-6)
-    np.testing.assert_array_equal(resident.flat_params(), stepped.flat_params())
+    np.testing.assert_array_equal(resident.parameters(), stepped.parameters())
 
 
 def test_gpu_variant_without_gpu_names_the_simulator(tmp_path):
     code = (
         "from gpunn.nn import build_model\n"
-        "from gpunn.variants import make_backend\n"
+        "from gpunn.backends.registry import make_backend\n"
         "make_backend('gpu-fused', build_model('mlp', in_features=4, hidden=3, classes=2), 'mlp', 0.1)\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
@@ -140,13 +131,13 @@ def test_real_shapes_on_gpu(variant):
     x, y = tiny_data(3000, sizes=sizes)
     ref, gpu = backends(variant, lr=0.01, sizes=sizes)
     assert rel_err(gpu.gradients(x[:64], y[:64]), cpu_gradients(ref, x[:64], y[:64])) < 1e-5
-    if hasattr(gpu, "load_train_data"):
-        gpu.load_train_data(x, y)
+    ref.load_train_data(x, y)
+    gpu.load_train_data(x, y)
     gpu.warm_up({64, 56})
     for epoch in range(2):
         ref_loss = train_epoch(ref, x, y, 64, epoch)
         gpu_loss = train_epoch(gpu, x, y, 64, epoch)
         assert gpu_loss == pytest.approx(ref_loss, rel=1e-5)
-    assert rel_err(gpu.flat_params(), ref.flat_params()) < 1e-4
+    assert rel_err(gpu.parameters(), ref.parameters()) < 1e-4
     x_new, _ = tiny_data(2000, seed=9, sizes=sizes)
     assert rel_err(gpu.predict(x_new), ref.predict(x_new)) < 1e-4

@@ -12,7 +12,7 @@ from numba import config
 
 from gpunn import provenance
 from gpunn.errors import GpunnError
-from gpunn.variants import GPU_MLP_VARIANTS, uses_gpu
+from gpunn.backends.registry import GPU_MLP_VARIANTS, uses_gpu
 
 
 def test_cpu_record_has_exactly_the_documented_keys():

@@ -66,7 +66,7 @@ from gpunn.cli import OneLineErrorParser, int_at_least
 from gpunn.errors import GpunnError
 from gpunn.kernels import elementwise, gemm, reduce, sgd, softmax
 from gpunn.timing_lock import timing_lock
-from gpunn.variants import check_variant
+from gpunn.backends.registry import check_variant
 
 OPS = ("gemm", "elementwise", "softmax", "reduce", "sgd")
 DEFAULT_BLOCKS = (32, 64, 128, 256, 512, 1024)
@@ -631,7 +631,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int_at_least(0), default=0)
     mlp = parser.add_argument_group("mlp: epochs of the 784-hidden-10 MLP on MNIST-shaped random data, PyTorch too")
     mlp.add_argument("--variants", default="gpu-naive,gpu-tiled,gpu-fused,gpu-graph,cpu-numpy",
-                     help="training variants (gpunn.variants), comma-separated")
+                     help="training variants (gpunn.backends.registry), comma-separated")
     mlp.add_argument("--samples", type=int_at_least(1), default=60000, help="training samples per epoch")
     mlp.add_argument("--batch", type=int_at_least(1), default=64)
     mlp.add_argument("--hidden", type=int_at_least(1), default=256)

@@ -141,7 +141,7 @@ def _cmd_time_batches(args):
     from gpunn import io
     from gpunn.timing import time_mlp_batches
     from gpunn.timing_lock import timing_lock
-    from gpunn.variants import check_variant
+    from gpunn.backends.registry import check_variant
 
     for variant in args.variants:
         check_variant(variant, "mlp")

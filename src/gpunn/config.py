@@ -9,7 +9,7 @@ any job is planned, `load_config` turns it into the validated config every rule 
   2. unknown keys, wrong types and out-of-range values are one line naming the key
      (`config key experiments.e1.batch: ...`), not Snakemake's dump of the whole schema;
   3. names are checked against the registries: datasets (gpunn.data.registry), variants and the models
-     each supports (gpunn.variants), E5 images the autoencoder can take, E6's variant among E5's;
+     each supports (gpunn.backends.registry), E5 images the autoencoder can take, E6's variant among E5's;
   4. derived settings are filled in: `machine` (which device's timings these are: "cudasim" under the
      simulator, the GPU's name, or "cpu"), and, with `gpu.enabled: false`, every GPU job dropped.
 
@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import yaml
 
-from gpunn import variants
+from gpunn.backends import registry as variants
 from gpunn.errors import GpunnError
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"

@@ -14,7 +14,7 @@ import pandas as pd
 
 from gpunn import provenance
 from gpunn.nn import build_model
-from gpunn.variants import VARIANTS, make_backend, uses_gpu
+from gpunn.backends.registry import VARIANTS, make_backend, uses_gpu
 
 TIMING_COLUMNS = ["variant", "batch", "hidden", "forward_ms", "backward_ms", "step_ms", "samples_per_s", "repeats",
                   *provenance.CSV_COLUMNS]
@@ -35,7 +35,8 @@ def time_mlp_batches(variants, batch_sizes, hidden=256, in_features=784, classes
             backend = make_backend(variant, model, "mlp", lr)
             pool = [(rng.random((batch, in_features), dtype=np.float32), rng.integers(0, classes, batch))
                     for _ in range(4)]
-            backend.train_step(*pool[0])  # warm-up (compilation, caches)
+            backend.warm_up({batch})  # compilation, outside the timing
+            backend.train_step(*pool[0])  # and one step for the caches
             steps = [backend.train_step(*pool[i % len(pool)]) for i in range(repeats)]
             forward = float(np.median([s.forward_s for s in steps]))
             backward = float(np.median([s.backward_s for s in steps]))
@@ -70,21 +71,13 @@ def gpunn_epoch_seconds(variant, x, y, batch, hidden, lr, epochs, seed=0) -> lis
 
     model = build_model("mlp", in_features=x.shape[1], hidden=hidden, classes=int(y.max()) + 1, seed=seed)
     backend = make_backend(variant, model, "mlp", lr)
-    slices = batch_slices(len(x), batch)
-    if hasattr(backend, "warm_up"):
-        backend.warm_up({e - s for s, e in slices})
-    resident = hasattr(backend, "train_epoch")
-    if resident:
-        backend.load_train_data(x, y)
+    backend.load_train_data(x, y)
+    backend.warm_up({e - s for s, e in batch_slices(len(x), batch)})
     seconds = []
     for epoch in range(epochs):
         order = batch_order(seed, epoch, len(x))
         start = time.perf_counter()
-        if resident:
-            backend.train_epoch(order, batch)
-        else:
-            for s, e in slices:
-                backend.train_step(x[order[s:e]], y[order[s:e]])
+        backend.train_epoch(order, batch)
         seconds.append(time.perf_counter() - start)
     return seconds
 

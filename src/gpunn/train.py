@@ -29,7 +29,7 @@ from gpunn.nn.functional import mse_forward, softmax_cross_entropy
 from gpunn.runspec import RunSpec, parse_run_path
 from gpunn.seeding import batch_order, batch_slices
 from gpunn.timing_lock import timing_lock
-from gpunn.variants import make_backend, uses_gpu
+from gpunn.backends.registry import make_backend, uses_gpu
 
 EVAL_BATCH = 1000
 METRIC_COLUMNS = [
@@ -128,7 +128,7 @@ def train_run(spec: RunSpec, prepared_path, out_dir, log=print, progress_every_s
         "provenance": provenance.collect(uses_gpu=uses_gpu(spec.variant)),
     }
     out_dir = Path(out_dir)
-    save_weights(out_dir / "weights.npz", spec, model, backend.flat_params(), data)
+    save_weights(out_dir / "weights.npz", spec, model, backend.parameters(), data)
     io.write_csv(out_dir / "metrics.csv", frame)
     io.write_json(out_dir / "metrics.json", summary)
     return summary
@@ -147,32 +147,26 @@ def _train_epochs(spec: RunSpec, data: RunData, log, progress_every_s: float):
         f"{model.num_parameters} parameters, {len(slices)} batches per epoch"
     )
 
-    if hasattr(backend, "warm_up"):  # GPU kernels compile on first launch: not inside the first epoch's time
-        log(f"compiling the kernels of {spec.variant} (first launch)")
-        backend.warm_up({e - s for s, e in slices})
-    resident = hasattr(backend, "train_epoch")  # the backend keeps the training set on its device
-    if resident:
-        backend.load_train_data(images_to_float(data.x_train), data.y_train)
+    # the whole training set as float32 once: a resident backend copies it to its device, the others index it
+    backend.load_train_data(images_to_float(data.x_train), None if autoencoder else data.y_train)
+    log(f"warm-up of {spec.variant} (kernels compile on their first launch: not inside the first epoch's time)")
+    backend.warm_up({e - s for s, e in slices})
 
     rows = []
     for epoch in range(spec.epochs):
         order = batch_order(spec.seed, epoch, n_train)
         start = time.perf_counter()
-        if resident:
-            result = backend.train_epoch(order, spec.batch)
-            loss_sum, forward_s, backward_s = result.loss_sum, result.forward_s, result.backward_s
-            _check_finite(loss_sum, f"epoch {epoch + 1}", spec)
-        else:
-            loss_sum, forward_s, backward_s = _train_batches(backend, data, order, slices, autoencoder, spec,
-                                                             epoch, log, progress_every_s)
+        result = backend.train_epoch(order, spec.batch, _progress_log(log, epoch, spec.epochs, progress_every_s))
         epoch_s = time.perf_counter() - start
+        where = f"epoch {epoch + 1}" + (f" batch {result.diverged_at}" if result.diverged_at else "")
+        _check_finite(result.loss, where, spec)
         eval_start = time.perf_counter()
         metrics = test_metrics(spec.model, predict(backend, data.x_test), data.x_test, data.y_test)
         eval_s = time.perf_counter() - eval_start
         _check_finite(metrics["test_loss"], f"the test set after epoch {epoch + 1}", spec)
         row = {
-            "epoch": epoch + 1, "train_loss": loss_sum / n_train, **metrics,
-            "epoch_time_s": epoch_s, "forward_time_s": forward_s, "backward_time_s": backward_s,
+            "epoch": epoch + 1, "train_loss": result.loss, **metrics,
+            "epoch_time_s": epoch_s, "forward_time_s": result.forward_s, "backward_time_s": result.backward_s,
             "eval_time_s": eval_s, "samples_per_s": n_train / epoch_s,
         }
         rows.append(row)
@@ -183,25 +177,18 @@ def _train_epochs(spec: RunSpec, data: RunData, log, progress_every_s: float):
     return model, backend, rows
 
 
-def _train_batches(backend, data: RunData, order, slices, autoencoder: bool, spec: RunSpec, epoch: int, log,
-                   progress_every_s: float):
-    """One epoch batch by batch: the loop gathers each batch on the host and hands it to the backend."""
-    loss_sum = forward_s = backward_s = 0.0
-    start = last_report = time.perf_counter()
-    for number, (s, e) in enumerate(slices, 1):
-        index = order[s:e]
-        xb = images_to_float(data.x_train[index])
-        step = backend.train_step(xb, xb if autoencoder else data.y_train[index])
-        _check_finite(step.loss, f"epoch {epoch + 1} batch {number}", spec)
-        loss_sum += step.loss * (e - s)
-        forward_s += step.forward_s
-        backward_s += step.backward_s
+def _progress_log(log, epoch: int, epochs: int, every_s: float):
+    """A progress callback for Backend.train_epoch that logs at most every `every_s` seconds."""
+    start = last = time.perf_counter()
+
+    def progress(number: int, total: int, loss_so_far: float) -> None:
+        nonlocal last
         now = time.perf_counter()
-        if now - last_report >= progress_every_s and number < len(slices):
-            log(f"  epoch {epoch + 1}/{spec.epochs} batch {number}/{len(slices)} "
-                f"loss {loss_sum / e:.4f} ({now - start:.1f} s)")
-            last_report = now
-    return loss_sum, forward_s, backward_s
+        if now - last >= every_s and number < total:
+            log(f"  epoch {epoch + 1}/{epochs} batch {number}/{total} loss {loss_so_far:.4f} ({now - start:.1f} s)")
+            last = now
+
+    return progress
 
 
 def save_weights(path, spec: RunSpec, model, flat: np.ndarray, data: RunData) -> None:

@@ -26,7 +26,8 @@ from gpunn.pipeline import (
     report_inputs,
     report_outputs,
 )
-from gpunn.variants import uses_gpu as variant_uses_gpu
+from gpunn.backends.registry import cpu_threads as variant_cpu_threads
+from gpunn.backends.registry import uses_gpu as variant_uses_gpu
 
 
 def _checked_config():
@@ -70,8 +71,8 @@ def run_path(wildcards):
 
 
 def cpu_threads(wildcards):
-    """Single-threaded baselines get one core; NumPy variants get config key `threads`."""
-    return 1 if wildcards.variant.endswith("serial") else config["threads"]
+    """Single-threaded baselines get one core, the others config key `threads` (the registry's fact)."""
+    return variant_cpu_threads(wildcards.variant, config["threads"])
 
 
 def uses_gpu(wildcards):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 
 import numpy as np
 
@@ -159,3 +160,31 @@ def bind(kernel, grid, block, args, stream=0, launch: bool = True, name: str = "
     if launch:
         bound()
     return bound
+
+
+class Clock:
+    """Time marks on a stream, read after the caller has waited for it: CUDA events on a GPU (marking does not
+    make the host wait); under the simulator, whose events carry no time and whose launches run synchronously,
+    the host clock. One clock for the training engine and the benchmarks."""
+
+    def __init__(self, stream=0, count: int = 2):
+        from numba import cuda
+
+        self.stream = stream
+        self.events = None if device.simulator_enabled() else [cuda.event() for _ in range(count)]
+        self.times = [0.0] * count
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    def mark(self, i: int) -> None:
+        if self.events is None:
+            self.times[i] = time.perf_counter()
+        else:
+            self.events[i].record(self.stream)
+
+    def seconds(self, i: int, j: int) -> float:
+        """Seconds from mark i to mark j (both done: the caller has waited for the stream)."""
+        if self.events is None:
+            return self.times[j] - self.times[i]
+        return self.events[i].elapsed_time(self.events[j]) / 1e3

@@ -1,0 +1,107 @@
+"""The contract every training variant implements, CPU or GPU: one protocol, no capability probing.
+
+    warm_up(batch_sizes)     compile / allocate whatever the steps at these batch sizes need, outside any timing
+    load_train_data(x, y)    the training set (float32 images in [0, 1] of the model's input shape, int labels; an
+                             autoencoder ignores y: its target is its input). A GPU backend keeps it resident.
+    train_epoch(order, batch, progress) -> EpochResult
+                             one epoch over the loaded data in `order`, batches of `batch` rows (the last one
+                             partial), exactly the batches gpunn.seeding.batch_slices gives
+    train_step(xb, target) -> StepTimes
+                             one step on a host batch (E3's per-step timing, tests)
+    predict(xb)              model outputs (logits or reconstructions) of a host batch, as float32 NumPy
+    parameters()             the flat parameter buffer (host copy, the model's layout: gpunn.nn.Sequential.layout)
+
+Losses have one unit everywhere: the mean per-sample loss (cross-entropy per sample; for the autoencoder the
+per-sample mean squared error over its pixels, so the batch or epoch mean is the mean over all elements,
+as gpunn.nn.MSELoss computes it). `StepTimes.loss` is the mean over the step's batch, `EpochResult.loss` over
+the epoch's samples.
+
+`Backend.train_epoch` runs `train_step` over host batches; a backend with device-resident data replaces it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from gpunn.seeding import batch_slices
+
+
+@dataclass
+class StepTimes:
+    loss: float        # mean per-sample loss of the batch
+    forward_s: float   # forward pass and loss (and the host-to-device copy of the batch, where there is one)
+    backward_s: float  # backward pass and parameter update
+
+
+@dataclass
+class EpochResult:
+    loss: float        # mean per-sample loss over the epoch (NaN or inf once training diverged)
+    forward_s: float   # summed over the epoch's steps
+    backward_s: float
+    steps: int         # steps run: fewer than the epoch's batches when a non-finite loss stopped it
+    diverged_at: int = 0  # 1-based batch number whose loss was not finite (0: none, or not known per step)
+
+
+# progress(batch number, batches in the epoch, mean loss so far): called after each host-loop step (the
+# caller decides when to print); device-resident epochs, which wait for the GPU once, do not call it
+Progress = Callable[[int, int, float], None]
+
+
+class Backend:
+    """Base of every variant: host-side epoch loop over `train_step`; subclasses define the step."""
+
+    name = "backend"
+
+    def __init__(self, model, model_name: str, lr: float):
+        self.model = model
+        self.model_name = model_name
+        self.lr = float(lr)
+        self.autoencoder = model_name == "autoencoder"  # the target of a step is its input
+        self._train_x = self._train_y = None
+
+    # ---- the contract
+    def warm_up(self, batch_sizes) -> None:
+        """Nothing to compile by default."""
+
+    def load_train_data(self, x: np.ndarray, y: np.ndarray | None) -> None:
+        self._train_x = np.asarray(x, dtype=np.float32)
+        self._train_y = None if y is None else np.asarray(y)
+
+    def train_epoch(self, order: np.ndarray, batch: int, progress: Progress | None = None) -> EpochResult:
+        """Every batch of the epoch through `train_step`; stops at the first non-finite step loss."""
+        x, y = self._loaded()
+        slices = batch_slices(len(x), batch)
+        loss_sum = forward_s = backward_s = 0.0
+        for number, (s, e) in enumerate(slices, 1):
+            index = order[s:e]
+            xb = x[index]
+            step = self.train_step(xb, xb if self.autoencoder else y[index])
+            forward_s += step.forward_s
+            backward_s += step.backward_s
+            if not math.isfinite(step.loss):
+                return EpochResult(step.loss, forward_s, backward_s, number, diverged_at=number)
+            loss_sum += step.loss * (e - s)
+            if progress is not None:
+                progress(number, len(slices), loss_sum / e)
+        return EpochResult(loss_sum / len(x), forward_s, backward_s, len(slices))
+
+    def train_step(self, xb: np.ndarray, target: np.ndarray) -> StepTimes:
+        raise NotImplementedError
+
+    def predict(self, xb: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def parameters(self) -> np.ndarray:
+        raise NotImplementedError
+
+    # ---- helpers
+    def _loaded(self):
+        if self._train_x is None:
+            raise RuntimeError(f"{self.name}: load_train_data() before train_epoch()")
+        if self._train_y is None and not self.autoencoder:
+            raise RuntimeError(f"{self.name}: a classifier needs labels in load_train_data()")
+        return self._train_x, self._train_y

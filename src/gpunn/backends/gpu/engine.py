@@ -1,0 +1,340 @@
+"""The GPU training engine: one engine for every model of gpunn.nn, configured by a policy (policy.py).
+
+Built from the model's layer list and flat parameter layout (the CPU reference's), it keeps the parameters and
+their gradients in two flat device buffers, starts from the model's init and trains on the batches of the shared
+order (gpunn.seeding), so it can be compared with cpu-numpy step by step.
+
+For each batch shape it binds a step program once: the forward launches (the batch gather when the data is
+resident, every stage's forward, the loss head writing per-sample losses and the output gradient) and the
+backward launches (every stage's backward in reverse, one SGD launch that also advances the device-side step
+counter). Steps then replay the bound launches (gpunn.kernels.launch), or under a graph policy replay them as
+two captured CUDA graphs. Each step's forward and backward times come from one event clock
+(gpunn.kernels.launch.Clock). With resident data, an epoch runs with no host wait: the per-sample losses
+accumulate in an epoch-long device buffer, read once at the end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from gpunn.device import require_gpu, simulator_enabled
+from gpunn.errors import GpunnError
+from gpunn.seeding import batch_slices
+
+from ..base import Backend, EpochResult, StepTimes
+from .layers import HEADS, Act, Binder, LinearStage, head_of, plan
+from .policy import Policy
+
+
+@dataclasses.dataclass
+class Program:
+    """The bound launches of one training step at one batch shape, and the buffers they use."""
+
+    forward: list
+    backward: list
+    x: Act            # the input batch (what the gather or the host copy fills)
+    labels: object    # (rows,) int32 labels (zeros for the autoencoder, whose target is x)
+    losses: object    # per-sample losses: (rows,), or the epoch-long buffer of resident epochs
+    staging: tuple = ()  # resident policies stepping on host batches: (source, labels) the batch is copied into
+
+
+class GpuEngine(Backend):
+    def __init__(self, model, model_name: str, lr: float, policy: Policy):
+        require_gpu(f"variant {policy.name}")
+        if policy.graphs and simulator_enabled():
+            raise GpunnError(f"variant {policy.name} captures CUDA graphs, which numba's CUDA simulator lacks; "
+                             "use gpu-fused (the same kernels, launched one by one) under the simulator")
+        super().__init__(model, model_name, lr)
+        from numba import cuda
+
+        from gpunn.kernels.launch import Clock
+
+        self.cuda = cuda
+        self.name = policy.name
+        self.policy = policy
+        self.train_stages = plan(model.layers, policy, fold=True)
+        # predictions: the fused forward (epilogues, no ones columns) with the policy's kernel versions
+        predict_policy = dataclasses.replace(policy, fuse=True)
+        self.predict_stages = plan(model.layers, predict_policy, fold=False)
+        if sum(stage.params for stage in self.train_stages) != model.flat.size:
+            raise GpunnError(f"GPU engine: the stages of {model_name} cover "
+                             f"{sum(s.params for s in self.train_stages)} parameters, the model has {model.flat.size}")
+        self.head = HEADS[head_of(model_name)]
+        self.params = cuda.to_device(model.flat)
+        self.grads = cuda.to_device(np.zeros_like(model.flat))
+        self.binder = Binder(policy, self.params, self.grads, self.lr)
+        self.predict_binder = Binder(predict_policy, self.params, self.grads, self.lr)
+        self.counter = cuda.to_device(np.zeros(1, dtype=np.int32))  # the step of the resident epoch
+        self.stream = 0  # where copies, launches and events go (a graph policy has its own stream)
+        self._graphs: dict = {}
+        if policy.graphs:
+            from cuda.core import Device
+
+            dev = Device()
+            dev.set_current()
+            self.core_stream = dev.create_stream()
+            self.stream = cuda.external_stream(int(self.core_stream.handle))
+        self.step_clock = Clock(self.stream, 3)
+        self.epoch_clock = Clock(self.stream, 1)
+        self._step_programs: dict = {}
+        self._epoch_programs: dict = {}
+        self._predictors: dict = {}
+        self._resident = None
+
+    def __repr__(self):
+        return f"GpuEngine({self.name}: {' -> '.join(map(repr, self.train_stages))} -> {head_of(self.model_name)})"
+
+    # ---- program construction
+    def _shapes(self, stages, sample_shape):
+        shapes = [tuple(int(s) for s in sample_shape)]
+        for stage in stages:
+            shapes.append(stage.out_shape(shapes[-1]))
+        first = 0  # leading views (Flatten): the input buffer is allocated in the shape after them
+        while first < len(stages) and stages[first].view:
+            first += 1
+        return shapes, first
+
+    def _act(self, rows: int, shape: tuple, folded_consumer: bool) -> Act:
+        cuda = self.cuda
+        if folded_consumer:  # [view | 1]: the consumer's GEMM reads the ones column as the bias input
+            if len(shape) != 1:
+                raise GpunnError(f"GPU engine: a folded bias needs a 2-D input, got {shape}")
+            host = np.zeros((rows, shape[0] + 1), np.float32)
+            host[:, -1] = 1.0
+            full = cuda.to_device(host)
+            return Act(full[:, :shape[0]], full)
+        buf = cuda.device_array((rows, *shape), np.float32)
+        return Act(buf, buf)
+
+    def _forward_acts(self, stages, rows: int, sample_shape, binder):
+        """(activations, forward launches, index of the first kernel stage, shapes) of the stages."""
+        shapes, first = self._shapes(stages, sample_shape)
+        acts: list = [None] * (len(stages) + 1)
+        acts[first] = self._act(rows, shapes[first], first < len(stages) and stages[first].fold)
+        launches = []
+        for i in range(first, len(stages)):
+            stage = stages[i]
+            if stage.view:
+                view = acts[i].view.reshape(rows, *shapes[i + 1])
+                acts[i + 1] = Act(view, view)
+            elif stage.in_place:
+                acts[i + 1] = acts[i]
+            else:
+                consumer = stages[i + 1] if i + 1 < len(stages) else None
+                acts[i + 1] = self._act(rows, shapes[i + 1], consumer is not None and consumer.fold)
+            launches += stage.forward(binder, acts[i], acts[i + 1])
+        return acts, launches, first, shapes
+
+    def _program(self, rows: int, sample_shape, source=None, labels=None, order=None, counter=None, stride: int = 0,
+                 losses=None) -> Program:
+        """A step program on `rows` rows: gathered on the device from (source, labels, order, counter, stride)
+        when `source` is given, else filled by a host copy."""
+        from gpunn.kernels import elementwise, sgd
+
+        cuda, stages, binder = self.cuda, self.train_stages, self.binder
+        acts, forward, first, shapes = self._forward_acts(stages, rows, sample_shape, binder)
+        x = acts[first]
+        y = cuda.to_device(np.zeros(rows, np.int32))
+        if losses is None:
+            losses = cuda.device_array(rows, np.float32)
+        if source is not None:
+            x2d = x.view if len(x.view.shape) == 2 else x.view.reshape(rows, -1)
+            forward.insert(0, elementwise.gather_rows(source, labels, order, counter, stride, x2d, y, launch=False))
+        out = acts[-1].view
+        dacts: list = [None] * (len(stages) + 1)
+        dacts[-1] = cuda.device_array(out.shape, np.float32)
+        forward += self.head(binder, out.reshape(rows, -1), y, x.view.reshape(rows, -1) if self.autoencoder else None,
+                             dacts[-1].reshape(rows, -1), losses, counter, stride)
+        backward = []
+        for i in reversed(range(first, len(stages))):
+            stage, dy = stages[i], dacts[i + 1]
+            if stage.view:
+                dacts[i] = dy.reshape(rows, *shapes[i])
+                continue
+            if stage.in_place:
+                dacts[i] = dy
+            elif i > first:
+                dacts[i] = cuda.device_array((rows, *shapes[i]), np.float32)
+            dx = dacts[i] if i > first else None
+            backward += stage.backward(binder, acts[i], acts[i + 1], dy, dx, self._mask(stages, i, acts) if dx is not None else None)
+        backward.append(sgd.sgd_step(self.params, self.grads, self.lr, counter=counter, launch=False))
+        return Program(forward, backward, x, y, losses)
+
+    def _mask(self, stages, i: int, acts):
+        """The ReLU mask of stage i's input gradient: its input, when the nearest kernel stage before it ends in a
+        fused ReLU (that input is then the ReLU's output, > 0 exactly where the ReLU passed its gradient)."""
+        j = i - 1
+        while j >= 0 and stages[j].view:
+            j -= 1
+        return acts[i].view if j >= 0 and stages[j].relu else None
+
+    def _step_program(self, rows: int, sample_shape) -> Program:
+        key = (rows, tuple(sample_shape))
+        if key not in self._step_programs:
+            if self.policy.resident:
+                # the resident program over a one-batch "dataset" the host batch is copied into (E3, tests)
+                cuda = self.cuda
+                features = math.prod(sample_shape)
+                source = cuda.device_array((rows, features), np.float32)
+                labels = cuda.device_array(rows, np.int32)
+                order = cuda.to_device(np.arange(rows, dtype=np.int32))
+                counter = cuda.to_device(np.zeros(1, dtype=np.int32))  # (step * rows) % rows = 0: this batch
+                program = self._program(rows, sample_shape, source, labels, order, counter, rows)
+                program.staging = (source, labels)
+            else:
+                program = self._program(rows, sample_shape)
+            self._step_programs[key] = program
+        return self._step_programs[key]
+
+    # ---- execution
+    def _execute(self, launches) -> None:
+        if not self.policy.graphs:
+            for launch in launches:
+                launch()
+            return
+        key = id(launches)
+        graph = self._graphs.get(key)
+        if graph is None:
+            builder = self.core_stream.create_graph_builder().begin_building()
+            for launch in launches:
+                launch.on(builder)
+            graph = builder.end_building().complete()
+            self._graphs[key] = (graph, launches)  # keep the launch list (and its buffers) alive with the graph
+        else:
+            graph = graph[0]
+        graph.launch(self.core_stream)
+
+    def _wait(self) -> None:
+        """Block until the work queued on this engine's stream (copies to the host included) is done."""
+        if self.stream:
+            self.stream.synchronize()
+
+    def _load_batch(self, xb: np.ndarray, target) -> Program:
+        rows = len(xb)
+        program = self._step_program(rows, xb.shape[1:])
+        flat_x = np.ascontiguousarray(xb.reshape(rows, -1), dtype=np.float32)
+        labels = np.zeros(rows, np.int32) if self.autoencoder else np.asarray(target, dtype=np.int32)
+        if program.staging:
+            program.staging[0].copy_to_device(flat_x, stream=self.stream)
+            program.staging[1].copy_to_device(labels, stream=self.stream)
+        else:
+            program.x.view.copy_to_device(flat_x.reshape(program.x.view.shape), stream=self.stream)
+            program.labels.copy_to_device(labels, stream=self.stream)
+        return program
+
+    # ---- the backend contract
+    def train_step(self, xb: np.ndarray, target) -> StepTimes:
+        clock = self.step_clock
+        clock.mark(0)
+        program = self._load_batch(xb, target)
+        self._execute(program.forward)
+        clock.mark(1)
+        self._execute(program.backward)
+        clock.mark(2)
+        losses = program.losses.copy_to_host(stream=self.stream)  # the step's loss, as E1 logs it
+        self._wait()
+        return StepTimes(float(np.mean(losses, dtype=np.float64)), clock.seconds(0, 1), clock.seconds(1, 2))
+
+    def gradients(self, xb: np.ndarray, target) -> np.ndarray:
+        """The flat gradient of one batch, without updating the parameters (for tests)."""
+        program = self._load_batch(xb, target)
+        for launch in program.forward + program.backward[:-1]:  # all but the SGD launch
+            launch.on(self.stream)
+        grads = self.grads.copy_to_host(stream=self.stream)
+        self._wait()
+        self.grads.copy_to_device(np.zeros_like(grads), stream=self.stream)
+        return grads
+
+    def load_train_data(self, x: np.ndarray, y) -> None:
+        """Host arrays for the per-step policies; the resident ones copy the training set to the GPU once."""
+        super().load_train_data(x, y)
+        if not self.policy.resident:
+            return
+        cuda = self.cuda
+        n = len(x)
+        labels = np.zeros(n, np.int32) if self.autoencoder else np.asarray(y, dtype=np.int32)
+        self._resident = (
+            cuda.to_device(np.ascontiguousarray(np.asarray(x, np.float32).reshape(n, -1))),
+            cuda.to_device(labels),
+            cuda.device_array(n, np.int32),   # the epoch's order, refreshed every epoch
+            cuda.device_array(n, np.float32),  # per-sample losses of the epoch
+        )
+        self._sample_shape = tuple(x.shape[1:])
+        self._epoch_programs = {}
+
+    def train_epoch(self, order: np.ndarray, batch: int, progress=None) -> EpochResult:
+        if not self.policy.resident:
+            return super().train_epoch(order, batch, progress)
+        if self._resident is None:
+            raise RuntimeError(f"{self.name}: load_train_data() before train_epoch()")
+        source, labels, order_d, losses = self._resident
+        n = source.shape[0]
+        slices = batch_slices(n, batch)
+        programs = []
+        for s, e in slices:
+            key = (e - s, batch)  # the rows of this step, and the stride its batch position is counted in
+            if key not in self._epoch_programs:
+                self._epoch_programs[key] = self._program(e - s, self._sample_shape, source, labels, order_d,
+                                                          self.counter, batch, losses)
+            programs.append(self._epoch_programs[key])
+        if len(self.epoch_clock) != 2 * len(slices) + 1:
+            from gpunn.kernels.launch import Clock
+
+            self.epoch_clock = Clock(self.stream, 2 * len(slices) + 1)
+        order_d.copy_to_device(np.asarray(order, dtype=np.int32), stream=self.stream)
+        self.counter.copy_to_device(np.zeros(1, dtype=np.int32), stream=self.stream)
+        clock = self.epoch_clock
+        clock.mark(0)
+        for i, program in enumerate(programs):
+            self._execute(program.forward)
+            clock.mark(2 * i + 1)
+            self._execute(program.backward)
+            clock.mark(2 * i + 2)
+        per_sample = losses.copy_to_host(stream=self.stream)
+        self._wait()  # the epoch's only wait for the GPU
+        forward_s = sum(clock.seconds(2 * i, 2 * i + 1) for i in range(len(slices)))
+        backward_s = sum(clock.seconds(2 * i + 1, 2 * i + 2) for i in range(len(slices)))
+        return EpochResult(float(np.sum(per_sample, dtype=np.float64)) / n, forward_s, backward_s, len(slices))
+
+    def predict(self, xb: np.ndarray) -> np.ndarray:
+        rows = len(xb)
+        key = (rows, tuple(xb.shape[1:]))
+        if key not in self._predictors:
+            acts, launches, first, _ = self._forward_acts(self.predict_stages, rows, xb.shape[1:],
+                                                             self.predict_binder)
+            self._predictors[key] = (acts[first].view, acts[-1].view, launches)
+        x, out, launches = self._predictors[key]
+        x.copy_to_device(np.ascontiguousarray(xb, dtype=np.float32).reshape(x.shape))
+        for launch in launches:
+            launch()
+        return out.copy_to_host()
+
+    def warm_up(self, batch_sizes) -> None:
+        """Compile every kernel the steps at these batch sizes launch (numba compiles on first call), on random
+        batches, then restore the parameters: no timed step pays for compilation. Nothing to compile under the
+        simulator. The sample shape is the loaded training set's (load_train_data first), else the model's
+        first Linear input."""
+        if simulator_enabled():
+            return
+        shape = self._sample_shape_for_warm_up()
+        saved = self.params.copy_to_host()
+        rng = np.random.default_rng(0)
+        for rows in sorted(set(batch_sizes)):
+            xb = rng.random((rows, *shape), dtype=np.float32)
+            self.train_step(xb, xb if self.autoencoder else rng.integers(0, 2, rows))
+        self.params.copy_to_device(saved)
+
+    def _sample_shape_for_warm_up(self) -> tuple:
+        if self._train_x is not None:
+            return tuple(self._train_x.shape[1:])
+        for stage in self.train_stages:
+            if isinstance(stage, LinearStage):
+                return (stage.inputs,)
+        raise GpunnError(f"{self.name}: load_train_data() before warm_up(): the input shape comes from the data")
+
+    def parameters(self) -> np.ndarray:
+        self.params.copy_to_host(self.model.flat)  # the host model holds the trained weights too
+        return self.model.flat

@@ -1,0 +1,203 @@
+"""Per-layer GPU launchers of the engine: each gpunn.nn layer type has a stage class that binds its forward and
+backward launches (gpunn.kernels) on the buffers the engine allocated for one batch shape.
+
+A stage sees activations as `Act`s and gradients as device arrays, all with the batch as first axis:
+
+    forward(binder, x, y)                      launches computing y from x
+    backward(binder, x, y, dy, dx, mask)       launches computing the parameter gradients and, when dx is not
+                                               None, dx = the gradient w.r.t. x; `mask` (x's shape, or None):
+                                               dx must be zeroed where mask <= 0, the ReLU backward of the layer
+                                               before, fused into this pass (mask is that layer's ReLU output)
+
+Gradients are written, not accumulated (the SGD launch zeroes the buffer after the update for the few
+kernels that do accumulate: atomic column sums). Fusions are decided by `plan` from the policy: a ReLU
+after a Linear becomes the Linear's epilogue (`relu`), and a Linear whose input comes straight from the
+batch gather or from another Linear folds its bias into the GEMM (`fold`). A new model needs new stage
+classes only for layer types listed nowhere in STAGES; the engine does not change.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpunn.errors import GpunnError
+from gpunn.nn import Flatten, Linear, ReLU
+
+from .policy import Policy, gemm_version
+
+
+@dataclass
+class Act:
+    """An activation of a step program: `view` (rows, *shape) is what producers write and consumers read;
+    `full` is the allocation: `view` itself, or `view` plus a trailing ones column when a bias-folding Linear
+    reads it (2-D activations only)."""
+
+    view: object
+    full: object
+
+
+class Binder:
+    """What stages bind their launches with: the policy, the flat parameter and gradient buffers, the lr."""
+
+    def __init__(self, policy: Policy, params, grads, lr: float):
+        self.policy = policy
+        self.params = params
+        self.grads = grads
+        self.lr = lr
+
+    def gemm(self, a, b, out, **kw):
+        from gpunn.kernels import gemm
+
+        rows, cols = out.shape
+        return gemm.VERSIONS[gemm_version(self.policy, rows, cols)](a, b, out, launch=False, **kw)
+
+
+class Stage:
+    view = False      # no kernel: the output is the input reshaped (Flatten)
+    in_place = False  # the output overwrites the input, the input gradient the output gradient (unfused ReLU)
+    relu = False      # a ReLU after this layer is fused into it
+    fold = False      # the bias is folded into the GEMM (the input carries a ones column)
+    params = 0        # parameters in the flat buffer
+
+    def out_shape(self, in_shape: tuple) -> tuple:
+        return in_shape
+
+    def forward(self, binder: Binder, x: Act, y: Act) -> list:
+        return []
+
+    def backward(self, binder: Binder, x: Act, y: Act, dy, dx, mask) -> list:
+        return []
+
+
+class LinearStage(Stage):
+    def __init__(self, layer: Linear, offset: int, relu: bool):
+        self.inputs, self.outputs = layer.in_features, layer.out_features
+        self.offset = offset
+        self.relu = relu
+        self.params = self.inputs * self.outputs + self.outputs
+
+    def __repr__(self):
+        return f"Linear({self.inputs}, {self.outputs}{', relu' if self.relu else ''}{', folded bias' if self.fold else ''})"
+
+    def out_shape(self, in_shape):
+        if math.prod(in_shape) != self.inputs:
+            raise GpunnError(f"GPU engine: Linear({self.inputs}, {self.outputs}) gets inputs of shape {in_shape}")
+        return (self.outputs,)
+
+    def weight(self, buf, with_bias: bool = False):
+        """W (inputs, outputs) in a flat buffer, or [W; b] (inputs + 1, outputs): the bias is stored right after."""
+        rows = self.inputs + (1 if with_bias else 0)
+        return buf[self.offset:self.offset + rows * self.outputs].reshape(rows, self.outputs)
+
+    def bias(self, buf):
+        start = self.offset + self.inputs * self.outputs
+        return buf[start:start + self.outputs]
+
+    def forward(self, binder, x, y):
+        from gpunn.kernels import elementwise
+
+        p = binder.params
+        if self.fold:
+            return [binder.gemm(x.full, self.weight(p, with_bias=True), y.view, relu=self.relu)]
+        if binder.policy.fuse:
+            return [binder.gemm(x.view, self.weight(p), y.view, bias=self.bias(p), relu=self.relu)]
+        return [binder.gemm(x.view, self.weight(p), y.view), elementwise.bias_add(y.view, self.bias(p), launch=False)]
+
+    def backward(self, binder, x, y, dy, dx, mask):
+        from gpunn.kernels import reduce
+
+        p, g = binder.params, binder.grads
+        launches = []
+        if dx is not None:  # before the update: SGD runs last
+            launches.append(binder.gemm(dy, self.weight(p), dx, trans_b=True, relu_mask=mask))
+        if self.fold:
+            launches.append(binder.gemm(x.full, dy, self.weight(g, with_bias=True), trans_a=True))
+        else:
+            launches.append(binder.gemm(x.view, dy, self.weight(g), trans_a=True))
+            colsum = reduce.colsum_tree if binder.policy.fuse else reduce.colsum_atomic
+            launches.append(colsum(dy, self.bias(g), launch=False))
+        return launches
+
+
+class ReluStage(Stage):
+    """A ReLU not fused into the layer before it (the unfused policies): in place, like E1's kernels."""
+
+    in_place = True
+
+    def __repr__(self):
+        return "ReLU"
+
+    def forward(self, binder, x, y):
+        from gpunn.kernels import elementwise
+
+        return [elementwise.relu_forward(x.view, y.view, launch=False)]
+
+    def backward(self, binder, x, y, dy, dx, mask):
+        from gpunn.kernels import elementwise
+
+        return [elementwise.relu_backward(y.view, dy, dx, launch=False)]
+
+
+class FlattenStage(Stage):
+    view = True
+
+    def __repr__(self):
+        return "Flatten"
+
+    def out_shape(self, in_shape):
+        return (math.prod(in_shape),)
+
+
+# ---- heads: the loss gradient of the model's output and the per-sample losses
+
+
+def softmax_ce_head(binder, out, labels, target, dout, losses, counter, stride) -> list:
+    from gpunn.kernels import softmax
+
+    return [softmax.softmax_ce_grad(out, labels, dout, losses, block=binder.policy.ce_block, counter=counter,
+                                    stride=stride, launch=False)]
+
+
+HEADS = {"softmax_ce": softmax_ce_head}
+
+
+def head_of(model_name: str) -> str:
+    return "mse" if model_name == "autoencoder" else "softmax_ce"
+
+
+# ---- planning
+
+
+def _linear(layer, offset, relu):
+    return LinearStage(layer, offset, relu)
+
+
+STAGES = {Linear: _linear, ReLU: lambda layer, offset, relu: ReluStage(), Flatten: lambda layer, offset, relu: FlattenStage()}
+FUSES_RELU = (Linear,)  # layer types whose kernels take a ReLU epilogue
+
+
+def plan(layers, policy: Policy, fold: bool) -> list[Stage]:
+    """The stages of a model's layer list under `policy`; `fold` allows folded biases (training programs)."""
+    stages: list[Stage] = []
+    offset = 0
+    i = 0
+    while i < len(layers):
+        layer = layers[i]
+        make = STAGES.get(type(layer))
+        if make is None:
+            raise GpunnError(f"GPU engine: no GPU launcher for layer {layer!r} yet (gpunn.backends.gpu.layers.STAGES)")
+        relu = policy.fuse and isinstance(layer, FUSES_RELU) and i + 1 < len(layers) and isinstance(layers[i + 1], ReLU)
+        stage = make(layer, offset, relu)
+        offset += stage.params
+        stages.append(stage)
+        i += 2 if relu else 1
+    if fold and policy.fuse:
+        producer = "gather"  # the batch gather writes (rows, features) rows into any strided 2-D view
+        for stage in stages:
+            if producer == "gather" and stage.view:
+                continue  # leading Flatten: the engine's input buffer is already (rows, features)
+            if isinstance(stage, LinearStage):
+                stage.fold = producer == "gather" or isinstance(producer, LinearStage)
+            producer = stage
+    return stages

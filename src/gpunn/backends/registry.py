@@ -1,0 +1,93 @@
+"""Training variants: the registry from variant name to backend and the facts the workflow, the config
+validation and the CLI read (which models it trains, whether it uses the GPU, whether numba's CUDA simulator
+can run it, how many CPU threads it uses). Every backend implements gpunn.backends.base.Backend and sees the
+same init and batch order (gpunn.seeding).
+
+    cpu-numpy   NumPy float32 reference: gpunn.nn layers, one flat parameter buffer, SGD (all models)
+    cpu-serial  plain loops under numba @njit on one thread, like the papers' serial C++ (MLP only)
+    gpu-naive   numba.cuda, E1's design: batch copied every step, one kernel per op (gpunn.backends.gpu)
+    gpu-tiled   the same with shared-memory tiled GEMMs forward and backward
+    gpu-fused   training set resident on the GPU, batches gathered there, fused epilogues, 8 launches a step
+    gpu-graph   gpu-fused with each step captured in CUDA graphs and replayed (real GPU only)
+
+The GPU variants are one engine (gpunn.backends.gpu.engine) run under different policies
+(gpunn.backends.gpu.policy): a variant is data, not code.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+from gpunn.errors import GpunnError
+
+
+class Variant(NamedTuple):
+    factory: Callable         # (model, model_name, lr) -> Backend
+    models: tuple[str, ...]   # models it can train
+    gpu: bool                 # runs on the CUDA device (needs a GPU or numba's simulator)
+    simulator: bool = True    # can run under numba's CUDA simulator (gpu-graph captures CUDA graphs, which it lacks)
+    single_thread: bool = False  # one CPU thread by design (the serial baseline): its jobs get one core
+
+
+def _cpu_numpy(model, model_name: str, lr: float):
+    from .cpu_numpy import CpuNumpyBackend
+
+    return CpuNumpyBackend(model, model_name, lr)
+
+
+def _cpu_serial(model, model_name: str, lr: float):
+    from .cpu_serial import CpuSerialBackend
+
+    return CpuSerialBackend(model, model_name, lr)
+
+
+def _gpu(name: str) -> Callable:
+    def factory(model, model_name: str, lr: float):
+        from .gpu.engine import GpuEngine  # imports numba.cuda: only when a GPU variant is asked for
+        from .gpu.policy import POLICIES
+
+        return GpuEngine(model, model_name, lr, POLICIES[name])
+
+    return factory
+
+
+GPU_MLP_VARIANTS = ("gpu-naive", "gpu-tiled", "gpu-fused", "gpu-graph")
+VARIANTS: dict[str, Variant] = {
+    "cpu-numpy": Variant(_cpu_numpy, ("mlp", "cnn", "autoencoder"), gpu=False),
+    "cpu-serial": Variant(_cpu_serial, ("mlp",), gpu=False, single_thread=True),
+    **{name: Variant(_gpu(name), ("mlp",), gpu=True, simulator=name != "gpu-graph") for name in GPU_MLP_VARIANTS},
+}
+
+
+def check_variant(variant: str, model_name: str | None = None) -> Variant:
+    """The registry entry of `variant`; a one-line GpunnError when the name is unknown or the variant cannot
+    train `model_name` (when given)."""
+    if variant not in VARIANTS:
+        raise GpunnError(f"unknown variant '{variant}': choose one of {', '.join(VARIANTS)}")
+    entry = VARIANTS[variant]
+    if model_name is not None and model_name not in entry.models:
+        raise GpunnError(f"variant {variant} supports {', '.join(entry.models)}, not {model_name}")
+    return entry
+
+
+def make_backend(variant: str, model, model_name: str, lr: float):
+    return check_variant(variant, model_name).factory(model, model_name, lr)
+
+
+def uses_gpu(variant: str) -> bool:
+    """Whether `variant` trains on the CUDA device (GpunnError for an unknown name)."""
+    return check_variant(variant).gpu
+
+
+def supported_models(variant: str) -> tuple[str, ...]:
+    return check_variant(variant).models
+
+
+def runs_on_simulator(variant: str) -> bool:
+    """Whether a variant can run where numba's CUDA simulator stands in for the GPU."""
+    return check_variant(variant).simulator
+
+
+def cpu_threads(variant: str, available: int) -> int:
+    """CPU threads a job of `variant` should get out of `available` (config key `threads`)."""
+    return 1 if check_variant(variant).single_thread else int(available)
