@@ -20,6 +20,8 @@ from typing import Callable, NamedTuple
 
 from gpunn.errors import GpunnError
 
+from .gpu.policy import POLICIES  # plain data: importing it loads no numba
+
 
 class Variant(NamedTuple):
     factory: Callable         # (model, model_name, lr) -> Backend
@@ -44,18 +46,17 @@ def _cpu_serial(model, model_name: str, lr: float):
 def _gpu(name: str) -> Callable:
     def factory(model, model_name: str, lr: float):
         from .gpu.engine import GpuEngine  # imports numba.cuda: only when a GPU variant is asked for
-        from .gpu.policy import POLICIES
 
         return GpuEngine(model, model_name, lr, POLICIES[name])
 
     return factory
 
 
-GPU_MLP_VARIANTS = ("gpu-naive", "gpu-tiled", "gpu-fused", "gpu-graph")
+GPU_MLP_VARIANTS = tuple(POLICIES)  # gpu-naive, gpu-tiled, gpu-fused, gpu-graph
 VARIANTS: dict[str, Variant] = {
     "cpu-numpy": Variant(_cpu_numpy, ("mlp", "cnn", "autoencoder"), gpu=False),
     "cpu-serial": Variant(_cpu_serial, ("mlp",), gpu=False, single_thread=True),
-    **{name: Variant(_gpu(name), ("mlp",), gpu=True, simulator=name != "gpu-graph") for name in GPU_MLP_VARIANTS},
+    **{name: Variant(_gpu(name), ("mlp",), gpu=True, simulator=POLICIES[name].simulator) for name in GPU_MLP_VARIANTS},
 }
 
 

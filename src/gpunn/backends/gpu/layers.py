@@ -21,8 +21,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from gpunn.errors import GpunnError
-from gpunn.nn import Flatten, Linear, ReLU
+from gpunn.nn import Conv2d, Flatten, Linear, MaxPool2d, ReLU, Upsample
 
 from .policy import Policy, gemm_version
 
@@ -35,6 +37,7 @@ class Act:
 
     view: object
     full: object
+    aux: object = None  # what the producing stage keeps for its backward (max-pool: the argmax)
 
 
 class Binder:
@@ -149,6 +152,104 @@ class FlattenStage(Stage):
         return (math.prod(in_shape),)
 
 
+class Conv2dStage(Stage):
+    """Stride-1 convolution (gpunn.kernels.conv), the versions per pass from the policy; bias and ReLU fused
+    into the forward under a fusing policy, the bias gradient its own launch."""
+
+    def __init__(self, layer: Conv2d, offset: int, relu: bool):
+        self.cin, self.cout, self.k, self.padding = layer.in_channels, layer.out_channels, layer.kernel_size, layer.padding
+        self.offset = offset
+        self.relu = relu
+        self.params = self.cout * self.cin * self.k * self.k + self.cout
+
+    def __repr__(self):
+        return f"Conv2d({self.cin}, {self.cout}, k{self.k}, p{self.padding}{', relu' if self.relu else ''})"
+
+    def out_shape(self, in_shape):
+        if len(in_shape) != 3 or in_shape[0] != self.cin:
+            raise GpunnError(f"GPU engine: {self!r} gets inputs of shape {in_shape}, wants ({self.cin}, H, W)")
+        _, h, w = in_shape
+        grow = 2 * self.padding - self.k + 1
+        return (self.cout, h + grow, w + grow)
+
+    def weight(self, buf):
+        return buf[self.offset:self.offset + self.cout * self.cin * self.k * self.k].reshape(
+            self.cout, self.cin, self.k, self.k)
+
+    def bias(self, buf):
+        start = self.offset + self.cout * self.cin * self.k * self.k
+        return buf[start:start + self.cout]
+
+    @staticmethod
+    def _version(binder, step: str):
+        from gpunn.kernels import conv
+
+        return conv.VERSIONS[step][binder.policy.conv[step]]
+
+    def forward(self, binder, x, y):
+        # the bias is part of every conv forward (as in the seeds' naive kernels); the ReLU only when fused
+        p = binder.params
+        return [self._version(binder, "forward")(x.view, self.weight(p), self.bias(p), y.view, self.padding,
+                                                 relu=self.relu, launch=False)]
+
+    def backward(self, binder, x, y, dy, dx, mask):
+        p, g = binder.params, binder.grads
+        launches = []
+        if dx is not None:
+            launches.append(self._version(binder, "backward_data")(dy, self.weight(p), dx, self.padding,
+                                                                   relu_mask=mask, launch=False))
+        launches.append(self._version(binder, "backward_weight")(x.view, dy, self.weight(g), self.padding, launch=False))
+        launches.append(self._version(binder, "bias_grad")(dy, self.bias(g), launch=False))
+        return launches
+
+
+class MaxPool2dStage(Stage):
+    """2x2 max pool (gpunn.kernels.pool): forward with the argmax, backward by the policy's version (atomic
+    scatter or race-free gather), the ReLU mask of the layer before fused into the backward."""
+
+    def __repr__(self):
+        return "MaxPool2d(2)"
+
+    def out_shape(self, in_shape):
+        c, h, w = in_shape
+        return (c, h // 2, w // 2)
+
+    def forward(self, binder, x, y):
+        from gpunn.kernels import pool
+
+        from numba import cuda
+
+        y.aux = cuda.device_array(y.view.shape, np.int8)  # the winners, for this program's backward
+        return [pool.maxpool2x2_forward_v1(x.view, y.view, y.aux, launch=False)]
+
+    def backward(self, binder, x, y, dy, dx, mask):
+        from gpunn.kernels import pool
+
+        if dx is None:
+            return []
+        backward = pool.OPS["maxpool2x2_backward"][binder.policy.pool_backward]
+        return [backward(dy, y.aux, dx, relu_mask=mask, launch=False)]
+
+
+class UpsampleStage(Stage):
+    def __repr__(self):
+        return "Upsample(2)"
+
+    def out_shape(self, in_shape):
+        c, h, w = in_shape
+        return (c, 2 * h, 2 * w)
+
+    def forward(self, binder, x, y):
+        from gpunn.kernels import pool
+
+        return [pool.upsample2x_forward(x.view, y.view, launch=False)]
+
+    def backward(self, binder, x, y, dy, dx, mask):
+        from gpunn.kernels import pool
+
+        return [] if dx is None else [pool.upsample2x_backward(dy, dx, relu_mask=mask, launch=False)]
+
+
 # ---- heads: the loss gradient of the model's output and the per-sample losses
 
 
@@ -159,7 +260,13 @@ def softmax_ce_head(binder, out, labels, target, dout, losses, counter, stride) 
                                     stride=stride, launch=False)]
 
 
-HEADS = {"softmax_ce": softmax_ce_head}
+def mse_head(binder, out, labels, target, dout, losses, counter, stride) -> list:
+    from gpunn.kernels import mse
+
+    return [mse.mse_loss_grad(out, target, dout, losses, counter=counter, stride=stride, launch=False)]
+
+
+HEADS = {"softmax_ce": softmax_ce_head, "mse": mse_head}
 
 
 def head_of(model_name: str) -> str:
@@ -169,12 +276,15 @@ def head_of(model_name: str) -> str:
 # ---- planning
 
 
-def _linear(layer, offset, relu):
-    return LinearStage(layer, offset, relu)
-
-
-STAGES = {Linear: _linear, ReLU: lambda layer, offset, relu: ReluStage(), Flatten: lambda layer, offset, relu: FlattenStage()}
-FUSES_RELU = (Linear,)  # layer types whose kernels take a ReLU epilogue
+STAGES = {
+    Linear: LinearStage,
+    Conv2d: Conv2dStage,
+    ReLU: lambda layer, offset, relu: ReluStage(),
+    Flatten: lambda layer, offset, relu: FlattenStage(),
+    MaxPool2d: lambda layer, offset, relu: MaxPool2dStage(),
+    Upsample: lambda layer, offset, relu: UpsampleStage(),
+}
+FUSES_RELU = (Linear, Conv2d)  # layer types whose kernels take a ReLU epilogue
 
 
 def plan(layers, policy: Policy, fold: bool) -> list[Stage]:

@@ -19,7 +19,7 @@ CUDA graphs or not. The engine (gpunn.backends.gpu.engine) reads nothing else to
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,9 @@ class Policy:
     resident: bool     # training set on the GPU, batch gathered there by a device-side step counter
     graphs: bool = False  # each step's launches captured in CUDA graphs (needs a real GPU)
     ce_block: int = 32    # threads per row of the softmax-CE head (a warp: the classifiers have 10 classes)
+    # convolution version per pass (gpunn.kernels.conv.VERSIONS) and the max-pool backward (pool.OPS)
+    conv: dict = field(default_factory=lambda: dict(DIRECT_CONV))
+    pool_backward: str = "atomic"
 
     @property
     def simulator(self) -> bool:
@@ -38,6 +41,7 @@ class Policy:
         return not self.graphs
 
 
+DIRECT_CONV = {"forward": "v1", "backward_data": "v1", "backward_weight": "v1", "bias_grad": "v1"}
 AUTO_MIN_BLOCKS = 8  # below this many 64x64 output tiles the 16x16 tiles keep more SMs busy
 
 POLICIES = {
