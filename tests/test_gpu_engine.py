@@ -69,3 +69,17 @@ def test_unknown_layer_is_one_clear_error():
 
     with pytest.raises(GpunnError, match="no GPU launcher for layer"):
         plan([Odd()], POLICIES["gpu-fused"], fold=True)
+
+
+def test_importing_the_kernels_silences_low_occupancy_warnings(tmp_path):
+    """Without the environment variable (the tests set it), importing a kernel module turns numba's warning off."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS"}
+    code = ("from numba import config\nbefore = config.CUDA_LOW_OCCUPANCY_WARNINGS\n"
+            "import gpunn.kernels.gemm\nprint(bool(before), bool(config.CUDA_LOW_OCCUPANCY_WARNINGS))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "False"]

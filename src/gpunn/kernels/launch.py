@@ -68,6 +68,17 @@ def flat(a):
     return a.reshape(a.size)
 
 
+def quiet_low_occupancy_warnings() -> None:
+    """Small grids are the point of several of our launches (tiny batches, the 10-wide output layer, the
+    simulator tests): numba's NumbaPerformanceWarning at each such launch floods benchmark and pipeline logs
+    and says nothing we do not know. numba reads this setting at every launch."""
+    from numba import config
+
+    config.CUDA_LOW_OCCUPANCY_WARNINGS = False
+
+
+quiet_low_occupancy_warnings()
+
 DIRECT_LAUNCH_VERSION = "0.30.4"  # the numba-cuda whose kernel internals the direct launch relies on
 
 
