@@ -175,7 +175,7 @@ def _padding(op, padding) -> int:
     return int(padding)
 
 
-def _weight(op, name, w, fixed_shape=None):
+def _weight(op, name, w):
     """(Cout, Cin, k) of a (Cout, Cin, k, k) weight array with an odd k."""
     _device_array(op, name, w, 4)
     cout, cin, kh, kw = _shape(w)
@@ -266,6 +266,13 @@ def _flags(epilogue):
 
 def _cdiv(a, b):
     return (a + b - 1) // b
+
+
+def _jit_for(threads):
+    """cuda.jit for a kernel always launched with `threads` threads: launch_bounds makes the compiler keep
+    registers within what that block size allows (otherwise 1024-thread launches could fail for lack of
+    registers). The simulator takes no launch_bounds."""
+    return cuda.jit if device.simulator_enabled() else cuda.jit(launch_bounds=threads)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -537,7 +544,7 @@ def _tiled(tw, th, k, off, cic, transposed, epilogue):
     UCOG = np.uint32(COG)
     K1 = np.uint32(k - 1)
 
-    @cuda.jit
+    @_jit_for(threads)
     def conv_tiled_kernel(inp, w, aux, out):
         # Separate lines: the simulator aliases static shared arrays declared on one line.
         s_in = cuda.shared.array(sin_n, float32)
@@ -687,6 +694,9 @@ def _wgrad(k, pad, threads, reduction, store):
     kk_n = k * k
     warps = threads // WARP
     warp_buf_n = max(1, kk_n * warps)
+    rows = max(1, min(kk_n, SMEM_LIMIT // (4 * threads)))  # tree reduction: sums reduced side by side
+    several_trees = rows < kk_n
+    buf_n = 1 if reduction == "shuffle" else rows * threads
     P = np.uint32(pad)
     K = np.uint32(k)
     KK = np.uint32(kk_n)
@@ -705,9 +715,9 @@ def _wgrad(k, pad, threads, reduction, store):
         else:
             out[co, ci, uint32(kk // K), uint32(kk % K)] = value
 
-    @cuda.jit
+    @_jit_for(threads)
     def conv_wgrad_kernel(x, dy, out, per):
-        buf = cuda.shared.array(threads, float32)
+        buf = cuda.shared.array(buf_n, float32)
         warp_buf = cuda.shared.array(warp_buf_n, float32)
         acc = cuda.local.array(kk_n, float32)
         n_img = uint32(x.shape[0])
@@ -764,17 +774,24 @@ def _wgrad(k, pad, threads, reduction, store):
                 write(out, split, co, ci, slice_, kk, total)
                 kk = uint32(kk + T)
         else:
-            for j in range(kk_n):
-                buf[t] = acc[j]
+            # `rows` of the k*k sums reduced side by side per tree (all of them for k = 3 and up to 1024
+            # threads): log2(T) barriers per tree instead of per sum; thread j writes sum j0 + j.
+            for j0 in range(0, kk_n, rows):
+                for j in range(rows):
+                    if j0 + j < kk_n:
+                        buf[uint32(uint32(j) * T + t)] = acc[j0 + j]
                 cuda.syncthreads()
                 s = threads // 2
                 while s > 0:
                     if t < s:
-                        buf[t] += buf[t + s]
+                        for j in range(rows):
+                            buf[uint32(uint32(j) * T + t)] += buf[uint32(uint32(j) * T + t + uint32(s))]
                     cuda.syncthreads()
                     s //= 2
-                if t == _U0:
-                    write(out, split, co, ci, slice_, uint32(j), buf[0])
+                if t < uint32(rows) and j0 + t < kk_n:
+                    write(out, split, co, ci, slice_, uint32(j0 + t), buf[uint32(t * T)])
+                if several_trees:
+                    cuda.syncthreads()  # the next tree overwrites buf[j * T], read just above by thread j
 
     return conv_wgrad_kernel
 
@@ -888,7 +905,7 @@ def conv_backward_weight_v2_deterministic(x, dy, dw, padding, block=256, splits=
 def _bias_grad2(threads):
     T = np.uint32(threads)
 
-    @cuda.jit
+    @_jit_for(threads)
     def conv_bias_grad_kernel2(dy, db):
         buf = cuda.shared.array(threads, float32)
         n_img = uint32(dy.shape[0])
