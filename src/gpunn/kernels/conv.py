@@ -17,29 +17,20 @@ or ``LaunchGroup`` and runs it once unless ``launch=False``):
 * backward_weight ``conv_backward_weight_vN(x, dy, dw, padding, ...)``: dw (Cout, Cin, k, k).
 * bias_grad       ``conv_bias_grad_vN(dy, db)``: db (Cout,) = sum of dy over n, oh, ow.
 
-Versions (llm.c ``dev/cuda`` style; the seeds' naive and optimized CUDA kernels, seeds 001 and 004):
+Versions (llm.c ``dev/cuda`` style; the seeds' naive and optimized CUDA kernels, seeds 001 and 004), one line each:
 
-1. ``naive`` (v1): one thread per output element, grid-stride over a 1-D grid of ``block`` threads. Forward
-   and backward-data (gather form: each dx element sums the (co, kh, kw) that touch it, no atomics); weight
-   gradient one thread per weight element looping over n, oh, ow; bias gradient one thread per channel.
-2. ``tiled`` (v2 forward / backward-data): a block computes a TH x TW output tile for one image and a group
-   of ``COG`` output channels (every thread COG channels of one pixel, in registers); per chunk of input
-   channels the input tile plus its (k-1) halo is staged in shared memory (zero-filled outside the image)
-   and so are the group's weights; bias + ReLU fused (seed 001's ``convRelu``). Backward-data is the same
-   kernel on dy with the weights transposed (Cin <-> Cout) and flipped, padding k-1-p, and the ReLU mask
-   fused in its epilogue.
-2. ``block`` (v2 weight gradient): one block per (co, ci) slice and per split of the batch; threads stride
-   over the split's n*OH*OW, each accumulating the k*k products in registers, then a shared-memory tree
-   reduction (seed 004). More than one split (small Cout*Cin, e.g. the CNN's 1->16) adds the splits' sums
-   with atomics into dw zeroed by a first launch: not bitwise reproducible then.
-2. ``shuffle`` (v2 weight gradient): as ``block``, the reduction by ``cuda.shfl_down_sync`` inside each warp
-   and then across warps through shared memory (seeds 001/004). Needs a real GPU (the simulator has no
-   warp shuffles): listed in ``NEEDS_GPU``.
-2. ``deterministic`` (v2 weight gradient): as ``block``, but each split writes its partial sums to a scratch
-   buffer and a second launch adds them in split order: no atomics, bit-identical from run to run.
-2. ``block`` (v2 bias gradient): one block per channel, shared-memory tree reduction, deterministic.
-3. ``implicit_gemm`` (v3, implicit-im2col GEMM: ``conv_forward_v3``, ``conv_backward_data_v3``,
-   ``conv_backward_weight_v3``): written in another module and merged into ``VERSIONS`` (marked place below).
+    v1 naive          all passes: one thread per output element (dx gathered, no atomics; dw one per weight)
+    v2 tiled          forward / backward-data: TH x TW output tile x COG channels per block, input tile + halo
+                      and weights in shared memory; bias + ReLU (forward) or the ReLU mask (backward) fused
+    v2 block          weight gradient: block per (co, ci) slice and batch split, shared-memory tree, atomics
+                      across splits (bias gradient: block per channel, tree, deterministic)
+    v2 shuffle        weight gradient as block, reduced by warp shuffles then shared memory (real GPU only)
+    v2 deterministic  weight gradient as block, splits' partial sums added in a fixed order: bit-identical
+    v3 implicit_gemm  implicit-im2col GEMM (``conv_forward_v3`` ...): another module, merged into VERSIONS later
+
+Details sit above each version's kernels. Registry names: ``naive``, ``tiled``, ``block``, ``shuffle``,
+``deterministic`` (and ``implicit_gemm`` for v3). With one split (large Cout*Cin, or ``splits=1``) the block and
+shuffle weight gradients need no atomics and are deterministic too.
 
 ``VERSIONS[pass][name]`` -> launcher; ``NEEDS_GPU`` holds the (pass, name) pairs that cannot run under the
 simulator; ``conv_launcher(pass, name)`` looks one up. The float64 NumPy references (``conv_forward_ref``,
@@ -48,7 +39,7 @@ simulator; ``conv_launcher(pass, name)`` looks one up. The float64 NumPy referen
 
 Compile-time specialisation: cached factories per (k, padding, tile, flags) return kernels with these as
 closure constants (loops over the window unroll, dead branches are pruned); shapes are read from the
-arrays, so kernels take at most five arguments. Index arithmetic is uint32 (see gemm.py): the padded
+arrays, so kernels take at most four arguments. Index arithmetic is uint32 (see gemm.py): the padded
 coordinate ``oy + kh`` is compared against [p, H + p) instead of subtracting p first, so no index is ever
 negative.
 """
@@ -693,26 +684,31 @@ def weight_grad_splits(n_images, slices, splits=None):
 def _wgrad(k, pad, threads, reduction, store):
     kk_n = k * k
     warps = threads // WARP
-    warp_buf_n = max(1, kk_n * warps)
-    rows = max(1, min(kk_n, SMEM_LIMIT // (4 * threads)))  # tree reduction: sums reduced side by side
+    shuffle = reduction == "shuffle"
+    # tree reduction: `rows` of the k*k sums side by side in buf (rows x threads), leaving a little shared
+    # memory for the other (1-element) array; shuffles: one value per sum and warp
+    rows = max(1, min(kk_n, (SMEM_LIMIT - 64) // (4 * threads)))
     several_trees = rows < kk_n
-    buf_n = 1 if reduction == "shuffle" else rows * threads
+    buf_n = 1 if shuffle else rows * threads
+    warp_buf_n = kk_n * warps if shuffle else 1
     P = np.uint32(pad)
     K = np.uint32(k)
     KK = np.uint32(kk_n)
     T = np.uint32(threads)
     NW = np.uint32(warps)
-    shuffle = reduction == "shuffle"
-    atomic = store == "atomic"  # bool closure constants: numba prunes the other branches before typing
-    partial = store == "partial"
 
-    @cuda.jit(device=True)
-    def write(out, split, co, ci, slice_, kk, value):
-        if partial:
+    # one store per specialisation, chosen here rather than by branches inside (out is 4-D or 2-D)
+    if store == "partial":
+        @cuda.jit(device=True)
+        def write(out, split, co, ci, slice_, kk, value):
             out[split, uint32(slice_ * KK + kk)] = value
-        elif atomic:
+    elif store == "atomic":
+        @cuda.jit(device=True)
+        def write(out, split, co, ci, slice_, kk, value):
             cuda.atomic.add(out, (co, ci, uint32(kk // K), uint32(kk % K)), value)
-        else:
+    else:
+        @cuda.jit(device=True)
+        def write(out, split, co, ci, slice_, kk, value):
             out[co, ci, uint32(kk // K), uint32(kk % K)] = value
 
     @_jit_for(threads)
