@@ -334,7 +334,7 @@ def test_every_version_gpu_sizes(padding):
 
 @pytest.mark.gpu
 def test_kernel_size_5_with_1024_threads_gpu():
-    """k = 5: 25 sums, reduced in several trees when 1024 threads leave shared memory for only 12 rows."""
+    """k = 5: 25 sums, reduced in several trees when 1024 threads leave shared memory for only 11 rows."""
     for variant in ("block", "deterministic", "shuffle"):
         assert run_backward_weight(variant, 4, 5, 6, 20, 21, 5, 2, block=1024, splits=2) < 1e-4
     for variant in C.VERSIONS["forward"]:
