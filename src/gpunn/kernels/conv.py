@@ -1,0 +1,990 @@
+"""Direct convolution kernels: stride-1 2-D convolution (cross-correlation, as PyTorch), its input gradient,
+weight gradient and bias gradient, NCHW float32.
+
+Layouts (those of ``gpunn.nn.functional``): x (N, Cin, H, W), w (Cout, Cin, k, k) with an odd k, y and dy
+(N, Cout, OH, OW) with OH = H + 2p - k + 1 (zero padding p >= 0 on each side). Every array is a numba device
+array, C-contiguous or a strided view ('A' layout: w may be a reshaped slice of a flat parameter buffer); all
+are indexed 4-D, never flattened. Outputs are overwritten.
+
+Passes and launchers (``block``/``stream``/``launch`` as the GEMM launchers; each returns a bound ``Launch``
+or ``LaunchGroup`` and runs it once unless ``launch=False``):
+
+* forward         ``conv_forward_vN(x, w, bias, out, padding, relu=False, ...)``: out = conv(x, w) + bias
+                  (bias (Cout,) or None), then ReLU if ``relu``.
+* backward_data   ``conv_backward_data_vN(dy, w, dx, padding, relu_mask=None, ...)``: dx (N, Cin, H, W); with
+                  ``relu_mask`` (dx's shape) dx = 0 where mask <= 0 (or NaN): the previous layer's ReLU
+                  backward fused into this pass.
+* backward_weight ``conv_backward_weight_vN(x, dy, dw, padding, ...)``: dw (Cout, Cin, k, k).
+* bias_grad       ``conv_bias_grad_vN(dy, db)``: db (Cout,) = sum of dy over n, oh, ow.
+
+Versions (llm.c ``dev/cuda`` style; the seeds' naive and optimized CUDA kernels, seeds 001 and 004), one line each:
+
+    v1 naive          all passes: one thread per output element (dx gathered, no atomics; dw one per weight)
+    v2 tiled          forward / backward-data: TH x TW output tile x COG channels per block, input tile + halo
+                      and weights in shared memory; bias + ReLU (forward) or the ReLU mask (backward) fused
+    v2 block          weight gradient: block per (co, ci) slice and batch split, shared-memory tree, atomics
+                      across splits (bias gradient: block per channel, tree, deterministic)
+    v2 shuffle        weight gradient as block, reduced by warp shuffles then shared memory (real GPU only)
+    v2 deterministic  weight gradient as block, splits' partial sums added in a fixed order: bit-identical
+    v3 implicit_gemm  implicit-im2col GEMM (``conv_forward_v3`` ...): another module, merged into VERSIONS later
+
+Details sit above each version's kernels. Registry names: ``naive``, ``tiled``, ``block``, ``shuffle``,
+``deterministic`` (and ``implicit_gemm`` for v3). With one split (large Cout*Cin, or ``splits=1``) the block and
+shuffle weight gradients need no atomics and are deterministic too.
+
+``VERSIONS[pass][name]`` -> launcher; ``NEEDS_GPU`` holds the (pass, name) pairs that cannot run under the
+simulator; ``conv_launcher(pass, name)`` looks one up. The float64 NumPy references (``conv_forward_ref``,
+``conv_backward_data_ref``, ``conv_backward_weight_ref``, ``conv_bias_grad_ref``) build on
+``gpunn.nn.functional.conv2d_forward/backward`` in float64.
+
+Compile-time specialisation: cached factories per (k, padding, tile, flags) return kernels with these as
+closure constants (loops over the window unroll, dead branches are pruned); shapes are read from the
+arrays, so kernels take at most four arguments. Index arithmetic is uint32 (see gemm.py): the padded
+coordinate ``oy + kh`` is compared against [p, H + p) instead of subtracting p first, so no index is ever
+negative.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from numba import cuda, float32, uint32
+
+from gpunn import device
+from gpunn.nn import functional as F
+
+from .launch import Launch, LaunchGroup, bind, check_array, check_block, grid_for
+
+__all__ = [
+    "CI_CHUNK",
+    "COG",
+    "NEEDS_GPU",
+    "PASSES",
+    "SMEM_LIMIT",
+    "VERSIONS",
+    "conv_backward_data_ref",
+    "conv_backward_data_v1",
+    "conv_backward_data_v2",
+    "conv_backward_weight_ref",
+    "conv_backward_weight_v1",
+    "conv_backward_weight_v2_block",
+    "conv_backward_weight_v2_deterministic",
+    "conv_backward_weight_v2_shuffle",
+    "conv_bias_grad_ref",
+    "conv_bias_grad_v1",
+    "conv_bias_grad_v2",
+    "conv_forward_ref",
+    "conv_forward_v1",
+    "conv_forward_v2",
+    "conv_launcher",
+    "conv_output_size",
+    "runnable_versions",
+    "tile_shape",
+    "weight_grad_splits",
+]
+
+PASSES = ("forward", "backward_data", "backward_weight", "bias_grad")
+COG = 8  # output channels per thread (and per block) in the tiled kernels: each staged input value feeds COG FMAs
+CI_CHUNK = 8  # input channels staged in shared memory per barrier pair (fewer if the tile would not fit)
+MAX_TILE_W = 32  # tile width: a warp covers (at most) one 32-wide row of outputs, loads and stores coalesced
+SMEM_LIMIT = 48 * 1024  # static shared memory per block
+WGRAD_TARGET_BLOCKS = 1024  # weight gradient: split the batch until about this many blocks (8 per SM on 132 SMs)
+MAX_GRID_YZ = 65535
+WARP = 32
+FULL_MASK = 0xFFFFFFFF
+_U0 = np.uint32(0)
+_U1 = np.uint32(1)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# float64 references (host arrays)
+
+
+def conv_output_size(size: int, k: int, padding: int) -> int:
+    return F.conv2d_output_size(size, k, padding)
+
+
+def conv_forward_ref(x, w, bias, padding, relu=False) -> np.ndarray:
+    """out = conv(x, w) + bias (None: no bias), ReLU if `relu`; float64."""
+    x64 = np.asarray(x, np.float64)
+    w64 = np.asarray(w, np.float64)
+    b64 = np.zeros(w64.shape[0]) if bias is None else np.asarray(bias, np.float64)
+    y, _ = F.conv2d_forward(x64, w64, b64, padding)
+    return np.maximum(y, 0.0) if relu else y
+
+
+def conv_backward_data_ref(dy, w, x_shape, padding, relu_mask=None) -> np.ndarray:
+    """dx (x_shape) of conv(x, w) given dy; zero where relu_mask <= 0 (or NaN) when given; float64."""
+    dy64 = np.asarray(dy, np.float64)
+    w64 = np.asarray(w, np.float64)
+    n, cin, h, wd = x_shape
+    # conv2d_backward needs the padded input only for dw, which is discarded here: zeros do
+    xp = np.zeros((n, cin, h + 2 * padding, wd + 2 * padding))
+    dx, _, _ = F.conv2d_backward(dy64, (xp, w64, padding, tuple(x_shape)))
+    if relu_mask is not None:
+        dx = np.where(np.asarray(relu_mask) > 0, dx, 0.0)
+    return dx
+
+
+def conv_backward_weight_ref(x, dy, k, padding) -> np.ndarray:
+    """dw (Cout, Cin, k, k) of conv(x, w) given dy; float64."""
+    x64 = np.asarray(x, np.float64)
+    dy64 = np.asarray(dy, np.float64)
+    xp = np.pad(x64, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
+    w_shape = (dy64.shape[1], x64.shape[1], k, k)
+    _, dw, _ = F.conv2d_backward(dy64, (xp, np.zeros(w_shape), padding, x64.shape))
+    return dw
+
+
+def conv_bias_grad_ref(dy) -> np.ndarray:
+    return np.asarray(dy, np.float64).sum(axis=(0, 2, 3))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Argument checks
+
+
+def _shape(a):
+    return tuple(int(s) for s in a.shape)
+
+
+def _device_array(op, name, a, ndim):
+    if isinstance(a, np.ndarray):
+        # numba would copy a host array to the device and back at every launch of the bound kernel
+        raise ValueError(f"{op}: {name} is a host NumPy array; pass a device array (cuda.to_device)")  # noqa: TRY004
+    check_array(op, name, a, ndim)
+    if a.size >= 2**31:
+        raise ValueError(f"{op}: {name} {_shape(a)} has 2**31 or more elements (indices are 32-bit)")
+    return a
+
+
+def _padding(op, padding) -> int:
+    if isinstance(padding, bool) or not isinstance(padding, (int, np.integer)) or padding < 0:
+        raise ValueError(f"{op}: padding must be a non-negative int, got {padding!r}")
+    return int(padding)
+
+
+def _weight(op, name, w):
+    """(Cout, Cin, k) of a (Cout, Cin, k, k) weight array with an odd k."""
+    _device_array(op, name, w, 4)
+    cout, cin, kh, kw = _shape(w)
+    if kh != kw or kh % 2 == 0:
+        raise ValueError(f"{op}: {name} {_shape(w)} must be (Cout, Cin, k, k) with one odd k")
+    return cout, cin, kh
+
+
+def _geometry(op, x_name, x_shape, y_name, y_shape, w_shape, padding, w_name="w"):
+    """Check that x (N, Cin, H, W) convolved with a (Cout, Cin, k, k) weight and padding gives y's shape
+    (N, Cout, OH, OW); return (OH, OW)."""
+    cout, cin, k = w_shape
+    n, x_cin, h, wd = x_shape
+    what = (f"{op}: {x_name}{x_shape} (N, Cin, H, W), {w_name}{(cout, cin, k, k)} (Cout, Cin, k, k), "
+            f"padding {padding} -> {y_name}{y_shape}")
+    if x_cin != cin:
+        raise ValueError(f"{what}: {x_name} has {x_cin} channels, {w_name} expects Cin = {cin}")
+    oh, ow = conv_output_size(h, k, padding), conv_output_size(wd, k, padding)
+    if oh < 1 or ow < 1:
+        raise ValueError(f"{what}: the {h}x{wd} input with padding {padding} is smaller than the {k}x{k} kernel")
+    if y_shape != (n, cout, oh, ow):
+        raise ValueError(f"{what}: {y_name} must be {(n, cout, oh, ow)}")
+    return oh, ow
+
+
+def _forward_args(op, x, w, bias, out, padding):
+    padding = _padding(op, padding)
+    w_shape = _weight(op, "w", w)
+    _device_array(op, "x", x, 4)
+    _device_array(op, "out", out, 4)
+    _geometry(op, "x", _shape(x), "out", _shape(out), w_shape, padding)
+    if bias is not None:
+        _device_array(op, "bias", bias, 1)
+        if _shape(bias) != (w_shape[0],):
+            raise ValueError(f"{op}: bias must be ({w_shape[0]},) for w {_shape(w)}, got {_shape(bias)}")
+    return padding, w_shape
+
+
+def _backward_data_args(op, dy, w, dx, padding, relu_mask):
+    padding = _padding(op, padding)
+    w_shape = _weight(op, "w", w)
+    _device_array(op, "dy", dy, 4)
+    _device_array(op, "dx", dx, 4)
+    _geometry(op, "dx", _shape(dx), "dy", _shape(dy), w_shape, padding)
+    if relu_mask is not None:
+        _device_array(op, "relu_mask", relu_mask, 4)
+        if _shape(relu_mask) != _shape(dx):
+            raise ValueError(f"{op}: relu_mask must have dx's shape {_shape(dx)}, got {_shape(relu_mask)}")
+    return padding, w_shape
+
+
+def _backward_weight_args(op, x, dy, dw, padding):
+    padding = _padding(op, padding)
+    w_shape = _weight(op, "dw", dw)
+    _device_array(op, "x", x, 4)
+    _device_array(op, "dy", dy, 4)
+    _geometry(op, "x", _shape(x), "dy", _shape(dy), w_shape, padding, w_name="dw")
+    return padding, w_shape
+
+
+def _bias_grad_args(op, dy, db):
+    _device_array(op, "dy", dy, 4)
+    _device_array(op, "db", db, 1)
+    if _shape(db) != (_shape(dy)[1],):
+        raise ValueError(f"{op}: db must be ({_shape(dy)[1]},) for dy {_shape(dy)} (N, Cout, OH, OW), "
+                         f"got {_shape(db)}")
+
+
+_DUMMY_AUX = None
+
+
+def _epilogue(bias=None, relu=False, relu_mask=None):
+    """The epilogue name and the kernel's ``aux`` argument (bias, mask or a cached 1-element dummy)."""
+    global _DUMMY_AUX
+    if relu_mask is not None:
+        return "mask", relu_mask
+    if bias is not None:
+        return ("bias_relu" if relu else "bias"), bias
+    if _DUMMY_AUX is None:
+        _DUMMY_AUX = cuda.to_device(np.zeros(1, dtype=np.float32))
+    return ("relu" if relu else "none"), _DUMMY_AUX
+
+
+def _flags(epilogue):
+    """(add bias, ReLU, mask) closure constants of a kernel specialisation."""
+    return epilogue in ("bias", "bias_relu"), epilogue in ("bias_relu", "relu"), epilogue == "mask"
+
+
+def _cdiv(a, b):
+    return (a + b - 1) // b
+
+
+def _jit_for(threads):
+    """cuda.jit for a kernel always launched with `threads` threads: launch_bounds makes the compiler keep
+    registers within what that block size allows (otherwise 1024-thread launches could fail for lack of
+    registers). The simulator takes no launch_bounds."""
+    return cuda.jit if device.simulator_enabled() else cuda.jit(launch_bounds=threads)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Version 1: naive, one thread per output element (grid-stride loop over a 1-D grid).
+
+
+@functools.cache
+def _forward1(k, pad, epilogue):
+    has_bias, relu, _ = _flags(epilogue)
+    P = np.uint32(pad)
+
+    @cuda.jit
+    def conv_forward_kernel1(x, w, aux, out):
+        cout = uint32(out.shape[1])
+        oh_n = uint32(out.shape[2])
+        ow_n = uint32(out.shape[3])
+        cin = uint32(x.shape[1])
+        h = uint32(x.shape[2])
+        wd = uint32(x.shape[3])
+        total = uint32(out.shape[0] * out.shape[1] * out.shape[2] * out.shape[3])
+        i = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
+        stride = uint32(cuda.gridDim.x * cuda.blockDim.x)
+        while i < total:
+            # x fastest, so a warp reads x and writes out along rows
+            ox = uint32(i % ow_n)
+            rest = uint32(i // ow_n)
+            oy = uint32(rest % oh_n)
+            rest = uint32(rest // oh_n)
+            co = uint32(rest % cout)
+            n = uint32(rest // cout)
+            acc = float32(0.0)
+            ci = _U0
+            while ci < cin:
+                for kh in range(k):
+                    r = uint32(oy + uint32(kh))  # row in padded coordinates
+                    if r >= P and r < h + P:
+                        for kw in range(k):
+                            c = uint32(ox + uint32(kw))
+                            if c >= P and c < wd + P:
+                                acc += x[n, ci, uint32(r - P), uint32(c - P)] * w[co, ci, kh, kw]
+                ci = uint32(ci + _U1)
+            if has_bias:
+                acc += aux[co]
+            if relu and acc < float32(0.0):
+                acc = float32(0.0)
+            out[n, co, oy, ox] = acc
+            i = uint32(i + stride)
+
+    return conv_forward_kernel1
+
+
+@functools.cache
+def _backward_data1(k, pad, epilogue):
+    _, _, mask = _flags(epilogue)
+    P = np.uint32(pad)
+
+    @cuda.jit
+    def conv_backward_data_kernel1(dy, w, aux, dx):
+        cin = uint32(dx.shape[1])
+        h = uint32(dx.shape[2])
+        wd = uint32(dx.shape[3])
+        cout = uint32(dy.shape[1])
+        oh_n = uint32(dy.shape[2])
+        ow_n = uint32(dy.shape[3])
+        total = uint32(dx.shape[0] * dx.shape[1] * dx.shape[2] * dx.shape[3])
+        i = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
+        stride = uint32(cuda.gridDim.x * cuda.blockDim.x)
+        while i < total:
+            ix = uint32(i % wd)
+            rest = uint32(i // wd)
+            iy = uint32(rest % h)
+            rest = uint32(rest // h)
+            ci = uint32(rest % cin)
+            n = uint32(rest // cin)
+            acc = float32(0.0)
+            masked = False
+            if mask:
+                masked = not aux[n, ci, iy, ix] > float32(0.0)
+            if not masked:  # a masked element needs no sum
+                # dx[iy, ix] gathers dy[oy, ox] * w[kh, kw] over oy = iy + p - kh in [0, OH)
+                ry = uint32(iy + P)
+                rx = uint32(ix + P)
+                co = _U0
+                while co < cout:
+                    for kh in range(k):
+                        if ry >= uint32(kh) and uint32(ry - uint32(kh)) < oh_n:
+                            oy = uint32(ry - uint32(kh))
+                            for kw in range(k):
+                                if rx >= uint32(kw) and uint32(rx - uint32(kw)) < ow_n:
+                                    acc += dy[n, co, oy, uint32(rx - uint32(kw))] * w[co, ci, kh, kw]
+                    co = uint32(co + _U1)
+            dx[n, ci, iy, ix] = acc
+            i = uint32(i + stride)
+
+    return conv_backward_data_kernel1
+
+
+@functools.cache
+def _backward_weight1(k, pad):
+    P = np.uint32(pad)
+    K = np.uint32(k)
+
+    @cuda.jit
+    def conv_backward_weight_kernel1(x, dy, dw):
+        n_img = uint32(x.shape[0])
+        cin = uint32(x.shape[1])
+        h = uint32(x.shape[2])
+        wd = uint32(x.shape[3])
+        oh_n = uint32(dy.shape[2])
+        ow_n = uint32(dy.shape[3])
+        total = uint32(dw.shape[0] * dw.shape[1] * dw.shape[2] * dw.shape[3])
+        i = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
+        stride = uint32(cuda.gridDim.x * cuda.blockDim.x)
+        while i < total:
+            kw = uint32(i % K)
+            rest = uint32(i // K)
+            kh = uint32(rest % K)
+            rest = uint32(rest // K)
+            ci = uint32(rest % cin)
+            co = uint32(rest // cin)
+            acc = float32(0.0)
+            n = _U0
+            while n < n_img:
+                oy = _U0
+                while oy < oh_n:
+                    r = uint32(oy + kh)
+                    if r >= P and r < h + P:
+                        ox = _U0
+                        while ox < ow_n:
+                            c = uint32(ox + kw)
+                            if c >= P and c < wd + P:
+                                acc += dy[n, co, oy, ox] * x[n, ci, uint32(r - P), uint32(c - P)]
+                            ox = uint32(ox + _U1)
+                    oy = uint32(oy + _U1)
+                n = uint32(n + _U1)
+            dw[co, ci, kh, kw] = acc
+            i = uint32(i + stride)
+
+    return conv_backward_weight_kernel1
+
+
+@cuda.jit
+def _bias_grad_kernel1(dy, db):
+    n_img = uint32(dy.shape[0])
+    cout = uint32(dy.shape[1])
+    oh_n = uint32(dy.shape[2])
+    ow_n = uint32(dy.shape[3])
+    co = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
+    stride = uint32(cuda.gridDim.x * cuda.blockDim.x)
+    while co < cout:
+        acc = float32(0.0)
+        n = _U0
+        while n < n_img:
+            oy = _U0
+            while oy < oh_n:
+                ox = _U0
+                while ox < ow_n:
+                    acc += dy[n, co, oy, ox]
+                    ox = uint32(ox + _U1)
+                oy = uint32(oy + _U1)
+            n = uint32(n + _U1)
+        db[co] = acc
+        co = uint32(co + stride)
+
+
+def conv_forward_v1(x, w, bias, out, padding, relu=False, block=256, stream=0, launch=True) -> Launch:
+    """Naive forward: one thread per output element."""
+    op = "conv_forward_v1"
+    padding, (_, _, k) = _forward_args(op, x, w, bias, out, padding)
+    block = check_block(op, block)
+    epilogue, aux = _epilogue(bias=bias, relu=relu)
+    kernel = _forward1(k, padding, epilogue)
+    return bind(kernel, grid_for(out.size, block), block, (x, w, aux, out), stream, launch,
+                f"{op}[k{k},p{padding},{epilogue}]")
+
+
+def conv_backward_data_v1(dy, w, dx, padding, relu_mask=None, block=256, stream=0, launch=True) -> Launch:
+    """Naive backward-data (gather): one thread per dx element, no atomics."""
+    op = "conv_backward_data_v1"
+    padding, (_, _, k) = _backward_data_args(op, dy, w, dx, padding, relu_mask)
+    block = check_block(op, block)
+    epilogue, aux = _epilogue(relu_mask=relu_mask)
+    kernel = _backward_data1(k, padding, epilogue)
+    return bind(kernel, grid_for(dx.size, block), block, (dy, w, aux, dx), stream, launch,
+                f"{op}[k{k},p{padding},{epilogue}]")
+
+
+def conv_backward_weight_v1(x, dy, dw, padding, block=256, stream=0, launch=True) -> Launch:
+    """Naive weight gradient: one thread per weight element looping over n, oh, ow (deterministic)."""
+    op = "conv_backward_weight_v1"
+    padding, (_, _, k) = _backward_weight_args(op, x, dy, dw, padding)
+    block = check_block(op, block)
+    kernel = _backward_weight1(k, padding)
+    return bind(kernel, grid_for(dw.size, block), block, (x, dy, dw), stream, launch, f"{op}[k{k},p{padding}]")
+
+
+def conv_bias_grad_v1(dy, db, block=256, stream=0, launch=True) -> Launch:
+    """Naive bias gradient: one thread per output channel."""
+    op = "conv_bias_grad_v1"
+    _bias_grad_args(op, dy, db)
+    block = check_block(op, block)
+    return bind(_bias_grad_kernel1, grid_for(db.shape[0], block), block, (dy, db), stream, launch, op)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Version 2 forward / backward-data: shared-memory input tiles with halo, COG output channels per thread.
+#
+# Block: T = TW * TH threads (1-D), thread t owns output pixel (oy0 + t // TW, ox0 + t % TW) of the block's
+# tile and the COG channels co0 .. co0 + COG - 1. Per chunk of CIC input channels the block stages
+#   s_in[cl, rr, cc] = in[n, ci0 + cl, oy0 + rr - off, ox0 + cc - off]  (rr < TH + k - 1, cc < TW + k - 1;
+#                       0 outside the image, off = the padding),
+#   s_w[c, cl, kh, kw] = the weight from input channel ci0 + cl to output channel co0 + c,
+# then each thread reads its k x k window once per input channel into registers and does k*k*COG FMAs with
+# warp-uniform (broadcast) weight reads. Napkin math at the AE's 256->128 16x16 layer (k=3): per thread and
+# input channel 9 conflict-free ld.shared + 72 broadcast ld.shared for 72 FMA; the halo costs
+# (TH+2)(TW+2)/(TH*TW) = 1.4x the tile's loads at 32x8.
+#
+# Backward-data: dx[n, ci, iy, ix] = sum_{co, kh, kw} dy[n, co, iy + p - kh, ix + p - kw] w[co, ci, kh, kw]
+#              = sum_{co, a, b} dy[n, co, iy + a - (k-1-p), ix + b - (k-1-p)] w[co, ci, k-1-a, k-1-b],
+# a forward convolution of dy with the transposed, flipped weight and offset k-1-p. That offset is
+# negative when p > k-1: the kernel's padded coordinate is then shifted by HI = -off instead (LO = 0).
+
+
+def tile_shape(block, out_width):
+    """(TW, TH) of the tiled kernels for a block: an explicit (TW, TH) pair, or a thread count T, split into a
+    tile as wide as the output rows need (a power of two, at most 32, dividing T) times T / TW rows."""
+    if isinstance(block, (tuple, list)):
+        if len(block) != 2 or any(isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b <= 0
+                                  for b in block):
+            raise ValueError(f"block must be a thread count or (TW, TH), two positive ints, got {block!r}")
+        return int(block[0]), int(block[1])
+    if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block <= 0:
+        raise ValueError(f"block must be a thread count or (TW, TH), got {block!r}")
+    threads = int(block)
+    width = min(MAX_TILE_W, 1 << max(0, (int(out_width) - 1).bit_length()), threads & -threads)
+    return width, threads // width
+
+
+def _chunk(op, tw, th, k, in_ch):
+    """Input channels per shared-memory stage: up to CI_CHUNK, as many as fit in SMEM_LIMIT."""
+    region = (th + k - 1) * (tw + k - 1)
+    for cic in range(min(CI_CHUNK, in_ch), 0, -1):
+        if 4 * (cic * region + COG * cic * k * k) <= SMEM_LIMIT:
+            return cic
+    raise ValueError(f"{op}: a {tw}x{th} tile with its {k - 1} halo ({4 * region} bytes per channel) does not fit "
+                     f"in {SMEM_LIMIT} bytes of shared memory; choose a smaller block")
+
+
+@functools.cache
+def _tiled(tw, th, k, off, cic, transposed, epilogue):
+    has_bias, relu, mask = _flags(epilogue)
+    threads = tw * th
+    rh, rw = th + k - 1, tw + k - 1
+    rhw = rh * rw
+    kk_n = k * k
+    sin_n = cic * rhw  # shared sizes: plain ints, closure constants
+    sw_n = COG * cic * kk_n
+    LO = np.uint32(max(off, 0))
+    HI = np.uint32(max(-off, 0))
+    TW = np.uint32(tw)
+    TH = np.uint32(th)
+    T = np.uint32(threads)
+    RW = np.uint32(rw)
+    RHW = np.uint32(rhw)
+    K = np.uint32(k)
+    KK = np.uint32(kk_n)
+    CIC = np.uint32(cic)
+    CWK = np.uint32(cic * kk_n)
+    UCOG = np.uint32(COG)
+    K1 = np.uint32(k - 1)
+
+    @_jit_for(threads)
+    def conv_tiled_kernel(inp, w, aux, out):
+        # Separate lines: the simulator aliases static shared arrays declared on one line.
+        s_in = cuda.shared.array(sin_n, float32)
+        s_w = cuda.shared.array(sw_n, float32)
+        acc = cuda.local.array(COG, float32)
+        win = cuda.local.array(kk_n, float32)
+        in_ch = uint32(inp.shape[1])
+        ih_n = uint32(inp.shape[2])
+        iw_n = uint32(inp.shape[3])
+        out_ch = uint32(out.shape[1])
+        oh_n = uint32(out.shape[2])
+        ow_n = uint32(out.shape[3])
+        t = uint32(cuda.threadIdx.x)
+        tx = uint32(t % TW)
+        ty = uint32(t // TW)
+        tiles_x = uint32((ow_n + TW - _U1) // TW)
+        ox0 = uint32(uint32(cuda.blockIdx.x) % tiles_x * TW)
+        oy0 = uint32(uint32(cuda.blockIdx.x) // tiles_x * TH)
+        co0 = uint32(uint32(cuda.blockIdx.y) * UCOG)
+        n = uint32(cuda.blockIdx.z)
+        oy = uint32(oy0 + ty)
+        ox = uint32(ox0 + tx)
+        for c in range(COG):
+            acc[c] = float32(0.0)
+
+        ci0 = _U0
+        while ci0 < in_ch:
+            # ---- input tile + halo, zero outside the image (consecutive threads: consecutive columns)
+            idx = t
+            while idx < sin_n:
+                cl = uint32(idx // RHW)
+                rem = uint32(idx % RHW)
+                r = uint32(oy0 + rem // RW + HI)  # padded coordinates
+                c = uint32(ox0 + rem % RW + HI)
+                ci = uint32(ci0 + cl)
+                v = float32(0.0)
+                if ci < in_ch and r >= LO and r < ih_n + LO and c >= LO and c < iw_n + LO:
+                    v = inp[n, ci, uint32(r - LO), uint32(c - LO)]
+                s_in[idx] = v
+                idx = uint32(idx + T)
+            # ---- the group's weights for this chunk, zero for channels past the end
+            idx = t
+            while idx < sw_n:
+                co = uint32(co0 + idx // CWK)
+                rem = uint32(idx % CWK)
+                ci = uint32(ci0 + rem // KK)
+                kk = uint32(rem % KK)
+                v = float32(0.0)
+                if co < out_ch and ci < in_ch:
+                    if transposed:  # w is (forward Cout = in_ch, forward Cin = out_ch, k, k), flipped
+                        v = w[ci, co, uint32(K1 - kk // K), uint32(K1 - kk % K)]
+                    else:
+                        v = w[co, ci, uint32(kk // K), uint32(kk % K)]
+                s_w[idx] = v
+                idx = uint32(idx + T)
+            cuda.syncthreads()
+
+            for cl in range(cic):
+                base = uint32(uint32(cl) * RHW + ty * RW + tx)
+                for kh in range(k):
+                    for kw in range(k):
+                        win[kh * k + kw] = s_in[uint32(base + uint32(kh) * RW + uint32(kw))]
+                for c in range(COG):
+                    wbase = uint32(uint32(c) * CWK + uint32(cl) * KK)
+                    a = acc[c]
+                    for j in range(kk_n):
+                        a += win[j] * s_w[uint32(wbase + uint32(j))]
+                    acc[c] = a
+            cuda.syncthreads()
+            ci0 = uint32(ci0 + CIC)
+
+        if oy < oh_n and ox < ow_n:
+            for c in range(COG):
+                co = uint32(co0 + uint32(c))
+                if co < out_ch:
+                    v = acc[c]
+                    if has_bias:
+                        v += aux[co]
+                    if relu and v < float32(0.0):
+                        v = float32(0.0)
+                    if mask and not aux[n, co, oy, ox] > float32(0.0):
+                        v = float32(0.0)
+                    out[n, co, oy, ox] = v
+
+    return conv_tiled_kernel, threads
+
+
+def _bind_tiled(op, inp, w, aux, out, k, off, transposed, epilogue, block, stream, launch):
+    n, out_ch, oh, ow = _shape(out)
+    in_ch = _shape(inp)[1]
+    try:
+        tw, th = tile_shape(block, ow)
+    except ValueError as exc:
+        raise ValueError(f"{op}: {exc}") from None
+    device.check_block(op, tw * th)
+    cic = _chunk(op, tw, th, k, in_ch)
+    kernel, threads = _tiled(tw, th, k, off, cic, transposed, epilogue)
+    device.check_block(op, threads, kernel)
+    grid = (_cdiv(ow, tw) * _cdiv(oh, th), _cdiv(out_ch, COG), n)
+    if max(grid[1:]) > MAX_GRID_YZ:
+        raise ValueError(f"{op}: grid {grid} (tiles, channel groups, images) exceeds {MAX_GRID_YZ} in y or z")
+    return bind(kernel, grid, threads, (inp, w, aux, out), stream, launch,
+                f"{op}[{tw}x{th},k{k},off{off},{epilogue}]")
+
+
+def conv_forward_v2(x, w, bias, out, padding, relu=False, block=256, stream=0, launch=True) -> Launch:
+    """Tiled forward (shared-memory input tile + halo, COG channels per thread), bias + ReLU fused.
+    ``block``: threads (tile chosen by ``tile_shape``) or an explicit (TW, TH) tile."""
+    op = "conv_forward_v2"
+    padding, (_, _, k) = _forward_args(op, x, w, bias, out, padding)
+    epilogue, aux = _epilogue(bias=bias, relu=relu)
+    return _bind_tiled(op, x, w, aux, out, k, padding, False, epilogue, block, stream, launch)
+
+
+def conv_backward_data_v2(dy, w, dx, padding, relu_mask=None, block=256, stream=0, launch=True) -> Launch:
+    """Tiled backward-data: the tiled forward on dy with transposed, flipped weights; ReLU mask fused."""
+    op = "conv_backward_data_v2"
+    padding, (_, _, k) = _backward_data_args(op, dy, w, dx, padding, relu_mask)
+    epilogue, aux = _epilogue(relu_mask=relu_mask)
+    return _bind_tiled(op, dy, w, aux, dx, k, k - 1 - padding, True, epilogue, block, stream, launch)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Version 2 weight gradient: one block per (co, ci) slice and batch split, block reduction.
+#
+# dw[co, ci, kh, kw] = sum_{n, oy, ox} dy[n, co, oy, ox] * x[n, ci, oy + kh - p, ox + kw - p].
+# Block (slice, split) sums n in [split * per, (split + 1) * per): thread t visits the elements
+# e = t, t + T, ... of each image's OH*OW plane (consecutive threads: consecutive ox, coalesced dy and x reads),
+# loading dy once for k*k products accumulated in k*k registers. The k*k sums are then reduced over the
+# block (tree in shared memory, or warp shuffles then shared memory) and written by `store`:
+#   "store": dw directly (one split); "atomic": cuda.atomic.add into dw zeroed before (several splits);
+#   "partial": partials[split, slice * k*k + kk], added in split order by a second kernel (deterministic).
+
+
+def weight_grad_splits(n_images, slices, splits=None):
+    """(splits, images per split): splits of the batch so that slices * splits reaches WGRAD_TARGET_BLOCKS
+    (None), or as asked; every split holds whole images and none is empty."""
+    if splits is None:
+        splits = max(1, math.ceil(WGRAD_TARGET_BLOCKS / slices))
+    splits = max(1, min(int(splits), n_images))
+    per = math.ceil(n_images / splits)
+    return math.ceil(n_images / per), per
+
+
+@functools.cache
+def _wgrad(k, pad, threads, reduction, store):
+    kk_n = k * k
+    warps = threads // WARP
+    shuffle = reduction == "shuffle"
+    # tree reduction: `rows` of the k*k sums side by side in buf (rows x threads), leaving a little shared
+    # memory for the other (1-element) array; shuffles: one value per sum and warp
+    rows = max(1, min(kk_n, (SMEM_LIMIT - 64) // (4 * threads)))
+    several_trees = rows < kk_n
+    buf_n = 1 if shuffle else rows * threads
+    warp_buf_n = kk_n * warps if shuffle else 1
+    P = np.uint32(pad)
+    K = np.uint32(k)
+    KK = np.uint32(kk_n)
+    T = np.uint32(threads)
+    NW = np.uint32(warps)
+
+    # one store per specialisation, chosen here rather than by branches inside (out is 4-D or 2-D)
+    if store == "partial":
+        @cuda.jit(device=True)
+        def write(out, split, co, ci, slice_, kk, value):
+            out[split, uint32(slice_ * KK + kk)] = value
+    elif store == "atomic":
+        @cuda.jit(device=True)
+        def write(out, split, co, ci, slice_, kk, value):
+            cuda.atomic.add(out, (co, ci, uint32(kk // K), uint32(kk % K)), value)
+    else:
+        @cuda.jit(device=True)
+        def write(out, split, co, ci, slice_, kk, value):
+            out[co, ci, uint32(kk // K), uint32(kk % K)] = value
+
+    @_jit_for(threads)
+    def conv_wgrad_kernel(x, dy, out, per):
+        buf = cuda.shared.array(buf_n, float32)
+        warp_buf = cuda.shared.array(warp_buf_n, float32)
+        acc = cuda.local.array(kk_n, float32)
+        n_img = uint32(x.shape[0])
+        cin = uint32(x.shape[1])
+        h = uint32(x.shape[2])
+        wd = uint32(x.shape[3])
+        oh_n = uint32(dy.shape[2])
+        ow_n = uint32(dy.shape[3])
+        plane = uint32(oh_n * ow_n)
+        t = uint32(cuda.threadIdx.x)
+        slice_ = uint32(cuda.blockIdx.x)
+        split = uint32(cuda.blockIdx.y)
+        co = uint32(slice_ // cin)
+        ci = uint32(slice_ % cin)
+        for j in range(kk_n):
+            acc[j] = float32(0.0)
+        n = uint32(split * per)
+        n_end = uint32(min(n_img, uint32(n + per)))
+        while n < n_end:
+            e = t
+            while e < plane:
+                oy = uint32(e // ow_n)
+                ox = uint32(e % ow_n)
+                d = dy[n, co, oy, ox]
+                for kh in range(k):
+                    r = uint32(oy + uint32(kh))
+                    if r >= P and r < h + P:
+                        for kw in range(k):
+                            c = uint32(ox + uint32(kw))
+                            if c >= P and c < wd + P:
+                                acc[kh * k + kw] += d * x[n, ci, uint32(r - P), uint32(c - P)]
+                e = uint32(e + T)
+            n = uint32(n + _U1)
+
+        if shuffle:
+            lane = uint32(t % WARP)
+            warp = uint32(t // WARP)
+            for j in range(kk_n):
+                v = acc[j]
+                offset = WARP // 2
+                while offset > 0:
+                    v += cuda.shfl_down_sync(FULL_MASK, v, offset)
+                    offset //= 2
+                if lane == _U0:
+                    warp_buf[uint32(uint32(j) * NW + warp)] = v
+            cuda.syncthreads()
+            kk = t
+            while kk < KK:  # fixed order over the warps
+                total = float32(0.0)
+                wi = _U0
+                while wi < NW:
+                    total += warp_buf[uint32(kk * NW + wi)]
+                    wi = uint32(wi + _U1)
+                write(out, split, co, ci, slice_, kk, total)
+                kk = uint32(kk + T)
+        else:
+            # `rows` of the k*k sums reduced side by side per tree (all of them for k = 3 and up to 1024
+            # threads): log2(T) barriers per tree instead of per sum; thread j writes sum j0 + j.
+            for j0 in range(0, kk_n, rows):
+                for j in range(rows):
+                    if j0 + j < kk_n:
+                        buf[uint32(uint32(j) * T + t)] = acc[j0 + j]
+                cuda.syncthreads()
+                s = threads // 2
+                while s > 0:
+                    if t < s:
+                        for j in range(rows):
+                            buf[uint32(uint32(j) * T + t)] += buf[uint32(uint32(j) * T + t + uint32(s))]
+                    cuda.syncthreads()
+                    s //= 2
+                if t < uint32(rows) and j0 + t < kk_n:
+                    write(out, split, co, ci, slice_, uint32(j0 + t), buf[uint32(t * T)])
+                if several_trees:
+                    cuda.syncthreads()  # the next tree overwrites buf[j * T], read just above by thread j
+
+    return conv_wgrad_kernel
+
+
+@functools.cache
+def _sum_partials(k):
+    K = np.uint32(k)
+
+    @cuda.jit
+    def conv_wgrad_sum_partials(partials, dw):
+        """dw = the sum of partials over the splits (rows), in row order: one thread per weight element."""
+        splits = uint32(partials.shape[0])
+        cin = uint32(dw.shape[1])
+        total = uint32(partials.shape[1])
+        i = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
+        stride = uint32(cuda.gridDim.x * cuda.blockDim.x)
+        while i < total:
+            acc = float32(0.0)
+            s = _U0
+            while s < splits:
+                acc += partials[s, i]
+                s = uint32(s + _U1)
+            kw = uint32(i % K)
+            rest = uint32(i // K)
+            kh = uint32(rest % K)
+            rest = uint32(rest // K)
+            dw[uint32(rest // cin), uint32(rest % cin), kh, kw] = acc
+            i = uint32(i + stride)
+
+    return conv_wgrad_sum_partials
+
+
+@cuda.jit
+def _zero4_kernel(a):
+    """a[...] = 0 for a 4-D (possibly strided) array, grid-stride."""
+    d1 = uint32(a.shape[1])
+    d2 = uint32(a.shape[2])
+    d3 = uint32(a.shape[3])
+    total = uint32(a.shape[0] * a.shape[1] * a.shape[2] * a.shape[3])
+    i = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
+    stride = uint32(cuda.gridDim.x * cuda.blockDim.x)
+    while i < total:
+        rest = uint32(i // d3)
+        a[uint32(rest // d2 // d1), uint32(rest // d2 % d1), uint32(rest % d2), uint32(i % d3)] = float32(0.0)
+        i = uint32(i + stride)
+
+
+def _weight_grad_v2(op, x, dy, dw, padding, block, splits, reduction, deterministic, stream, launch):
+    padding, (cout, cin, k) = _backward_weight_args(op, x, dy, dw, padding)
+    if reduction == "shuffle":
+        if device.simulator_enabled():
+            raise ValueError(f"{op}: warp shuffles need a real GPU (numba's CUDA simulator has no shfl_down_sync)")
+        block = check_block(op, block, power_of_two=True)
+        if block < WARP:
+            raise ValueError(f"{op}: block must be a multiple of the warp size {WARP}, got {block}")
+    else:
+        block = check_block(op, block, power_of_two=True)
+    if splits is not None and (isinstance(splits, bool) or not isinstance(splits, (int, np.integer)) or splits < 1):
+        raise ValueError(f"{op}: splits must be a positive int or None, got {splits!r}")
+    slices = cout * cin
+    splits, per = weight_grad_splits(_shape(x)[0], slices, splits)
+    if splits > MAX_GRID_YZ:
+        raise ValueError(f"{op}: {splits} batch splits exceed the grid's y limit {MAX_GRID_YZ}")
+    name = f"{op}[k{k},p{padding},splits{splits}]"
+    grid = (slices, splits)
+    if splits == 1:
+        kernel = _wgrad(k, padding, block, reduction, "store")
+        return bind(kernel, grid, block, (x, dy, dw, np.uint32(per)), stream, launch, name)
+    if deterministic:
+        # scratch for the splits' partial sums: owned by the bound launch, allocated once
+        partials = cuda.device_array((splits, slices * k * k), np.float32)
+        launches = [bind(_wgrad(k, padding, block, reduction, "partial"), grid, block,
+                         (x, dy, partials, np.uint32(per)), stream, False, name),
+                    bind(_sum_partials(k), grid_for(slices * k * k, 256), 256, (partials, dw), stream, False,
+                         f"{op}.sum_partials")]
+    else:
+        launches = [bind(_zero4_kernel, grid_for(dw.size, 256), 256, (dw,), stream, False, f"{op}.zero"),
+                    bind(_wgrad(k, padding, block, reduction, "atomic"), grid, block, (x, dy, dw, np.uint32(per)),
+                         stream, False, name)]
+    group = LaunchGroup(launches)
+    if launch:
+        group()
+    return group
+
+
+def conv_backward_weight_v2_block(x, dy, dw, padding, block=256, splits=None, stream=0, launch=True):
+    """Weight gradient, block per (co, ci) slice and batch split, shared-memory tree reduction; several splits
+    are added with atomics (``splits``: None chooses by size, 1 gives a deterministic single pass)."""
+    return _weight_grad_v2("conv_backward_weight_v2_block", x, dy, dw, padding, block, splits, "tree", False,
+                           stream, launch)
+
+
+def conv_backward_weight_v2_shuffle(x, dy, dw, padding, block=256, splits=None, stream=0, launch=True):
+    """As ``conv_backward_weight_v2_block``, reduced by warp shuffles then shared memory; needs a real GPU."""
+    return _weight_grad_v2("conv_backward_weight_v2_shuffle", x, dy, dw, padding, block, splits, "shuffle", False,
+                           stream, launch)
+
+
+def conv_backward_weight_v2_deterministic(x, dy, dw, padding, block=256, splits=None, stream=0, launch=True):
+    """As ``conv_backward_weight_v2_block``, but splits write partial sums that a second launch adds in a fixed
+    order: no atomics, bit-identical across runs."""
+    return _weight_grad_v2("conv_backward_weight_v2_deterministic", x, dy, dw, padding, block, splits, "tree",
+                           True, stream, launch)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Version 2 bias gradient: one block per channel, tree reduction (deterministic).
+
+
+@functools.cache
+def _bias_grad2(threads):
+    T = np.uint32(threads)
+
+    @_jit_for(threads)
+    def conv_bias_grad_kernel2(dy, db):
+        buf = cuda.shared.array(threads, float32)
+        n_img = uint32(dy.shape[0])
+        ow_n = uint32(dy.shape[3])
+        plane = uint32(dy.shape[2] * dy.shape[3])
+        t = uint32(cuda.threadIdx.x)
+        co = uint32(cuda.blockIdx.x)
+        acc = float32(0.0)
+        n = _U0
+        while n < n_img:
+            e = t
+            while e < plane:
+                acc += dy[n, co, uint32(e // ow_n), uint32(e % ow_n)]
+                e = uint32(e + T)
+            n = uint32(n + _U1)
+        buf[t] = acc
+        cuda.syncthreads()
+        s = threads // 2
+        while s > 0:
+            if t < s:
+                buf[t] += buf[t + s]
+            cuda.syncthreads()
+            s //= 2
+        if t == _U0:
+            db[co] = buf[0]
+
+    return conv_bias_grad_kernel2
+
+
+def conv_bias_grad_v2(dy, db, block=256, stream=0, launch=True) -> Launch:
+    """Bias gradient: one block per channel, shared-memory tree reduction (block a power of two)."""
+    op = "conv_bias_grad_v2"
+    _bias_grad_args(op, dy, db)
+    block = check_block(op, block, power_of_two=True)
+    kernel = _bias_grad2(block)
+    return bind(kernel, db.shape[0], block, (dy, db), stream, launch, op)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Registry
+
+VERSIONS = {
+    "forward": {
+        "naive": conv_forward_v1,
+        "tiled": conv_forward_v2,
+        # v3: "implicit_gemm": conv_forward_v3 (implicit-im2col GEMM, merged from its own module)
+    },
+    "backward_data": {
+        "naive": conv_backward_data_v1,
+        "tiled": conv_backward_data_v2,
+        # v3: "implicit_gemm": conv_backward_data_v3
+    },
+    "backward_weight": {
+        "naive": conv_backward_weight_v1,
+        "block": conv_backward_weight_v2_block,
+        "shuffle": conv_backward_weight_v2_shuffle,
+        "deterministic": conv_backward_weight_v2_deterministic,
+        # v3: "implicit_gemm": conv_backward_weight_v3
+    },
+    "bias_grad": {
+        "naive": conv_bias_grad_v1,
+        "block": conv_bias_grad_v2,
+    },
+}
+
+# (pass, name) of the versions that need a real GPU (warp shuffles): skipped under the simulator
+NEEDS_GPU = frozenset({("backward_weight", "shuffle")})
+
+
+def runnable_versions(pass_name: str) -> dict:
+    """The versions of a pass that can run here (all on a GPU; without NEEDS_GPU under the simulator)."""
+    versions = VERSIONS[pass_name]
+    if not device.simulator_enabled():
+        return dict(versions)
+    return {name: fn for name, fn in versions.items() if (pass_name, name) not in NEEDS_GPU}
+
+
+def conv_launcher(pass_name: str, variant: str):
+    """The launcher of one version of one pass; ValueError naming the choices otherwise."""
+    if pass_name not in VERSIONS:
+        raise ValueError(f"conv: unknown pass {pass_name!r}; choose from {list(VERSIONS)}")
+    try:
+        return VERSIONS[pass_name][variant]
+    except KeyError:
+        raise ValueError(f"conv: unknown {pass_name} variant {variant!r}; choose from "
+                         f"{list(VERSIONS[pass_name])}") from None

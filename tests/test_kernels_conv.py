@@ -1,0 +1,361 @@
+"""Direct convolution kernels (gpunn.kernels.conv) against their float64 NumPy references.
+
+Under the CUDA simulator the shapes are tiny and odd (N=3, Cin=3, Cout=5, 7x9 images; blocks and tiles that do
+not divide the output); outputs are poisoned with NaN so unwritten elements fail, every test draws fresh
+random non-zero inputs from its own seed, and the error is max|out - ref| / max|ref| against float64. The
+``gpu``-marked tests (``pytest -m gpu``) run the warp-shuffle weight gradient and every version at larger
+shapes on a real GPU.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+from numba import config, cuda
+
+from gpunn import bench, bench_conv
+from gpunn.kernels import conv as C
+from gpunn.kernels.launch import Launch, LaunchGroup
+
+TOL = 1e-5
+ON_GPU = not config.ENABLE_CUDASIM
+# the simulator test shape: nothing a multiple of a tile, a block or COG
+N, CIN, COUT, H, W = 3, 3, 5, 7, 9
+# weight-gradient v2 runs one block per (co, ci) slice and split: fewer channels keep the simulator fast
+WG_CIN, WG_COUT = 2, 3
+# The simulator runs each thread of a block as a Python thread: small blocks keep it fast (on a GPU the
+# launchers' defaults are used)
+SIM_BLOCK = 32 if config.ENABLE_CUDASIM else None
+
+
+def _block(block):
+    block = SIM_BLOCK if block is None else block
+    return {} if block is None else {"block": block}
+
+
+def _rng(*key):
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
+
+
+def rand(rng, *shape):
+    a = rng.standard_normal(shape).astype(np.float32)
+    a[a == 0] = 0.5  # never zero: keeps the ReLU masks and the relative errors well defined
+    return a
+
+
+def poisoned(*shape):
+    return cuda.to_device(np.full(shape, np.nan, np.float32))
+
+
+def rel_err(out, ref) -> float:
+    out = np.asarray(out, np.float64)
+    assert out.shape == ref.shape
+    assert np.all(np.isfinite(out)), "output has NaN (an element was not written?)"
+    return float(np.max(np.abs(out - ref)) / np.max(np.abs(ref)))
+
+
+def out_hw(h, w, k, p):
+    return h + 2 * p - k + 1, w + 2 * p - k + 1
+
+
+def run_forward(variant, n, cin, cout, h, w, k, p, bias=True, relu=False, block=None, key=()):
+    rng = _rng("forward", variant, n, cin, cout, h, w, k, p, bias, relu, block, *key)
+    x, wt = rand(rng, n, cin, h, w), rand(rng, cout, cin, k, k)
+    b = rand(rng, cout) if bias else None
+    out = poisoned(n, cout, *out_hw(h, w, k, p))
+    kw = _block(block)
+    launch = C.VERSIONS["forward"][variant](cuda.to_device(x), cuda.to_device(wt),
+                                            None if b is None else cuda.to_device(b), out, p, relu=relu, **kw)
+    assert isinstance(launch, Launch)
+    return rel_err(out.copy_to_host(), C.conv_forward_ref(x, wt, b, p, relu))
+
+
+def run_backward_data(variant, n, cin, cout, h, w, k, p, mask=False, block=None, key=()):
+    rng = _rng("backward_data", variant, n, cin, cout, h, w, k, p, mask, block, *key)
+    dy, wt = rand(rng, n, cout, *out_hw(h, w, k, p)), rand(rng, cout, cin, k, k)
+    relu_mask = rand(rng, n, cin, h, w) if mask else None
+    dx = poisoned(n, cin, h, w)
+    kw = _block(block)
+    C.VERSIONS["backward_data"][variant](cuda.to_device(dy), cuda.to_device(wt), dx, p,
+                                         relu_mask=None if relu_mask is None else cuda.to_device(relu_mask), **kw)
+    got = dx.copy_to_host()
+    if mask:
+        assert np.all(got[relu_mask <= 0] == 0.0)
+    return rel_err(got, C.conv_backward_data_ref(dy, wt, (n, cin, h, w), p, relu_mask))
+
+
+def run_backward_weight(variant, n, cin, cout, h, w, k, p, key=(), **kw):
+    kw = {**_block(None), **kw}
+    rng = _rng("backward_weight", variant, n, cin, cout, h, w, k, p, *key)
+    x, dy = rand(rng, n, cin, h, w), rand(rng, n, cout, *out_hw(h, w, k, p))
+    dw = poisoned(cout, cin, k, k)
+    C.VERSIONS["backward_weight"][variant](cuda.to_device(x), cuda.to_device(dy), dw, p, **kw)
+    return rel_err(dw.copy_to_host(), C.conv_backward_weight_ref(x, dy, k, p))
+
+
+# --------------------------------------------------------------------------------------------- forward
+@pytest.mark.parametrize("padding, bias, relu", [(0, True, True), (1, True, False), (1, False, True)])
+@pytest.mark.parametrize("variant", ["naive", "tiled"])
+def test_forward(variant, padding, bias, relu):
+    assert run_forward(variant, N, CIN, COUT, H, W, 3, padding, bias, relu) < TOL
+
+
+@pytest.mark.parametrize("k, padding", [(1, 0), (5, 1), (3, 3)])
+@pytest.mark.parametrize("variant", ["naive", "tiled"])
+def test_forward_kernel_sizes_and_wide_padding(variant, k, padding):
+    # k = 1 and 5; padding 3 > k - 1: outputs whose whole window lies in the padding (bias only)
+    assert run_forward(variant, 2, CIN, COUT, 6, 5, k, padding) < TOL
+
+
+@pytest.mark.parametrize("variant, block", [("naive", 48), ("tiled", 48), ("tiled", (4, 3))])
+def test_forward_blocks_that_do_not_divide_the_output(variant, block):
+    # 48 threads: 1.5 warps; tiled 48 -> a 16x3 tile; (4, 3): tiles straddle every edge of the 7x9 output
+    assert run_forward(variant, N, CIN, COUT, H, W, 3, 1, relu=True, block=block) < TOL
+
+
+def test_tile_shape():
+    assert C.tile_shape(256, 26) == (32, 8)
+    assert C.tile_shape(256, 8) == (8, 32)
+    assert C.tile_shape(48, 9) == (16, 3)  # the width divides the thread count
+    assert C.tile_shape((4, 3), 9) == (4, 3)
+
+
+# --------------------------------------------------------------------------------------------- backward-data
+@pytest.mark.parametrize("padding, mask", [(0, False), (1, True), (0, True)])
+@pytest.mark.parametrize("variant", ["naive", "tiled"])
+def test_backward_data(variant, padding, mask):
+    assert run_backward_data(variant, N, CIN, COUT, H, W, 3, padding, mask) < TOL
+
+
+@pytest.mark.parametrize("k, padding", [(1, 0), (5, 2), (3, 3)])
+@pytest.mark.parametrize("variant", ["naive", "tiled"])
+def test_backward_data_kernel_sizes_and_wide_padding(variant, k, padding):
+    # padding 3 > k - 1: the tiled kernel's offset k - 1 - p is negative; (4, 3) tiles straddle the edges
+    block = (4, 3) if variant == "tiled" else None
+    assert run_backward_data(variant, 2, CIN, COUT, 6, 5, k, padding, mask=True, block=block) < TOL
+
+
+# --------------------------------------------------------------------------------------------- backward-weight
+@pytest.mark.parametrize("padding", [0, 1])
+@pytest.mark.parametrize("variant", ["naive", "block", "deterministic"])
+def test_backward_weight(variant, padding):
+    # auto splits at these shapes: one per image, so block sums with atomics and deterministic in two passes
+    assert run_backward_weight(variant, 2, WG_CIN, WG_COUT, H, W, 3, padding) < TOL
+
+
+@pytest.mark.parametrize("k, padding", [(1, 0), (5, 2)])
+def test_backward_weight_kernel_sizes(k, padding):
+    assert run_backward_weight("naive", 2, CIN, COUT, 6, 5, k, padding) < TOL
+    assert run_backward_weight("block", 2, 1, 2, 6, 5, k, padding, splits=1) < TOL
+
+
+def test_weight_grad_splits():
+    assert C.weight_grad_splits(64, 16) == (64, 1)  # CNN conv1: 16 slices -> one image per block
+    assert C.weight_grad_splits(64, 512) == (2, 32)
+    assert C.weight_grad_splits(64, 256 * 128) == (1, 64)
+    assert C.weight_grad_splits(3, 6, splits=2) == (2, 2)  # whole images per split, none empty
+    assert C.weight_grad_splits(5, 1, splits=4) == (3, 2)
+
+
+def test_deterministic_weight_gradient_is_bit_identical_across_runs():
+    rng = _rng("determinism")
+    x, dy = rand(rng, 2, WG_CIN, H, W), rand(rng, 2, WG_COUT, H, W)
+    results = []
+    for _ in range(2):
+        dw = poisoned(WG_COUT, WG_CIN, 3, 3)
+        launch = C.conv_backward_weight_v2_deterministic(cuda.to_device(x), cuda.to_device(dy), dw, 1, **_block(None),
+                                                         splits=2)
+        assert isinstance(launch, LaunchGroup)  # partial sums, then their fixed-order sum
+        results.append(dw.copy_to_host())
+    np.testing.assert_array_equal(results[0], results[1])
+    assert rel_err(results[0], C.conv_backward_weight_ref(x, dy, 3, 1)) < TOL
+
+
+def test_shuffle_weight_gradient_refuses_the_simulator():
+    if ON_GPU:
+        pytest.skip("simulator only")
+    x, dy = cuda.to_device(np.ones((1, 1, 3, 3), np.float32)), cuda.to_device(np.ones((1, 1, 1, 1), np.float32))
+    with pytest.raises(ValueError, match="conv_backward_weight_v2_shuffle: warp shuffles need a real GPU"):
+        C.conv_backward_weight_v2_shuffle(x, dy, cuda.to_device(np.ones((1, 1, 3, 3), np.float32)), 0)
+    assert "shuffle" not in C.runnable_versions("backward_weight")
+
+
+# --------------------------------------------------------------------------------------------- bias gradient
+@pytest.mark.parametrize("variant, block", [("naive", 3), ("block", 32)])
+def test_bias_grad(variant, block):
+    rng = _rng("bias_grad", variant)
+    dy = rand(rng, N, COUT, H, W)
+    db = poisoned(COUT)
+    C.VERSIONS["bias_grad"][variant](cuda.to_device(dy), db, block=block)
+    assert rel_err(db.copy_to_host(), C.conv_bias_grad_ref(dy)) < TOL
+
+
+# --------------------------------------------------------------------------------------------- layouts, replay
+def test_strided_weight_views_and_replay():
+    """w and dw as non-contiguous views (columns of a wider parameter block); a bound launch replays on the
+    arrays' current contents."""
+    rng = _rng("strided")
+    x = rand(rng, 2, CIN, 5, 6)
+    block_w = rand(rng, WG_COUT, CIN + 2, 3, 3)
+    w_view = cuda.to_device(block_w)[:, 1:CIN + 1]
+    assert not w_view.is_c_contiguous()
+    wt = block_w[:, 1:CIN + 1]
+    for variant, fn in C.VERSIONS["forward"].items():
+        d_x = cuda.to_device(x)
+        out = poisoned(2, WG_COUT, 5, 6)
+        launch = fn(d_x, w_view, None, out, 1, launch=False, **_block(None))
+        assert np.isnan(out.copy_to_host()).all()  # launch=False: nothing ran
+        launch()
+        assert rel_err(out.copy_to_host(), C.conv_forward_ref(x, wt, None, 1)) < TOL, variant
+        d_x.copy_to_device(-x)
+        launch()
+        assert rel_err(out.copy_to_host(), C.conv_forward_ref(-x, wt, None, 1)) < TOL, variant
+    dy = rand(rng, 2, WG_COUT, 5, 6)
+    dx = poisoned(2, CIN, 5, 6)
+    C.conv_backward_data_v2(cuda.to_device(dy), w_view, dx, 1, **_block(None))
+    assert rel_err(dx.copy_to_host(), C.conv_backward_data_ref(dy, wt, x.shape, 1)) < TOL
+    for variant in ("naive", "block"):
+        dw_block = cuda.to_device(np.full((WG_COUT, CIN + 2, 3, 3), np.nan, np.float32))
+        dw_view = dw_block[:, 1:CIN + 1]
+        kw = {**_block(None), **({} if variant == "naive" else {"splits": 2})}  # zeroing + atomics on a view
+        C.VERSIONS["backward_weight"][variant](cuda.to_device(x), cuda.to_device(dy), dw_view, 1, **kw)
+        got = dw_block.copy_to_host()
+        assert rel_err(got[:, 1:CIN + 1], C.conv_backward_weight_ref(x, dy, 3, 1)) < TOL, variant
+        assert np.isnan(got[:, 0]).all() and np.isnan(got[:, CIN + 1]).all()  # nothing outside the view
+
+
+# --------------------------------------------------------------------------------------------- errors
+def _dev(*shape):
+    return cuda.to_device(np.ones(shape, np.float32))
+
+
+@pytest.mark.parametrize("variant", ["naive", "tiled"])
+def test_forward_shape_errors(variant):
+    fn = C.VERSIONS["forward"][variant]
+    op = f"conv_forward_v{1 if variant == 'naive' else 2}"
+    x, w, b = _dev(2, 3, 7, 9), _dev(5, 3, 3, 3), _dev(5)
+    with pytest.raises(ValueError, match=rf"{op}: x\(2, 4, 7, 9\).*has 4 channels, w expects Cin = 3"):
+        fn(_dev(2, 4, 7, 9), w, b, _dev(2, 5, 5, 7), 0)
+    with pytest.raises(ValueError, match=rf"{op}: .*out\(2, 5, 7, 9\): out must be \(2, 5, 5, 7\)"):
+        fn(x, w, b, _dev(2, 5, 7, 9), 0)
+    with pytest.raises(ValueError, match=rf"{op}: w \(5, 3, 2, 2\) must be \(Cout, Cin, k, k\) with one odd k"):
+        fn(x, _dev(5, 3, 2, 2), b, _dev(2, 5, 6, 8), 0)
+    with pytest.raises(ValueError, match=rf"{op}: x is a host NumPy array"):
+        fn(np.ones((2, 3, 7, 9), np.float32), w, b, _dev(2, 5, 5, 7), 0)
+    with pytest.raises(ValueError, match=rf"{op}: bias must be \(5,\)"):
+        fn(x, w, _dev(4), _dev(2, 5, 5, 7), 0)
+    with pytest.raises(ValueError, match=rf"{op}: padding must be a non-negative int"):
+        fn(x, w, b, _dev(2, 5, 9, 11), -1)
+    with pytest.raises(ValueError, match=rf"{op}: .*the 2x2 input with padding 0 is smaller than the 3x3 kernel"):
+        fn(_dev(1, 3, 2, 2), w, b, _dev(1, 5, 1, 1), 0)
+    with pytest.raises(ValueError, match=rf"{op}: x must be float32"):
+        fn(cuda.to_device(np.ones((2, 3, 7, 9))), w, b, _dev(2, 5, 5, 7), 0)
+
+
+def test_pass_shape_errors():
+    dy, w = _dev(2, 5, 5, 7), _dev(5, 3, 3, 3)
+    with pytest.raises(ValueError, match=r"conv_backward_data_v2: .*dy\(2, 5, 5, 7\): dy must be \(2, 5, 7, 9\)"):
+        C.conv_backward_data_v2(dy, w, _dev(2, 3, 7, 9), 1)
+    with pytest.raises(ValueError, match=r"conv_backward_data_v1: relu_mask must have dx's shape \(2, 3, 7, 9\)"):
+        C.conv_backward_data_v1(dy, w, _dev(2, 3, 7, 9), 0, relu_mask=_dev(2, 3, 7, 8))
+    with pytest.raises(ValueError, match=r"conv_backward_weight_v2_block: .*dw expects Cin = 4"):
+        C.conv_backward_weight_v2_block(_dev(2, 3, 7, 9), dy, _dev(5, 4, 3, 3), 0)
+    with pytest.raises(ValueError, match=r"conv_backward_weight_v1: dw \(5, 3, 4, 4\) .* one odd k"):
+        C.conv_backward_weight_v1(_dev(2, 3, 7, 9), dy, _dev(5, 3, 4, 4), 0)
+    with pytest.raises(ValueError, match=r"conv_backward_weight_v2_deterministic: splits must be a positive int"):
+        C.conv_backward_weight_v2_deterministic(_dev(2, 3, 7, 9), dy, _dev(5, 3, 3, 3), 0, splits=0)
+    with pytest.raises(ValueError, match=r"conv_backward_weight_v2_block: block must be a power of two"):
+        C.conv_backward_weight_v2_block(_dev(2, 3, 7, 9), dy, _dev(5, 3, 3, 3), 0, block=48)
+    with pytest.raises(ValueError, match=r"conv_bias_grad_v2: db must be \(5,\)"):
+        C.conv_bias_grad_v2(dy, _dev(4))
+    with pytest.raises(ValueError, match=r"conv_bias_grad_v1: dy is a host NumPy array"):
+        C.conv_bias_grad_v1(np.ones((2, 5, 5, 7), np.float32), _dev(5))
+    with pytest.raises(ValueError, match=r"conv_forward_v2: block must be a thread count or \(TW, TH\)"):
+        C.conv_forward_v2(_dev(2, 3, 7, 9), w, None, dy, 0, block=(4, 0))
+    with pytest.raises(ValueError, match=r"conv_forward_v2: .*does not fit in 49152 bytes of shared memory"):
+        C.conv_forward_v2(_dev(1, 1, 5, 5), _dev(1, 1, 81, 81), None, _dev(1, 1, 5, 5), 40, block=(32, 32))
+
+
+def test_registry():
+    assert set(C.VERSIONS) == set(C.PASSES)
+    assert set(C.VERSIONS["backward_weight"]) >= {"naive", "block", "shuffle", "deterministic"}
+    assert all(name in C.VERSIONS[pass_name] for pass_name, name in C.NEEDS_GPU)
+    assert C.conv_launcher("forward", "tiled") is C.conv_forward_v2
+    with pytest.raises(ValueError, match=r"conv: unknown backward_data variant 'x'; choose from \['naive'"):
+        C.conv_launcher("backward_data", "x")
+    with pytest.raises(ValueError, match="conv: unknown pass"):
+        C.conv_launcher("sideways", "naive")
+
+
+# --------------------------------------------------------------------------------------------- bench path
+def test_every_version_validates_through_the_bench(capsys):
+    problems = bench_conv.conv_problems(quick=True)
+    assert {p.op for p in problems} == {f"conv_{name}" for name in C.PASSES}
+    configurations = bench.validate(problems, [32])
+    assert "all results match" in capsys.readouterr().out
+    validated = {(c.problem.op, c.variant) for c in configurations}
+    assert validated == {(f"conv_{name}", variant) for name in C.PASSES for variant in C.runnable_versions(name)}
+
+
+# --------------------------------------------------------------------------------------------- real GPU
+GPU_SHAPE = (8, 19, 21, 30, 33)  # N, Cin, Cout, H, W: larger, still odd
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("padding", [0, 1])
+def test_shuffle_weight_gradient_gpu(padding):
+    for splits in (1, 3, None):
+        assert run_backward_weight("shuffle", N, CIN, COUT, H, W, 3, padding, splits=splits) < TOL
+    for block in (32, 256, 1024):
+        assert run_backward_weight("shuffle", *GPU_SHAPE, 3, padding, key=("gpu",), block=block) < 1e-4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("padding", [0, 1])
+def test_every_version_gpu_sizes(padding):
+    for variant in C.VERSIONS["forward"]:
+        for block in (64, 256, 1024):
+            assert run_forward(variant, *GPU_SHAPE, 3, padding, relu=True, block=block, key=("gpu",)) < TOL
+    for variant in C.VERSIONS["backward_data"]:
+        for block in (64, 256, 1024):
+            assert run_backward_data(variant, *GPU_SHAPE, 3, padding, mask=True, block=block, key=("gpu",)) < TOL
+    for variant in C.VERSIONS["backward_weight"]:
+        for block in (64, 256, 1024):
+            assert run_backward_weight(variant, *GPU_SHAPE, 3, padding, block=block, key=("gpu",)) < 1e-4
+    for variant in C.VERSIONS["bias_grad"]:
+        rng = _rng("gpu bias", variant)
+        dy = rand(rng, 64, 33, 26, 26)
+        db = poisoned(33)
+        C.VERSIONS["bias_grad"][variant](cuda.to_device(dy), db)
+        assert rel_err(db.copy_to_host(), C.conv_bias_grad_ref(dy)) < 1e-4
+
+
+@pytest.mark.gpu
+def test_kernel_size_5_with_1024_threads_gpu():
+    """k = 5: 25 sums, reduced in several trees when 1024 threads leave shared memory for only 11 rows."""
+    for variant in ("block", "deterministic", "shuffle"):
+        assert run_backward_weight(variant, 4, 5, 6, 20, 21, 5, 2, block=1024, splits=2) < 1e-4
+    for variant in C.VERSIONS["forward"]:
+        assert run_forward(variant, 4, 5, 6, 20, 21, 5, 2, block=1024) < TOL
+    for variant in C.VERSIONS["backward_data"]:
+        assert run_backward_data(variant, 4, 5, 6, 20, 21, 5, 2, mask=True, block=1024) < TOL
+
+
+@pytest.mark.gpu
+def test_deterministic_bit_identical_and_atomics_close_gpu():
+    rng = _rng("gpu determinism")
+    x, dy = rand(rng, 64, 16, 26, 26), rand(rng, 64, 32, 24, 24)
+    runs = {}
+    for variant in ("deterministic", "block", "shuffle"):
+        runs[variant] = []
+        for _ in range(3):
+            dw = poisoned(32, 16, 3, 3)
+            C.VERSIONS["backward_weight"][variant](cuda.to_device(x), cuda.to_device(dy), dw, 0, splits=16)
+            runs[variant].append(dw.copy_to_host())
+    for again in runs["deterministic"][1:]:
+        np.testing.assert_array_equal(runs["deterministic"][0], again)
+    ref = C.conv_backward_weight_ref(x, dy, 3, 0)
+    for variant, results in runs.items():
+        assert rel_err(results[0], ref) < 1e-4, variant
