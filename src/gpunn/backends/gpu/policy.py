@@ -41,14 +41,18 @@ class Policy:
         return not self.graphs
 
 
-DIRECT_CONV = {"forward": "v1", "backward_data": "v1", "backward_weight": "v1", "bias_grad": "v1"}
+DIRECT_CONV = {"forward": "naive", "backward_data": "naive", "backward_weight": "naive", "bias_grad": "naive"}
+TILED_CONV = {"forward": "tiled", "backward_data": "tiled", "backward_weight": "block", "bias_grad": "block"}
+# the fused policies' conv: shared-memory tiles with bias + ReLU fused, a bit-reproducible weight gradient
+FUSED_CONV = {"forward": "tiled", "backward_data": "tiled", "backward_weight": "deterministic", "bias_grad": "block"}
 AUTO_MIN_BLOCKS = 8  # below this many 64x64 output tiles the 16x16 tiles keep more SMs busy
 
 POLICIES = {
     "gpu-naive": Policy("gpu-naive", gemm="naive", fuse=False, resident=False),
-    "gpu-tiled": Policy("gpu-tiled", gemm="tiled16", fuse=False, resident=False),
-    "gpu-fused": Policy("gpu-fused", gemm="auto", fuse=True, resident=True),
-    "gpu-graph": Policy("gpu-graph", gemm="auto", fuse=True, resident=True, graphs=True),
+    "gpu-tiled": Policy("gpu-tiled", gemm="tiled16", fuse=False, resident=False, conv=TILED_CONV),
+    "gpu-fused": Policy("gpu-fused", gemm="auto", fuse=True, resident=True, conv=FUSED_CONV, pool_backward="gather"),
+    "gpu-graph": Policy("gpu-graph", gemm="auto", fuse=True, resident=True, graphs=True, conv=FUSED_CONV,
+                        pool_backward="gather"),
 }
 
 
