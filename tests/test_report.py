@@ -13,7 +13,7 @@ import pytest
 from gpunn import io
 from gpunn.cli import main as cli_main
 from gpunn.errors import GpunnError
-from gpunn.experiments import make_report
+from gpunn.report.experiments import make_report
 from gpunn.pipeline import report_outputs
 from gpunn.report import (
     batch_timing,
@@ -215,7 +215,7 @@ def test_rate_columns_are_not_times():
     assert "95238" in text and "1.235" in text
 
 
-# ------------------------------------------------------------------------ experiment reports (gpunn.experiments)
+# ----------------------------------------------------------------- experiment reports (gpunn.report.experiments)
 # Synthetic inputs in the formats the pipeline writes: run folders as gpunn.train leaves them, timing CSVs as
 # gpunn.timing writes them, and the block-size sweep CSV of rule sweep_blocks.
 

@@ -167,7 +167,7 @@ def _cmd_sweep_blocks(args):
 
 
 def _cmd_report(args):
-    from gpunn.experiments import make_report
+    from gpunn.report.experiments import make_report
 
     make_report(args.experiment, args.out, runs=args.runs, evals=args.evals, timings=args.timings, svm=args.svm,
                 blocks=args.blocks)
