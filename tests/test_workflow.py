@@ -6,8 +6,8 @@ import pytest
 import yaml
 
 from gpunn.errors import GpunnError
-from gpunn.pipeline import experiment_runs
 from gpunn.runspec import RunSpec, parse_hparams, parse_run_path
+from gpunn.targets import experiment_runs
 from snakemake_helpers import run_snakemake
 
 REPO = Path(__file__).resolve().parents[1]

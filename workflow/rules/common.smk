@@ -12,7 +12,7 @@ sys.path.insert(0, _SRC)
 from gpunn.config import load_config, load_schema
 from gpunn.data.registry import DATASETS
 from gpunn.errors import GpunnError
-from gpunn.pipeline import (
+from gpunn.targets import (
     EXPERIMENTS,
     FEATURE_FILES,
     Layout,
@@ -159,7 +159,7 @@ def invalidate_changed_downloads(experiments):
 
 
 def set_aside_edited(experiments):
-    """Intermediate files changed by hand after their job (gpunn.pipeline.edited_intermediates) are moved to
+    """Intermediate files changed by hand after their job (gpunn.targets.edited_intermediates) are moved to
     `<file>.edited`: the job that makes them reruns, and everything that depends on them."""
     for path in edited_intermediates(config, experiments):
         os.replace(path, f"{path}.edited")
@@ -169,7 +169,7 @@ def set_aside_edited(experiments):
 
 def target_inputs(experiments):
     """The inputs of the target rules all and e1 .. e6: the experiments' reports, and every planned intermediate file that is
-    missing, so that removing one reruns it and what depends on it (see gpunn.pipeline.missing_intermediates)."""
+    missing, so that removing one reruns it and what depends on it (see gpunn.targets.missing_intermediates)."""
     if workflow.is_main_process:
         invalidate_changed_downloads(experiments)
         if not workflow.touch:  # --touch refreshes outputs on purpose
