@@ -26,7 +26,7 @@ from gpunn.data.prepare import Prepared, load_prepared
 from gpunn.errors import GpunnError
 from gpunn.nn import build_model
 from gpunn.nn.functional import mse_forward, softmax_cross_entropy
-from gpunn.runspec import RunSpec, parse_run_path
+from gpunn.runspec import RunSpec
 from gpunn.seeding import batch_order, batch_slices
 from gpunn.timing_lock import timing_lock
 from gpunn.variants import make_backend, uses_gpu
@@ -225,7 +225,7 @@ def load_trained(run_dir):
         raise GpunnError(f"{path}: no trained weights; run the training step for this run first")
     try:
         with np.load(path, allow_pickle=False) as saved:
-            spec = parse_run_path(json.loads(str(saved["spec"]))["path"])
+            spec = RunSpec.from_dict(json.loads(str(saved["spec"])))
             model = new_model(spec, tuple(int(v) for v in saved["image_shape"]), int(saved["num_classes"]))
             flat = saved["flat"]
     except (OSError, ValueError, KeyError) as exc:

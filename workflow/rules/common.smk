@@ -12,6 +12,8 @@ sys.path.insert(0, _SRC)
 from gpunn.config import load_config, load_schema
 from gpunn.data.registry import DATASETS
 from gpunn.errors import GpunnError
+from gpunn.runspec import RUN_PATTERN as RUN
+from gpunn.runspec import WILDCARD_CONSTRAINTS, format_run_path
 from gpunn.targets import (
     EXPERIMENTS,
     FEATURE_FILES,
@@ -52,21 +54,10 @@ ENV_FILE = "../../environment.yml"
 export_download_options(config)
 
 
+# A run's path, as gpunn.runspec defines it: in input/output/log patterns as RUN (one wildcard per field,
+# constrained here), in shell commands as {params.run} (params: run=format_run_path, from the wildcards).
 wildcard_constraints:
-    dataset="|".join(DATASETS),
-    split="standard|e2",
-    model="mlp|cnn|autoencoder",
-    variant="[a-z0-9]+(-[a-z0-9]+)*",
-    hparams="w[0-9-]+_b[0-9]+_lr[0-9.eE+-]+_e[0-9]+_s[0-9]+(_n[0-9]+)?",
-    experiment="e[1-6]",
-
-
-# A run's path: in input/output/log patterns as RUN, in shell commands as {params.run} (params=run_path).
-RUN = "{dataset}/{split}/{model}/{variant}/{hparams}"
-
-
-def run_path(wildcards):
-    return RUN.format(**wildcards)
+    **WILDCARD_CONSTRAINTS,
 
 
 def cpu_threads(wildcards):
