@@ -17,6 +17,7 @@ import pytest
 from numba import config, cuda
 
 from gpunn import bench, cli, provenance
+from gpunn.bench.__main__ import main as bench_main
 from gpunn.errors import GpunnError
 from gpunn.kernels import elementwise, gemm
 
@@ -137,7 +138,7 @@ def test_bench_gemm_quick_end_to_end(tmp_path):
 
 
 def test_bench_rejects_bad_blocks_in_one_line(capsys):
-    assert bench.main(["sgd", "--quick", "--blocks", "0"]) == 2
+    assert bench_main(["sgd", "--quick", "--blocks", "0"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("gpunn.bench: error: --blocks") and "\n" not in err
 

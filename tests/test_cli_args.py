@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from gpunn import bench, cli
+from gpunn import cli
+from gpunn.bench.__main__ import main as bench_main
 
 
 def _one_error_line(err: str, prefix: str = "gpunn: error: ") -> str:
@@ -81,7 +82,7 @@ def test_time_batches_zero_batch_in_a_fresh_process(tmp_path):
 def test_bench_arguments_are_one_line_and_status_2(argv, named, tmp_path, capsys):
     out = tmp_path / "b.csv"
     with pytest.raises(SystemExit) as caught:
-        bench.main([*argv, "--out", str(out)])
+        bench_main([*argv, "--out", str(out)])
     assert caught.value.code == 2
     line = _one_error_line(capsys.readouterr().err, "gpunn.bench: error: ")
     assert named in line and line.endswith("(see python -m gpunn.bench --help)") and not out.exists()

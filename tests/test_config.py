@@ -13,7 +13,7 @@ import yaml
 
 from gpunn.config import load_config, machine_slug
 from gpunn.errors import GpunnError
-from gpunn.pipeline import Layout, report_inputs, report_outputs
+from gpunn.targets import Layout, report_inputs, report_outputs
 from snakemake_helpers import REPO, run_snakemake
 
 

@@ -13,8 +13,6 @@ import pytest
 from gpunn import io
 from gpunn.cli import main as cli_main
 from gpunn.errors import GpunnError
-from gpunn.experiments import make_report
-from gpunn.pipeline import report_outputs
 from gpunn.report import (
     batch_timing,
     confusion_matrix_figure,
@@ -25,9 +23,11 @@ from gpunn.report import (
     sample_classifications,
     summary_table,
 )
+from gpunn.report.experiments import make_report
 from gpunn.report.figures import block_sweep, e2_phase_times, epoch_time_bars
 from gpunn.report.tables import format_significant
 from gpunn.runspec import RunSpec
+from gpunn.targets import report_outputs
 from gpunn.timing import TIMING_COLUMNS
 from gpunn.train import METRIC_COLUMNS
 
@@ -215,7 +215,7 @@ def test_rate_columns_are_not_times():
     assert "95238" in text and "1.235" in text
 
 
-# ------------------------------------------------------------------------ experiment reports (gpunn.experiments)
+# ----------------------------------------------------------------- experiment reports (gpunn.report.experiments)
 # Synthetic inputs in the formats the pipeline writes: run folders as gpunn.train leaves them, timing CSVs as
 # gpunn.timing writes them, and the block-size sweep CSV of rule sweep_blocks.
 
@@ -290,7 +290,7 @@ def _declared(experiment, config=None):
 
 def _assert_written(out_dir, experiment):
     written = sorted(p.name for p in out_dir.iterdir())
-    assert written == _declared(experiment)  # exactly what pipeline.report_outputs declares, nothing else
+    assert written == _declared(experiment)  # exactly what targets.report_outputs declares, nothing else
     for name in written:
         if name.endswith(".png"):
             _assert_png(out_dir / name)

@@ -125,7 +125,7 @@ def test_edited_intermediate_is_remade(small):
         arrays = dict(saved)
     original = arrays["x_train"].copy()
     arrays["x_train"][0, 0, 0, 0] ^= 0xFF
-    time.sleep(2.5)  # later than the prepare job's log by more than gpunn.pipeline.EDIT_SLACK_S
+    time.sleep(2.5)  # later than the prepare job's log by more than gpunn.targets.EDIT_SLACK_S
     with open(prepared, "wb") as fh:
         np.savez(fh, **arrays)
     jobs = planned(small)

@@ -14,8 +14,11 @@ from gpunn.data.download import fetch_dataset
 from gpunn.data.offline import write_offline_dataset
 from gpunn.data.prepare import prepare_dataset
 from gpunn.errors import GpunnError
+from gpunn.evaluate import evaluate_run
+from gpunn.features import extract_features
 from gpunn.runspec import parse_run_path
-from gpunn.train import METRIC_COLUMNS, evaluate_run, extract_features, load_trained, train_run
+from gpunn.train import METRIC_COLUMNS, train_run
+from gpunn.weights import load_trained
 
 
 def _prepared(root, name):

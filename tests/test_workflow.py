@@ -1,13 +1,14 @@
 """The Snakemake workflow: lint, the default config's dry run, the config schema, run specs."""
 
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
 from gpunn.errors import GpunnError
-from gpunn.pipeline import experiment_runs
-from gpunn.runspec import RunSpec, parse_hparams, parse_run_path
+from gpunn.runspec import PATH_FIELDS, WILDCARD_CONSTRAINTS, RunSpec, parse_hparams, parse_run_path
+from gpunn.targets import EXPERIMENTS, experiment_runs
 from snakemake_helpers import run_snakemake
 
 REPO = Path(__file__).resolve().parents[1]
@@ -91,12 +92,28 @@ def test_run_path_round_trip():
     spec = RunSpec("cifar10", "standard", "autoencoder", "cpu-numpy", (256, 128), 32, 1e-3, 20, 0, 1000)
     assert spec.path == "cifar10/standard/autoencoder/cpu-numpy/w256-128_b32_lr0.001_e20_s0_n1000"
     assert parse_run_path("results/runs/" + spec.path) == spec
+    assert RunSpec.from_dict(spec.to_dict()) == spec
 
 
-@pytest.mark.parametrize("text", ["w256_b64_lr0.01_e10", "w256_b64_lrx_e10_s0", "h256_b64_lr0.01_e10_s0", ""])
+def test_wildcard_constraints_match_every_run_path_of_the_config():
+    """The Snakemake rules find a run's job by these constraints: each must accept its field of every path
+    RunSpec writes (workflow/rules/common.smk imports them from gpunn.runspec)."""
+    config = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    specs = [spec for experiment in EXPERIMENTS for spec in experiment_runs(config, experiment)]
+    assert specs
+    for spec in specs:
+        for field, value in zip(PATH_FIELDS, spec.path.split("/"), strict=True):
+            assert re.fullmatch(WILDCARD_CONSTRAINTS[field], value), (field, value)
+
+
+BAD_HPARAMS = ["w256_b64_lr0.01_e10", "w256_b64_lrx_e10_s0", "h256_b64_lr0.01_e10_s0", "w256-_b64_lr0.01_e10_s0", ""]
+
+
+@pytest.mark.parametrize("text", BAD_HPARAMS)
 def test_bad_hparams_name_the_expected_form(text):
     with pytest.raises(GpunnError, match="expected e.g. w256_b64_lr0.01_e10_s0"):
         parse_hparams(text)
+    assert not re.fullmatch(WILDCARD_CONSTRAINTS["hparams"], text)  # no rule's job is planned for it either
 
 
 @pytest.mark.parametrize("change, message", [

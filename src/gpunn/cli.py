@@ -113,13 +113,13 @@ def _cmd_train(args):
 
 
 def _cmd_evaluate(args):
-    from gpunn.train import evaluate_run
+    from gpunn.evaluate import evaluate_run
 
     evaluate_run(args.run, args.data, args.out, log=_log)
 
 
 def _cmd_features(args):
-    from gpunn.train import extract_features
+    from gpunn.features import extract_features
 
     extract_features(args.run, args.data, args.out, train_limit=args.train_limit, log=_log)
 
@@ -167,7 +167,7 @@ def _cmd_sweep_blocks(args):
 
 
 def _cmd_report(args):
-    from gpunn.experiments import make_report
+    from gpunn.report.experiments import make_report
 
     make_report(args.experiment, args.out, runs=args.runs, evals=args.evals, timings=args.timings, svm=args.svm,
                 blocks=args.blocks)

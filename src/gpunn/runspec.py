@@ -5,6 +5,12 @@
 with hparams like `w256_b64_lr0.01_e10_s0` (model widths, batch size, learning rate, epochs, seed) and an
 optional `_n1000` (train on the first 1000 samples of the split). GPU variants and sweeps are new values
 of these fields, so the pipeline needs no new plumbing for them.
+
+This module is the one statement of that grammar; everything else imports it:
+    RunSpec.path, parse_run_path         the path and back (parse_hparams reads its last part)
+    RunSpec.to_dict, RunSpec.from_dict   the record kept in metrics.json and weights.npz, and back
+    RUN_PATTERN, WILDCARD_CONSTRAINTS    the path as a Snakemake pattern (a wildcard per field) and what each
+                                         field may hold (workflow/rules/common.smk)
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
+from gpunn.data.registry import DATASETS
 from gpunn.errors import GpunnError
 
 MODELS = ("mlp", "cnn", "autoencoder")
@@ -19,10 +26,23 @@ SPLITS = ("standard", "e2")
 # widths per model: mlp (hidden,), cnn and autoencoder (first conv channels, second conv channels)
 WIDTH_COUNT = {"mlp": 1, "cnn": 2, "autoencoder": 2}
 
-_HPARAMS = re.compile(
-    r"^w(?P<widths>\d+(?:-\d+)*)_b(?P<batch>\d+)_lr(?P<lr>[0-9.eE+-]+)_e(?P<epochs>\d+)_s(?P<seed>\d+)"
-    r"(?:_n(?P<subset>\d+))?$"
-)
+PATH_FIELDS = ("dataset", "split", "model", "variant", "hparams")
+RUN_PATTERN = "/".join(f"{{{field}}}" for field in PATH_FIELDS)  # {dataset}/{split}/{model}/{variant}/{hparams}
+
+# The hparams text; its named groups are the RunSpec fields it holds.
+_HPARAMS_REGEX = (r"w(?P<widths>\d+(?:-\d+)*)_b(?P<batch>\d+)_lr(?P<lr>[0-9.eE+-]+)_e(?P<epochs>\d+)_s(?P<seed>\d+)"
+                  r"(?:_n(?P<subset>\d+))?")
+_HPARAMS = re.compile(_HPARAMS_REGEX)
+
+# What each path field may hold, as Snakemake wildcard constraints (it wraps each in a named group of its own,
+# so the hparams regex goes in with its groups unnamed). Variants are lowercase words joined by hyphens.
+WILDCARD_CONSTRAINTS = {
+    "dataset": "|".join(DATASETS),
+    "split": "|".join(SPLITS),
+    "model": "|".join(MODELS),
+    "variant": "[a-z0-9]+(?:-[a-z0-9]+)*",
+    "hparams": re.sub(r"\(\?P<\w+>", "(?:", _HPARAMS_REGEX),
+}
 
 
 @dataclass(frozen=True)
@@ -57,15 +77,13 @@ class RunSpec:
 
     @property
     def hparams(self) -> str:
-        text = (
-            f"w{'-'.join(str(w) for w in self.widths)}_b{self.batch}_lr{format_float(self.lr)}"
-            f"_e{self.epochs}_s{self.seed}"
-        )
+        text = f"w{format_widths(self.widths)}_b{self.batch}_lr{format_float(self.lr)}_e{self.epochs}_s{self.seed}"
         return text + (f"_n{self.subset}" if self.subset else "")
 
     @property
     def path(self) -> str:
-        return f"{self.dataset}/{self.split}/{self.model}/{self.variant}/{self.hparams}"
+        """'<dataset>/<split>/<model>/<variant>/<hparams>': parse_run_path reads it back."""
+        return format_run_path({field: getattr(self, field) for field in PATH_FIELDS})
 
     def model_sizes(self, image_shape: tuple[int, int, int], num_classes: int) -> dict:
         """Keyword arguments for gpunn.nn.build_model, from the widths and the data's shape."""
@@ -79,10 +97,16 @@ class RunSpec:
         return {"in_channels": channels, "image_size": height, "channels": self.widths}
 
     def to_dict(self) -> dict:
+        """The record kept with a run's outputs: every field (for readers of the JSON) and the path."""
         out = asdict(self)
         out["widths"] = list(self.widths)
         out["path"] = self.path
         return out
+
+    @classmethod
+    def from_dict(cls, record: dict) -> "RunSpec":
+        """The spec of a to_dict record, read from its path (which holds every field)."""
+        return parse_run_path(record["path"])
 
 
 def format_float(value: float) -> str:
@@ -90,8 +114,18 @@ def format_float(value: float) -> str:
     return repr(float(value))
 
 
+def format_widths(widths) -> str:
+    """Model widths as in hparams: (256, 128) -> '256-128'."""
+    return "-".join(str(w) for w in widths)
+
+
+def format_run_path(fields) -> str:
+    """The run path from a mapping of the PATH_FIELDS (a RunSpec's values, or a Snakemake job's wildcards)."""
+    return RUN_PATTERN.format(**{field: fields[field] for field in PATH_FIELDS})
+
+
 def parse_hparams(text: str) -> dict:
-    match = _HPARAMS.match(text)
+    match = _HPARAMS.fullmatch(text)
     if not match:
         raise GpunnError(
             f"cannot read hyperparameters '{text}': expected e.g. w256_b64_lr0.01_e10_s0 (optionally _n1000)"

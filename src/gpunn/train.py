@@ -1,96 +1,39 @@
-"""Training and evaluation of one run (a RunSpec) on a prepared dataset, for any registered variant.
+"""Training of one run (a RunSpec) on a prepared dataset, for any registered variant.
 
-Per epoch the loop trains over the shared batch order, then evaluates on the test split, and records
-train loss, test loss, test accuracy (classifiers), wall time and its forward/backward split. Outputs of
-a run directory, all written atomically at the end:
+Per epoch the loop trains over the shared batch order, then evaluates on the test split (gpunn.evaluate),
+and records train loss, test loss, test accuracy (classifiers), wall time and its forward/backward split.
+Outputs of a run directory, all written atomically at the end:
     metrics.csv    one row per epoch
     metrics.json   the run spec, data sizes, final figures, where the run came from ("provenance": device,
                    threads, versions, commit; gpunn.provenance) and the seconds it waited for the timing
                    lock ("timing_lock_wait_s": the timed part runs under gpunn.timing_lock)
-    weights.npz    the flat parameter buffer, its layout and the spec
+    weights.npz    the flat parameter buffer, its layout and the spec (gpunn.weights)
+The run's arrays come from gpunn.rundata, its initial model from gpunn.weights.new_model.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from gpunn import io, provenance
-from gpunn.data.prepare import Prepared, load_prepared
+from gpunn.backends.registry import make_backend, uses_gpu
+from gpunn.data.prepare import load_prepared
 from gpunn.errors import GpunnError
-from gpunn.nn import build_model
-from gpunn.nn.functional import mse_forward, softmax_cross_entropy
-from gpunn.runspec import RunSpec, parse_run_path
+from gpunn.evaluate import predict, test_metrics
+from gpunn.rundata import RunData, images_to_float, run_data
+from gpunn.runspec import RunSpec
 from gpunn.seeding import batch_order, batch_slices
 from gpunn.timing_lock import timing_lock
-from gpunn.backends.registry import make_backend, uses_gpu
+from gpunn.weights import new_model, save_weights
 
-EVAL_BATCH = 1000
 METRIC_COLUMNS = [
     "epoch", "train_loss", "test_loss", "test_accuracy",
     "epoch_time_s", "forward_time_s", "backward_time_s", "eval_time_s", "samples_per_s",
 ]
-
-
-def images_to_float(images: np.ndarray) -> np.ndarray:
-    """uint8 pixels -> float32 in [0, 1]; every backend normalises with exactly this expression."""
-    return images.astype(np.float32) / np.float32(255.0)
-
-
-@dataclass
-class RunData:
-    """The arrays one run trains and tests on (the training subset already applied)."""
-
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_test: np.ndarray
-    y_test: np.ndarray
-    image_shape: tuple[int, int, int]
-    num_classes: int
-    class_names: list[str]
-
-
-def run_data(spec: RunSpec, prepared: Prepared) -> RunData:
-    if prepared.dataset != spec.dataset or prepared.split != spec.split:
-        raise GpunnError(
-            f"prepared data is {prepared.dataset}/{prepared.split} but the run asks for {spec.dataset}/{spec.split}"
-        )
-    n_train = len(prepared.x_train)
-    if spec.subset > n_train:
-        raise GpunnError(f"subset of {spec.subset} training samples asked, {spec.dataset}/{spec.split} has {n_train}")
-    keep = spec.subset or n_train
-    return RunData(
-        x_train=prepared.x_train[:keep],
-        y_train=prepared.y_train[:keep].astype(np.int64),
-        x_test=prepared.x_test,
-        y_test=prepared.y_test.astype(np.int64),
-        image_shape=tuple(prepared.image_shape),
-        num_classes=int(prepared.num_classes),
-        class_names=[str(c) for c in prepared.class_names],
-    )
-
-
-def new_model(spec: RunSpec, image_shape, num_classes: int):
-    return build_model(spec.model, seed=spec.seed, **spec.model_sizes(image_shape, num_classes))
-
-
-def predict(backend, images: np.ndarray, batch: int = EVAL_BATCH) -> np.ndarray:
-    """Model outputs (logits or reconstructions) over all images, in float32 batches."""
-    outs = [backend.predict(images_to_float(images[s:e])) for s, e in batch_slices(len(images), batch)]
-    return np.concatenate(outs)
-
-
-def test_metrics(model_name: str, outputs: np.ndarray, images: np.ndarray, labels: np.ndarray) -> dict:
-    if model_name == "autoencoder":
-        return {"test_loss": float(mse_forward(outputs, images_to_float(images))), "test_accuracy": math.nan}
-    loss, _ = softmax_cross_entropy(outputs, labels)
-    return {"test_loss": float(loss), "test_accuracy": float(np.mean(outputs.argmax(axis=1) == labels))}
 
 
 def _check_finite(value: float, where: str, spec: RunSpec) -> None:
@@ -189,96 +132,3 @@ def _progress_log(log, epoch: int, epochs: int, every_s: float):
             last = now
 
     return progress
-
-
-def save_weights(path, spec: RunSpec, model, flat: np.ndarray, data: RunData) -> None:
-    names, offsets, shapes = zip(*model.layout())
-    io.write_npz(
-        path,
-        flat=np.asarray(flat, dtype=np.float32),
-        names=np.array(names),
-        offsets=np.array(offsets, dtype=np.int64),
-        shapes=np.array(json.dumps([list(s) for s in shapes])),
-        spec=np.array(json.dumps(spec.to_dict())),
-        image_shape=np.array(data.image_shape, dtype=np.int64),
-        num_classes=np.array(data.num_classes),
-    )
-
-
-def load_trained(run_dir):
-    """(spec, cpu-numpy model holding the trained weights) from a run directory."""
-    path = Path(run_dir) / "weights.npz"
-    if not path.is_file():
-        raise GpunnError(f"{path}: no trained weights; run the training step for this run first")
-    try:
-        with np.load(path, allow_pickle=False) as saved:
-            spec = parse_run_path(json.loads(str(saved["spec"]))["path"])
-            model = new_model(spec, tuple(int(v) for v in saved["image_shape"]), int(saved["num_classes"]))
-            flat = saved["flat"]
-    except (OSError, ValueError, KeyError) as exc:
-        raise GpunnError(f"{path}: unreadable weights file ({exc}); delete it and train again") from None
-    if flat.shape != model.flat.shape:
-        raise GpunnError(f"{path}: holds {flat.size} parameters, the model needs {model.flat.size}; train again")
-    model.load_flat(flat)
-    return spec, model
-
-
-def evaluate_run(run_dir, prepared_path, out_dir, log=print, n_samples: int = 25) -> dict:
-    """Test-set evaluation of a trained run: eval.json (loss, accuracy, per-class accuracy and confusion
-    matrix for classifiers), predictions.npy, and samples.npz (the first test images with their outputs,
-    for the sample-classification or reconstruction figure)."""
-    spec, model = load_trained(run_dir)
-    data = run_data(spec, load_prepared(prepared_path))
-    backend = make_backend("cpu-numpy", model, spec.model, spec.lr)
-    start = time.perf_counter()
-    outputs = predict(backend, data.x_test)
-    result = {"run": spec.path, "n_test": len(data.x_test), **test_metrics(spec.model, outputs, data.x_test, data.y_test)}
-    out_dir = Path(out_dir)
-    shown = min(n_samples, len(data.x_test))
-    if spec.model == "autoencoder":
-        recon = np.clip(outputs[:shown], 0.0, 1.0)
-        io.write_npz(out_dir / "samples.npz", images=data.x_test[:shown], reconstructions=recon)
-        io.write_npy(out_dir / "predictions.npy", outputs[:shown])
-        log(f"evaluate {spec.path}: test MSE {result['test_loss']:.5f}")
-    else:
-        predicted = outputs.argmax(axis=1)
-        k = data.num_classes
-        confusion = np.zeros((k, k), dtype=np.int64)
-        np.add.at(confusion, (data.y_test, predicted), 1)
-        per_class = confusion.diagonal() / np.maximum(confusion.sum(axis=1), 1)
-        result["per_class_accuracy"] = {name: float(a) for name, a in zip(data.class_names, per_class)}
-        result["confusion_matrix"] = confusion.tolist()
-        result["class_names"] = data.class_names
-        io.write_npz(out_dir / "samples.npz", images=data.x_test[:shown], labels=data.y_test[:shown],
-                     predictions=predicted[:shown], class_names=np.array(data.class_names))
-        io.write_npy(out_dir / "predictions.npy", predicted.astype(np.int64))
-        log(f"evaluate {spec.path}: test accuracy {100 * result['test_accuracy']:.2f}%")
-    result["eval_time_s"] = time.perf_counter() - start
-    io.write_json(out_dir / "eval.json", result)
-    return result
-
-
-def extract_features(run_dir, prepared_path, out_dir, train_limit: int = 0, batch: int = 256, log=print) -> dict:
-    """Encoder outputs of a trained autoencoder, flattened to (N, C*H*W) float32 .npy, with labels, for
-    the whole training split (or its first `train_limit` samples) and the whole test split."""
-    spec, model = load_trained(run_dir)
-    if spec.model != "autoencoder":
-        raise GpunnError(f"features come from an autoencoder run, {run_dir} is a {spec.model}")
-    prepared = load_prepared(prepared_path)
-    out_dir = Path(out_dir)
-    sizes = {}
-    for part, images, labels in (("train", prepared.x_train, prepared.y_train), ("test", prepared.x_test, prepared.y_test)):
-        if part == "train" and train_limit:
-            images, labels = images[:train_limit], labels[:train_limit]
-        chunks, start, last_report = [], time.perf_counter(), time.perf_counter()
-        for s, e in batch_slices(len(images), batch):
-            chunks.append(model.encode(images_to_float(images[s:e])).reshape(e - s, -1))
-            if time.perf_counter() - last_report >= 15.0:
-                log(f"  {part} features {e}/{len(images)} ({time.perf_counter() - start:.1f} s)")
-                last_report = time.perf_counter()
-        features = np.concatenate(chunks).astype(np.float32, copy=False)
-        io.write_npy(out_dir / f"{part}_features.npy", features)
-        io.write_npy(out_dir / f"{part}_labels.npy", labels.astype(np.int64))
-        sizes[part] = list(features.shape)
-        log(f"features {part}: {features.shape[0]} x {features.shape[1]} ({time.perf_counter() - start:.1f} s)")
-    return sizes

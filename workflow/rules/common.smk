@@ -12,7 +12,9 @@ sys.path.insert(0, _SRC)
 from gpunn.config import load_config, load_schema
 from gpunn.data.registry import DATASETS
 from gpunn.errors import GpunnError
-from gpunn.pipeline import (
+from gpunn.runspec import RUN_PATTERN as RUN
+from gpunn.runspec import WILDCARD_CONSTRAINTS, format_run_path
+from gpunn.targets import (
     EXPERIMENTS,
     FEATURE_FILES,
     Layout,
@@ -53,21 +55,10 @@ ENV_FILE = "../../environment.yml"
 export_download_options(config)
 
 
+# A run's path, as gpunn.runspec defines it: in input/output/log patterns as RUN (one wildcard per field,
+# constrained here), in shell commands as {params.run} (params: run=format_run_path, from the wildcards).
 wildcard_constraints:
-    dataset="|".join(DATASETS),
-    split="standard|e2",
-    model="mlp|cnn|autoencoder",
-    variant="[a-z0-9]+(-[a-z0-9]+)*",
-    hparams="w[0-9-]+_b[0-9]+_lr[0-9.eE+-]+_e[0-9]+_s[0-9]+(_n[0-9]+)?",
-    experiment="e[1-6]",
-
-
-# A run's path: in input/output/log patterns as RUN, in shell commands as {params.run} (params=run_path).
-RUN = "{dataset}/{split}/{model}/{variant}/{hparams}"
-
-
-def run_path(wildcards):
-    return RUN.format(**wildcards)
+    **WILDCARD_CONSTRAINTS,
 
 
 def cpu_threads(wildcards):
@@ -160,7 +151,7 @@ def invalidate_changed_downloads(experiments):
 
 
 def set_aside_edited(experiments):
-    """Intermediate files changed by hand after their job (gpunn.pipeline.edited_intermediates) are moved to
+    """Intermediate files changed by hand after their job (gpunn.targets.edited_intermediates) are moved to
     `<file>.edited`: the job that makes them reruns, and everything that depends on them."""
     for path in edited_intermediates(config, experiments):
         os.replace(path, f"{path}.edited")
@@ -170,7 +161,7 @@ def set_aside_edited(experiments):
 
 def target_inputs(experiments):
     """The inputs of the target rules all and e1 .. e6: the experiments' reports, and every planned intermediate file that is
-    missing, so that removing one reruns it and what depends on it (see gpunn.pipeline.missing_intermediates)."""
+    missing, so that removing one reruns it and what depends on it (see gpunn.targets.missing_intermediates)."""
     if workflow.is_main_process:
         invalidate_changed_downloads(experiments)
         if not workflow.touch:  # --touch refreshes outputs on purpose

@@ -15,7 +15,7 @@ rule train:
     log:
         f"{R}/logs/train/{M}/{RUN}.log",
     params:
-        run=run_path,
+        run=format_run_path,
         out=folder_of("output"),
         env=variant_env,
     threads: cpu_threads

@@ -1,4 +1,10 @@
-"""Report: figures (PNG, matplotlib Agg) and summary tables (CSV + Markdown) for the experiments."""
+"""Report: figures (PNG, matplotlib Agg) and summary tables (CSV + Markdown) for the experiments.
+
+    experiments  the report of each experiment E1..E6 from its finished runs (make_report; `gpunn report`)
+    tables       summary tables: CSV and Markdown, number formats, variant order
+    figures      the figures: loss curves, heatmaps, timings, samples, reconstructions, confusion matrix
+    titles       titles built from the rows shown: sizes, device, simulator warning
+"""
 
 from gpunn.report.figures import (
     batch_timing,

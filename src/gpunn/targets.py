@@ -59,6 +59,10 @@ class Layout:
     def logs(self, stage: str) -> str:
         return f"{self.root}/logs/{stage}"
 
+    def run_log(self, stage: str, spec: RunSpec) -> str:
+        """The log of a per-run job (train, evaluate, features)."""
+        return f"{self.logs(stage)}/{self.machine}/{spec.path}.log"
+
     def run_dir(self, spec: RunSpec) -> str:
         return f"{self.measured('runs')}/{spec.path}"
 
@@ -160,9 +164,20 @@ EVAL_FILES = ("eval.json", "samples.npz", "predictions.npy")
 FEATURE_FILES = tuple(f"{part}_{kind}.npy" for part in ("train", "test") for kind in ("features", "labels"))
 
 
+def shown_runs(config: dict, experiment: str) -> list[RunSpec]:
+    """The runs whose evaluation an experiment's report shows (E1, E4, E5): the first listed variant, the
+    reference, per dataset (its sample figure)."""
+    if experiment not in ("e1", "e4", "e5"):
+        return []
+    shown = {}
+    for spec in experiment_runs(config, experiment):
+        shown.setdefault(spec.dataset, spec)
+    return list(shown.values())
+
+
 def report_inputs(config: dict, experiment: str) -> dict[str, list[str]]:
-    """Input files of one experiment's report, by kind: runs (metrics.json), evals (eval.json of the first
-    listed variant, the reference, per dataset: its sample figure), timings and blocks (E3 CSVs), svm (E6)."""
+    """Input files of one experiment's report, by kind: runs (metrics.json), evals (eval.json of the
+    shown_runs), timings and blocks (E3 CSVs), svm (E6)."""
     layout = Layout.of(config)
     if experiment == "e3":
         timing = layout.measured("timing")
@@ -172,13 +187,9 @@ def report_inputs(config: dict, experiment: str) -> dict[str, list[str]]:
         return inputs
     if experiment == "e6":
         return {"svm": [f"{layout.measured('svm')}/{e6_run(config).path}/metrics.json"]}
-    runs = experiment_runs(config, experiment)
-    inputs = {"runs": [f"{layout.run_dir(r)}/metrics.json" for r in runs]}
-    if experiment in ("e1", "e4", "e5"):
-        shown = {}
-        for r in runs:
-            shown.setdefault(r.dataset, r)
-        inputs["evals"] = [f"{layout.eval_dir(r)}/eval.json" for r in shown.values()]
+    inputs = {"runs": [f"{layout.run_dir(r)}/metrics.json" for r in experiment_runs(config, experiment)]}
+    if shown := shown_runs(config, experiment):
+        inputs["evals"] = [f"{layout.eval_dir(r)}/eval.json" for r in shown]
     return inputs
 
 
@@ -187,21 +198,19 @@ def planned_intermediates(config: dict, experiment: str) -> dict[str, str | None
     splits, run outputs, the evaluations the report shows, E6's encoder features), each with the log of the
     job that writes it (None for raw files, which their manifest.json vouches for instead)."""
     layout = Layout.of(config)
-    logs = layout.logs
     files: dict[str, str | None] = {}
     for dataset, split in experiment_data(config, experiment):
         files.update(dict.fromkeys(raw_outputs(config, dataset)))
-        files[layout.prepared(dataset, split)] = f"{logs('prepare')}/{dataset}/{split}.log"
+        files[layout.prepared(dataset, split)] = f"{layout.logs('prepare')}/{dataset}/{split}.log"
     for spec in experiment_runs(config, experiment):
-        log = f"{logs('train')}/{layout.machine}/{spec.path}.log"
+        log = layout.run_log("train", spec)
         files.update({f"{layout.run_dir(spec)}/{name}": log for name in RUN_FILES})
         if experiment == "e6":
-            log = f"{logs('features')}/{layout.machine}/{spec.path}.log"
+            log = layout.run_log("features", spec)
             files.update({f"{layout.features_dir(spec)}/{name}": log for name in FEATURE_FILES})
-    for eval_json in report_inputs(config, experiment).get("evals", []):
-        run_path = os.path.relpath(os.path.dirname(eval_json), layout.measured("eval"))
-        log = f"{logs('evaluate')}/{layout.machine}/{run_path}.log"
-        files.update({f"{os.path.dirname(eval_json)}/{name}": log for name in EVAL_FILES})
+    for spec in shown_runs(config, experiment):
+        log = layout.run_log("evaluate", spec)
+        files.update({f"{layout.eval_dir(spec)}/{name}": log for name in EVAL_FILES})
     return files
 
 

@@ -29,6 +29,7 @@ import pandas as pd
 from gpunn.errors import GpunnError
 from gpunn.report import figures, tables, titles
 from gpunn.report.tables import format_significant, ordered_variants
+from gpunn.runspec import RunSpec, format_widths, parse_run_path
 
 
 def _read_json(path) -> dict:
@@ -49,23 +50,25 @@ def run_row(run_dir) -> dict:
         return _run_row(summary)
     except KeyError as exc:
         raise GpunnError(f"{path}: lacks key {exc}; rerun its training step") from None
+    except GpunnError as exc:  # a spec the run path grammar no longer reads
+        raise GpunnError(f"{path}: {exc}; rerun its training step") from None
 
 
 def _run_row(summary: dict) -> dict:
     """The spec, sizes, times and final metrics of a run; its device and whether it ran under the simulator
     (unknown and false for runs recorded before metrics.json had provenance); the MLP's input and output sizes
     for titles."""
-    spec = summary["spec"]
+    spec = RunSpec.from_dict(summary["spec"])
     return {
-        "dataset": spec["dataset"], "split": spec["split"], "model": spec["model"], "variant": spec["variant"],
-        "widths": "-".join(str(w) for w in spec["widths"]), "batch": spec["batch"], "lr": spec["lr"],
-        "epochs": spec["epochs"], "seed": spec["seed"], "n_train": summary["n_train"], "n_test": summary["n_test"],
+        "dataset": spec.dataset, "split": spec.split, "model": spec.model, "variant": spec.variant,
+        "widths": format_widths(spec.widths), "batch": spec.batch, "lr": spec.lr,
+        "epochs": spec.epochs, "seed": spec.seed, "n_train": summary["n_train"], "n_test": summary["n_test"],
         "parameters": summary["num_parameters"], "train_time_s": summary["total_train_time_s"],
         "time_per_epoch_s": summary["mean_epoch_time_s"], "forward_time_s": summary["forward_time_s"],
         "backward_time_s": summary["backward_time_s"], "final_train_loss": summary["final_train_loss"],
         "test_loss": summary["final_test_loss"], "test_accuracy": summary["final_test_accuracy"],
         **titles.device_fields(summary.get("provenance")),
-        "in_features": titles.mlp_in_features(summary, spec["widths"][0]) if spec["model"] == "mlp" else None,
+        "in_features": titles.mlp_in_features(summary, spec.widths[0]) if spec.model == "mlp" else None,
         "classes": summary.get("num_classes"),
     }
 
@@ -317,7 +320,7 @@ def report_e4(runs, evals, out_dir, **_) -> dict[str, str]:
                          written["summary.md"], columns=cols, note=titles.simulated_note(frame))
     _curves(runs, ["dataset", "variant"], out_dir / "loss_curves.png", written["loss_curves.png"])
     for eval_dir in evals:
-        dataset = _read_json(Path(eval_dir) / "eval.json")["run"].split("/")[0]
+        dataset = parse_run_path(_read_json(Path(eval_dir) / "eval.json")["run"]).dataset
         of_dataset = frame[frame["dataset"] == dataset]
         described = titles.model_description(of_dataset if not of_dataset.empty else frame)
         name = f"samples_{dataset}.png"

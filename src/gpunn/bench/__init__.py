@@ -1,0 +1,122 @@
+"""Kernel benchmarks in the llm.c ``dev/cuda`` style: validate every version against its float64 reference
+first, then time every version x block size with CUDA events, one line each.
+
+    python -m gpunn.bench {gemm,elementwise,softmax,reduce,sgd,all} [--out CSV] [--quick] [--repeats N]
+                          [--blocks 32,64,...]
+    python -m gpunn.bench mlp [--variants gpu-fused,...] [--samples 60000] [--batch 64] [--epochs 3]
+
+What is benchmarked
+    gemm         every variant in ``gemm.VERSIONS`` (variants added there are picked up) on 4096^3, the
+                 MLP 784-256-10 at batch 64 (both layers' forward with bias (+ ReLU), the weight gradients
+                 x^T dy, the hidden-layer input gradient dy W^T) and an odd validation shape 257x129x301.
+                 Block sizes: the variant's own default block, plus every ``--blocks`` size the variant
+                 accepts (a 2-D block is laid out 32 x threads/32; fixed-block variants reject the others).
+    elementwise  bias_add, relu_forward, relu_backward, bias_relu
+    softmax      softmax_rows, softmax_ce_grad (logits and int32 labels), loss_mean (of the batch's losses)
+    reduce       colsum_atomic, colsum_tree
+    sgd          sgd_step over a flat buffer of rows * cols parameters
+    The memory-bound ops run on the MLP's hidden activation 64x256 (launch-bound: what training sees) and
+    on a large odd 8191x4099. ``--quick``: tiny shapes, 2 repeats, blocks 32,64 (what the simulator tests run).
+
+How
+    1. Validation (``validate``): fixed-seed random non-zero float32 inputs and the float64 reference; for
+       every variant x block, fresh device inputs, outputs poisoned with NaN (in-place ops overwrite their
+       input instead), one launch; the relative error max|out - ref| / max|ref| must stay below the op's
+       limit (``TOLERANCE``; GEMM: ``gemm_tolerance``, growing with sqrt(K)). The first mismatch stops
+       everything with a ``BenchMismatch`` naming op, variant, block and shape and the first differing
+       elements. "all results match" is printed before any timing.
+    2. Timing (``median_launch_ms``): ``WARMUP_LAUNCHES`` launches (the first one compiles), then a CUDA
+       event pair recorded on the launch's stream around each of ``repeats`` launches, one synchronisation,
+       the median in ms. A launch slower than ``TIME_BUDGET_MS / repeats`` (naive GEMM at 4096^3) gets fewer
+       repeats, at least ``MIN_REPEATS``. A kernel shorter than the host's launch cost leaves the GPU
+       waiting for its launch between the events, so its time includes that overhead (what training sees).
+       GFLOP/s = 2MNK / time (GEMM); GB/s = bytes read plus bytes written, each array counted once, / time
+       (memory-bound ops).
+    3. Reference: when torch with CUDA is importable, the equivalent torch op (GEMM: torch.matmul / addmm,
+       cuBLAS with TF32 off) is timed the same way with torch.cuda.Event; pct_of_ref = 100 * ref_ms / ms.
+    Under numba's CUDA simulator events carry no time: the host clock is used instead, and a warning says
+    the timings are meaningless; the code path still runs.
+    Validation and timing run under the machine-wide timing lock (gpunn.timing_lock: one timed job at a time),
+    and every CSV row ends with the provenance columns (gpunn.provenance.CSV_COLUMNS: device by name, thread
+    counts, versions, commit).
+
+``mlp`` times whole training epochs of the MLP per variant (gpunn.timing.time_mlp_epochs: same random
+MNIST-shaped data, init and batch order for every variant; PyTorch eager and CUDA-graph epochs in the same run
+when torch is importable, and each variant's ratio to PyTorch eager).
+
+``block_sweep`` is the E3 block-size sweep of the memory-bound kernels (``gpunn sweep-blocks``).
+
+Modules
+    core       Problem, the memory-bound problem builder (_launcher_problem), validation, timing (EventClock),
+               the CSV table (BENCH_COLUMNS), --blocks and the device header
+    gemm       GEMM problems (GemmCase, gemm_tolerance)
+    ops        memory-bound problems: elementwise, softmax, reduce, sgd (MEMORY_BOUND_BUILDERS)
+    sweep      the E3 block-size sweep (block_sweep, --shapes)
+    __main__   the command line
+Every name callers use is importable from gpunn.bench itself (re-exported here): op_problems and OPS (the op
+families), and the pieces a new family's problem module builds on (Problem, _launcher_problem, _Output, ...).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpunn.bench.core import (
+    BENCH_COLUMNS,
+    DEFAULT_BLOCKS,
+    DEFAULT_REPEATS,
+    MIN_REPEATS,
+    QUICK_BLOCKS,
+    QUICK_REPEATS,
+    SIMULATOR_WARNING,
+    TIME_BUDGET_MS,
+    TOLERANCE,
+    WARMUP_LAUNCHES,
+    WARP,
+    BenchMismatch,
+    Configuration,
+    EventClock,
+    Problem,
+    _launcher_problem,
+    _Output,
+    _poisoned,
+    _random,
+    _tensor,
+    bench_frame,
+    benchmark,
+    block_dims,
+    block_threads,
+    check_outputs,
+    log_device_header,
+    median_launch_ms,
+    numba_clock,
+    parse_blocks,
+    reference_timing,
+    time_configuration,
+    torch_clock,
+    torch_on_gpu,
+    validate,
+)
+from gpunn.bench.gemm import GEMM_CASES, QUICK_GEMM_CASES, GemmCase, gemm_problems, gemm_tolerance
+from gpunn.bench.ops import (
+    MEMORY_BOUND_BUILDERS,
+    MEMORY_SHAPES,
+    QUICK_MEMORY_SHAPES,
+    SGD_LR,
+    elementwise_problems,
+    reduce_problems,
+    sgd_problems,
+    softmax_problems,
+)
+from gpunn.bench.sweep import SWEEP_COLUMNS, block_sweep, parse_shapes
+
+OPS = ("gemm", *MEMORY_BOUND_BUILDERS)
+
+
+def op_problems(op: str, quick: bool = False, seed: int = 0) -> list[Problem]:
+    """The problems of one op group at the benchmark's shapes (tiny ones with `quick`)."""
+    if op == "gemm":
+        return gemm_problems(QUICK_GEMM_CASES if quick else GEMM_CASES, seed)
+    rng = np.random.default_rng(seed)
+    shapes = QUICK_MEMORY_SHAPES if quick else MEMORY_SHAPES
+    return [p for case, (rows, cols) in shapes.items() for p in MEMORY_BOUND_BUILDERS[op](rows, cols, case, rng)]

@@ -1,0 +1,318 @@
+"""What every benchmark shares (the method is described in gpunn.bench): a Problem (one op on one shape, with
+its float64 expected outputs and how to bind a launch of each variant), the helpers that build memory-bound
+problems from a kernel's launcher, validation against the references, CUDA-event timing (EventClock) with the
+torch reference, the CSV table of the rows (BENCH_COLUMNS), and the block-size and device lines of the
+command line.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from numba import cuda
+
+from gpunn import device, provenance
+from gpunn.errors import GpunnError
+
+DEFAULT_BLOCKS = (32, 64, 128, 256, 512, 1024)
+QUICK_BLOCKS = (32, 64)
+DEFAULT_REPEATS = 20
+QUICK_REPEATS = 2
+WARMUP_LAUNCHES = 2
+MIN_REPEATS = 3
+TIME_BUDGET_MS = 2000.0  # timed launches per configuration stop around this (naive GEMM at 4096^3)
+TOLERANCE = 1e-5  # relative error of the memory-bound ops: a few float32 roundings
+WARP = 32
+
+# every row ends with the provenance columns (device, thread counts, versions, commit: gpunn.provenance)
+BENCH_COLUMNS = ["op", "case", "variant", "block", "block_dims", "m", "n", "k", "rows", "cols", "n_elements", "ms",
+                 "gflops", "gbps", "ref_name", "ref_ms", "pct_of_ref", "repeats", *provenance.CSV_COLUMNS]
+SIMULATOR_WARNING = ("WARNING: numba CUDA simulator: kernels run as Python threads on the CPU; the timings "
+                     "below are host-clock times and meaningless")
+
+
+class BenchMismatch(GpunnError):
+    """A kernel's output differs from its float64 reference beyond the op's tolerance."""
+
+
+# --------------------------------------------------------------------------------------------- problems
+@dataclass
+class Problem:
+    """One op on one shape: host inputs, float64 expected outputs, and how to bind a launch of a variant.
+
+    ``bind(launcher, block, stream)`` copies fresh inputs to the device, poisons the outputs with NaN and
+    returns ``(launch, outputs)`` without launching; ``torch_ref(torch)`` returns the name of the equivalent
+    torch op and a zero-argument callable running it on device tensors."""
+
+    op: str
+    case: str
+    variants: dict
+    dims: dict
+    shape_label: str
+    n_elements: int
+    output_names: tuple
+    expected: tuple
+    tolerance: float
+    bytes_moved: int
+    flops: int
+    bind: Callable
+    torch_ref: Callable
+
+
+def _random(rng, shape, scale=1.0) -> np.ndarray:
+    a = (rng.standard_normal(shape) * scale).astype(np.float32)
+    a[a == 0] = 0.5  # never zero: keeps the ReLU masks and the relative errors well defined
+    return a
+
+
+def _poisoned(shape):
+    return cuda.to_device(np.full(shape, np.nan, np.float32))
+
+
+class _Output:
+    """An output argument: `shape` filled with NaN on the device before the launch."""
+
+    def __init__(self, *shape):
+        self.shape = shape
+
+
+def _launcher_problem(op, case, kernel, launcher, rows, cols, args, outputs, expected, bytes_moved, torch_ref,
+                      n_elements=None) -> Problem:
+    """A memory-bound kernel: `args` are its positional arguments (host arrays are copied to the device
+    fresh at every bind, ``_Output``s are poisoned, anything else is passed as is); `outputs` names the
+    checked arguments by position (an in-place op names one of its inputs)."""
+
+    def bind(launcher, block, stream):
+        device_args = [cuda.to_device(arg) if isinstance(arg, np.ndarray) else
+                       _poisoned(arg.shape) if isinstance(arg, _Output) else arg for arg in args]
+        launch = launcher(*device_args, block=block, stream=stream, launch=False)
+        return launch, tuple(device_args[i] for i in outputs.values())
+
+    return Problem(
+        op=op, case=case, variants={kernel: launcher}, dims={"rows": rows, "cols": cols},
+        shape_label=f"{rows}x{cols}", n_elements=rows * cols if n_elements is None else n_elements,
+        output_names=tuple(outputs), expected=tuple(expected), tolerance=TOLERANCE, bytes_moved=bytes_moved,
+        flops=0, bind=bind, torch_ref=torch_ref,
+    )
+
+
+def _tensor(torch, host):
+    return torch.from_numpy(host).cuda()
+
+
+# --------------------------------------------------------------------------------------------- validation
+@dataclass(frozen=True)
+class Configuration:
+    problem: Problem
+    variant: str
+    block: object
+
+
+def block_dims(block) -> str:
+    return "x".join(str(b) for b in _dims(block))
+
+
+def block_threads(block) -> int:
+    return math.prod(_dims(block))
+
+
+def _dims(block) -> tuple:
+    return tuple(int(b) for b in block) if isinstance(block, tuple) else (int(block),)
+
+
+def _block_choices(problem: Problem, launcher, blocks):
+    """(block, optional) pairs to try. 1-D kernels take every size. A GEMM variant takes its default block
+    and, optionally, each size in the default's form (2-D: 32 x threads/32); an optional block the variant
+    rejects, or replaces by its own fixed block, is skipped."""
+    if problem.op != "gemm":
+        return [(block, False) for block in blocks]
+    default = inspect.signature(launcher).parameters["block"].default
+    choices = [(default, False)]
+    for threads in blocks:
+        block = (min(threads, WARP), threads // min(threads, WARP)) if isinstance(default, tuple) else threads
+        if all(block != chosen for chosen, _ in choices):
+            choices.append((block, True))
+    return choices
+
+
+def _label(problem: Problem, variant: str, block) -> str:
+    return f"{problem.op}/{variant} block {block_dims(block)} on {problem.case} {problem.shape_label}"
+
+
+def check_outputs(problem: Problem, label: str, outputs) -> None:
+    """Raise BenchMismatch unless every output is within the problem's relative-error limit of its reference."""
+    for name, got, expected in zip(problem.output_names, outputs, problem.expected):
+        got = np.asarray(got, np.float64).reshape(expected.shape)
+        scale = float(np.max(np.abs(expected))) or 1.0  # an all-zero reference (zeroed grad): absolute error
+        error = np.abs(got - expected) / scale
+        bad = ~(error <= problem.tolerance)  # NaN (an element never written) counts as bad
+        if bad.any():
+            worst = float(np.nanmax(error)) if np.isfinite(error).any() else math.nan
+            first = "; ".join(f"{index.tolist()} got {got[tuple(index)]:.6g} expected {expected[tuple(index)]:.6g}"
+                              for index in np.argwhere(bad)[:5])
+            raise BenchMismatch(
+                f"{label}: output '{name}' differs from the float64 reference at {int(bad.sum())} of {bad.size} "
+                f"elements (max relative error {worst:.2e}, limit {problem.tolerance:.1e}; "
+                f"{int(np.isnan(got).sum())} NaN); first: {first}"
+            )
+
+
+def validate(problems, blocks, log=print) -> list[Configuration]:
+    """Run every variant x block of every problem once and check it against the reference; stop at the
+    first mismatch (BenchMismatch) or rejected block (GpunnError). Returns the validated configurations."""
+    stream = cuda.stream()
+    validated = []
+    for problem in problems:
+        for variant, launcher in problem.variants.items():
+            for block, optional in _block_choices(problem, launcher, blocks):
+                label = _label(problem, variant, block)
+                try:
+                    launch, outputs = problem.bind(launcher, block, stream)
+                except ValueError as exc:
+                    if optional:
+                        continue
+                    raise GpunnError(f"{label}: {exc}") from None
+                if optional and _dims(launch.block) != _dims(block):
+                    continue  # a fixed-block variant accepted the thread count but runs its own block: a duplicate
+                launch()
+                stream.synchronize()
+                check_outputs(problem, label, [output.copy_to_host() for output in outputs])
+                validated.append(Configuration(problem, variant, block))
+    log(f"all results match ({len(validated)} configurations)")
+    return validated
+
+
+# --------------------------------------------------------------------------------------------- timing
+@dataclass(frozen=True)
+class EventClock:
+    """How to make, record and wait for timing events: numba's on a stream, or torch's."""
+
+    new_event: Callable
+    record: Callable
+    synchronize: Callable
+    host_clock: bool = False  # the simulator's events carry no time (elapsed_time returns -1)
+
+
+def numba_clock(stream) -> EventClock:
+    return EventClock(cuda.event, lambda event: event.record(stream), stream.synchronize,
+                      device.simulator_enabled())
+
+
+def torch_clock(torch) -> EventClock:
+    return EventClock(lambda: torch.cuda.Event(enable_timing=True), lambda event: event.record(),
+                      torch.cuda.synchronize)
+
+
+def _launch_times_ms(launch, count: int, clock: EventClock) -> list[float]:
+    events, host_ms = [], []
+    for _ in range(count):
+        start, end = clock.new_event(), clock.new_event()
+        started = time.perf_counter()
+        clock.record(start)
+        launch()
+        clock.record(end)
+        host_ms.append(1e3 * (time.perf_counter() - started))
+        events.append((start, end))
+    clock.synchronize()  # once: the launches queue back to back
+    return host_ms if clock.host_clock else [start.elapsed_time(end) for start, end in events]
+
+
+def median_launch_ms(launch, repeats: int, clock: EventClock, warmup: int = WARMUP_LAUNCHES) -> tuple[float, int]:
+    """(median ms of one launch, timed launches): warm-up launches, one probe when there is a choice of
+    repeats, then an event pair around each timed launch."""
+    for _ in range(warmup):
+        launch()
+    clock.synchronize()
+    if repeats > MIN_REPEATS:
+        (probe_ms,) = _launch_times_ms(launch, 1, clock)
+        repeats = min(repeats, max(MIN_REPEATS, int(TIME_BUDGET_MS / max(probe_ms, 1e-6))))
+    return float(np.median(_launch_times_ms(launch, repeats, clock))), repeats
+
+
+def time_configuration(config: Configuration, repeats: int, stream) -> tuple[float, int]:
+    """(median ms, timed launches) of one validated configuration, on fresh buffers bound to `stream`."""
+    launch, _ = config.problem.bind(config.problem.variants[config.variant], config.block, stream)
+    return median_launch_ms(launch, repeats, numba_clock(stream))
+
+
+def torch_on_gpu():
+    """torch with a usable CUDA device, or None (not installed, no device, or the numba simulator)."""
+    if device.simulator_enabled():
+        return None
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 against fp32: TF32 trades precision for ~2x speed
+    return torch
+
+
+def reference_timing(problem: Problem, repeats: int, torch) -> tuple[str, float]:
+    name, run = problem.torch_ref(torch)
+    ms, _ = median_launch_ms(run, repeats, torch_clock(torch))
+    return name, ms
+
+
+def benchmark(problems, blocks, repeats: int, log=print, compare_torch: bool = True) -> list[dict]:
+    """Validate everything, then time every configuration (and the torch reference once per problem when
+    `compare_torch` and torch has CUDA); one printed line and one dict per configuration."""
+    configurations = validate(problems, blocks, log)
+    torch = torch_on_gpu() if compare_torch else None
+    provenance_columns = provenance.columns(provenance.collect(uses_gpu=True))
+    stream = cuda.stream()
+    references = {}
+    rows = []
+    for config in configurations:
+        problem = config.problem
+        ms, timed = time_configuration(config, repeats, stream)
+        if torch is not None and id(problem) not in references:
+            references[id(problem)] = reference_timing(problem, repeats, torch)
+        ref_name, ref_ms = references.get(id(problem), (None, None))
+        gflops = problem.flops / ms / 1e6 if problem.flops else None
+        gbps = None if problem.flops else problem.bytes_moved / ms / 1e6
+        pct = 100.0 * ref_ms / ms if ref_ms else None
+        rows.append({
+            "op": problem.op, "case": problem.case, "variant": config.variant,
+            "block": block_threads(config.block), "block_dims": block_dims(config.block), **problem.dims,
+            "n_elements": problem.n_elements, "ms": ms, "gflops": gflops, "gbps": gbps, "ref_name": ref_name,
+            "ref_ms": ref_ms, "pct_of_ref": pct, "repeats": timed, **provenance_columns,
+        })
+        rate = f"{gflops:9.1f} GFLOP/s" if gflops is not None else f"{gbps:9.2f} GB/s"
+        versus = f"  {pct:6.1f}% of {ref_name}" if pct is not None else ""
+        log(f"{problem.op:<11} {problem.shape_label:<22} {config.variant:<15} block {block_dims(config.block):>5}"
+            f"  {ms:10.4f} ms  {rate}  ({timed} runs){versus}")
+    return rows
+
+
+def bench_frame(rows) -> pd.DataFrame:
+    frame = pd.DataFrame(rows).reindex(columns=BENCH_COLUMNS)
+    return frame.astype({c: "Int64" for c in ("block", "m", "n", "k", "rows", "cols", "n_elements", "repeats")})
+
+
+# --------------------------------------------------------------------------------------------- command line
+def parse_blocks(text: str) -> list[int]:
+    """'32,64,...' -> block sizes; each a power of two from 1 to 1024 (CUDA's per-block limit; the tree
+    reductions need powers of two)."""
+    try:
+        blocks = [int(v) for v in text.replace(",", " ").split()]
+    except ValueError:
+        raise GpunnError(f"--blocks: expected integers separated by commas, got '{text}'") from None
+    limit = device.DEFAULT_MAX_THREADS_PER_BLOCK
+    bad = [b for b in blocks if b < 1 or b > limit or b & (b - 1)]
+    if not blocks or bad:
+        raise GpunnError(f"--blocks: block sizes must be powers of two from 1 to {limit} threads, got '{text}'")
+    return blocks
+
+
+def log_device_header(log=print) -> None:
+    log(device.describe_device())
+    if device.simulator_enabled():
+        log(SIMULATOR_WARNING)

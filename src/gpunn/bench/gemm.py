@@ -1,0 +1,100 @@
+"""GEMM problems: every variant in ``gemm.VERSIONS`` on the MLP's shapes, 4096^3 and an odd validation shape;
+the relative-error limit grows with sqrt(K) (gemm_tolerance)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numba import cuda
+
+from gpunn.bench.core import TOLERANCE, Problem, _poisoned, _random
+from gpunn.kernels import gemm
+
+
+def gemm_tolerance(k: int) -> float:
+    """Relative-error limit of an fp32 GEMM with fp32 accumulation over K terms.
+
+    Rounding errors of a K-term dot product grow like sqrt(K). Measured for sequential fp32 accumulation
+    (no FMA, the worst order the kernels use) on standard-normal inputs: 3.4e-7 at K=64, 1.2e-6 at K=784,
+    2.6e-6 at K=4096; the limit, 5e-5 at K=4096 scaled by sqrt(K / 4096) and never below 1e-5, leaves a
+    margin of about 20x, while a wrong index or a skipped tile gives errors of order 1."""
+    return max(TOLERANCE, 5e-5 * math.sqrt(k / 4096))
+
+
+@dataclass(frozen=True)
+class GemmCase:
+    case: str
+    m: int
+    n: int
+    k: int
+    trans_a: bool = False
+    trans_b: bool = False
+    bias: bool = False
+    relu: bool = False
+
+
+# The MLP 784-256-10 at batch 64: y = x @ W + b, W stored (in, out); gradients dW = x^T dy, dx = dy W^T.
+GEMM_CASES = (
+    GemmCase("square_4096", 4096, 4096, 4096),
+    GemmCase("mlp_fc1_forward", 64, 256, 784, bias=True, relu=True),
+    GemmCase("mlp_fc2_forward", 64, 10, 256, bias=True),
+    GemmCase("mlp_fc2_grad_w", 256, 10, 64, trans_a=True),
+    GemmCase("mlp_fc2_grad_x", 64, 256, 10, trans_b=True),
+    GemmCase("mlp_fc1_grad_w", 784, 256, 64, trans_a=True),
+    GemmCase("odd_validation", 257, 129, 301, bias=True, relu=True),
+)
+QUICK_GEMM_CASES = (
+    GemmCase("quick_bias_relu", 19, 13, 11, bias=True, relu=True),
+    GemmCase("quick_transposed", 13, 7, 5, trans_a=True, trans_b=True),
+)
+
+
+def gemm_problems(cases, seed=0) -> list[Problem]:
+    rng = np.random.default_rng(seed)
+    return [_gemm_problem(case, rng) for case in cases]
+
+
+def _gemm_problem(case: GemmCase, rng) -> Problem:
+    m, n, k = case.m, case.n, case.k
+    a = _random(rng, (k, m) if case.trans_a else (m, k))
+    b = _random(rng, (n, k) if case.trans_b else (k, n))
+    bias = _random(rng, (n,)) if case.bias else None
+    expected = gemm.gemm_reference(a, b, case.trans_a, case.trans_b, bias, case.relu)
+
+    def bind(launcher, block, stream):
+        out = _poisoned((m, n))
+        launch = launcher(cuda.to_device(a), cuda.to_device(b), out, trans_a=case.trans_a, trans_b=case.trans_b,
+                          bias=None if bias is None else cuda.to_device(bias), relu=case.relu, block=block,
+                          stream=stream, launch=False)
+        return launch, (out,)
+
+    def torch_ref(torch):
+        left = torch.from_numpy(a).cuda()
+        right = torch.from_numpy(b).cuda()
+        left = left.t() if case.trans_a else left  # transposed views, as the kernels read them in place
+        right = right.t() if case.trans_b else right
+        out = torch.empty((m, n), device="cuda")
+        bias_t = None if bias is None else torch.from_numpy(bias).cuda()
+
+        def run():
+            if bias_t is None:
+                torch.matmul(left, right, out=out)
+            else:
+                torch.addmm(bias_t, left, right, out=out)
+            if case.relu:
+                out.relu_()
+
+        name = "torch.matmul" if bias is None else "torch.addmm"
+        return name + (" + relu_" if case.relu else ""), run
+
+    flags = ("A^T " if case.trans_a else "") + ("B^T " if case.trans_b else "") + \
+            ("+bias " if case.bias else "") + ("+relu" if case.relu else "")
+    return Problem(
+        op="gemm", case=case.case, variants=dict(gemm.VERSIONS), dims={"m": m, "n": n, "k": k},
+        shape_label=f"{m}x{n}x{k} {flags}".strip(), n_elements=m * n, output_names=("out",),
+        expected=(expected,), tolerance=gemm_tolerance(k),
+        bytes_moved=4 * (a.size + b.size + m * n + (n if case.bias else 0)), flops=2 * m * n * k,
+        bind=bind, torch_ref=torch_ref,
+    )

@@ -1,0 +1,73 @@
+"""Test-set evaluation of a run: its model's outputs over a set of images in batches (predict) and their
+test loss and accuracy (test_metrics), used after every training epoch and by the evaluate step; and the
+evaluate step itself on a trained run (evaluate_run), whose outputs in the evaluation directory are
+    eval.json        test loss, accuracy, per-class accuracy and confusion matrix (classifiers), eval time
+    predictions.npy  predicted classes (classifiers) or the first reconstructions (autoencoder)
+    samples.npz      the first test images with their outputs, for the sample or reconstruction figure
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+from gpunn import io
+from gpunn.data.prepare import load_prepared
+from gpunn.nn.functional import mse_forward, softmax_cross_entropy
+from gpunn.rundata import images_to_float, run_data
+from gpunn.seeding import batch_slices
+from gpunn.backends.registry import make_backend
+from gpunn.weights import load_trained
+
+EVAL_BATCH = 1000
+
+
+def predict(backend, images: np.ndarray, batch: int = EVAL_BATCH) -> np.ndarray:
+    """Model outputs (logits or reconstructions) over all images, in float32 batches."""
+    outs = [backend.predict(images_to_float(images[s:e])) for s, e in batch_slices(len(images), batch)]
+    return np.concatenate(outs)
+
+
+def test_metrics(model_name: str, outputs: np.ndarray, images: np.ndarray, labels: np.ndarray) -> dict:
+    if model_name == "autoencoder":
+        return {"test_loss": float(mse_forward(outputs, images_to_float(images))), "test_accuracy": math.nan}
+    loss, _ = softmax_cross_entropy(outputs, labels)
+    return {"test_loss": float(loss), "test_accuracy": float(np.mean(outputs.argmax(axis=1) == labels))}
+
+
+def evaluate_run(run_dir, prepared_path, out_dir, log=print, n_samples: int = 25) -> dict:
+    """Test-set evaluation of a trained run: eval.json (loss, accuracy, per-class accuracy and confusion
+    matrix for classifiers), predictions.npy, and samples.npz (the first test images with their outputs,
+    for the sample-classification or reconstruction figure)."""
+    spec, model = load_trained(run_dir)
+    data = run_data(spec, load_prepared(prepared_path))
+    backend = make_backend("cpu-numpy", model, spec.model, spec.lr)
+    start = time.perf_counter()
+    outputs = predict(backend, data.x_test)
+    result = {"run": spec.path, "n_test": len(data.x_test), **test_metrics(spec.model, outputs, data.x_test, data.y_test)}
+    out_dir = Path(out_dir)
+    shown = min(n_samples, len(data.x_test))
+    if spec.model == "autoencoder":
+        recon = np.clip(outputs[:shown], 0.0, 1.0)
+        io.write_npz(out_dir / "samples.npz", images=data.x_test[:shown], reconstructions=recon)
+        io.write_npy(out_dir / "predictions.npy", outputs[:shown])
+        log(f"evaluate {spec.path}: test MSE {result['test_loss']:.5f}")
+    else:
+        predicted = outputs.argmax(axis=1)
+        k = data.num_classes
+        confusion = np.zeros((k, k), dtype=np.int64)
+        np.add.at(confusion, (data.y_test, predicted), 1)
+        per_class = confusion.diagonal() / np.maximum(confusion.sum(axis=1), 1)
+        result["per_class_accuracy"] = {name: float(a) for name, a in zip(data.class_names, per_class)}
+        result["confusion_matrix"] = confusion.tolist()
+        result["class_names"] = data.class_names
+        io.write_npz(out_dir / "samples.npz", images=data.x_test[:shown], labels=data.y_test[:shown],
+                     predictions=predicted[:shown], class_names=np.array(data.class_names))
+        io.write_npy(out_dir / "predictions.npy", predicted.astype(np.int64))
+        log(f"evaluate {spec.path}: test accuracy {100 * result['test_accuracy']:.2f}%")
+    result["eval_time_s"] = time.perf_counter() - start
+    io.write_json(out_dir / "eval.json", result)
+    return result
