@@ -25,6 +25,20 @@ patch index (c, kh, kw) by divisions by the compile-time k*k and k. Inside the K
 decomposes its K index: a patch index in forward / backward data (constant divisors), a pixel index in
 backward weight (two multiply-highs each).
 
+PTX / ptxas facts, k = 3 (NVVM + ptxas 13.0, compile_ptx(cc=(9, 0)) without a GPU, as in gemm.py's table;
+per K step = static K loop + 3 more trips of the inner loop): every kernel 0 spills, 0 ld/st.local, 0
+div/rem instructions, and the inner loop is the dense GEMM's (v4 141 instructions per 2 k: 128 fma, 8
+ld.shared.v4; v3 41: 32 fma, 4 ld.shared.v4).
+
+  kernel                          regs    per K step            extra index work in the K loop
+  v4 forward (w C / 'A' layout)   123/128 759 / 755, 67% fma    the patch (c, kh, kw) of the 4 K indices A and
+                                                                B share, by multiply-high (12 mul.wide.u32 +
+                                                                shr); 8 (12) mul.lo.s64: w's runtime strides
+  v4 backward data (mask)         123     780, 66% fma          the same, flipped kernel
+  v4 backward weight              123     791, 65% fma          the pixel (n, oh, ow) of the 4 shared K indices:
+                                                                8 mul.wide.u32 multiply-highs, 5 mul.lo.s64
+  v3 forward / bwd data / bwd w   55/55/40 261-280, 46-49% fma  (dense v3: 207-212, 60-62%)
+
 ``OPS`` names the three ops; ``conv_*_reference`` are the float64 NumPy references
 (``gpunn.nn.functional.conv2d_forward`` / ``conv2d_backward`` in float64).
 """
