@@ -224,6 +224,30 @@ def test_unknown_variant_and_bad_blocks():
         G.gemm(_dev(2, 2), _dev(2, 2), _dev(2, 2), variant="naive", block=256)
 
 
+def test_gemm_mapped_entry_and_its_errors():
+    """The lower-level entry runs the dense mappings like the launchers, and names what it refuses."""
+    rng = _rng("mapped")
+    a, b = _stored(rng, 9, 6, 5, True, False)
+    out = _nan((9, 6))
+    G.gemm_mapped("regblock", G.GemmProblem(9, 6, 5), cuda.to_device(a), cuda.to_device(b), out,
+                  cuda.to_device(np.zeros(1, np.float32)), "relu", a_map="dense_t")
+    assert _rel_err(out.copy_to_host(), G.gemm_reference(a, b, trans_a=True, relu=True)) < TOL
+    args = (G.GemmProblem(2, 2, 2), _dev(2, 2), _dev(2, 2), _dev(2, 2), _dev(1))
+    with pytest.raises(ValueError, match=r"unknown A mapping 'im2row'"):
+        G.gemm_mapped("naive", *args, a_map="im2row")
+    with pytest.raises(ValueError, match=r"unknown B mapping"):
+        G.gemm_mapped("naive", *args, b_map="im2col")
+    with pytest.raises(ValueError, match=r"unknown store"):
+        G.gemm_mapped("naive", *args, store="nhwc")
+    with pytest.raises(ValueError, match=r"unknown epilogue 'gelu'"):
+        G.gemm_mapped("naive", *args, epilogue="gelu")
+    with pytest.raises(ValueError, match=r"unknown variant 'cublas'"):
+        G.gemm_mapped("cublas", *args)
+    with pytest.raises(ValueError, match=r"M, N, K = 0, 2, 2"):
+        G.GemmProblem(0, 2, 2)
+    assert G.GemmProblem(3, 4, 5, (7, -1)).dims == (3, 4, 5, 7, 2**32 - 1)  # geometry mod 2^32
+
+
 # --------------------------------------------------------------------------------------------- real GPU
 _ON_GPU = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") != "1" and cuda.is_available()
 

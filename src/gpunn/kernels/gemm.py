@@ -1,4 +1,4 @@
-"""GEMM kernels: ``C = op(A) @ op(B)`` followed by a fused epilogue.
+"""GEMM kernels: ``C = op(A) @ op(B)`` followed by a fused epilogue, with compile-time operand mappings.
 
 Operands and output are float32 2-D numba device arrays: C-contiguous, or strided views (``big[:, :784]``
 of a (B, 785) array, a reshaped slice of a flat parameter buffer). ``op(A)`` is (M, K): A is stored (M, K),
@@ -26,10 +26,32 @@ holds the live device arrays, so calling it again recomputes from their current 
 step binds once and replays; a CUDA graph can capture it). Host NumPy arrays are refused: numba would copy
 them to the device and back at every launch.
 
-Specialisation happens at compile time: a cached factory per (trans_a, trans_b, epilogue) returns a
-kernel whose flags are closure constants (numba prunes the dead branches, so no flag is tested in the
-loops), and every kernel takes just (a, b, c, aux), reading M, N, K from the shapes: launch cost grows
-with each argument. ``aux`` is the bias, the mask or a cached 1-element dummy.
+Operand mappings. A kernel never indexes its operands itself: it asks three compile-time mappings, each
+written once below and shared by all four versions:
+
+* the A loader (``A_MAPS``) gives op(A)[i, p]: ``dense`` a[i, p]; ``dense_t`` a[p, i]; ``im2col``
+  the implicit im2col matrix of an NCHW tensor with zero padding, rows (n, oh, ow), columns (c, kh, kw);
+  ``channels`` an NCHW tensor seen as (C, N*H*W), rows c, columns (n, h, w);
+* the B loader (``B_MAPS``) gives op(B)[p, j]: ``dense``; ``dense_t``; ``weight_t`` a (Cout, Cin, k, k)
+  weight as B[(ci, kh, kw), co]; ``weight_flip_t`` B[(co, kh, kw), ci] = w[co, ci, k-1-kh, k-1-kw];
+  ``im2col_k`` the im2col matrix in the K-rows role, B[(n, oh, ow), (c, kh, kw)];
+* the store (``STORES``) puts C[i, j] (and reads the ``mask`` epilogue's aux at the same place): ``dense``
+  c[i, j]; ``nchw`` row i = (n, oh, ow), column j = channel -> c[n, j, oh, ow] of a flat NCHW buffer;
+  ``weight4`` row co, column (ci, kh, kw) -> c[co, ci, kh, kw].
+
+A loader is ``outer(dims, index) -> state`` for the index that stays fixed through the K loop (the row of
+A, the column of B), ``inner(dims, p) -> state`` for the K index, and ``get(array, dims, outer, inner)`` the
+element, zero outside the matrix (and in the padding). Tiles are loaded so that each thread reads
+consecutive elements along the axis the loader says is contiguous (``Loader.contig_k``): with a K-contiguous
+loader a thread's outer index is fixed, so ``outer`` (e.g. the division of a pixel index by the output
+width) runs once before the K loop. M, N, K and the mapping geometry come from a ``GemmProblem``, passed to
+the kernel as one tuple of uint32 (``dims``), never from the arrays' shapes. ``gemm_mapped`` is the entry
+taking a problem and mappings (``gpunn.kernels.conv_gemm`` builds its three convolutions on it).
+
+Specialisation happens at compile time: a cached factory per (A map, B map, store, kernel size, epilogue)
+returns a kernel whose mappings and flags are closure constants (numba prunes the dead branches, LLVM
+inlines the mapping functions, so no flag is tested in the loops), and every kernel takes (a, b, c, aux,
+dims). ``aux`` is the bias, the mask or a cached 1-element dummy.
 
 ``gemm(a, b, out, variant=...)`` dispatches through ``VERSIONS``; ``gemm_reference`` is the float64 NumPy
 reference the kernels are validated against.
@@ -38,38 +60,53 @@ reference the kernels are validated against.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
-from numba import cuda, float32, uint32
+from numba import cuda, float32, uint32, uint64
 
 from gpunn import device
 
 from .launch import Launch, bind, check_array
 
 __all__ = [
+    "A_MAPS",
     "BK",
     "BK4",
     "BM",
     "BM4",
     "BN",
     "BN4",
+    "B_MAPS",
+    "CONV_FIELDS",
     "EPILOGUES",
     "RB_THREADS",
+    "STORES",
     "TILE",
     "TM",
     "TN",
     "V4_THREADS",
     "VERSIONS",
+    "GemmProblem",
+    "conv_problem",
+    "fast_divmod_constants",
     "gemm",
+    "gemm_mapped",
     "gemm_reference",
     "gemm_shapes",
     "gemm_v1",
     "gemm_v2",
     "gemm_v3",
     "gemm_v4",
+    "check_operand",
+    "epilogue_args",
 ]
 
 EPILOGUES = ("none", "bias", "bias_relu", "relu", "mask")
+A_MAPS = ("dense", "dense_t", "im2col", "channels")
+B_MAPS = ("dense", "dense_t", "weight_t", "weight_flip_t", "im2col_k")
+STORES = ("dense", "nchw", "weight4")
 
 # ---------------------------------------------------------------------------------------------------------
 # CPU reference
@@ -90,6 +127,66 @@ def gemm_reference(a, b, trans_a=False, trans_b=False, bias=None, relu=False, re
 
 
 # ---------------------------------------------------------------------------------------------------------
+# Problem description
+
+_U32_LIMIT = 2**31  # every index and every flat offset must stay below this (uint32 arithmetic, see below)
+
+# Fields of ``GemmProblem.dims`` after (M, N, K) for the convolution mappings: the spatial grid (gh, gw) the
+# pixel index (n, oh, ow) runs over, with the magic numbers of a division by gh*gw and by gw; the tensor the
+# im2col mappings read (src: C, H, W); the zero padding (mod 2^32: negative in the backward-data GEMM when
+# p > k - 1); and out_chw = C*gh*gw of the NCHW tensor on the pixel grid (the ``channels`` operand and the
+# ``nchw`` store).
+CONV_FIELDS = ("ghw", "ghw_mul", "ghw_shift", "gw", "gw_mul", "gw_shift", "src_chw", "src_hw", "src_h",
+               "src_w", "pad", "out_chw")
+_M, _N, _K = 0, 1, 2
+(_GHW, _GHW_MUL, _GHW_SHIFT, _GW, _GW_MUL, _GW_SHIFT, _SRC_CHW, _SRC_HW, _SRC_H, _SRC_W, _PAD,
+ _OUT_CHW) = range(3, 3 + len(CONV_FIELDS))
+
+
+@dataclass(frozen=True)
+class GemmProblem:
+    """M, N, K and the extra geometry the operand mappings read (``CONV_FIELDS`` for the conv mappings)."""
+
+    m: int
+    n: int
+    k: int
+    geometry: tuple = ()
+
+    def __post_init__(self):
+        if min(self.m, self.n, self.k) < 1 or max(self.m, self.n, self.k) >= _U32_LIMIT:
+            raise ValueError(f"gemm: M, N, K = {self.m}, {self.n}, {self.k} must lie in [1, 2^31)")
+
+    @property
+    def dims(self) -> tuple:
+        """The kernel argument: (M, N, K, *geometry) as uint32 (geometry taken mod 2^32)."""
+        return tuple(np.uint32(int(v) % 2**32) for v in (self.m, self.n, self.k, *self.geometry))
+
+
+def fast_divmod_constants(d: int) -> tuple[int, int]:
+    """(mul, shift) with x // d == (umulhi(x, mul) + x) >> shift for every 0 <= x < 2^31 (1 <= d < 2^31).
+
+    The round-up method of Granlund and Montgomery as CUTLASS's FastDivmod writes it: shift = ceil(log2 d),
+    mul = 2^32 * (2^shift - d) // d + 1 < 2^32. A division by a runtime divisor is a ~20-instruction
+    subroutine; this is a mul.hi, an add and a shift."""
+    if not 1 <= d < _U32_LIMIT:
+        raise ValueError(f"fast_divmod_constants: divisor {d} must lie in [1, 2^31)")
+    shift = (d - 1).bit_length()
+    return (2**32 * (2**shift - d)) // d + 1, shift
+
+
+def conv_problem(m, n, k, src_chw, grid_hw, pad, out_channels) -> GemmProblem:
+    """A GEMM over a convolution: ``src_chw`` the (C, H, W) of the tensor the im2col mappings read,
+    ``grid_hw`` the (H, W) of the pixel grid the GEMM's pixel index (n, oh, ow) runs over, ``pad`` its zero
+    padding (may be negative), ``out_channels`` the C of the NCHW tensor on that grid (the ``channels``
+    operand, the ``nchw`` store)."""
+    c, h, w = (int(v) for v in src_chw)
+    gh, gw = (int(v) for v in grid_hw)
+    geometry = (gh * gw, *fast_divmod_constants(gh * gw), gw, *fast_divmod_constants(gw), c * h * w, h * w,
+                h, w, int(pad), int(out_channels) * gh * gw)
+    return GemmProblem(int(m), int(n), int(k), geometry)
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Checks shared by the launchers
 
 
@@ -97,7 +194,7 @@ def _shape(x):
     return tuple(int(s) for s in x.shape)
 
 
-def _check_operand(op, name, x, ndim):
+def check_operand(op, name, x, ndim):
     if isinstance(x, np.ndarray):
         # numba would copy a host array to the device and back at every launch of the bound kernel
         raise ValueError(f"{op}: {name} is a host NumPy array; pass a device array (cuda.to_device)")  # noqa: TRY004
@@ -107,7 +204,7 @@ def _check_operand(op, name, x, ndim):
 def gemm_shapes(a, b, out, trans_a=False, trans_b=False, bias=None, relu_mask=None, op="gemm"):
     """Validate the operands and return ``(M, N, K)``; raise ``ValueError`` naming the shapes."""
     for name, x in (("a", a), ("b", b), ("out", out)):
-        _check_operand(op, name, x, 2)
+        check_operand(op, name, x, 2)
     what = (
         f"{op}: a{_shape(a)}{'^T' if trans_a else ''} @ b{_shape(b)}{'^T' if trans_b else ''}"
         f" -> out{_shape(out)}"
@@ -120,14 +217,14 @@ def gemm_shapes(a, b, out, trans_a=False, trans_b=False, bias=None, relu_mask=No
     if _shape(out) != (m, n):
         raise ValueError(f"{what}: out must be ({m}, {n})")
     if bias is not None:
-        _check_operand(op, "bias", bias, 1)
+        check_operand(op, "bias", bias, 1)
         if _shape(bias) != (n,):
             raise ValueError(f"{what}: bias must be ({n},), got {_shape(bias)}")
     if relu_mask is not None:
-        _check_operand(op, "relu_mask", relu_mask, 2)
+        check_operand(op, "relu_mask", relu_mask, 2)
         if _shape(relu_mask) != (m, n):
             raise ValueError(f"{what}: relu_mask must have out's shape ({m}, {n}), got {_shape(relu_mask)}")
-    if max(m, n, k) >= 2**31:
+    if max(m, n, k) >= _U32_LIMIT:
         raise ValueError(f"{what}: dimensions must fit in int32")
     return m, n, k
 
@@ -135,7 +232,7 @@ def gemm_shapes(a, b, out, trans_a=False, trans_b=False, bias=None, relu_mask=No
 _DUMMY_AUX = None
 
 
-def _epilogue(op, bias, relu, relu_mask):
+def epilogue_args(op, bias, relu, relu_mask):
     """The epilogue name and the kernel's ``aux`` argument (bias, mask or a cached 1-element dummy)."""
     global _DUMMY_AUX
     if relu_mask is not None:
@@ -151,11 +248,9 @@ def _epilogue(op, bias, relu, relu_mask):
 
 def _flags(epilogue):
     """(add bias, ReLU, mask) closure constants of a kernel specialisation."""
+    if epilogue not in EPILOGUES:
+        raise ValueError(f"gemm: unknown epilogue {epilogue!r}; choose from {EPILOGUES}")
     return epilogue in ("bias", "bias_relu"), epilogue in ("bias_relu", "relu"), epilogue == "mask"
-
-
-def _name(op, trans_a, trans_b, epilogue):
-    return f"{op}[{'T' if trans_a else 'N'}{'T' if trans_b else 'N'},{epilogue}]"
 
 
 def _cdiv(x, y):
@@ -174,14 +269,263 @@ def _fixed_block(op, block, threads, kernel):
 # signed indices, adds a negative-index wraparound select to each array access. Wrapping an expression in
 # uint32(...) truncates it, and LLVM then narrows the whole expression back to 32-bit instructions;
 # unsigned indices need no wraparound. Constants are np.uint32 so that they do not widen what they touch.
+# The conv mappings also rely on the wrap: a window origin above or left of the image is oh - pad mod 2^32,
+# huge, so one unsigned compare (ih < H) rejects both sides of the padding.
 _U0 = np.uint32(0)
 _U1 = np.uint32(1)
 _U2 = np.uint32(2)
 _U4 = np.uint32(4)
 _U32 = np.uint32(32)
+_SHIFT32 = np.uint64(32)
+_F0 = float32(0.0)
 # 16-byte aligned shared tiles let NVVM read 4 consecutive floats as one ld.shared.v4; the simulator rejects
 # any alignment argument (None means the default there).
 _SMEM_ALIGN = None if device.simulator_enabled() else 16
+
+
+def _device(fn):
+    """A device function; on a GPU inlined at the NVVM level (the simulator has no forceinline)."""
+    if device.simulator_enabled():
+        return cuda.jit(device=True)(fn)
+    return cuda.jit(device=True, forceinline=True)(fn)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Operand mappings (written once; the kernels below only call them)
+
+
+@_device
+def _divmod(x, d, mul, shift):
+    """(x // d, x % d) for x < 2^31 with the constants of fast_divmod_constants(d)."""
+    hi = uint32((uint64(x) * uint64(mul)) >> _SHIFT32)
+    q = uint32(uint32(hi + x) >> shift)
+    return q, uint32(x - q * d)
+
+
+@_device
+def _pixel(dims, r):
+    """Pixel r = (n, oh, ow) of the grid: (r, offset of its window origin (oh - pad, ow - pad) in src,
+    oh - pad, ow - pad), all mod 2^32. Two multiplications by magic numbers instead of two divisions."""
+    n, s = _divmod(r, dims[_GHW], dims[_GHW_MUL], dims[_GHW_SHIFT])
+    oh, ow = _divmod(s, dims[_GW], dims[_GW_MUL], dims[_GW_SHIFT])
+    ohp = uint32(oh - dims[_PAD])
+    owp = uint32(ow - dims[_PAD])
+    return r, uint32(n * dims[_SRC_CHW] + ohp * dims[_SRC_W] + owp), ohp, owp
+
+
+@_device
+def _channel_pixel(dims, q):
+    """Column q = (n, s) of an NCHW tensor seen as (C, N*gh*gw): (q, offset of [n, 0, s])."""
+    n, s = _divmod(q, dims[_GHW], dims[_GHW_MUL], dims[_GHW_SHIFT])
+    return q, uint32(n * dims[_OUT_CHW] + s)
+
+
+@functools.cache
+def _patch_fns(ksize):
+    """Decompositions of a patch index (c, kh, kw) of a ksize x ksize kernel: divisions by constants."""
+    kk = np.uint32(ksize * ksize)
+    ks = np.uint32(ksize)
+    last = np.uint32(ksize - 1)
+
+    @_device
+    def patch(dims, q):
+        """Column q = (c, kh, kw) of the im2col matrix: (q, offset of (c, kh, kw) from the window origin,
+        kh, kw)."""
+        c = uint32(q // kk)
+        rem = uint32(q - c * kk)
+        kh = uint32(rem // ks)
+        kw = uint32(rem - kh * ks)
+        return q, uint32(c * dims[_SRC_HW] + kh * dims[_SRC_W] + kw), kh, kw
+
+    @_device
+    def weight_index(q):
+        """q = (c, kh, kw) -> (c, kh, kw)."""
+        c = uint32(q // kk)
+        rem = uint32(q - c * kk)
+        kh = uint32(rem // ks)
+        return c, kh, uint32(rem - kh * ks)
+
+    @_device
+    def flipped_index(q):
+        """q = (c, kh, kw) -> (c, k-1-kh, k-1-kw): the spatially flipped kernel."""
+        c = uint32(q // kk)
+        rem = uint32(q - c * kk)
+        kh = uint32(rem // ks)
+        return c, uint32(last - kh), uint32(last - uint32(rem - kh * ks))
+
+    return patch, weight_index, flipped_index
+
+
+@_device
+def _im2col_get(x, dims, pix, pat):
+    """x_flat[n, c, oh + kh - pad, ow + kw - pad], 0 in the padding (pix from _pixel, pat from patch)."""
+    ih = uint32(pix[2] + pat[2])
+    iw = uint32(pix[3] + pat[3])
+    if ih < dims[_SRC_H] and iw < dims[_SRC_W]:
+        return x[uint32(pix[1] + pat[1])]
+    return _F0
+
+
+@_device
+def _index1(dims, i):
+    """The state of a dense index: the index itself."""
+    return i
+
+
+class Loader(NamedTuple):
+    """One operand mapping: see the module docstring."""
+
+    contig_k: bool  # consecutive K indices are (about) consecutive in memory: a thread's outer index is fixed
+    outer: object
+    inner: object
+    get: object
+
+
+@functools.cache
+def _a_loader(kind, ksize):
+    """op(A)[i, p] of an A mapping; outer index i < M, inner p < K."""
+    if kind == "dense":  # a (M, K)
+
+        @_device
+        def get(a, dims, i, p):
+            return a[i, p] if (i < dims[_M] and p < dims[_K]) else _F0
+
+        return Loader(True, _index1, _index1, get)
+    if kind == "dense_t":  # a (K, M)
+
+        @_device
+        def get(a, dims, i, p):
+            return a[p, i] if (p < dims[_K] and i < dims[_M]) else _F0
+
+        return Loader(False, _index1, _index1, get)
+    if kind == "im2col":  # x flat NCHW (src); rows pixels of the grid, columns (c, kh, kw)
+        patch = _patch_fns(ksize)[0]
+
+        @_device
+        def get(x, dims, pix, pat):
+            if pix[0] < dims[_M] and pat[0] < dims[_K]:
+                return _im2col_get(x, dims, pix, pat)
+            return _F0
+
+        return Loader(True, _pixel, patch, get)
+    if kind == "channels":  # flat NCHW tensor on the grid with M channels, as (M, N*gh*gw)
+
+        @_device
+        def outer(dims, c):
+            return c, uint32(c * dims[_GHW])
+
+        @_device
+        def get(t, dims, row, col):
+            return t[uint32(row[1] + col[1])] if (row[0] < dims[_M] and col[0] < dims[_K]) else _F0
+
+        return Loader(True, outer, _channel_pixel, get)
+    raise ValueError(f"gemm: unknown A mapping {kind!r}; choose from {A_MAPS}")
+
+
+@functools.cache
+def _b_loader(kind, ksize):
+    """op(B)[p, j] of a B mapping; outer index j < N, inner p < K."""
+    if kind == "dense":  # b (K, N)
+
+        @_device
+        def get(b, dims, j, p):
+            return b[p, j] if (p < dims[_K] and j < dims[_N]) else _F0
+
+        return Loader(False, _index1, _index1, get)
+    if kind == "dense_t":  # b (N, K)
+
+        @_device
+        def get(b, dims, j, p):
+            return b[j, p] if (j < dims[_N] and p < dims[_K]) else _F0
+
+        return Loader(True, _index1, _index1, get)
+    patch, weight_index, flipped_index = _patch_fns(ksize)
+    if kind in ("weight_t", "weight_flip_t"):  # w (Cout, Cin, k, k), any strides
+        flip = kind == "weight_flip_t"
+
+        @_device
+        def get(w, dims, j, p):
+            if j < dims[_N] and p < dims[_K]:
+                if flip:  # B[(co, kh, kw), ci] = w[co, ci, k-1-kh, k-1-kw]
+                    co, kh, kw = flipped_index(p)
+                    return w[co, j, kh, kw]
+                ci, kh, kw = weight_index(p)  # B[(ci, kh, kw), co] = w[co, ci, kh, kw]
+                return w[j, ci, kh, kw]
+            return _F0
+
+        return Loader(True, _index1, _index1, get)
+    if kind == "im2col_k":  # x flat NCHW (src); K rows pixels of the grid, N columns (c, kh, kw)
+
+        @_device
+        def get(x, dims, pat, pix):
+            if pat[0] < dims[_N] and pix[0] < dims[_K]:
+                return _im2col_get(x, dims, pix, pat)
+            return _F0
+
+        return Loader(True, patch, _pixel, get)
+    raise ValueError(f"gemm: unknown B mapping {kind!r}; choose from {B_MAPS}")
+
+
+@functools.cache
+def _store_fns(kind, ksize):
+    """(row(dims, i) -> state, at(dims, state, j) -> index of C[i, j] in c and in the mask)."""
+    if kind == "dense":  # c (M, N), any strides
+
+        @_device
+        def at(dims, i, j):
+            return i, j
+
+        return _index1, at
+    if kind == "nchw":  # c flat NCHW on the grid, N channels; row i = pixel (n, oh, ow)
+
+        @_device
+        def row(dims, i):
+            n, s = _divmod(i, dims[_GHW], dims[_GHW_MUL], dims[_GHW_SHIFT])
+            return uint32(n * dims[_OUT_CHW] + s)
+
+        @_device
+        def at(dims, base, j):
+            return uint32(base + j * dims[_GHW])
+
+        return row, at
+    if kind == "weight4":  # c (Cout, Cin, k, k), any strides; row co, column (ci, kh, kw)
+        weight_index = _patch_fns(ksize)[1]
+
+        @_device
+        def at(dims, co, j):
+            ci, kh, kw = weight_index(j)
+            return co, ci, kh, kw
+
+        return _index1, at
+    raise ValueError(f"gemm: unknown store {kind!r}; choose from {STORES}")
+
+
+@functools.cache
+def _finish(store, ksize, epilogue):
+    """The epilogue and the store, one device function: C[i, j] = epilogue(acc) for a row state of i."""
+    has_bias, relu, mask = _flags(epilogue)
+    at = _store_fns(store, ksize)[1]
+
+    @_device
+    def finish(c, aux, dims, row, j, v):
+        idx = at(dims, row, j)
+        if has_bias:
+            v += aux[j]
+        if relu and v < _F0:
+            v = _F0
+        if mask and not aux[idx] > _F0:
+            v = _F0
+        c[idx] = v
+
+    return finish
+
+
+def _parts(a_map, b_map, store, ksize, epilogue):
+    """The compile-time pieces of one kernel specialisation, flat (numba takes device functions as closure
+    constants, not inside a tuple): A contig_k, outer, inner, get; the same for B; the store's row
+    function; the epilogue + store."""
+    la, lb = _a_loader(a_map, ksize), _b_loader(b_map, ksize)
+    return (*la, *lb, _store_fns(store, ksize)[0], _finish(store, ksize, epilogue))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -189,51 +533,36 @@ _SMEM_ALIGN = None if device.simulator_enabled() else 16
 
 
 @functools.cache
-def _kernel1(trans_a, trans_b, epilogue):
-    has_bias, relu, mask = _flags(epilogue)
+def _kernel1(a_map, b_map, store, ksize, epilogue):
+    _, a_outer, a_inner, a_get, _, b_outer, b_inner, b_get, out_row, finish = _parts(
+        a_map, b_map, store, ksize, epilogue)
 
     @cuda.jit
-    def gemm_kernel1(a, b, c, aux):
+    def gemm_kernel1(a, b, c, aux, dims):
         # x runs along the columns of C so that a warp writes C (and reads B) contiguously.
         col = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
         row = uint32(cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y)
-        m = uint32(c.shape[0])
-        n = uint32(c.shape[1])
-        k = uint32(a.shape[0] if trans_a else a.shape[1])
-        if row < m and col < n:
+        k = dims[_K]
+        if row < dims[_M] and col < dims[_N]:
+            ao = a_outer(dims, row)
+            bo = b_outer(dims, col)
             acc = float32(0.0)
             p = _U0
             while p < k:
-                av = a[p, row] if trans_a else a[row, p]
-                bv = b[col, p] if trans_b else b[p, col]
-                acc += av * bv
+                acc += a_get(a, dims, ao, a_inner(dims, p)) * b_get(b, dims, bo, b_inner(dims, p))
                 p = uint32(p + _U1)
-            if has_bias:
-                acc += aux[col]
-            if relu and acc < float32(0.0):
-                acc = float32(0.0)
-            if mask and not aux[row, col] > float32(0.0):
-                acc = float32(0.0)
-            c[row, col] = acc
+            finish(c, aux, dims, out_row(dims, row), col, acc)
 
     return gemm_kernel1
 
 
-def gemm_v1(a, b, out, trans_a=False, trans_b=False, bias=None, relu=False, relu_mask=None,
-            block=(16, 16), stream=0, launch=True) -> Launch:
-    """Naive GEMM; ``block`` is (bx, by), bx along the columns of C."""
-    op = "gemm_v1"
-    m, n, _ = gemm_shapes(a, b, out, trans_a, trans_b, bias, relu_mask, op)
-    epilogue, aux = _epilogue(op, bias, relu, relu_mask)
-    kernel = _kernel1(bool(trans_a), bool(trans_b), epilogue)
+def _config1(op, block, m, n, kernel):
     if (not isinstance(block, (tuple, list)) or len(block) != 2
             or any(isinstance(x, bool) or not isinstance(x, (int, np.integer)) or x <= 0 for x in block)):
         raise ValueError(f"{op}: block must be (bx, by), two positive ints, got {block!r}")
     bx, by = int(block[0]), int(block[1])
     device.check_block(op, bx * by, kernel)
-    grid = (_cdiv(n, bx), _cdiv(m, by))
-    return bind(kernel, grid, (bx, by), (a, b, out, aux), stream, launch,
-                _name(op, trans_a, trans_b, epilogue))
+    return (_cdiv(n, bx), _cdiv(m, by)), (bx, by)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -244,73 +573,60 @@ _UT = np.uint32(TILE)
 
 
 @functools.cache
-def _kernel2(trans_a, trans_b, epilogue):
-    has_bias, relu, mask = _flags(epilogue)
+def _kernel2(a_map, b_map, store, ksize, epilogue):
+    (a_contig_k, a_outer, a_inner, a_get, b_contig_k, b_outer, b_inner, b_get, out_row,
+     finish) = _parts(a_map, b_map, store, ksize, epilogue)
 
     @cuda.jit
-    def gemm_kernel2(a, b, c, aux):
+    def gemm_kernel2(a, b, c, aux, dims):
         # sa[i, p] = op(A)[row0 + i, k0 + p]; sb[p, j] = op(B)[k0 + p, col0 + j].
         # Separate lines: the simulator aliases static shared arrays declared on one line.
         sa = cuda.shared.array((TILE, TILE), float32)
         sb = cuda.shared.array((TILE, TILE), float32)
-        m = uint32(c.shape[0])
-        n = uint32(c.shape[1])
-        k = uint32(a.shape[0] if trans_a else a.shape[1])
+        k = dims[_K]
         tx = uint32(cuda.threadIdx.x)
         ty = uint32(cuda.threadIdx.y)
         row0 = uint32(cuda.blockIdx.y * _UT)
         col0 = uint32(cuda.blockIdx.x * _UT)
-        row = uint32(row0 + ty)
-        col = uint32(col0 + tx)
+        # Each load has tx running along the operand's contiguous axis (coalesced); where that is the outer
+        # axis (M of A, N of B) the tile is written transposed. The outer index of a thread is fixed.
+        if a_contig_k:
+            ao = a_outer(dims, uint32(row0 + ty))
+        else:
+            ao = a_outer(dims, uint32(row0 + tx))
+        if b_contig_k:
+            bo = b_outer(dims, uint32(col0 + ty))
+        else:
+            bo = b_outer(dims, uint32(col0 + tx))
         acc = float32(0.0)
         k0 = _U0
         while k0 < k:
-            # Each load has tx running along the contiguous axis of the stored array (coalesced);
-            # the transposed cases write the tile transposed instead.
-            if trans_a:  # A stored (K, M)
-                r = uint32(k0 + ty)
-                q = uint32(row0 + tx)
-                sa[tx, ty] = a[r, q] if (r < k and q < m) else float32(0.0)
-            else:  # A stored (M, K)
-                q = uint32(k0 + tx)
-                sa[ty, tx] = a[row, q] if (row < m and q < k) else float32(0.0)
-            if trans_b:  # B stored (N, K)
-                r = uint32(col0 + ty)
-                q = uint32(k0 + tx)
-                sb[tx, ty] = b[r, q] if (r < n and q < k) else float32(0.0)
-            else:  # B stored (K, N)
-                r = uint32(k0 + ty)
-                sb[ty, tx] = b[r, col] if (r < k and col < n) else float32(0.0)
+            if a_contig_k:
+                sa[ty, tx] = a_get(a, dims, ao, a_inner(dims, uint32(k0 + tx)))
+            else:
+                sa[tx, ty] = a_get(a, dims, ao, a_inner(dims, uint32(k0 + ty)))
+            if b_contig_k:
+                sb[tx, ty] = b_get(b, dims, bo, b_inner(dims, uint32(k0 + tx)))
+            else:
+                sb[ty, tx] = b_get(b, dims, bo, b_inner(dims, uint32(k0 + ty)))
             cuda.syncthreads()
             for p in range(TILE):
                 acc += sa[ty, p] * sb[p, tx]
             cuda.syncthreads()
             k0 = uint32(k0 + _UT)
-        if row < m and col < n:
-            if has_bias:
-                acc += aux[col]
-            if relu and acc < float32(0.0):
-                acc = float32(0.0)
-            if mask and not aux[row, col] > float32(0.0):
-                acc = float32(0.0)
-            c[row, col] = acc
+        row = uint32(row0 + ty)
+        col = uint32(col0 + tx)
+        if row < dims[_M] and col < dims[_N]:
+            finish(c, aux, dims, out_row(dims, row), col, acc)
 
     return gemm_kernel2
 
 
-def gemm_v2(a, b, out, trans_a=False, trans_b=False, bias=None, relu=False, relu_mask=None,
-            block=(TILE, TILE), stream=0, launch=True) -> Launch:
-    """Shared-memory tiled GEMM; the block is fixed to (TILE, TILE)."""
-    op = "gemm_v2"
-    m, n, _ = gemm_shapes(a, b, out, trans_a, trans_b, bias, relu_mask, op)
-    epilogue, aux = _epilogue(op, bias, relu, relu_mask)
-    kernel = _kernel2(bool(trans_a), bool(trans_b), epilogue)
+def _config2(op, block, m, n, kernel):
     if isinstance(block, (int, np.integer)) or tuple(int(x) for x in block) != (TILE, TILE):
         raise ValueError(f"{op}: block must be ({TILE}, {TILE}), got {block}")
     device.check_block(op, TILE * TILE, kernel)
-    grid = (_cdiv(n, TILE), _cdiv(m, TILE))
-    return bind(kernel, grid, (TILE, TILE), (a, b, out, aux), stream, launch,
-                _name(op, trans_a, trans_b, epilogue))
+    return (_cdiv(n, TILE), _cdiv(m, TILE)), (TILE, TILE)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -319,7 +635,7 @@ def gemm_v2(a, b, out, trans_a=False, trans_b=False, bias=None, relu=False, relu
 # Block tile BM x BN of C, K stepped by BK. Threads form a (BM/TM) x (BN/TN) grid; thread (ty, tx) owns the
 # TM x TN outputs rows ty*TM.., cols tx*TN... Tiles are stored k-major (As[p, i], Bs[p, j]) so the inner
 # loop reads TM (resp. TN) consecutive shared words per k. Each thread loads A_LOADS elements of A and
-# B_LOADS of B per K step, consecutive along the stored array's contiguous axis. Napkin math: per k a
+# B_LOADS of B per K step, consecutive along the operand's contiguous axis. Napkin math: per k a
 # thread does TM*TN = 16 FMAs for 2 float4 shared loads, against 1 FMA per 2 loads in version 2.
 
 BM = 64
@@ -342,29 +658,30 @@ _TM = np.uint32(TM)
 _TN = np.uint32(TN)
 _AL = np.uint32(A_LOADS)
 _BL = np.uint32(B_LOADS)
-_BK_AL = np.uint32(BK // A_LOADS)  # threads per row of a non-transposed A tile
-_BM_AL = np.uint32(BM // A_LOADS)  # threads per row of a transposed A tile
-_BN_BL = np.uint32(BN // B_LOADS)  # threads per row of a non-transposed B tile
-_BK_BL = np.uint32(BK // B_LOADS)  # threads per row of a transposed B tile
+_BK_AL = np.uint32(BK // A_LOADS)  # threads per row of a K-contiguous A tile
+_BM_AL = np.uint32(BM // A_LOADS)  # threads per row of an M-contiguous A tile
+_BN_BL = np.uint32(BN // B_LOADS)  # threads per row of an N-contiguous B tile
+_BK_BL = np.uint32(BK // B_LOADS)  # threads per row of a K-contiguous B tile
 _TX = np.uint32(BN // TN)  # threads along the columns of the block tile
 UNROLL = 2  # k steps per iteration of the inner loop (LLVM leaves larger unrolls rolled, 64-bit)
 _UNROLL = np.uint32(UNROLL)
 
 
 @functools.cache
-def _kernel3(trans_a, trans_b, epilogue):
-    has_bias, relu, mask = _flags(epilogue)
+def _kernel3(a_map, b_map, store, ksize, epilogue):
+    (a_contig_k, a_outer, a_inner, a_get, b_contig_k, b_outer, b_inner, b_get, out_row,
+     finish) = _parts(a_map, b_map, store, ksize, epilogue)
 
     @cuda.jit
-    def gemm_kernel3(a, b, c, aux):
+    def gemm_kernel3(a, b, c, aux, dims):
         As = cuda.shared.array((BK, BM), float32, alignment=_SMEM_ALIGN)
         Bs = cuda.shared.array((BK, BN), float32, alignment=_SMEM_ALIGN)
         acc = cuda.local.array(TMN, float32)
         ra = cuda.local.array(TM, float32)
         rb = cuda.local.array(TN, float32)
-        m = uint32(c.shape[0])
-        n = uint32(c.shape[1])
-        k = uint32(a.shape[0] if trans_a else a.shape[1])
+        m = dims[_M]
+        n = dims[_N]
+        k = dims[_K]
 
         t = uint32(cuda.threadIdx.x)
         m0 = uint32(cuda.blockIdx.y * _BM)
@@ -374,43 +691,40 @@ def _kernel3(trans_a, trans_b, epilogue):
         for i in range(TMN):
             acc[i] = float32(0.0)
 
-        # Load coordinates inside the tiles, fixed for the whole K loop.
-        if trans_a:  # A stored (K, M): a row of the tile is BM consecutive floats.
-            a_p = uint32(t // _BM_AL)
-            a_i = uint32(t % _BM_AL * _AL)
-        else:  # A stored (M, K): a row of the tile is BK consecutive floats.
+        # Load coordinates inside the tiles, fixed for the whole K loop; so is the outer index of a
+        # K-contiguous operand, whose state is computed here once.
+        if a_contig_k:  # a row of the tile is BK consecutive K indices
             a_i = uint32(t // _BK_AL)
             a_p = uint32(t % _BK_AL * _AL)
-        if trans_b:  # B stored (N, K)
+            ao = a_outer(dims, uint32(m0 + a_i))
+        else:  # a row of the tile is BM consecutive M indices
+            a_p = uint32(t // _BM_AL)
+            a_i = uint32(t % _BM_AL * _AL)
+        if b_contig_k:
             b_j = uint32(t // _BK_BL)
             b_p = uint32(t % _BK_BL * _BL)
-        else:  # B stored (K, N)
+            bo = b_outer(dims, uint32(n0 + b_j))
+        else:
             b_p = uint32(t // _BN_BL)
             b_j = uint32(t % _BN_BL * _BL)
 
         k0 = _U0
         while k0 < k:
             # ---- global -> shared, zero-filled outside the matrices
-            if trans_a:
-                gp = uint32(k0 + a_p)
+            if a_contig_k:
                 for u in range(A_LOADS):
-                    gi = uint32(m0 + a_i + uint32(u))
-                    As[a_p, a_i + uint32(u)] = a[gp, gi] if (gp < k and gi < m) else float32(0.0)
+                    As[a_p + uint32(u), a_i] = a_get(a, dims, ao, a_inner(dims, uint32(k0 + a_p + uint32(u))))
             else:
-                gi = uint32(m0 + a_i)
+                ai = a_inner(dims, uint32(k0 + a_p))
                 for u in range(A_LOADS):
-                    gp = uint32(k0 + a_p + uint32(u))
-                    As[a_p + uint32(u), a_i] = a[gi, gp] if (gi < m and gp < k) else float32(0.0)
-            if trans_b:
-                gj = uint32(n0 + b_j)
+                    As[a_p, a_i + uint32(u)] = a_get(a, dims, a_outer(dims, uint32(m0 + a_i + uint32(u))), ai)
+            if b_contig_k:
                 for u in range(B_LOADS):
-                    gp = uint32(k0 + b_p + uint32(u))
-                    Bs[b_p + uint32(u), b_j] = b[gj, gp] if (gj < n and gp < k) else float32(0.0)
+                    Bs[b_p + uint32(u), b_j] = b_get(b, dims, bo, b_inner(dims, uint32(k0 + b_p + uint32(u))))
             else:
-                gp = uint32(k0 + b_p)
+                bi = b_inner(dims, uint32(k0 + b_p))
                 for u in range(B_LOADS):
-                    gj = uint32(n0 + b_j + uint32(u))
-                    Bs[b_p, b_j + uint32(u)] = b[gp, gj] if (gp < k and gj < n) else float32(0.0)
+                    Bs[b_p, b_j + uint32(u)] = b_get(b, dims, b_outer(dims, uint32(n0 + b_j + uint32(u))), bi)
             cuda.syncthreads()
 
             # ---- outer products from shared memory into registers (a uint32 loop unrolled by 2:
@@ -434,32 +748,18 @@ def _kernel3(trans_a, trans_b, epilogue):
         for i in range(TM):
             gi = uint32(m0 + ty4 + uint32(i))
             if gi < m:
+                row = out_row(dims, gi)
                 for j in range(TN):
                     gj = uint32(n0 + tx4 + uint32(j))
                     if gj < n:
-                        v = acc[i * TN + j]
-                        if has_bias:
-                            v += aux[gj]
-                        if relu and v < float32(0.0):
-                            v = float32(0.0)
-                        if mask and not aux[gi, gj] > float32(0.0):
-                            v = float32(0.0)
-                        c[gi, gj] = v
+                        finish(c, aux, dims, row, gj, acc[i * TN + j])
 
     return gemm_kernel3
 
 
-def gemm_v3(a, b, out, trans_a=False, trans_b=False, bias=None, relu=False, relu_mask=None,
-            block=RB_THREADS, stream=0, launch=True) -> Launch:
-    """Register-blocked GEMM (64x64 tile); the block is fixed to ``RB_THREADS`` threads."""
-    op = "gemm_v3"
-    m, n, _ = gemm_shapes(a, b, out, trans_a, trans_b, bias, relu_mask, op)
-    epilogue, aux = _epilogue(op, bias, relu, relu_mask)
-    kernel = _kernel3(bool(trans_a), bool(trans_b), epilogue)
+def _config3(op, block, m, n, kernel):
     _fixed_block(op, block, RB_THREADS, kernel)
-    grid = (_cdiv(n, BN), _cdiv(m, BM))
-    return bind(kernel, grid, RB_THREADS, (a, b, out, aux), stream, launch,
-                _name(op, trans_a, trans_b, epilogue))
+    return (_cdiv(n, BN), _cdiv(m, BM)), RB_THREADS
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -468,11 +768,11 @@ def gemm_v3(a, b, out, trans_a=False, trans_b=False, bias=None, relu=False, relu
 # Thread t = 16 * ty + tx owns rows {ty*4 + r, 64 + ty*4 + r} and columns {tx*4 + s, 64 + tx*4 + s},
 # r, s in 0..3. Per k it reads two float4 of the A column and two of the B row from the k-major shared
 # tiles: the 16 threads of a half-warp read 256 consecutive bytes of Bs (no bank conflict) and 2 distinct
-# addresses of As (broadcast). Tile loads: each thread moves 4 consecutive elements of the stored array
-# (a row of a (128, 8) tile is 2 threads, of an (8, 128) tile 32 threads); the (128, 8) tiles are written
-# transposed into rows padded to 132 floats, so the 32 stores of a warp hit 32 different banks.
-# The loads of tile k+1 are issued before the outer products of tile k and stored to shared memory after
-# them, so their latency hides behind 512 FMAs.
+# addresses of As (broadcast). Tile loads: each thread moves 4 consecutive elements along the operand's
+# contiguous axis (a row of a (128, 8) tile is 2 threads, of an (8, 128) tile 32 threads); the (128, 8)
+# tiles are written transposed into rows padded to 132 floats, so the 32 stores of a warp hit 32 different
+# banks. The loads of tile k+1 are issued before the outer products of tile k and stored to shared memory
+# after them, so their latency hides behind 512 FMAs.
 #
 # Napkin math (H200: 132 SMs x 128 FP32 lanes x 2 FLOP x 1.98 GHz = 67 TFLOP/s fp32; cuBLAS 51, goal >= 25).
 # Per thread and K step (BK = 8): 512 FMAs against 32 ld.shared.v4, 8 global loads, 2 barriers. Per warp
@@ -500,6 +800,23 @@ def gemm_v3(a, b, out, trans_a=False, trans_b=False, bias=None, relu=False, relu
 # a wraparound select for signed indices); a uint32 while loop over k unrolled by 2 in source (numba's
 # range() keeps a 64-bit counter, and LLVM left unrolls by 4 or 8 rolled); alignment=16 on the shared
 # tiles (ld.shared.v4; with numba's default 4-byte alignment the fragments are 16 scalar loads).
+#
+# Before / after the operand-mapping refactor (loaders, store and epilogue as inlined device functions,
+# M/N/K from the dims tuple). Same measurement, other toolchain: NVVM (libnvvm) and ptxas 13.0 of a CUDA
+# 13.0 toolkit, compile_ptx(cc=(9, 0)) without a GPU; "K loop" is the static code of the K loop, "per K
+# step" adds the inner loop's 4 trips. Every one of the 32 kernels (v3, v4 x NN/NT/TN/TT x none /
+# bias_relu / mask on C layout, none on 'A' layout): 0 spills, 0 ld/st.local, no 64-bit mul/mad in the
+# inner loop, 0 div/rem instructions.
+#
+#   kernel                     regs before -> after   inner loop (per 2 k)         K loop: int64 ops, mul/mad.s64;
+#                                                      before = after               per K step before -> after
+#   v3 C, 12 kernels           47-55 -> 47-55         41: 32 fma, 4 ld.shared.v4   11-13, 0-2; 207-212 = same
+#                              (NN bias_relu/mask 48 -> 47)
+#   v3 A, 4 kernels            55-56 -> 55-56         same                         11-14, 2-4; 209-213 = same
+#   v4 C, 12 kernels           119-127 -> 119-125     141: 128 fma, 8 ld.shared.v4 11-18, 0-2; 635-641 = same
+#                              (TN bias_relu/mask 127 -> 125)
+#   v4 A, 4 kernels            126-128 -> 126-128     same                         21-28, 2-8; 648-651 (was
+#                                                                                  649-652: 1-3 fewer)
 
 BM4 = 128
 BN4 = 128
@@ -518,11 +835,12 @@ _U16 = np.uint32(16)
 
 
 @functools.cache
-def _kernel4(trans_a, trans_b, epilogue):
-    has_bias, relu, mask = _flags(epilogue)
+def _kernel4(a_map, b_map, store, ksize, epilogue):
+    (a_contig_k, a_outer, a_inner, a_get, b_contig_k, b_outer, b_inner, b_get, out_row,
+     finish) = _parts(a_map, b_map, store, ksize, epilogue)
 
     @cuda.jit
-    def gemm_kernel4(a, b, c, aux):
+    def gemm_kernel4(a, b, c, aux, dims):
         As = cuda.shared.array((BK4, ROW4), float32, alignment=_SMEM_ALIGN)
         Bs = cuda.shared.array((BK4, ROW4), float32, alignment=_SMEM_ALIGN)
         acc = cuda.local.array(ACC4, float32)
@@ -530,9 +848,9 @@ def _kernel4(trans_a, trans_b, epilogue):
         rb = cuda.local.array(FRAG4, float32)
         la = cuda.local.array(LD4, float32)  # tile of A in flight (global -> registers -> shared)
         lb = cuda.local.array(LD4, float32)
-        m = uint32(c.shape[0])
-        n = uint32(c.shape[1])
-        k = uint32(a.shape[0] if trans_a else a.shape[1])
+        m = dims[_M]
+        n = dims[_N]
+        k = dims[_K]
 
         t = uint32(cuda.threadIdx.x)
         m0 = uint32(cuda.blockIdx.y * _BM4)
@@ -542,17 +860,20 @@ def _kernel4(trans_a, trans_b, epilogue):
         for i in range(ACC4):
             acc[i] = float32(0.0)
 
-        # Load coordinates inside the tiles, fixed for the whole K loop.
-        if trans_a:  # A stored (K, M): tile rows of 128 floats, 32 threads per row
-            a_p = uint32(t // _U32)
-            a_i = uint32(t % _U32 * _U4)
-        else:  # A stored (M, K): tile rows of 8 floats, 2 threads per row
+        # Load coordinates inside the tiles, fixed for the whole K loop; so is the outer index of a
+        # K-contiguous operand, whose state is computed here once.
+        if a_contig_k:  # tile rows of 8 K indices, 2 threads per row
             a_i = uint32(t // _U2)
             a_p = uint32(t % _U2 * _U4)
-        if trans_b:  # B stored (N, K)
+            ao = a_outer(dims, uint32(m0 + a_i))
+        else:  # tile rows of 128 M indices, 32 threads per row
+            a_p = uint32(t // _U32)
+            a_i = uint32(t % _U32 * _U4)
+        if b_contig_k:
             b_j = uint32(t // _U2)
             b_p = uint32(t % _U2 * _U4)
-        else:  # B stored (K, N)
+            bo = b_outer(dims, uint32(n0 + b_j))
+        else:
             b_p = uint32(t // _U32)
             b_j = uint32(t % _U32 * _U4)
 
@@ -561,26 +882,20 @@ def _kernel4(trans_a, trans_b, epilogue):
         k0 = _U0
         while True:
             if k0 < k:
-                if trans_a:
-                    gp = uint32(k0 + a_p)
+                if a_contig_k:
                     for u in range(LD4):
-                        gi = uint32(m0 + a_i + uint32(u))
-                        la[u] = a[gp, gi] if (gp < k and gi < m) else float32(0.0)
+                        la[u] = a_get(a, dims, ao, a_inner(dims, uint32(k0 + a_p + uint32(u))))
                 else:
-                    gi = uint32(m0 + a_i)
+                    ai = a_inner(dims, uint32(k0 + a_p))
                     for u in range(LD4):
-                        gp = uint32(k0 + a_p + uint32(u))
-                        la[u] = a[gi, gp] if (gi < m and gp < k) else float32(0.0)
-                if trans_b:
-                    gj = uint32(n0 + b_j)
+                        la[u] = a_get(a, dims, a_outer(dims, uint32(m0 + a_i + uint32(u))), ai)
+                if b_contig_k:
                     for u in range(LD4):
-                        gp = uint32(k0 + b_p + uint32(u))
-                        lb[u] = b[gj, gp] if (gj < n and gp < k) else float32(0.0)
+                        lb[u] = b_get(b, dims, bo, b_inner(dims, uint32(k0 + b_p + uint32(u))))
                 else:
-                    gp = uint32(k0 + b_p)
+                    bi = b_inner(dims, uint32(k0 + b_p))
                     for u in range(LD4):
-                        gj = uint32(n0 + b_j + uint32(u))
-                        lb[u] = b[gp, gj] if (gp < k and gj < n) else float32(0.0)
+                        lb[u] = b_get(b, dims, b_outer(dims, uint32(n0 + b_j + uint32(u))), bi)
             if k0 > _U0:
                 p0 = _U0
                 while p0 < _BK4:
@@ -599,11 +914,11 @@ def _kernel4(trans_a, trans_b, epilogue):
             if k0 >= k:
                 break
             for u in range(LD4):
-                if trans_a:
-                    As[a_p, a_i + uint32(u)] = la[u]
-                else:
+                if a_contig_k:
                     As[a_p + uint32(u), a_i] = la[u]
-                if trans_b:
+                else:
+                    As[a_p, a_i + uint32(u)] = la[u]
+                if b_contig_k:
                     Bs[b_p + uint32(u), b_j] = lb[u]
                 else:
                     Bs[b_p, b_j + uint32(u)] = lb[u]
@@ -614,32 +929,84 @@ def _kernel4(trans_a, trans_b, epilogue):
         for i in range(FRAG4):
             gi = uint32(m0 + ty4 + uint32(i // 4 * (BM4 // 2) + i % 4))
             if gi < m:
+                row = out_row(dims, gi)
                 for j in range(FRAG4):
                     gj = uint32(n0 + tx4 + uint32(j // 4 * (BN4 // 2) + j % 4))
                     if gj < n:
-                        v = acc[i * FRAG4 + j]
-                        if has_bias:
-                            v += aux[gj]
-                        if relu and v < float32(0.0):
-                            v = float32(0.0)
-                        if mask and not aux[gi, gj] > float32(0.0):
-                            v = float32(0.0)
-                        c[gi, gj] = v
+                        finish(c, aux, dims, row, gj, acc[i * FRAG4 + j])
 
     return gemm_kernel4
+
+
+def _config4(op, block, m, n, kernel):
+    _fixed_block(op, block, V4_THREADS, kernel)
+    return (_cdiv(n, BN4), _cdiv(m, BM4)), V4_THREADS
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Launchers
+
+_SPECS = {  # variant: (kernel factory, (op name, grid and block from (op, block, M, N, kernel)))
+    "naive": (_kernel1, "gemm_v1", _config1),
+    "tiled16": (_kernel2, "gemm_v2", _config2),
+    "regblock": (_kernel3, "gemm_v3", _config3),
+    "regblock128": (_kernel4, "gemm_v4", _config4),
+}
+DEFAULT_BLOCKS = {"naive": (16, 16), "tiled16": (TILE, TILE), "regblock": RB_THREADS,
+                  "regblock128": V4_THREADS}
+
+
+def gemm_mapped(variant, problem: GemmProblem, a, b, out, aux, epilogue="none", *, a_map="dense",
+                b_map="dense", store="dense", ksize=1, block=None, stream=0, launch=True, op=None,
+                name=None) -> Launch:
+    """The lower-level entry: one GEMM version on a problem description and operand mappings.
+
+    The caller has checked the arrays against the mappings (shapes, dtypes, flat views where a mapping
+    indexes a flat buffer); ``aux`` is the bias (``bias``, ``bias_relu``), the mask (``mask``, indexed like
+    the store) or any float32 device array (the other epilogues)."""
+    try:
+        factory, default_op, config = _SPECS[variant]
+    except KeyError:
+        raise ValueError(f"gemm: unknown variant {variant!r}; choose from {sorted(_SPECS)}") from None
+    op = op or default_op
+    kernel = factory(a_map, b_map, store, int(ksize), epilogue)
+    grid, block = config(op, DEFAULT_BLOCKS[variant] if block is None else block, problem.m, problem.n, kernel)
+    name = name or f"{op}[{a_map},{b_map}->{store},k{ksize},{epilogue}]"
+    return bind(kernel, grid, block, (a, b, out, aux, problem.dims), stream, launch, name)
+
+
+def _dense(variant, a, b, out, trans_a, trans_b, bias, relu, relu_mask, block, stream, launch):
+    op = _SPECS[variant][1]
+    m, n, k = gemm_shapes(a, b, out, trans_a, trans_b, bias, relu_mask, op)
+    epilogue, aux = epilogue_args(op, bias, relu, relu_mask)
+    return gemm_mapped(variant, GemmProblem(m, n, k), a, b, out, aux, epilogue,
+                       a_map="dense_t" if trans_a else "dense", b_map="dense_t" if trans_b else "dense",
+                       block=block, stream=stream, launch=launch, op=op,
+                       name=f"{op}[{'T' if trans_a else 'N'}{'T' if trans_b else 'N'},{epilogue}]")
+
+
+def gemm_v1(a, b, out, trans_a=False, trans_b=False, bias=None, relu=False, relu_mask=None,
+            block=(16, 16), stream=0, launch=True) -> Launch:
+    """Naive GEMM; ``block`` is (bx, by), bx along the columns of C."""
+    return _dense("naive", a, b, out, trans_a, trans_b, bias, relu, relu_mask, block, stream, launch)
+
+
+def gemm_v2(a, b, out, trans_a=False, trans_b=False, bias=None, relu=False, relu_mask=None,
+            block=(TILE, TILE), stream=0, launch=True) -> Launch:
+    """Shared-memory tiled GEMM; the block is fixed to (TILE, TILE)."""
+    return _dense("tiled16", a, b, out, trans_a, trans_b, bias, relu, relu_mask, block, stream, launch)
+
+
+def gemm_v3(a, b, out, trans_a=False, trans_b=False, bias=None, relu=False, relu_mask=None,
+            block=RB_THREADS, stream=0, launch=True) -> Launch:
+    """Register-blocked GEMM (64x64 tile); the block is fixed to ``RB_THREADS`` threads."""
+    return _dense("regblock", a, b, out, trans_a, trans_b, bias, relu, relu_mask, block, stream, launch)
 
 
 def gemm_v4(a, b, out, trans_a=False, trans_b=False, bias=None, relu=False, relu_mask=None,
             block=V4_THREADS, stream=0, launch=True) -> Launch:
     """Register-blocked GEMM (128x128 tile, 8x8 per thread); the block is fixed to ``V4_THREADS``."""
-    op = "gemm_v4"
-    m, n, _ = gemm_shapes(a, b, out, trans_a, trans_b, bias, relu_mask, op)
-    epilogue, aux = _epilogue(op, bias, relu, relu_mask)
-    kernel = _kernel4(bool(trans_a), bool(trans_b), epilogue)
-    _fixed_block(op, block, V4_THREADS, kernel)
-    grid = (_cdiv(n, BN4), _cdiv(m, BM4))
-    return bind(kernel, grid, V4_THREADS, (a, b, out, aux), stream, launch,
-                _name(op, trans_a, trans_b, epilogue))
+    return _dense("regblock128", a, b, out, trans_a, trans_b, bias, relu, relu_mask, block, stream, launch)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -1,0 +1,304 @@
+"""Implicit-im2col convolutions (kernels/conv_gemm.py) against the float64 NumPy references.
+
+Under the CUDA simulator the shapes are tiny and odd (batch 3, 3 -> 5 channels, 7x9 images, not multiples
+of any tile); outputs are poisoned with NaN so unwritten elements fail, and every test draws fresh random
+inputs (no zeros) from its own seed. The 128x128-tile version is slow in the simulator: it runs a few cases
+only. The ``gpu``-marked test repeats the checks at real sizes on a GPU.
+"""
+
+import os
+import zlib
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from gpunn.kernels import conv_gemm as C
+from gpunn.kernels import gemm as G
+from gpunn.kernels.launch import Launch
+
+# The mappings compute window origins above or left of the image as oh - pad mod 2^32 (uint32 wrap,
+# rejected by one unsigned compare); the simulator runs that arithmetic on NumPy scalars, which warn.
+pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+
+TOL = 1e-5
+SHAPE = (2, 3, 5, 5, 7)  # N, Cin, Cout, H, W
+SMALL = (2, 3, 4, 4, 5)  # the extra cases (kernel sizes, views, the 128x128 tiles)
+N, CIN, COUT, H, W = SHAPE
+FAST = ["naive", "tiled16", "regblock"]  # every version but the 128x128 tiles, which are slow here
+
+
+def _rng(*key):
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
+
+
+def _rand(rng, *shape):
+    a = rng.standard_normal(shape).astype(np.float32)
+    a[a == 0] = 0.5  # never zeros
+    return a
+
+
+def _mask(rng, *shape):
+    """Looks like a ReLU output: about half zeros."""
+    return np.maximum(rng.standard_normal(shape), 0).astype(np.float32)
+
+
+def _nan(shape):
+    return cuda.to_device(np.full(shape, np.nan, dtype=np.float32))
+
+
+def _rel_err(got, ref):
+    assert got.shape == ref.shape
+    assert np.isfinite(got).all(), "unwritten (NaN) outputs"
+    return float(np.abs(got - ref).max() / np.abs(ref).max())
+
+
+def _out_hw(p, k, h=H, w=W):
+    return h + 2 * p - k + 1, w + 2 * p - k + 1
+
+
+def _forward(version, p, k=3, bias=True, relu=True, shape=SHAPE):
+    n, cin, cout, h, wd = shape
+    rng = _rng("fwd", version, p, k, bias, relu, shape)
+    oh, ow = _out_hw(p, k, h, wd)
+    x, w = _rand(rng, n, cin, h, wd), _rand(rng, cout, cin, k, k)
+    b = _rand(rng, cout) if bias else None
+    out = _nan((n, cout, oh, ow))
+    launch = C.conv_forward_v3(cuda.to_device(x), cuda.to_device(w), None if b is None else cuda.to_device(b),
+                               out, p, relu=relu, version=version)
+    assert isinstance(launch, Launch)
+    return _rel_err(out.copy_to_host(), C.conv_forward_reference(x, w, b, p, relu))
+
+
+def _backward_data(version, p, k=3, mask=True, shape=SHAPE):
+    n, cin, cout, h, wd = shape
+    rng = _rng("bwd-data", version, p, k, mask, shape)
+    oh, ow = _out_hw(p, k, h, wd)
+    dy, w = _rand(rng, n, cout, oh, ow), _rand(rng, cout, cin, k, k)
+    m = _mask(rng, n, cin, h, wd) if mask else None
+    dx = _nan((n, cin, h, wd))
+    C.conv_backward_data_v3(cuda.to_device(dy), cuda.to_device(w), dx, p,
+                            relu_mask=None if m is None else cuda.to_device(m), version=version)
+    return _rel_err(dx.copy_to_host(), C.conv_backward_data_reference(dy, w, (n, cin, h, wd), p, m))
+
+
+def _backward_weight(version, p, k=3, shape=SHAPE):
+    n, cin, cout, h, wd = shape
+    rng = _rng("bwd-weight", version, p, k, shape)
+    oh, ow = _out_hw(p, k, h, wd)
+    x, dy = _rand(rng, n, cin, h, wd), _rand(rng, n, cout, oh, ow)
+    dw = _nan((cout, cin, k, k))
+    C.conv_backward_weight_v3(cuda.to_device(x), cuda.to_device(dy), dw, p, version=version)
+    return _rel_err(dw.copy_to_host(), C.conv_backward_weight_reference(x, dy, k, p))
+
+
+# --------------------------------------------------------------------------------------------- correctness
+# Every version with padding 1 (the border windows), and padding 0 once per op (the simulator's budget).
+CASES = [("naive", 1), ("tiled16", 1), ("regblock", 1), ("regblock", 0)]
+CASE_IDS = [f"{v}-p{p}" for v, p in CASES]
+
+
+@pytest.mark.parametrize("version,p", CASES, ids=CASE_IDS)
+def test_forward(version, p):
+    # p = 0: bias only; p = 1: bias + ReLU (both epilogues of the forward pass)
+    assert _forward(version, p, relu=bool(p)) < TOL
+
+
+@pytest.mark.parametrize("version,p", CASES, ids=CASE_IDS)
+def test_backward_data(version, p):
+    # p = 1 with the fused ReLU-backward mask, p = 0 without
+    assert _backward_data(version, p, mask=bool(p)) < TOL
+
+
+@pytest.mark.parametrize("version,p", CASES, ids=CASE_IDS)
+def test_backward_weight(version, p):
+    assert _backward_weight(version, p) < TOL
+
+
+def test_regblock128_all_three_ops():
+    assert _forward("regblock128", 1, shape=SMALL) < TOL
+    assert _backward_data("regblock128", 1, shape=SMALL) < TOL
+    assert _backward_weight("regblock128", 1, shape=SMALL) < TOL
+
+
+@pytest.mark.parametrize("k,p,version", [(1, 0, "tiled16"), (5, 2, "regblock")])
+def test_other_kernel_sizes(k, p, version):
+    assert _forward(version, p, k=k, bias=False, relu=False, shape=SMALL) < TOL
+    assert _backward_data(version, p, k=k, shape=SMALL) < TOL
+    assert _backward_weight(version, p, k=k, shape=SMALL) < TOL
+
+
+def test_padding_wider_than_the_kernel():
+    """p > k - 1: the backward-data GEMM reads dy with a negative padding k - 1 - p."""
+    assert _backward_data("regblock", 1, k=1, shape=SMALL) < TOL
+    assert _backward_data("tiled16", 3, k=3, shape=SMALL) < TOL
+
+
+def test_default_version_runs():
+    assert C.default_version(4096, 256) == "regblock128"
+    assert C.default_version(4096, 3) == "regblock"
+    assert _forward(None, 1, shape=SMALL) < TOL  # M = 40, N = 4: the 64x64 tiles
+
+
+def test_strided_weight_views():
+    """w: a (Cout, Cin, k, k) window of a larger weight (not contiguous); dw the same: its other elements
+    must stay NaN."""
+    k, p = 3, 1
+    rng = _rng("strided")
+    oh, ow = _out_hw(p, k)
+    x, dy = _rand(rng, N, CIN, H, W), _rand(rng, N, COUT, oh, ow)
+    w_big = _rand(rng, COUT + 1, CIN + 2, k, k)
+    w = w_big[1:, 1 : 1 + CIN]
+    w_dev = cuda.to_device(w_big)[1:, 1 : 1 + CIN]
+    assert not w_dev.is_c_contiguous()
+    out = _nan((N, COUT, oh, ow))
+    C.conv_forward_v3(cuda.to_device(x), w_dev, None, out, p, version="regblock")
+    assert _rel_err(out.copy_to_host(), C.conv_forward_reference(x, w, None, p)) < TOL
+    dx = _nan((N, CIN, H, W))
+    C.conv_backward_data_v3(cuda.to_device(dy), w_dev, dx, p, version="tiled16")
+    assert _rel_err(dx.copy_to_host(), C.conv_backward_data_reference(dy, w, x.shape, p)) < TOL
+    dw_big = _nan((COUT + 1, CIN + 2, k, k))
+    C.conv_backward_weight_v3(cuda.to_device(x), cuda.to_device(dy), dw_big[1:, 1 : 1 + CIN], p,
+                              version="regblock")
+    got_big = dw_big.copy_to_host()
+    assert _rel_err(got_big[1:, 1 : 1 + CIN], C.conv_backward_weight_reference(x, dy, k, p)) < TOL
+    outside = np.ones(got_big.shape, dtype=bool)
+    outside[1:, 1 : 1 + CIN] = False
+    assert np.isnan(got_big[outside]).all(), "wrote outside the dw view"
+
+
+def test_bound_launch_reads_live_arrays():
+    k, p = 3, 1
+    rng = _rng("bound")
+    oh, ow = _out_hw(p, k)
+    x, w, b = _rand(rng, N, CIN, H, W), _rand(rng, COUT, CIN, k, k), _rand(rng, COUT)
+    x_dev, out = cuda.to_device(x), _nan((N, COUT, oh, ow))
+    launch = C.conv_forward_v3(x_dev, cuda.to_device(w), cuda.to_device(b), out, p, relu=True,
+                               version="tiled16", launch=False)
+    assert np.isnan(out.copy_to_host()).all(), "launch=False must not launch"
+    for _ in range(2):
+        launch()
+        assert _rel_err(out.copy_to_host(), C.conv_forward_reference(x, w, b, p, True)) < TOL
+        x = _rand(rng, N, CIN, H, W)
+        x_dev.copy_to_device(x)
+
+
+def test_fast_divmod_constants():
+    """x // d == (umulhi(x, mul) + x) >> shift for every x < 2^31 (checked at the edges and at random)."""
+    rng = _rng("divmod")
+    divisors = [*range(1, 300), 2**16 - 1, 2**16, 2**16 + 1, 12345, 3 * 2**20, 2**30 - 1, 2**30,
+                2**31 - 1]
+    xs = np.concatenate([np.arange(0, 1000), rng.integers(0, 2**31, 5000), [2**31 - 1, 2**31 - 2]])
+    xs = xs.astype(np.uint64)
+    for d in divisors:
+        mul, shift = G.fast_divmod_constants(d)
+        assert 0 < mul < 2**32
+        edges = np.array([d - 1, d, d + 1, 2 * d - 1, 2 * d, (2**31 - 1) // d * d], dtype=np.uint64)
+        x = np.concatenate([xs, edges[edges < 2**31]])
+        q = (((x * np.uint64(mul)) >> np.uint64(32)) + x) >> np.uint64(shift)
+        np.testing.assert_array_equal(q, x // np.uint64(d), err_msg=f"d = {d}")
+    with pytest.raises(ValueError, match="divisor"):
+        G.fast_divmod_constants(0)
+
+
+def test_references_against_direct_sums():
+    """The float64 references (through gpunn.nn.functional) against the defining sums, once."""
+    rng = _rng("reference")
+    k, p = 3, 1
+    x, w, dy = rng.standard_normal((2, 2, 4, 5)), rng.standard_normal((3, 2, k, k)), None
+    xp = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)))
+    oh, ow = _out_hw(p, k, 4, 5)
+    y = np.zeros((2, 3, oh, ow))
+    for kh in range(k):
+        for kw in range(k):
+            y += np.einsum("nchw,oc->nohw", xp[:, :, kh : kh + oh, kw : kw + ow], w[:, :, kh, kw])
+    np.testing.assert_allclose(C.conv_forward_reference(x, w, None, p), y, rtol=1e-12, atol=1e-12)
+    dy = rng.standard_normal(y.shape)
+    dw = np.zeros(w.shape)
+    dxp = np.zeros(xp.shape)
+    for kh in range(k):
+        for kw in range(k):
+            dw[:, :, kh, kw] = np.einsum("nohw,nchw->oc", dy, xp[:, :, kh : kh + oh, kw : kw + ow])
+            dxp[:, :, kh : kh + oh, kw : kw + ow] += np.einsum("nohw,oc->nchw", dy, w[:, :, kh, kw])
+    np.testing.assert_allclose(C.conv_backward_weight_reference(x, dy, k, p), dw, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(C.conv_backward_data_reference(dy, w, x.shape, p), dxp[:, :, p:-p, p:-p],
+                               rtol=1e-12, atol=1e-12)
+
+
+# --------------------------------------------------------------------------------------------- errors
+def _dev(*shape, dtype=np.float32):
+    return cuda.to_device(np.ones(shape, dtype=dtype))
+
+
+def test_forward_errors():
+    x, w, b = _dev(2, 3, 7, 9), _dev(5, 3, 3, 3), _dev(5)
+    with pytest.raises(ValueError, match=r"channels differ.*\(2, 4, 7, 9\)"):
+        C.conv_forward_v3(_dev(2, 4, 7, 9), w, b, _dev(2, 5, 7, 9), 1)
+    with pytest.raises(ValueError, match=r"out must have shape \(2, 5, 5, 7\), got \(2, 5, 7, 9\)"):
+        C.conv_forward_v3(x, w, b, _dev(2, 5, 7, 9), 0)
+    with pytest.raises(ValueError, match=r"bias must have shape \(5,\)"):
+        C.conv_forward_v3(x, w, _dev(3), _dev(2, 5, 7, 9), 1)
+    with pytest.raises(ValueError, match=r"kernel must be square"):
+        C.conv_forward_v3(x, _dev(5, 3, 3, 1), b, _dev(2, 5, 7, 9), 1)
+    with pytest.raises(ValueError, match=r"padding must be a non-negative int"):
+        C.conv_forward_v3(x, w, b, _dev(2, 5, 7, 9), -1)
+    with pytest.raises(ValueError, match=r"smaller than the 5x5 kernel"):
+        C.conv_forward_v3(_dev(2, 3, 3, 9), _dev(5, 3, 5, 5), b, _dev(2, 5, 1, 5), 0)
+    with pytest.raises(ValueError, match=r"x must be 4-D"):
+        C.conv_forward_v3(_dev(2, 3, 63), w, b, _dev(2, 5, 7, 9), 1)
+    with pytest.raises(ValueError, match=r"x must be float32"):
+        C.conv_forward_v3(_dev(2, 3, 7, 9, dtype=np.float64), w, b, _dev(2, 5, 7, 9), 1)
+    with pytest.raises(ValueError, match=r"x is a host NumPy array"):
+        C.conv_forward_v3(np.ones((2, 3, 7, 9), np.float32), w, b, _dev(2, 5, 7, 9), 1)
+    with pytest.raises(ValueError, match=r"x must be C-contiguous"):
+        C.conv_forward_v3(_dev(2, 3, 7, 10)[:, :, :, :9], w, b, _dev(2, 5, 7, 9), 1)
+    with pytest.raises(ValueError, match=r"unknown version 'cublas'"):
+        C.conv_forward_v3(x, w, b, _dev(2, 5, 7, 9), 1, version="cublas")
+    with pytest.raises(ValueError, match=r"block must be 256 threads"):
+        C.conv_forward_v3(x, w, b, _dev(2, 5, 7, 9), 1, version="regblock", block=128)
+
+
+def test_backward_errors():
+    x, w, dy = _dev(2, 3, 7, 9), _dev(5, 3, 3, 3), _dev(2, 5, 7, 9)
+    with pytest.raises(ValueError, match=r"dy must have shape \(2, 5, 5, 7\), got \(2, 5, 7, 9\)"):
+        C.conv_backward_data_v3(dy, w, _dev(2, 3, 7, 9), 0)
+    with pytest.raises(ValueError, match=r"channels differ"):
+        C.conv_backward_data_v3(dy, w, _dev(2, 4, 7, 9), 1)
+    with pytest.raises(ValueError, match=r"relu_mask must have shape \(2, 3, 7, 9\)"):
+        C.conv_backward_data_v3(dy, w, _dev(2, 3, 7, 9), 1, relu_mask=_dev(2, 5, 7, 9))
+    with pytest.raises(ValueError, match=r"dx must be C-contiguous"):
+        C.conv_backward_data_v3(dy, w, _dev(2, 3, 7, 10)[:, :, :, :9], 1)
+    with pytest.raises(ValueError, match=r"dy must have shape \(2, 5, 7, 9\), got \(2, 4, 7, 9\)"):
+        C.conv_backward_weight_v3(x, _dev(2, 4, 7, 9), _dev(5, 3, 3, 3), 1)
+    with pytest.raises(ValueError, match=r"channels differ.*dw \(5, 2, 3, 3\)"):
+        C.conv_backward_weight_v3(x, dy, _dev(5, 2, 3, 3), 1)
+    with pytest.raises(ValueError, match=r"dw must be float32"):
+        C.conv_backward_weight_v3(x, dy, _dev(5, 3, 3, 3, dtype=np.float64), 1)
+
+
+# --------------------------------------------------------------------------------------------- real GPU
+_ON_GPU = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") != "1" and cuda.is_available()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _ON_GPU, reason="needs a real CUDA GPU")
+@pytest.mark.parametrize("version", list(G.VERSIONS))
+def test_gpu_sizes(version):
+    """The autoencoder's shapes (CIFAR-10 32x32, 3 -> 64 channels) and a 5x5 case, batch 8."""
+    rng = _rng("gpu", version)
+    for n, cin, cout, h, w, k, p in ((8, 3, 64, 32, 32, 3, 1), (8, 64, 32, 16, 16, 3, 1),
+                                     (4, 17, 33, 13, 11, 5, 2), (4, 16, 8, 12, 12, 3, 0)):
+        oh, ow = h + 2 * p - k + 1, w + 2 * p - k + 1
+        x, wt, b = _rand(rng, n, cin, h, w), _rand(rng, cout, cin, k, k), _rand(rng, cout)
+        dy, mask = _rand(rng, n, cout, oh, ow), _mask(rng, n, cin, h, w)
+        out = _nan((n, cout, oh, ow))
+        C.conv_forward_v3(cuda.to_device(x), cuda.to_device(wt), cuda.to_device(b), out, p, relu=True,
+                          version=version)
+        assert _rel_err(out.copy_to_host(), C.conv_forward_reference(x, wt, b, p, True)) < TOL
+        dx = _nan((n, cin, h, w))
+        C.conv_backward_data_v3(cuda.to_device(dy), cuda.to_device(wt), dx, p, relu_mask=cuda.to_device(mask),
+                                version=version)
+        assert _rel_err(dx.copy_to_host(), C.conv_backward_data_reference(dy, wt, x.shape, p, mask)) < TOL
+        dw = _nan((cout, cin, k, k))
+        C.conv_backward_weight_v3(cuda.to_device(x), cuda.to_device(dy), dw, p, version=version)
+        assert _rel_err(dw.copy_to_host(), C.conv_backward_weight_reference(x, dy, k, p)) < 2 * TOL
