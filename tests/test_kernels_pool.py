@@ -1,5 +1,5 @@
 """Max-pool, upsample and MSE-head kernels (gpunn.kernels.pool, gpunn.kernels.mse) against their float64 NumPy
-references, and the pool benchmark problems (gpunn.bench_pool) on their quick shapes.
+references, and the pool benchmark problems (gpunn.bench.pool) on their quick shapes.
 
 Runs under the CUDA simulator (tiny shapes) or on a GPU. Float outputs are poisoned with NaN and int8 argmax
 outputs with -1 before each launch, so an element a kernel forgets to write fails the comparison.
@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from numba import config, cuda
 
-from gpunn import bench, bench_pool
+from gpunn import bench
+from gpunn.bench import pool as bench_pool
 from gpunn.kernels import mse, pool
 from gpunn.kernels import softmax as sm
 from gpunn.nn import functional as F

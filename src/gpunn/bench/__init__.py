@@ -1,7 +1,7 @@
 """Kernel benchmarks in the llm.c ``dev/cuda`` style: validate every version against its float64 reference
 first, then time every version x block size with CUDA events, one line each.
 
-    python -m gpunn.bench {gemm,elementwise,softmax,reduce,sgd,all} [--out CSV] [--quick] [--repeats N]
+    python -m gpunn.bench {gemm,conv,pool,elementwise,softmax,reduce,sgd,all} [--out CSV] [--quick] [--repeats N]
                           [--blocks 32,64,...]
     python -m gpunn.bench mlp [--variants gpu-fused,...] [--samples 60000] [--batch 64] [--epochs 3]
 
@@ -50,6 +50,8 @@ Modules
     core       Problem, the memory-bound problem builder (_launcher_problem), validation, timing (EventClock),
                the CSV table (BENCH_COLUMNS), --blocks and the device header
     gemm       GEMM problems (GemmCase, gemm_tolerance)
+    conv       convolution problems: every pass and version at the CNN's and the autoencoder's shapes, % of cuDNN
+    pool       max-pool, upsample and MSE-head problems at the same shapes
     ops        memory-bound problems: elementwise, softmax, reduce, sgd (MEMORY_BOUND_BUILDERS)
     sweep      the E3 block-size sweep (block_sweep, --shapes)
     __main__   the command line
@@ -108,15 +110,21 @@ from gpunn.bench.ops import (
     sgd_problems,
     softmax_problems,
 )
+from gpunn.bench.conv import conv_problems
+from gpunn.bench.pool import pool_problems
 from gpunn.bench.sweep import SWEEP_COLUMNS, block_sweep, parse_shapes
 
-OPS = ("gemm", *MEMORY_BOUND_BUILDERS)
+OPS = ("gemm", "conv", "pool", *MEMORY_BOUND_BUILDERS)
 
 
 def op_problems(op: str, quick: bool = False, seed: int = 0) -> list[Problem]:
     """The problems of one op group at the benchmark's shapes (tiny ones with `quick`)."""
     if op == "gemm":
         return gemm_problems(QUICK_GEMM_CASES if quick else GEMM_CASES, seed)
+    if op == "conv":
+        return conv_problems(quick, seed)
+    if op == "pool":
+        return pool_problems(quick, seed)
     rng = np.random.default_rng(seed)
     shapes = QUICK_MEMORY_SHAPES if quick else MEMORY_SHAPES
     return [p for case, (rows, cols) in shapes.items() for p in MEMORY_BOUND_BUILDERS[op](rows, cols, case, rng)]

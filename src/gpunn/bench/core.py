@@ -115,11 +115,13 @@ class Configuration:
 
 
 def block_dims(block) -> str:
-    return "x".join(str(b) for b in _dims(block))
+    """'16x16', '256', or 'auto' for a version that picks its own block (block None)."""
+    return "auto" if block is None else "x".join(str(b) for b in _dims(block))
 
 
 def block_threads(block) -> int:
-    return math.prod(_dims(block))
+    """Threads per block; 0 for a version that picks its own (block None)."""
+    return 0 if block is None else math.prod(_dims(block))
 
 
 def _dims(block) -> tuple:
@@ -127,12 +129,13 @@ def _dims(block) -> tuple:
 
 
 def _block_choices(problem: Problem, launcher, blocks):
-    """(block, optional) pairs to try. 1-D kernels take every size. A GEMM variant takes its default block
-    and, optionally, each size in the default's form (2-D: 32 x threads/32); an optional block the variant
+    """(block, optional) pairs to try. 1-D kernels take every size. A GEMM variant, or any version whose
+    block defaults to None (it picks its own, e.g. the implicit-GEMM convolution), takes its default block and,
+    optionally, each size in the default's form (2-D: 32 x threads/32); an optional block the variant
     rejects, or replaces by its own fixed block, is skipped."""
-    if problem.op != "gemm":
-        return [(block, False) for block in blocks]
     default = inspect.signature(launcher).parameters["block"].default
+    if problem.op != "gemm" and default is not None:
+        return [(block, False) for block in blocks]
     choices = [(default, False)]
     for threads in blocks:
         block = (min(threads, WARP), threads // min(threads, WARP)) if isinstance(default, tuple) else threads

@@ -26,7 +26,8 @@ Versions (llm.c ``dev/cuda`` style; the seeds' naive and optimized CUDA kernels,
                       across splits (bias gradient: block per channel, tree, deterministic)
     v2 shuffle        weight gradient as block, reduced by warp shuffles then shared memory (real GPU only)
     v2 deterministic  weight gradient as block, splits' partial sums added in a fixed order: bit-identical
-    v3 implicit_gemm  implicit-im2col GEMM (``conv_forward_v3`` ...): another module, merged into VERSIONS later
+    v3 implicit_gemm  implicit-im2col GEMM for all three passes (``conv_forward_v3`` ...; kernels/conv_gemm.py, next
+                      to the GEMM operand loaders it is made of)
 
 Details sit above each version's kernels. Registry names: ``naive``, ``tiled``, ``block``, ``shuffle``,
 ``deterministic`` (and ``implicit_gemm`` for v3). With one split (large Cout*Cin, or ``splits=1``) the block and
@@ -55,6 +56,7 @@ from numba import cuda, float32, uint32
 from gpunn import device
 from gpunn.nn import functional as F
 
+from .conv_gemm import conv_backward_data_v3, conv_backward_weight_v3, conv_forward_v3
 from .launch import Launch, LaunchGroup, bind, check_array, check_block, grid_for
 
 __all__ = [
@@ -947,19 +949,19 @@ VERSIONS = {
     "forward": {
         "naive": conv_forward_v1,
         "tiled": conv_forward_v2,
-        # v3: "implicit_gemm": conv_forward_v3 (implicit-im2col GEMM, merged from its own module)
+        "implicit_gemm": conv_forward_v3,
     },
     "backward_data": {
         "naive": conv_backward_data_v1,
         "tiled": conv_backward_data_v2,
-        # v3: "implicit_gemm": conv_backward_data_v3
+        "implicit_gemm": conv_backward_data_v3,
     },
     "backward_weight": {
         "naive": conv_backward_weight_v1,
         "block": conv_backward_weight_v2_block,
         "shuffle": conv_backward_weight_v2_shuffle,
         "deterministic": conv_backward_weight_v2_deterministic,
-        # v3: "implicit_gemm": conv_backward_weight_v3
+        "implicit_gemm": conv_backward_weight_v3,
     },
     "bias_grad": {
         "naive": conv_bias_grad_v1,

@@ -30,7 +30,7 @@ import dataclasses
 
 import numpy as np
 
-from gpunn.bench import Problem, _launcher_problem, _Output, _random, _tensor
+from gpunn.bench.core import Problem, _launcher_problem, _Output, _random, _tensor
 from gpunn.kernels import mse, pool
 
 __all__ = ["AE_MSE", "AE_POOLS", "AE_UPSAMPLES", "CNN_POOLS", "QUICK", "pool_problems"]

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import cuda
 
-from gpunn.bench import Problem, _poisoned, _random, gemm_tolerance
+from gpunn.bench.core import Problem, _poisoned, _random
+from gpunn.bench.gemm import gemm_tolerance
 from gpunn.kernels import conv
 
 __all__ = ["CONV_CASES", "QUICK_CONV_CASES", "ConvCase", "conv_case_problems", "conv_problems"]
