@@ -19,7 +19,6 @@ from gpunn.kernels.launch import Launch
 
 # The mappings compute window origins above or left of the image as oh - pad mod 2^32 (uint32 wrap,
 # rejected by one unsigned compare); the simulator runs that arithmetic on NumPy scalars, which warn.
-pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
 
 TOL = 1e-5
 SHAPE = (2, 3, 5, 5, 7)  # N, Cin, Cout, H, W
