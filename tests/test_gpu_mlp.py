@@ -141,3 +141,27 @@ def test_real_shapes_on_gpu(variant):
     assert rel_err(gpu.parameters(), ref.parameters()) < 1e-4
     x_new, _ = tiny_data(2000, seed=9, sizes=sizes)
     assert rel_err(gpu.predict(x_new), ref.predict(x_new)) < 1e-4
+
+
+@pytest.mark.parametrize("variant", ["gpu-naive", "gpu-fused"])
+def test_no_buffer_is_read_before_it_is_written(variant, monkeypatch):
+    """Every device buffer the engine allocates starts as NaN (int buffers as -1) instead of whatever memory
+    held before: a buffer read before the kernels write it (an epoch loss buffer never filled, a stale batch)
+    turns the epoch loss, the gradients or the predictions NaN, every time, not only when the allocator happens
+    to hand out dirty memory. (The flaky 2.8e14 epoch loss of gpu_mlp.py's fused epoch, seen once.)"""
+    from numba import cuda
+
+    def poisoned(shape, dtype=np.float32, *args, **kwargs):
+        fill = np.nan if np.dtype(dtype).kind == "f" else -1
+        return cuda.to_device(np.full(shape, fill, dtype=dtype))
+
+    monkeypatch.setattr(cuda, "device_array", poisoned)
+    x, y = tiny_data()
+    ref, gpu = backends(variant)
+    ref.load_train_data(x, y)
+    gpu.load_train_data(x, y)
+    assert rel_err(gpu.gradients(x[:8], y[:8]), cpu_gradients(ref, x[:8], y[:8])) < 1e-5
+    gpu_loss = train_epoch(gpu, x, y, 8, 0)
+    assert gpu_loss == pytest.approx(train_epoch(ref, x, y, 8, 0), rel=1e-5)
+    assert rel_err(gpu.parameters(), ref.parameters()) < 1e-4
+    assert rel_err(gpu.predict(x[:5]), ref.predict(x[:5])) < 1e-5
