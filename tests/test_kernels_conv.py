@@ -31,9 +31,19 @@ WG_CIN, WG_COUT = 2, 3
 SIM_BLOCK = 32 if config.ENABLE_CUDASIM else None
 
 
+OWN_BLOCK = "own"  # the implicit-GEMM versions run their GEMM version's fixed block: pass none
+
+
 def _block(block):
+    if block == OWN_BLOCK:
+        return {}
     block = SIM_BLOCK if block is None else block
     return {} if block is None else {"block": block}
+
+
+def _blocks(variant, blocks):
+    """The block sizes to try for a version: its own fixed one for implicit_gemm (test_kernels_conv_gemm)."""
+    return (OWN_BLOCK,) if variant == "implicit_gemm" else blocks
 
 
 def _rng(*key):
@@ -88,7 +98,7 @@ def run_backward_data(variant, n, cin, cout, h, w, k, p, mask=False, block=None,
 
 
 def run_backward_weight(variant, n, cin, cout, h, w, k, p, key=(), **kw):
-    kw = {**_block(None), **kw}
+    kw = {**_block(kw.pop("block", None)), **kw}
     rng = _rng("backward_weight", variant, n, cin, cout, h, w, k, p, *key)
     x, dy = rand(rng, n, cin, h, w), rand(rng, n, cout, *out_hw(h, w, k, p))
     dw = poisoned(cout, cin, k, k)
@@ -318,13 +328,13 @@ def test_shuffle_weight_gradient_gpu(padding):
 @pytest.mark.parametrize("padding", [0, 1])
 def test_every_version_gpu_sizes(padding):
     for variant in C.VERSIONS["forward"]:
-        for block in (64, 256, 1024):
+        for block in _blocks(variant, (64, 256, 1024)):
             assert run_forward(variant, *GPU_SHAPE, 3, padding, relu=True, block=block, key=("gpu",)) < TOL
     for variant in C.VERSIONS["backward_data"]:
-        for block in (64, 256, 1024):
+        for block in _blocks(variant, (64, 256, 1024)):
             assert run_backward_data(variant, *GPU_SHAPE, 3, padding, mask=True, block=block, key=("gpu",)) < TOL
     for variant in C.VERSIONS["backward_weight"]:
-        for block in (64, 256, 1024):
+        for block in _blocks(variant, (64, 256, 1024)):
             assert run_backward_weight(variant, *GPU_SHAPE, 3, padding, block=block, key=("gpu",)) < 1e-4
     for variant in C.VERSIONS["bias_grad"]:
         rng = _rng("gpu bias", variant)
@@ -340,9 +350,11 @@ def test_kernel_size_5_with_1024_threads_gpu():
     for variant in ("block", "deterministic", "shuffle"):
         assert run_backward_weight(variant, 4, 5, 6, 20, 21, 5, 2, block=1024, splits=2) < 1e-4
     for variant in C.VERSIONS["forward"]:
-        assert run_forward(variant, 4, 5, 6, 20, 21, 5, 2, block=1024) < TOL
+        (block,) = _blocks(variant, (1024,))
+        assert run_forward(variant, 4, 5, 6, 20, 21, 5, 2, block=block) < TOL
     for variant in C.VERSIONS["backward_data"]:
-        assert run_backward_data(variant, 4, 5, 6, 20, 21, 5, 2, mask=True, block=1024) < TOL
+        (block,) = _blocks(variant, (1024,))
+        assert run_backward_data(variant, 4, 5, 6, 20, 21, 5, 2, mask=True, block=block) < TOL
 
 
 @pytest.mark.gpu
