@@ -47,7 +47,7 @@ when torch is importable, and each variant's ratio to PyTorch eager).
 ``block_sweep`` is the E3 block-size sweep of the memory-bound kernels (``gpunn sweep-blocks``).
 
 Modules
-    core       Problem, the memory-bound problem builder (_launcher_problem), validation, timing (EventClock),
+    core       Problem, the memory-bound problem builder (_launcher_problem), validation, timing (the one event clock, gpunn.kernels.launch.Clock),
                the CSV table (BENCH_COLUMNS), --blocks and the device header
     gemm       GEMM problems (GemmCase, gemm_tolerance)
     conv       convolution problems: every pass and version at the CNN's and the autoencoder's shapes, % of cuDNN
@@ -77,7 +77,6 @@ from gpunn.bench.core import (
     WARP,
     BenchMismatch,
     Configuration,
-    EventClock,
     Problem,
     _launcher_problem,
     _Output,

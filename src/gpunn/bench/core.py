@@ -1,6 +1,6 @@
 """What every benchmark shares (the method is described in gpunn.bench): a Problem (one op on one shape, with
 its float64 expected outputs and how to bind a launch of each variant), the helpers that build memory-bound
-problems from a kernel's launcher, validation against the references, CUDA-event timing (EventClock) with the
+problems from a kernel's launcher, validation against the references, CUDA-event timing (gpunn.kernels.launch.Clock) with the
 torch reference, the CSV table of the rows (BENCH_COLUMNS), and the block-size and device lines of the
 command line.
 """
@@ -19,6 +19,7 @@ from numba import cuda
 
 from gpunn import device, provenance
 from gpunn.errors import GpunnError
+from gpunn.kernels.launch import Clock
 
 DEFAULT_BLOCKS = (32, 64, 128, 256, 512, 1024)
 QUICK_BLOCKS = (32, 64)
@@ -192,41 +193,29 @@ def validate(problems, blocks, log=print) -> list[Configuration]:
 
 
 # --------------------------------------------------------------------------------------------- timing
-@dataclass(frozen=True)
-class EventClock:
-    """How to make, record and wait for timing events: numba's on a stream, or torch's."""
-
-    new_event: Callable
-    record: Callable
-    synchronize: Callable
-    host_clock: bool = False  # the simulator's events carry no time (elapsed_time returns -1)
+def numba_clock(stream) -> Clock:
+    return Clock(stream)
 
 
-def numba_clock(stream) -> EventClock:
-    return EventClock(cuda.event, lambda event: event.record(stream), stream.synchronize,
-                      device.simulator_enabled())
+def torch_clock(torch) -> Clock:
+    return Clock(torch=torch)
 
 
-def torch_clock(torch) -> EventClock:
-    return EventClock(lambda: torch.cuda.Event(enable_timing=True), lambda event: event.record(),
-                      torch.cuda.synchronize)
-
-
-def _launch_times_ms(launch, count: int, clock: EventClock) -> list[float]:
-    events, host_ms = [], []
-    for _ in range(count):
-        start, end = clock.new_event(), clock.new_event()
+def _launch_times_ms(launch, count: int, clock: Clock) -> list[float]:
+    """Milliseconds of `count` launches, each between two marks of the clock (host times under the simulator)."""
+    clock.resize(2 * count)
+    host_ms = []
+    for r in range(count):
         started = time.perf_counter()
-        clock.record(start)
+        clock.mark(2 * r)
         launch()
-        clock.record(end)
+        clock.mark(2 * r + 1)
         host_ms.append(1e3 * (time.perf_counter() - started))
-        events.append((start, end))
     clock.synchronize()  # once: the launches queue back to back
-    return host_ms if clock.host_clock else [start.elapsed_time(end) for start, end in events]
+    return host_ms if clock.host_clock else [1e3 * clock.seconds(2 * r, 2 * r + 1) for r in range(count)]
 
 
-def median_launch_ms(launch, repeats: int, clock: EventClock, warmup: int = WARMUP_LAUNCHES) -> tuple[float, int]:
+def median_launch_ms(launch, repeats: int, clock: Clock, warmup: int = WARMUP_LAUNCHES) -> tuple[float, int]:
     """(median ms of one launch, timed launches): warm-up launches, one probe when there is a choice of
     repeats, then an event pair around each timed launch."""
     for _ in range(warmup):

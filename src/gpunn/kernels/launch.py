@@ -174,28 +174,58 @@ def bind(kernel, grid, block, args, stream=0, launch: bool = True, name: str = "
 
 
 class Clock:
-    """Time marks on a stream, read after the caller has waited for it: CUDA events on a GPU (marking does not
-    make the host wait); under the simulator, whose events carry no time and whose launches run synchronously,
-    the host clock. One clock for the training engine and the benchmarks."""
+    """Numbered time marks, read after the caller has waited for the work: CUDA events recorded on a stream
+    (marking does not make the host wait), numba's or, for the benchmarks' PyTorch reference timings, torch's
+    (`torch` given: recorded on torch's current stream); under numba's simulator, whose events carry no time
+    and whose launches run synchronously, the host clock. The one clock of the training engine and the
+    benchmarks."""
 
-    def __init__(self, stream=0, count: int = 2):
+    def __init__(self, stream=0, count: int = 2, torch=None):
+        self.stream = stream
+        self.torch = torch
+        self.host_clock = torch is None and device.simulator_enabled()
+        self.events: list = []
+        self.times: list = []
+        self.resize(count)
+
+    def resize(self, count: int) -> None:
+        """At least `count` marks (events are made once and reused)."""
+        while len(self.times) < count:
+            self.times.append(0.0)
+            if not self.host_clock:
+                self.events.append(self._new_event())
+
+    def _new_event(self):
+        if self.torch is not None:
+            return self.torch.cuda.Event(enable_timing=True)
         from numba import cuda
 
-        self.stream = stream
-        self.events = None if device.simulator_enabled() else [cuda.event() for _ in range(count)]
-        self.times = [0.0] * count
+        return cuda.event()
 
     def __len__(self) -> int:
         return len(self.times)
 
     def mark(self, i: int) -> None:
-        if self.events is None:
+        if self.host_clock:
             self.times[i] = time.perf_counter()
+        elif self.torch is not None:
+            self.events[i].record()
         else:
             self.events[i].record(self.stream)
 
+    def synchronize(self) -> None:
+        """Wait for everything the marks were recorded behind."""
+        if self.torch is not None:
+            self.torch.cuda.synchronize()
+        elif self.stream:
+            self.stream.synchronize()
+        elif not self.host_clock:
+            from numba import cuda
+
+            cuda.synchronize()
+
     def seconds(self, i: int, j: int) -> float:
-        """Seconds from mark i to mark j (both done: the caller has waited for the stream)."""
-        if self.events is None:
+        """Seconds from mark i to mark j (both done: the caller has waited)."""
+        if self.host_clock:
             return self.times[j] - self.times[i]
         return self.events[i].elapsed_time(self.events[j]) / 1e3

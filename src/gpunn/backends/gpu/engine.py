@@ -280,10 +280,7 @@ class GpuEngine(Backend):
                 self._epoch_programs[key] = self._program(e - s, self._sample_shape, source, labels, order_d,
                                                           self.counter, batch, losses)
             programs.append(self._epoch_programs[key])
-        if len(self.epoch_clock) != 2 * len(slices) + 1:
-            from gpunn.kernels.launch import Clock
-
-            self.epoch_clock = Clock(self.stream, 2 * len(slices) + 1)
+        self.epoch_clock.resize(2 * len(slices) + 1)
         order_d.copy_to_device(np.asarray(order, dtype=np.int32), stream=self.stream)
         self.counter.copy_to_device(np.zeros(1, dtype=np.int32), stream=self.stream)
         clock = self.epoch_clock
