@@ -50,7 +50,7 @@ import numpy as np
 from gpunn.nn import functional as F
 
 from . import gemm as G
-from .launch import Launch, flat
+from .launch import Launch, LaunchGroup, flat
 
 __all__ = [
     "GEMM_VERSIONS",
@@ -200,9 +200,12 @@ def conv_backward_data_v3(dy, w, dx, padding, relu_mask=None, version=None, bloc
                          launch=launch, op=op, name=f"{op}[{variant},k{k},p{padding},{epilogue}]")
 
 
-def conv_backward_weight_v3(x, dy, dw, padding, version=None, block=None, stream=0, launch=True) -> Launch:
+def conv_backward_weight_v3(x, dy, dw, padding, version=None, block=None, stream=0, launch=True,
+                            splits=None) -> Launch | LaunchGroup:
     """dw = dL/dw of out = conv(x, w) (overwritten): x (N, Cin, H, W), dy (N, Cout, OH, OW),
-    dw (Cout, Cin, k, k) (any strides)."""
+    dw (Cout, Cin, k, k) (any strides). Split-K over the pixels (``gemm.gemm_split_k``): ``splits=None``
+    picks the count for this device, ``splits=1`` is the single launch; more return a ``LaunchGroup``
+    (partial sums, then their fixed-order sum into dw) holding its scratch buffer."""
     op = "conv_backward_weight_v3"
     _activation(op, "x", x)
     _activation(op, "dy", dy)
@@ -213,9 +216,9 @@ def conv_backward_weight_v3(x, dy, dw, padding, version=None, block=None, stream
     _, aux = G.epilogue_args(op, None, False, None)
     problem = G.conv_problem(cout, cin * k * k, n * oh * ow, (cin, h, wd), (oh, ow), padding, cout)
     variant = _version(op, version, problem.m, problem.n)
-    return G.gemm_mapped(variant, problem, flat(dy), flat(x), dw, aux, "none", a_map="channels",
-                         b_map="im2col_k", store="weight4", ksize=k, block=block, stream=stream,
-                         launch=launch, op=op, name=f"{op}[{variant},k{k},p{padding}]")
+    return G.gemm_split_k(variant, problem, flat(dy), flat(x), dw, aux, "none", a_map="channels",
+                          b_map="im2col_k", store="weight4", ksize=k, splits=splits, block=block, stream=stream,
+                          launch=launch, op=op, name=f"{op}[{variant},k{k},p{padding}]")
 
 
 OPS = {"forward": conv_forward_v3, "backward_data": conv_backward_data_v3,
