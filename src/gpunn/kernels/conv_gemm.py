@@ -17,6 +17,11 @@ are the compile-time mappings of ``gemm`` (``A_MAPS``, ``B_MAPS``, ``STORES``), 
 * ``conv_backward_weight_v3``: dw (Cout, Cin, k, k) = sum over (n, oh, ow) of dy[n, co, oh, ow] *
   x[n, ci, oh+kh-p, ow+kw-p]; M = Cout, N = Cin*k*k, K = N*OH*OW; A[co, (n, oh, ow)] = dy (``channels``),
   B = im2col(x) in the K-rows role (``im2col_k``), store into dw (``weight4``). dw is overwritten.
+  M and N are small (Cout; 9 .. 2304) and K huge (16 384 .. 65 536 at batch 64): a handful of output tiles,
+  so K is split (``gemm.gemm_split_k``, ``splits=``): chunks of K on grid z write partial (Cout, Cin*k*k)
+  tiles into a scratch buffer held by the bound launch, a second launch sums them in a fixed order into dw
+  (deterministic, no atomics). ``splits=None`` fills about 2 blocks per SM with >= 256 pixels per split
+  (``gemm.auto_splits``; ``gemm.SIMULATOR_SPLITS`` under the simulator); ``splits=1`` is the single launch.
 
 Index work, hoisted where the tiling allows (see gemm.py): every conv operand is K-contiguous, so a
 thread's row of A and column of B are fixed through the K loop and decomposed once before it: a pixel
@@ -38,6 +43,9 @@ ld.shared.v4; v3 41: 32 fma, 4 ld.shared.v4).
   v4 backward weight              123     791, 65% fma          the pixel (n, oh, ow) of the 4 shared K indices:
                                                                 8 mul.wide.u32 multiply-highs, 5 mul.lo.s64
   v3 forward / bwd data / bwd w   55/55/40 261-280, 46-49% fma  (dense v3: 207-212, 60-62%)
+
+Split-K backward weight (the split kernels; see gemm.py's split-K section): v4 127 registers, K loop 371
+static instructions (368 single), 8 mul.lo.s64 (5); v3 55 registers (40), 159 (157); inner loops unchanged.
 
 ``OPS`` names the three ops; ``conv_*_reference`` are the float64 NumPy references
 (``gpunn.nn.functional.conv2d_forward`` / ``conv2d_backward`` in float64).
