@@ -3,7 +3,8 @@
 Under the CUDA simulator the shapes are tiny and odd (batch 3, 3 -> 5 channels, 7x9 images, not multiples
 of any tile); outputs are poisoned with NaN so unwritten elements fail, and every test draws fresh random
 inputs (no zeros) from its own seed. The 128x128-tile version is slow in the simulator: it runs a few cases
-only. The ``gpu``-marked test repeats the checks at real sizes on a GPU.
+only. The ``gpu``-marked test repeats the checks at real sizes on a GPU. Under the simulator the weight gradient
+splits K in ``gemm.SIMULATOR_SPLITS`` by default; the split-K tests pin 1, 2 and 3 splits.
 """
 
 import os
@@ -15,7 +16,7 @@ from numba import cuda
 
 from gpunn.kernels import conv_gemm as C
 from gpunn.kernels import gemm as G
-from gpunn.kernels.launch import Launch
+from gpunn.kernels.launch import Launch, LaunchGroup
 
 # The mappings compute window origins above or left of the image as oh - pad mod 2^32 (uint32 wrap,
 # rejected by one unsigned compare); the simulator runs that arithmetic on NumPy scalars, which warn.
@@ -81,14 +82,27 @@ def _backward_data(version, p, k=3, mask=True, shape=SHAPE):
     return _rel_err(dx.copy_to_host(), C.conv_backward_data_reference(dy, w, (n, cin, h, wd), p, m))
 
 
-def _backward_weight(version, p, k=3, shape=SHAPE):
+def _backward_weight(version, p, k=3, shape=SHAPE, splits=None):
     n, cin, cout, h, wd = shape
     rng = _rng("bwd-weight", version, p, k, shape)
     oh, ow = _out_hw(p, k, h, wd)
     x, dy = _rand(rng, n, cin, h, wd), _rand(rng, n, cout, oh, ow)
     dw = _nan((cout, cin, k, k))
-    C.conv_backward_weight_v3(cuda.to_device(x), cuda.to_device(dy), dw, p, version=version)
+    launch = C.conv_backward_weight_v3(cuda.to_device(x), cuda.to_device(dy), dw, p, version=version,
+                                       splits=splits)
+    if splits is None:  # the automatic count under the simulator: SIMULATOR_SPLITS, K permitting
+        used, _ = G.split_k_chunks(n * oh * ow, G.SIMULATOR_SPLITS, G.K_STEPS[version or "regblock"])
+        assert _splits_of(launch) == used
     return _rel_err(dw.copy_to_host(), C.conv_backward_weight_reference(x, dy, k, p))
+
+
+def _splits_of(launch):
+    """The split count of a bound backward-weight launch: 1 for the single launch."""
+    if isinstance(launch, Launch):
+        assert len(launch.grid) == 2
+        return 1
+    assert isinstance(launch, LaunchGroup) and len(launch.launches) == 2
+    return launch.launches[0].grid[2]
 
 
 # --------------------------------------------------------------------------------------------- correctness
@@ -158,7 +172,7 @@ def test_strided_weight_views():
     assert _rel_err(dx.copy_to_host(), C.conv_backward_data_reference(dy, w, x.shape, p)) < TOL
     dw_big = _nan((COUT + 1, CIN + 2, k, k))
     C.conv_backward_weight_v3(cuda.to_device(x), cuda.to_device(dy), dw_big[1:, 1 : 1 + CIN], p,
-                              version="regblock")
+                              version="regblock", splits=2)  # the fixed-order sum writes the view
     got_big = dw_big.copy_to_host()
     assert _rel_err(got_big[1:, 1 : 1 + CIN], C.conv_backward_weight_reference(x, dy, k, p)) < TOL
     outside = np.ones(got_big.shape, dtype=bool)
@@ -180,6 +194,75 @@ def test_bound_launch_reads_live_arrays():
         assert _rel_err(out.copy_to_host(), C.conv_forward_reference(x, w, b, p, True)) < TOL
         x = _rand(rng, N, CIN, H, W)
         x_dev.copy_to_device(x)
+
+
+# --------------------------------------------------------------------------------------------- split-K
+# K = 2*3*7 = 42 pixels: 3 splits of 16, 16, 10 (the K step of the 64x64 tiles is 8): chunk boundaries fall
+# inside an image and the last chunk ends inside a K step (zero-filled).
+SPLIT_SHAPE = (2, 3, 5, 3, 7)
+
+
+def test_backward_weight_single_launch():
+    """splits=1: today's single launch writing dw directly (2 splits: the automatic count in the tests
+    above and the strided view; 3: the test below)."""
+    assert _backward_weight("regblock", 1, shape=SPLIT_SHAPE, splits=1) < TOL
+
+
+def test_split_k_group_is_deterministic_and_replays():
+    """3 splits bound once (launch=False): the sum is the partials added in the order z = 0, 1, 2 (float32,
+    bit for bit), two runs give identical bits, and a replay after new inputs recomputes."""
+    n, cin, cout, h, wd = SPLIT_SHAPE
+    k, p = 3, 1
+    rng = _rng("split-group")
+    x, dy = _rand(rng, n, cin, h, wd), _rand(rng, n, cout, h, wd)
+    x_dev, dy_dev, dw = cuda.to_device(x), cuda.to_device(dy), _nan((cout, cin, k, k))
+    group = C.conv_backward_weight_v3(x_dev, dy_dev, dw, p, version="regblock", splits=3, launch=False)
+    assert _splits_of(group) == 3
+    assert np.isnan(dw.copy_to_host()).all(), "launch=False must not launch"
+    partials = group.launches[0].args[2]
+    results = []
+    for _ in range(2):
+        dw.copy_to_device(np.full(dw.shape, np.nan, np.float32))
+        group()
+        results.append(dw.copy_to_host())
+        assert _rel_err(results[-1], C.conv_backward_weight_reference(x, dy, k, p)) < TOL
+    assert results[0].tobytes() == results[1].tobytes(), "two runs differ"
+    parts = partials.copy_to_host().reshape(3, cout, cin * k * k)
+    in_order = (parts[0] + parts[1]) + parts[2]  # float32, the fixed order
+    assert in_order.reshape(dw.shape).tobytes() == results[0].tobytes()
+    x, dy = _rand(rng, n, cin, h, wd), _rand(rng, n, cout, h, wd)
+    x_dev.copy_to_device(x)
+    dy_dev.copy_to_device(dy)
+    dw.copy_to_device(np.full(dw.shape, np.nan, np.float32))
+    group()
+    assert _rel_err(dw.copy_to_host(), C.conv_backward_weight_reference(x, dy, k, p)) < TOL
+
+
+def test_split_k_counts():
+    """The chunking and the automatic count (host arithmetic; the H100's 132 SMs, batch-64 shapes)."""
+    assert G.split_k_chunks(42, 3, 8) == (3, 16)
+    assert G.split_k_chunks(70, 3, 8) == (3, 24)
+    assert G.split_k_chunks(16, 3, 8) == (2, 8)  # rounding to the K step covers K with fewer chunks
+    assert G.split_k_chunks(5, 3, 16) == (1, 16)
+    assert G.split_k_chunks(7, 3, 1) == (3, 3)
+    for k, splits, step in ((43264, 169, 8), (65536, 66, 8), (16384, 15, 8), (1000, 7, 16), (999, 1000, 1)):
+        used, k_len = G.split_k_chunks(k, splits, step)
+        assert k_len % step == 0 and (used - 1) * k_len < k <= used * k_len and used <= splits
+    # cnn_conv1 (16 x 9, K = 64*26*26): one tile; 2 waves want 264 splits, 256 K each allows 169
+    assert G.auto_splits(64 * 26 * 26, tiles=1, multiprocessors=132) == 169
+    # ae_enc1 (256 x 27, K = 64*32*32, 64x64 tiles): 4 tiles -> 66 splits
+    assert G.auto_splits(64 * 32 * 32, tiles=4, multiprocessors=132) == 66
+    # ae_enc2 (128 x 2304, K = 64*16*16, 128x128 tiles): 18 tiles -> 15 splits
+    assert G.auto_splits(64 * 16 * 16, tiles=18, multiprocessors=132) == 15
+    assert G.auto_splits(4096, tiles=1000, multiprocessors=132) == 1  # already 2 waves of tiles
+    assert G.auto_splits(100, tiles=1, multiprocessors=132) == 1  # K too short to split
+
+
+def test_split_k_errors():
+    x, dy, dw = _dev(2, 3, 7, 9), _dev(2, 5, 7, 9), _dev(5, 3, 3, 3)
+    for bad in (0, -1, True, 2.0, "2", 65536):
+        with pytest.raises(ValueError, match=r"conv_backward_weight_v3: splits must be None or an int"):
+            C.conv_backward_weight_v3(x, dy, dw, 1, splits=bad)
 
 
 def test_fast_divmod_constants():
@@ -298,6 +381,12 @@ def test_gpu_sizes(version):
         C.conv_backward_data_v3(cuda.to_device(dy), cuda.to_device(wt), dx, p, relu_mask=cuda.to_device(mask),
                                 version=version)
         assert _rel_err(dx.copy_to_host(), C.conv_backward_data_reference(dy, wt, x.shape, p, mask)) < TOL
-        dw = _nan((cout, cin, k, k))
-        C.conv_backward_weight_v3(cuda.to_device(x), cuda.to_device(dy), dw, p, version=version)
-        assert _rel_err(dw.copy_to_host(), C.conv_backward_weight_reference(x, dy, k, p)) < 2 * TOL
+        dw_ref = C.conv_backward_weight_reference(x, dy, k, p)
+        for splits in (1, None):  # the single launch; the device's automatic split-K
+            dw = _nan((cout, cin, k, k))
+            launch = C.conv_backward_weight_v3(cuda.to_device(x), cuda.to_device(dy), dw, p, version=version,
+                                               splits=splits)
+            first = dw.copy_to_host()
+            assert _rel_err(first, dw_ref) < 2 * TOL
+            launch()
+            assert dw.copy_to_host().tobytes() == first.tobytes(), "split-K must be deterministic"

@@ -17,6 +17,11 @@ are the compile-time mappings of ``gemm`` (``A_MAPS``, ``B_MAPS``, ``STORES``), 
 * ``conv_backward_weight_v3``: dw (Cout, Cin, k, k) = sum over (n, oh, ow) of dy[n, co, oh, ow] *
   x[n, ci, oh+kh-p, ow+kw-p]; M = Cout, N = Cin*k*k, K = N*OH*OW; A[co, (n, oh, ow)] = dy (``channels``),
   B = im2col(x) in the K-rows role (``im2col_k``), store into dw (``weight4``). dw is overwritten.
+  M and N are small (Cout; 9 .. 2304) and K huge (16 384 .. 65 536 at batch 64): a handful of output tiles,
+  so K is split (``gemm.gemm_split_k``, ``splits=``): chunks of K on grid z write partial (Cout, Cin*k*k)
+  tiles into a scratch buffer held by the bound launch, a second launch sums them in a fixed order into dw
+  (deterministic, no atomics). ``splits=None`` fills about 2 blocks per SM with >= 256 pixels per split
+  (``gemm.auto_splits``; ``gemm.SIMULATOR_SPLITS`` under the simulator); ``splits=1`` is the single launch.
 
 Index work, hoisted where the tiling allows (see gemm.py): every conv operand is K-contiguous, so a
 thread's row of A and column of B are fixed through the K loop and decomposed once before it: a pixel
@@ -39,6 +44,9 @@ ld.shared.v4; v3 41: 32 fma, 4 ld.shared.v4).
                                                                 8 mul.wide.u32 multiply-highs, 5 mul.lo.s64
   v3 forward / bwd data / bwd w   55/55/40 261-280, 46-49% fma  (dense v3: 207-212, 60-62%)
 
+Split-K backward weight (the split kernels; see gemm.py's split-K section): v4 127 registers, K loop 371
+static instructions (368 single), 8 mul.lo.s64 (5); v3 55 registers (40), 159 (157); inner loops unchanged.
+
 ``OPS`` names the three ops; ``conv_*_reference`` are the float64 NumPy references
 (``gpunn.nn.functional.conv2d_forward`` / ``conv2d_backward`` in float64).
 """
@@ -50,7 +58,7 @@ import numpy as np
 from gpunn.nn import functional as F
 
 from . import gemm as G
-from .launch import Launch, flat
+from .launch import Launch, LaunchGroup, flat
 
 __all__ = [
     "GEMM_VERSIONS",
@@ -200,9 +208,12 @@ def conv_backward_data_v3(dy, w, dx, padding, relu_mask=None, version=None, bloc
                          launch=launch, op=op, name=f"{op}[{variant},k{k},p{padding},{epilogue}]")
 
 
-def conv_backward_weight_v3(x, dy, dw, padding, version=None, block=None, stream=0, launch=True) -> Launch:
+def conv_backward_weight_v3(x, dy, dw, padding, version=None, block=None, stream=0, launch=True,
+                            splits=None) -> Launch | LaunchGroup:
     """dw = dL/dw of out = conv(x, w) (overwritten): x (N, Cin, H, W), dy (N, Cout, OH, OW),
-    dw (Cout, Cin, k, k) (any strides)."""
+    dw (Cout, Cin, k, k) (any strides). Split-K over the pixels (``gemm.gemm_split_k``): ``splits=None``
+    picks the count for this device, ``splits=1`` is the single launch; more return a ``LaunchGroup``
+    (partial sums, then their fixed-order sum into dw) holding its scratch buffer."""
     op = "conv_backward_weight_v3"
     _activation(op, "x", x)
     _activation(op, "dy", dy)
@@ -213,9 +224,9 @@ def conv_backward_weight_v3(x, dy, dw, padding, version=None, block=None, stream
     _, aux = G.epilogue_args(op, None, False, None)
     problem = G.conv_problem(cout, cin * k * k, n * oh * ow, (cin, h, wd), (oh, ow), padding, cout)
     variant = _version(op, version, problem.m, problem.n)
-    return G.gemm_mapped(variant, problem, flat(dy), flat(x), dw, aux, "none", a_map="channels",
-                         b_map="im2col_k", store="weight4", ksize=k, block=block, stream=stream,
-                         launch=launch, op=op, name=f"{op}[{variant},k{k},p{padding}]")
+    return G.gemm_split_k(variant, problem, flat(dy), flat(x), dw, aux, "none", a_map="channels",
+                          b_map="im2col_k", store="weight4", ksize=k, splits=splits, block=block, stream=stream,
+                          launch=launch, op=op, name=f"{op}[{variant},k{k},p{padding}]")
 
 
 OPS = {"forward": conv_forward_v3, "backward_data": conv_backward_data_v3,

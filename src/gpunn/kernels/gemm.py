@@ -37,7 +37,8 @@ written once below and shared by all four versions:
   ``im2col_k`` the im2col matrix in the K-rows role, B[(n, oh, ow), (c, kh, kw)];
 * the store (``STORES``) puts C[i, j] (and reads the ``mask`` epilogue's aux at the same place): ``dense``
   c[i, j]; ``nchw`` row i = (n, oh, ow), column j = channel -> c[n, j, oh, ow] of a flat NCHW buffer;
-  ``weight4`` row co, column (ci, kh, kw) -> c[co, ci, kh, kw].
+  ``weight4`` row co, column (ci, kh, kw) -> c[co, ci, kh, kw]; ``partial`` the split-K scratch, C[i, j] of
+  block z -> c[(z*M + i)*N + j] of a flat (splits, M, N) buffer.
 
 A loader is ``outer(dims, index) -> state`` for the index that stays fixed through the K loop (the row of
 A, the column of B), ``inner(dims, p) -> state`` for the K index, and ``get(array, dims, outer, inner)`` the
@@ -52,6 +53,13 @@ Specialisation happens at compile time: a cached factory per (A map, B map, stor
 returns a kernel whose mappings and flags are closure constants (numba prunes the dead branches, LLVM
 inlines the mapping functions, so no flag is tested in the loops), and every kernel takes (a, b, c, aux,
 dims). ``aux`` is the bias, the mask or a cached 1-element dummy.
+
+Split-K (``gemm_split_k``, for few output tiles over a long K, e.g. the conv weight gradient): every version
+runs its own K loop on chunk z of K (grid z, chunk length appended to ``dims``; a compile-time flag, so the
+single-launch kernels compile to the same PTX as before), stores partial tiles into a (splits, M, N) scratch
+buffer allocated at bind time, and a second launch sums them in the fixed order z = 0, 1, ... (no atomics,
+bit-identical run to run) through the real epilogue and store. Both launches come back as one
+``LaunchGroup``; one split is ``gemm_mapped``'s single launch. PTX facts are at the split-K section.
 
 ``gemm(a, b, out, variant=...)`` dispatches through ``VERSIONS``; ``gemm_reference`` is the float64 NumPy
 reference the kernels are validated against.
@@ -68,7 +76,7 @@ from numba import cuda, float32, uint32, uint64
 
 from gpunn import device
 
-from .launch import Launch, bind, check_array
+from .launch import Launch, LaunchGroup, bind, check_array, grid_for
 
 __all__ = [
     "A_MAPS",
@@ -81,6 +89,7 @@ __all__ = [
     "B_MAPS",
     "CONV_FIELDS",
     "EPILOGUES",
+    "K_STEPS",
     "RB_THREADS",
     "STORES",
     "TILE",
@@ -89,16 +98,19 @@ __all__ = [
     "V4_THREADS",
     "VERSIONS",
     "GemmProblem",
+    "auto_splits",
     "conv_problem",
     "fast_divmod_constants",
     "gemm",
     "gemm_mapped",
+    "gemm_split_k",
     "gemm_reference",
     "gemm_shapes",
     "gemm_v1",
     "gemm_v2",
     "gemm_v3",
     "gemm_v4",
+    "split_k_chunks",
     "check_operand",
     "epilogue_args",
 ]
@@ -106,7 +118,7 @@ __all__ = [
 EPILOGUES = ("none", "bias", "bias_relu", "relu", "mask")
 A_MAPS = ("dense", "dense_t", "im2col", "channels")
 B_MAPS = ("dense", "dense_t", "weight_t", "weight_flip_t", "im2col_k")
-STORES = ("dense", "nchw", "weight4")
+STORES = ("dense", "nchw", "weight4", "partial")
 
 # ---------------------------------------------------------------------------------------------------------
 # CPU reference
@@ -497,6 +509,17 @@ def _store_fns(kind, ksize):
             return co, ci, kh, kw
 
         return _index1, at
+    if kind == "partial":  # split-K scratch: c flat (splits, M, N), slice blockIdx.z holds this block's sums
+
+        @_device
+        def row(dims, i):
+            return uint32(uint32(uint32(cuda.blockIdx.z) * dims[_M] + i) * dims[_N])
+
+        @_device
+        def at(dims, base, j):
+            return uint32(base + j)
+
+        return row, at
     raise ValueError(f"gemm: unknown store {kind!r}; choose from {STORES}")
 
 
@@ -520,6 +543,29 @@ def _finish(store, ksize, epilogue):
     return finish
 
 
+# The K range of a block. Without split-K it is all of K, and k_begin is the constant 0: the kernels compile to
+# what they were before split-K. With split-K the last element of dims is the chunk length k_len (a multiple
+# of the version's K step, so a block's tiles never reach into the next chunk) and block z runs
+# [z * k_len, min(K, (z + 1) * k_len)); the loaders still zero-fill against the whole K. Two uint32
+# multiply-adds and a min, once per thread, outside the K loop.
+_KLEN = -1  # static index: the tuple's length is part of its type
+
+
+@_device
+def _k_range_all(dims):
+    return _U0, dims[_K]
+
+
+@_device
+def _k_range_chunk(dims):
+    k_begin = uint32(uint32(cuda.blockIdx.z) * dims[_KLEN])
+    return k_begin, uint32(min(dims[_K], uint32(k_begin + dims[_KLEN])))
+
+
+def _k_range_fn(split_k):
+    return _k_range_chunk if split_k else _k_range_all
+
+
 def _parts(a_map, b_map, store, ksize, epilogue):
     """The compile-time pieces of one kernel specialisation, flat (numba takes device functions as closure
     constants, not inside a tuple): A contig_k, outer, inner, get; the same for B; the store's row
@@ -533,21 +579,22 @@ def _parts(a_map, b_map, store, ksize, epilogue):
 
 
 @functools.cache
-def _kernel1(a_map, b_map, store, ksize, epilogue):
+def _kernel1(a_map, b_map, store, ksize, epilogue, split_k=False):
     _, a_outer, a_inner, a_get, _, b_outer, b_inner, b_get, out_row, finish = _parts(
         a_map, b_map, store, ksize, epilogue)
+    k_range = _k_range_fn(split_k)
 
     @cuda.jit
     def gemm_kernel1(a, b, c, aux, dims):
         # x runs along the columns of C so that a warp writes C (and reads B) contiguously.
         col = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
         row = uint32(cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y)
-        k = dims[_K]
+        k_begin, k = k_range(dims)
         if row < dims[_M] and col < dims[_N]:
             ao = a_outer(dims, row)
             bo = b_outer(dims, col)
             acc = float32(0.0)
-            p = _U0
+            p = k_begin
             while p < k:
                 acc += a_get(a, dims, ao, a_inner(dims, p)) * b_get(b, dims, bo, b_inner(dims, p))
                 p = uint32(p + _U1)
@@ -573,9 +620,10 @@ _UT = np.uint32(TILE)
 
 
 @functools.cache
-def _kernel2(a_map, b_map, store, ksize, epilogue):
+def _kernel2(a_map, b_map, store, ksize, epilogue, split_k=False):
     (a_contig_k, a_outer, a_inner, a_get, b_contig_k, b_outer, b_inner, b_get, out_row,
      finish) = _parts(a_map, b_map, store, ksize, epilogue)
+    k_range = _k_range_fn(split_k)
 
     @cuda.jit
     def gemm_kernel2(a, b, c, aux, dims):
@@ -583,7 +631,7 @@ def _kernel2(a_map, b_map, store, ksize, epilogue):
         # Separate lines: the simulator aliases static shared arrays declared on one line.
         sa = cuda.shared.array((TILE, TILE), float32)
         sb = cuda.shared.array((TILE, TILE), float32)
-        k = dims[_K]
+        k_begin, k = k_range(dims)
         tx = uint32(cuda.threadIdx.x)
         ty = uint32(cuda.threadIdx.y)
         row0 = uint32(cuda.blockIdx.y * _UT)
@@ -599,7 +647,7 @@ def _kernel2(a_map, b_map, store, ksize, epilogue):
         else:
             bo = b_outer(dims, uint32(col0 + tx))
         acc = float32(0.0)
-        k0 = _U0
+        k0 = k_begin
         while k0 < k:
             if a_contig_k:
                 sa[ty, tx] = a_get(a, dims, ao, a_inner(dims, uint32(k0 + tx)))
@@ -668,9 +716,10 @@ _UNROLL = np.uint32(UNROLL)
 
 
 @functools.cache
-def _kernel3(a_map, b_map, store, ksize, epilogue):
+def _kernel3(a_map, b_map, store, ksize, epilogue, split_k=False):
     (a_contig_k, a_outer, a_inner, a_get, b_contig_k, b_outer, b_inner, b_get, out_row,
      finish) = _parts(a_map, b_map, store, ksize, epilogue)
+    k_range = _k_range_fn(split_k)
 
     @cuda.jit
     def gemm_kernel3(a, b, c, aux, dims):
@@ -681,7 +730,7 @@ def _kernel3(a_map, b_map, store, ksize, epilogue):
         rb = cuda.local.array(TN, float32)
         m = dims[_M]
         n = dims[_N]
-        k = dims[_K]
+        k_begin, k = k_range(dims)
 
         t = uint32(cuda.threadIdx.x)
         m0 = uint32(cuda.blockIdx.y * _BM)
@@ -708,7 +757,7 @@ def _kernel3(a_map, b_map, store, ksize, epilogue):
             b_p = uint32(t // _BN_BL)
             b_j = uint32(t % _BN_BL * _BL)
 
-        k0 = _U0
+        k0 = k_begin
         while k0 < k:
             # ---- global -> shared, zero-filled outside the matrices
             if a_contig_k:
@@ -835,9 +884,10 @@ _U16 = np.uint32(16)
 
 
 @functools.cache
-def _kernel4(a_map, b_map, store, ksize, epilogue):
+def _kernel4(a_map, b_map, store, ksize, epilogue, split_k=False):
     (a_contig_k, a_outer, a_inner, a_get, b_contig_k, b_outer, b_inner, b_get, out_row,
      finish) = _parts(a_map, b_map, store, ksize, epilogue)
+    k_range = _k_range_fn(split_k)
 
     @cuda.jit
     def gemm_kernel4(a, b, c, aux, dims):
@@ -850,7 +900,7 @@ def _kernel4(a_map, b_map, store, ksize, epilogue):
         lb = cuda.local.array(LD4, float32)
         m = dims[_M]
         n = dims[_N]
-        k = dims[_K]
+        k_begin, k = k_range(dims)
 
         t = uint32(cuda.threadIdx.x)
         m0 = uint32(cuda.blockIdx.y * _BM4)
@@ -879,7 +929,7 @@ def _kernel4(a_map, b_map, store, ksize, epilogue):
 
         # Pipeline: iteration s loads tile s into registers (if any), multiplies tile s-1 (if any) from
         # shared memory, then stores tile s to shared memory. One load site and one compute site.
-        k0 = _U0
+        k0 = k_begin
         while True:
             if k0 < k:
                 if a_contig_k:
@@ -896,7 +946,7 @@ def _kernel4(a_map, b_map, store, ksize, epilogue):
                     bi = b_inner(dims, uint32(k0 + b_p))
                     for u in range(LD4):
                         lb[u] = b_get(b, dims, b_outer(dims, uint32(n0 + b_j + uint32(u))), bi)
-            if k0 > _U0:
+            if k0 > k_begin:
                 p0 = _U0
                 while p0 < _BK4:
                     for q in range(UNROLL):
@@ -973,6 +1023,147 @@ def gemm_mapped(variant, problem: GemmProblem, a, b, out, aux, epilogue="none", 
     grid, block = config(op, DEFAULT_BLOCKS[variant] if block is None else block, problem.m, problem.n, kernel)
     name = name or f"{op}[{a_map},{b_map}->{store},k{ksize},{epilogue}]"
     return bind(kernel, grid, block, (a, b, out, aux, problem.dims), stream, launch, name)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Split-K: a GEMM with few output tiles and a long K (the conv weight gradient: M = Cout, N = Cin*k*k,
+# K = N*OH*OW) launches a handful of blocks, each running the whole K loop. Split-K divides K into `splits`
+# chunks along grid z: block (x, y, z) runs the version's own kernel on chunk z (``_k_range_chunk``) and
+# stores its tile of partial sums into slice z of a scratch buffer (splits, M, N) (store ``partial``,
+# epilogue none); a second launch sums the slices in the fixed order z = 0, 1, ... and applies the real
+# epilogue and store. No atomics: the result is bit-identical run to run (for a given split count).
+#
+# Napkin math (H100, cnn_conv1's dw: M = 16, N = 9, K = 43 264): one 64x64 tile is one block on one of 132
+# SMs running 5408 K steps; 169 splits of 256 K each cut that critical path 169-fold for 169 * 144 * 4 B =
+# 97 KB of partial sums, written once and read once. The sum kernel issues SUM_UNROLL independent loads per
+# step (the additions stay in order), so it waits on memory ceil(splits / SUM_UNROLL) times, not splits.
+#
+# PTX / ptxas facts (NVVM + ptxas 13.0 of the CUDA 13.0 toolkit, compile_ptx(cc=(9, 0)) without a GPU; conv
+# backward weight k = 3: channels x im2col_k; the split kernels store ``partial``, the others ``weight4``):
+# the single-launch kernels of all four versions (backward weight, forward im2col x weight_t, dense NT)
+# compile to the same PTX as before split-K up to register names. Split kernels: 0 spills, 0 ld/st.local,
+# 0 div/rem, the inner loop unchanged (v4 141 instructions per 2 k: 128 fma, 8 ld.shared.v4; v3 41).
+#
+#   kernel                      regs (single -> split)   K loop (static) single -> split
+#   v4 backward weight          123 -> 127               368 -> 371 instr; mul.lo.s64 5 -> 8 (the 64-bit
+#                                                        products of the magic-number pixel divisions,
+#                                                        no new index widening)
+#   v3 backward weight           40 -> 55                157 -> 159 instr; mul.lo.s64 3 -> 4
+#   v4 / v3 dense NN             -                       218 -> 231 / 89 -> 94 instr (runtime K start: more
+#                                                        address arithmetic), mul.lo.s64 1 = 1
+#   split sum (weight4 store)    32                      no K loop; 1 division (e // N, once per element)
+# v3's 55 registers still fit 4 blocks of 256 threads per SM; v4 stays at <= 128 (2 blocks per SM).
+
+K_STEPS = {"naive": 1, "tiled16": TILE, "regblock": BK, "regblock128": BK4}  # K indices per K-loop step
+SPLIT_WAVES = 2  # automatic split count: about this many blocks per SM ...
+SPLIT_MIN_K = 256  # ... but at least this many K indices per split (partial traffic and the sum's cost)
+SIMULATOR_SPLITS = 2  # automatic split count under the simulator (tests use tiny K; SM counts mean nothing)
+MAX_SPLITS = 65535  # grid z limit
+SPLIT_SUM_THREADS = 128
+SUM_UNROLL = 4
+_SUM_UNROLL = np.uint32(SUM_UNROLL)
+
+
+@functools.cache
+def _split_sum_kernel(store, ksize, epilogue):
+    out_row = _store_fns(store, ksize)[0]
+    finish = _finish(store, ksize, epilogue)
+
+    @cuda.jit
+    def gemm_split_sum(partials, c, aux, dims, splits):
+        # One thread per element e = (i, j) of C, grid-stride; consecutive threads read consecutive partials.
+        vals = cuda.local.array(SUM_UNROLL, float32)
+        m = dims[_M]
+        n = dims[_N]
+        mn = uint32(m * n)
+        step = uint32(mn * _SUM_UNROLL)
+        e = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
+        stride = uint32(cuda.gridDim.x * cuda.blockDim.x)
+        while e < mn:
+            i = uint32(e // n)
+            j = uint32(e - i * n)
+            acc = partials[e]
+            idx = uint32(e + mn)
+            z = _U1
+            while uint32(z + _SUM_UNROLL) <= splits:
+                for u in range(SUM_UNROLL):  # the loads first (in flight together), then the sums in order
+                    vals[u] = partials[uint32(idx + uint32(u) * mn)]
+                for u in range(SUM_UNROLL):
+                    acc += vals[u]
+                idx = uint32(idx + step)
+                z = uint32(z + _SUM_UNROLL)
+            while z < splits:
+                acc += partials[idx]
+                idx = uint32(idx + mn)
+                z = uint32(z + _U1)
+            finish(c, aux, dims, out_row(dims, i), j, acc)
+            e = uint32(e + stride)
+
+    return gemm_split_sum
+
+
+def split_k_chunks(k: int, splits: int, k_step: int) -> tuple[int, int]:
+    """(splits used, k_len): chunks of ceil(K / splits) K indices rounded up to a multiple of the K step, so
+    that no block's tile reaches into the next chunk; ceil(K / k_len) of them, every one non-empty (fewer
+    than asked where the rounding covers K sooner, e.g. K = 16, 3 splits, step 8: 2 chunks of 8)."""
+    k_len = _cdiv(_cdiv(k, splits), k_step) * k_step
+    return _cdiv(k, k_len), k_len
+
+
+def auto_splits(k: int, tiles: int, multiprocessors: int, waves: int = SPLIT_WAVES,
+                min_k: int = SPLIT_MIN_K) -> int:
+    """Enough splits for about ``waves`` blocks per SM over ``tiles`` output tiles, but at least ``min_k``
+    K indices per split (and at least one split)."""
+    return max(1, min(_cdiv(waves * multiprocessors, tiles), k // min_k))
+
+
+@functools.cache
+def _multiprocessors() -> int:
+    return int(device.device_info()["multiprocessors"])
+
+
+def gemm_split_k(variant, problem: GemmProblem, a, b, out, aux, epilogue="none", *, a_map="dense",
+                 b_map="dense", store="dense", ksize=1, splits=None, block=None, stream=0, launch=True, op=None,
+                 name=None) -> Launch | LaunchGroup:
+    """``gemm_mapped`` with the K range split among ``splits`` blocks per output tile (see above).
+
+    ``splits=None``: ``auto_splits`` on this device (``SIMULATOR_SPLITS`` under the simulator). The count
+    used is ``split_k_chunks``'s (it can be lower than asked). One split: ``gemm_mapped``'s single launch,
+    no scratch. Otherwise a ``LaunchGroup`` of the split launch and the sum launch; the (splits, M, N)
+    scratch buffer is allocated here, once, NaN-filled (a partial no block wrote would poison C)."""
+    try:
+        factory, default_op, config = _SPECS[variant]
+    except KeyError:
+        raise ValueError(f"gemm: unknown variant {variant!r}; choose from {sorted(_SPECS)}") from None
+    op = op or default_op
+    if splits is not None and (isinstance(splits, bool) or not isinstance(splits, (int, np.integer))
+                               or not 1 <= splits <= MAX_SPLITS):
+        raise ValueError(f"{op}: splits must be None or an int in [1, {MAX_SPLITS}], got {splits!r}")
+    m, n = problem.m, problem.n
+    kernel = factory(a_map, b_map, "partial", int(ksize), "none", True)
+    grid, threads = config(op, DEFAULT_BLOCKS[variant] if block is None else block, m, n, kernel)
+    if splits is None:
+        splits = (SIMULATOR_SPLITS if device.simulator_enabled()
+                  else auto_splits(problem.k, int(np.prod(grid)), _multiprocessors()))
+    splits, k_len = split_k_chunks(problem.k, int(splits), K_STEPS[variant])
+    name = name or f"{op}[{a_map},{b_map}->{store},k{ksize},{epilogue}]"
+    if splits == 1:
+        return gemm_mapped(variant, problem, a, b, out, aux, epilogue, a_map=a_map, b_map=b_map, store=store,
+                           ksize=ksize, block=block, stream=stream, launch=launch, op=op, name=name)
+    if splits * m * n >= _U32_LIMIT:
+        raise ValueError(f"{op}: {splits} partial ({m}, {n}) tiles exceed 2^31 elements; use fewer splits")
+    sum_kernel = _split_sum_kernel(store, int(ksize), epilogue)
+    device.check_block(op, SPLIT_SUM_THREADS, sum_kernel)
+    partials = cuda.to_device(np.full(splits * m * n, np.nan, dtype=np.float32))
+    group = LaunchGroup([
+        bind(kernel, (*grid, splits), threads, (a, b, partials, aux, (*problem.dims, np.uint32(k_len))), stream,
+             False, f"{name}[split {splits} x {k_len}]"),
+        bind(sum_kernel, grid_for(m * n, SPLIT_SUM_THREADS), SPLIT_SUM_THREADS,
+             (partials, out, aux, problem.dims, np.uint32(splits)), stream, False, f"{name}[sum {splits}]"),
+    ])
+    if launch:
+        group()
+    return group
 
 
 def _dense(variant, a, b, out, trans_a, trans_b, bias, relu, relu_mask, block, stream, launch):
