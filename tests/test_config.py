@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpunn.backends.registry import uses_gpu
 from gpunn.config import load_config, machine_slug
 from gpunn.errors import GpunnError
 from gpunn.targets import Layout, report_inputs, report_outputs
@@ -90,7 +91,7 @@ def test_cpu_only_switch_drops_every_gpu_job():
     lines = []
     config = load({"gpu": {"enabled": False}}, log=lines.append)
     for exp in ("e1", "e2", "e3", "e4", "e5"):
-        assert not any(v.startswith("gpu") for v in config["experiments"][exp]["variants"])
+        assert not any(uses_gpu(v) for v in config["experiments"][exp]["variants"])
     assert config["experiments"]["e1"]["variants"] == ["cpu-numpy", "cpu-serial"]
     assert "blocks" not in report_inputs(config, "e3")
     assert not any("block" in p for p in report_outputs(config, "e3"))

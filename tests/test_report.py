@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from gpunn import io
+from gpunn.backends.registry import uses_gpu
 from gpunn.cli import main as cli_main
 from gpunn.errors import GpunnError
 from gpunn.report import (
@@ -234,11 +235,11 @@ SIMULATED = _provenance("numba CUDA simulator", simulator=True)
 
 
 def _cpu_and_simulated(variant):
-    return SIMULATED if variant.startswith("gpu") else ON_CPU
+    return SIMULATED if uses_gpu(variant) else ON_CPU
 
 
 def _cpu_and_h100(variant):
-    return ON_H100 if variant.startswith("gpu") else ON_CPU
+    return ON_H100 if uses_gpu(variant) else ON_CPU
 
 
 def _csv_provenance(provenance):
@@ -361,7 +362,7 @@ E2_FACTOR = {"cpu-serial": 100.0, "cpu-numpy": 8.0, "gpu-naive": 2.0, "gpu-tiled
 def _e2_cell(variant, hidden, batch):
     """Independent truth of one E2 run: (train, forward, backward time, test accuracy)."""
     train = E2_FACTOR[variant] * hidden / 32 * (1.0 if variant == "cpu-serial" else 64 / batch)
-    accuracy = 0.92 - hidden / 10000 - batch / 100000 + (0.0005 if variant.startswith("gpu") else 0.0)
+    accuracy = 0.92 - hidden / 10000 - batch / 100000 + (0.0005 if uses_gpu(variant) else 0.0)
     return train, 0.45 * train, 0.5 * train, accuracy
 
 
