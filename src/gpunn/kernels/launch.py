@@ -153,6 +153,11 @@ class LaunchGroup:
     def __init__(self, launches):
         self.launches = tuple(launches)
 
+    @property
+    def block(self):
+        """The block of the group's main (first) launch, as reported by benchmarks."""
+        return self.launches[0].block
+
     def __call__(self) -> None:
         for launch in self.launches:
             launch()
