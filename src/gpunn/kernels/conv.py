@@ -57,7 +57,7 @@ from gpunn import device
 from gpunn.nn import functional as F
 
 from .conv_gemm import conv_backward_data_v3, conv_backward_weight_v3, conv_forward_v3
-from .launch import Launch, LaunchGroup, bind, check_array, check_block, grid_for
+from .launch import Launch, LaunchGroup, bind, check_block, check_device_array, grid_for
 
 __all__ = [
     "CI_CHUNK",
@@ -153,10 +153,7 @@ def _shape(a):
 
 
 def _device_array(op, name, a, ndim):
-    if isinstance(a, np.ndarray):
-        # numba would copy a host array to the device and back at every launch of the bound kernel
-        raise ValueError(f"{op}: {name} is a host NumPy array; pass a device array (cuda.to_device)")  # noqa: TRY004
-    check_array(op, name, a, ndim)
+    check_device_array(op, name, a, ndim)
     if a.size >= 2**31:
         raise ValueError(f"{op}: {name} {_shape(a)} has 2**31 or more elements (indices are 32-bit)")
     return a

@@ -76,7 +76,7 @@ from numba import cuda, float32, uint32, uint64
 
 from gpunn import device
 
-from .launch import Launch, LaunchGroup, bind, check_array, grid_for
+from .launch import Launch, LaunchGroup, bind, check_device_array, grid_for
 
 __all__ = [
     "A_MAPS",
@@ -207,10 +207,7 @@ def _shape(x):
 
 
 def check_operand(op, name, x, ndim):
-    if isinstance(x, np.ndarray):
-        # numba would copy a host array to the device and back at every launch of the bound kernel
-        raise ValueError(f"{op}: {name} is a host NumPy array; pass a device array (cuda.to_device)")  # noqa: TRY004
-    check_array(op, name, x, ndim)
+    check_device_array(op, name, x, ndim)
 
 
 def gemm_shapes(a, b, out, trans_a=False, trans_b=False, bias=None, relu_mask=None, op="gemm"):

@@ -58,6 +58,15 @@ def check_array(op: str, name: str, a, ndim: int | None = None, dtype=np.float32
     return a
 
 
+def check_device_array(op: str, name: str, a, ndim: int | None = None, dtype=np.float32):
+    """check_array, and a host NumPy array refused: numba would copy it to the device and back at every launch
+    of a bound kernel."""
+    if isinstance(a, np.ndarray):
+        raise ValueError(  # noqa: TRY004
+            f"{op}: {name} is a host NumPy array (shape {a.shape}); pass a device array (cuda.to_device)")
+    return check_array(op, name, a, ndim, dtype)
+
+
 def grid_for(n: int, block: int) -> int:
     """Blocks for a grid-stride loop over n elements."""
     return max(1, min(math.ceil(n / block), MAX_GRID))

@@ -26,8 +26,8 @@ from numba import cuda, float32
 
 from gpunn.nn import functional as F
 
-from .launch import Launch, bind, check_array, check_block
-from .softmax import _block_sum, _zero_counter
+from .launch import Launch, bind, check_block, check_device_array
+from .softmax import _block_sum, epoch_losses_args
 
 __all__ = ["OPS", "mse_loss_grad", "mse_loss_grad_ref"]
 
@@ -64,10 +64,7 @@ def _mse_kernel(block: int):
 # --------------------------------------------------------------------------------------------- launchers
 def _rows(op: str, name: str, a):
     """a (B, ...) as a (B, F) view; host arrays refused (numba would copy them at every launch)."""
-    if isinstance(a, np.ndarray):
-        raise ValueError(  # noqa: TRY004
-            f"{op}: {name} is a host NumPy array (shape {a.shape}); pass a device array (cuda.to_device)")
-    check_array(op, name, a)
+    check_device_array(op, name, a)
     if len(a.shape) < 2:
         raise ValueError(f"{op}: {name} must be (B, ...) with at least 2 dimensions, got shape {tuple(a.shape)}")
     if len(a.shape) == 2:
@@ -92,20 +89,10 @@ def mse_loss_grad(pred, target, dpred, losses, block: int = 256, stream=0, launc
     block = check_block(op, block, power_of_two=True)
     pred2, target2, dpred2 = (_rows(op, name, a) for name, a in (("pred", pred), ("target", target),
                                                                   ("dpred", dpred)))
-    if isinstance(losses, np.ndarray):
-        raise ValueError(f"{op}: losses is a host NumPy array; pass a device array (cuda.to_device)")  # noqa: TRY004
-    check_array(op, "losses", losses, 1)
+    check_device_array(op, "losses", losses, 1)
     rows = pred2.shape[0]
-    epoch_buffer = counter is not None
-    if epoch_buffer:
-        check_array(op, "counter", counter, 1, dtype=np.int32)
-        if int(stride) < rows or losses.shape[0] < rows:
-            raise ValueError(
-                f"{op}: stride {stride} must be the full batch size (>= {rows} rows) and losses "
-                f"{tuple(losses.shape)} an epoch-long buffer of at least {rows} rows"
-            )
-    else:
-        counter, stride = _zero_counter(), 0
+    counter, stride = epoch_losses_args(op, losses, counter, stride, rows)
+    epoch_buffer = stride != 0
     if (tuple(target.shape) != tuple(pred.shape) or tuple(dpred.shape) != tuple(pred.shape)
             or (not epoch_buffer and tuple(losses.shape) != (rows,))):
         raise ValueError(

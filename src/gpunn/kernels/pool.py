@@ -36,7 +36,7 @@ from numba import cuda, float32, int8, uint32
 
 from gpunn.nn import functional as F
 
-from .launch import Launch, LaunchGroup, bind, check_array, check_block, flat, grid_for
+from .launch import Launch, LaunchGroup, bind, check_block, check_device_array, flat, grid_for
 
 __all__ = [
     "OPS",
@@ -203,11 +203,7 @@ def _upsample_backward_kernel(masked: bool):
 
 # --------------------------------------------------------------------------------------------- checks
 def _device_array(op: str, name: str, a, ndim: int | None = 4, dtype=np.float32):
-    if isinstance(a, np.ndarray):
-        # numba would copy a host array to the device and back at every launch of the bound kernel
-        raise ValueError(  # noqa: TRY004
-            f"{op}: {name} is a host NumPy array (shape {a.shape}); pass a device array (cuda.to_device)")
-    check_array(op, name, a, ndim, dtype)
+    check_device_array(op, name, a, ndim, dtype)
     if not a.is_c_contiguous():
         raise ValueError(
             f"{op}: {name} must be C-contiguous (read as a flat array), got a strided view of shape {tuple(a.shape)}")

@@ -170,16 +170,8 @@ def softmax_ce_grad(
     check_array(op, "dlogits", dlogits, 2)
     check_array(op, "losses", losses, 1)
     rows, cols = logits.shape
-    epoch_buffer = counter is not None
-    if epoch_buffer:
-        check_array(op, "counter", counter, 1, dtype=np.int32)
-        if int(stride) < rows or losses.shape[0] < rows:
-            raise ValueError(
-                f"{op}: stride {stride} must be the full batch size (>= {rows} rows) and losses "
-                f"{tuple(losses.shape)} an epoch-long buffer of at least {rows} rows"
-            )
-    else:
-        counter, stride = _zero_counter(), 0
+    counter, stride = epoch_losses_args(op, losses, counter, stride, rows)
+    epoch_buffer = stride != 0
     if (
         tuple(dlogits.shape) != (rows, cols)
         or tuple(labels.shape) != (rows,)
@@ -192,6 +184,21 @@ def softmax_ce_grad(
         )
     _, kernel = _row_kernels(block)
     return bind(kernel, rows, block, (logits, labels, dlogits, losses, counter, np.int32(stride)), stream, launch, op)
+
+
+def epoch_losses_args(op: str, losses, counter, stride: int, rows: int):
+    """(counter, stride) of a loss head's launch: with a counter, `losses` is an epoch-long buffer and `stride`
+    the full batch size (both checked); without, the batch's own (rows,) buffer, a zero counter and stride 0.
+    Shared by the softmax-CE and MSE heads."""
+    if counter is None:
+        return _zero_counter(), 0
+    check_array(op, "counter", counter, 1, dtype=np.int32)
+    if int(stride) < rows or losses.shape[0] < rows:
+        raise ValueError(
+            f"{op}: stride {stride} must be the full batch size (>= {rows} rows) and losses "
+            f"{tuple(losses.shape)} an epoch-long buffer of at least {rows} rows"
+        )
+    return counter, int(stride)
 
 
 @functools.cache
