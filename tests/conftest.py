@@ -35,3 +35,13 @@ from snakemake_helpers import copy_workflow  # noqa: E402
 def workflow_copy(tmp_path_factory):
     """A copy of the workflow of this checkout in a temporary folder (see snakemake_helpers.copy_workflow)."""
     return copy_workflow(tmp_path_factory.mktemp("workflow"))
+
+
+@pytest.fixture(autouse=os.environ.get("GPUNN_RACECHECK") == "1")
+def racecheck_every_launch():
+    """With GPUNN_RACECHECK=1 (simulator only), every kernel a test launches runs under the race checker
+    (gpunn.kernels.racecheck), so a racy kernel fails its tests instead of failing now and then."""
+    from gpunn.kernels.racecheck import racecheck
+
+    with racecheck():
+        yield

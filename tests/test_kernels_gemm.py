@@ -303,6 +303,7 @@ def test_gpu_direct_launch_matches_the_ordinary_call():
     bound()
     first = out.copy_to_host()
     assert bound.direct
+    assert bound.packed  # one cuLaunchKernel on the parameter block packed at the first call
     a2 = rng.standard_normal((257, 301)).astype(np.float32)
     d_a.copy_to_device(a2)
     out.copy_to_device(np.full((257, 129), np.nan, np.float32))

@@ -11,10 +11,17 @@ The second saving is numba's own dispatch. Every ``kernel[grid, block](*args)`` 
 looks up the compiled overload, marshals every array into its ABI fields (pointer, shape, strides ...) and
 builds a launch configuration: ~60 us per launch measured on an H200 for our 4-7 argument kernels, more than
 the MLP's kernels take to run. Since a bound launch's arguments never change, after its first (compiling)
-launch it prepares all of that once and then calls cuda.core's ``launch`` directly. That uses two internals of
+launch it prepares all of that once and then launches through the driver directly. That uses two internals of
 numba-cuda's compiled kernel (``_prepare_args``, ``_codelibrary``), so it is enabled only for the pinned
 numba-cuda version (``DIRECT_LAUNCH_VERSION``) and otherwise falls back to the ordinary call; the GPU tests
 compare both paths.
+
+Even cuda.core's ``launch`` packs every argument again at each call (type checks, a parameter buffer): our
+GEMM launches carry 37-40 scalar fields, and the fused MLP step is bound by the host (8 launches in about the
+time the GPU takes to run them). So the direct path packs the kernel's parameter block once, into ctypes
+values held by the launch, and each call is one ``cuLaunchKernel`` with that block's address (host cost per
+launch measured on an H100 in the issue-8 notes). Values of a type we do not know how to pack keep the
+cuda.core path (``Launch.packed`` says which path a launch took).
 """
 
 from __future__ import annotations
@@ -120,8 +127,13 @@ class Launch:
 
     @property
     def direct(self) -> bool:
-        """Whether calls now go straight to the driver (after the first call, on a GPU)."""
+        """Whether calls now skip numba's dispatch (after the first call, on a GPU)."""
         return bool(self._direct)
+
+    @property
+    def packed(self) -> bool:
+        """Whether calls are one cuLaunchKernel on a parameter block packed once (else cuda.core packs it)."""
+        return bool(self._direct) and getattr(self._direct, "packed", False)
 
     def on(self, stream) -> None:
         """Launch on another stream (or a graph builder, to capture it)."""
@@ -151,7 +163,54 @@ def _direct_launcher(kernel, configured, args):
         function = compiled._codelibrary.get_cufunc().kernel
     except (ImportError, AttributeError, KeyError, TypeError):
         return None
-    return functools.partial(launch, configured.stream, config, function, *prepared)
+    return (_driver_launcher(configured.stream, config, function, prepared)
+            or functools.partial(launch, configured.stream, config, function, *prepared))
+
+
+def _driver_launcher(stream, config, kernel, prepared):
+    """A call doing ``cuLaunchKernel`` with the parameter block packed here, once; None where a value's
+    type is not one we pack (cuda.core's launch then packs it at every call)."""
+    import ctypes
+
+    try:
+        from cuda.bindings import driver
+    except ImportError:
+        return None
+    values = []
+    for value in prepared:
+        if isinstance(value, bool):
+            return None
+        if isinstance(value, int):  # numba's pointers, sizes, shapes, strides: 8-byte fields
+            values.append(ctypes.c_int64(value) if value < 2**63 else ctypes.c_uint64(value))
+        elif isinstance(value, ctypes._SimpleCData):  # sized scalars (c_uint32, c_float ...) as they are
+            values.append(type(value)(value.value))
+        else:
+            return None
+    pointers = (ctypes.c_void_p * max(1, len(values)))(*[ctypes.addressof(v) for v in values])
+    try:
+        handle = kernel.handle
+        if type(handle).__name__ == "CUkernel":  # a library kernel: its function in the current context
+            err, handle = driver.cuKernelGetFunction(handle)
+            if err != driver.CUresult.CUDA_SUCCESS:
+                return None
+        stream_handle = stream.handle
+        grid = tuple(config.grid) + (1,) * (3 - len(tuple(config.grid)))
+        block = tuple(config.block) + (1,) * (3 - len(tuple(config.block)))
+    except (AttributeError, TypeError):
+        return None
+    address = ctypes.addressof(pointers)
+    cu_launch = driver.cuLaunchKernel
+    success = driver.CUresult.CUDA_SUCCESS
+    gx, gy, gz = (int(v) for v in grid)
+    bx, by, bz = (int(v) for v in block)
+
+    def run(_keep=(values, pointers)):  # the ctypes values live as long as the launch
+        (err,) = cu_launch(handle, gx, gy, gz, bx, by, bz, 0, stream_handle, address, 0)
+        if err != success:
+            raise RuntimeError(f"cuLaunchKernel failed: {err}")
+
+    run.packed = True
+    return run
 
 
 class LaunchGroup:
