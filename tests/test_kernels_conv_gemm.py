@@ -57,28 +57,28 @@ def _out_hw(p, k, h=H, w=W):
     return h + 2 * p - k + 1, w + 2 * p - k + 1
 
 
-def _forward(version, p, k=3, bias=True, relu=True, shape=SHAPE):
+def _forward(version, p, k=3, bias=True, relu=True, shape=SHAPE, splits=None):
     n, cin, cout, h, wd = shape
-    rng = _rng("fwd", version, p, k, bias, relu, shape)
+    rng = _rng("fwd", version, p, k, bias, relu, shape, splits)
     oh, ow = _out_hw(p, k, h, wd)
     x, w = _rand(rng, n, cin, h, wd), _rand(rng, cout, cin, k, k)
     b = _rand(rng, cout) if bias else None
     out = _nan((n, cout, oh, ow))
     launch = C.conv_forward_v3(cuda.to_device(x), cuda.to_device(w), None if b is None else cuda.to_device(b),
-                               out, p, relu=relu, version=version)
-    assert isinstance(launch, Launch)
+                               out, p, relu=relu, version=version, splits=splits)
+    assert isinstance(launch, Launch if splits in (None, 1) else LaunchGroup)
     return _rel_err(out.copy_to_host(), C.conv_forward_reference(x, w, b, p, relu))
 
 
-def _backward_data(version, p, k=3, mask=True, shape=SHAPE):
+def _backward_data(version, p, k=3, mask=True, shape=SHAPE, splits=None):
     n, cin, cout, h, wd = shape
-    rng = _rng("bwd-data", version, p, k, mask, shape)
+    rng = _rng("bwd-data", version, p, k, mask, shape, splits)
     oh, ow = _out_hw(p, k, h, wd)
     dy, w = _rand(rng, n, cout, oh, ow), _rand(rng, cout, cin, k, k)
     m = _mask(rng, n, cin, h, wd) if mask else None
     dx = _nan((n, cin, h, wd))
     C.conv_backward_data_v3(cuda.to_device(dy), cuda.to_device(w), dx, p,
-                            relu_mask=None if m is None else cuda.to_device(m), version=version)
+                            relu_mask=None if m is None else cuda.to_device(m), version=version, splits=splits)
     return _rel_err(dx.copy_to_host(), C.conv_backward_data_reference(dy, w, (n, cin, h, wd), p, m))
 
 
@@ -390,3 +390,29 @@ def test_gpu_sizes(version):
             assert _rel_err(first, dw_ref) < 2 * TOL
             launch()
             assert dw.copy_to_host().tobytes() == first.tobytes(), "split-K must be deterministic"
+
+
+# ------------------------------------------------------------------------- split-K forward and backward data
+# Small feature maps leave most SMs idle, so on a GPU the forward and backward-data GEMMs split K there too
+# (gemm.underfilled_splits); the epilogue (bias + ReLU, the ReLU mask) then runs in the fixed-order sum.
+# K = Cin*9 = 27 (forward) and Cout*9 = 45 (backward data): 2 and 3 splits leave uneven last chunks.
+@pytest.mark.parametrize("splits", [2, 3])
+@pytest.mark.parametrize("version", ["naive", "regblock"])
+def test_split_k_forward_and_backward_data(version, splits):
+    assert _forward(version, 1, splits=splits) < TOL
+    assert _forward(version, 0, bias=False, relu=False, splits=splits) < TOL
+    assert _backward_data(version, 1, splits=splits) < TOL
+    assert _backward_data(version, 0, mask=False, splits=splits) < TOL
+
+
+def test_underfilled_splits_rule(monkeypatch):
+    """Split only outputs with fewer tiles than SMs (the H100 measurements in gemm.underfilled_splits)."""
+    monkeypatch.setattr(G.device, "simulator_enabled", lambda: False)
+    monkeypatch.setattr(G, "_multiprocessors", lambda: 132)
+    # autoencoder 128->128 at 8x8, batch 64: 4096 x 128 output, 32 tiles of 128x128; K = 1152 -> 4 splits
+    assert G.underfilled_splits("regblock128", G.GemmProblem(64 * 8 * 8, 128, 128 * 9)) == 4
+    # 256->128 at 16x16 backward data: 16384 x 256, 256 tiles fill the SMs -> no split
+    assert G.underfilled_splits("regblock128", G.GemmProblem(64 * 16 * 16, 256, 128 * 9)) == 1
+    # CNN conv1 forward: K = 9 leaves nothing to split
+    assert G.underfilled_splits("regblock", G.GemmProblem(64 * 26 * 26, 16, 9)) == 1
+    assert G.underfilled_splits("regblock", G.GemmProblem(64, 16, 9)) == 1

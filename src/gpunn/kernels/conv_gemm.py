@@ -163,10 +163,17 @@ def _version(op, version, m, n):
 # Launchers
 
 
+def _splits(op, splits, variant, problem) -> int:
+    """Split-K count of a forward / backward-data launch: as asked, or (None) enough to fill the GPU when the
+    output tiles do not (``gemm.underfilled_splits``: small feature maps)."""
+    return G.underfilled_splits(variant, problem) if splits is None else splits
+
+
 def conv_forward_v3(x, w, bias, out, padding, relu=False, version=None, block=None, stream=0,
-                    launch=True) -> Launch:
+                    launch=True, splits=None) -> Launch | LaunchGroup:
     """out = conv(x, w) (+ bias) (ReLU): x (N, Cin, H, W), w (Cout, Cin, k, k), bias (Cout,) or None,
-    out (N, Cout, OH, OW)."""
+    out (N, Cout, OH, OW). ``splits``: split-K count (None: by shape, see ``_splits``); with more than one the
+    bias and ReLU are applied by the fixed-order sum of the partials."""
     op = "conv_forward_v3"
     _activation(op, "x", x)
     k, oh, ow = _geometry(op, _shape(x), w, padding)
@@ -180,15 +187,16 @@ def conv_forward_v3(x, w, bias, out, padding, relu=False, version=None, block=No
     epilogue, aux = G.epilogue_args(op, bias, relu, None)
     problem = G.conv_problem(n * oh * ow, cout, cin * k * k, (cin, h, wd), (oh, ow), padding, cout)
     variant = _version(op, version, problem.m, problem.n)
-    return G.gemm_mapped(variant, problem, flat(x), w, flat(out), aux, epilogue, a_map="im2col",
-                         b_map="weight_t", store="nchw", ksize=k, block=block, stream=stream, launch=launch,
-                         op=op, name=f"{op}[{variant},k{k},p{padding},{epilogue}]")
+    return G.gemm_split_k(variant, problem, flat(x), w, flat(out), aux, epilogue, a_map="im2col",
+                          b_map="weight_t", store="nchw", ksize=k, splits=_splits(op, splits, variant, problem),
+                          block=block, stream=stream, launch=launch, op=op,
+                          name=f"{op}[{variant},k{k},p{padding},{epilogue}]")
 
 
 def conv_backward_data_v3(dy, w, dx, padding, relu_mask=None, version=None, block=None, stream=0,
-                          launch=True) -> Launch:
+                          launch=True, splits=None) -> Launch | LaunchGroup:
     """dx = dL/dx of out = conv(x, w): dy (N, Cout, OH, OW), w (Cout, Cin, k, k), dx (N, Cin, H, W);
-    dx = 0 where ``relu_mask`` (dx's shape) <= 0."""
+    dx = 0 where ``relu_mask`` (dx's shape) <= 0. ``splits`` as in ``conv_forward_v3``."""
     op = "conv_backward_data_v3"
     _activation(op, "dy", dy)
     _activation(op, "dx", dx)
@@ -203,9 +211,10 @@ def conv_backward_data_v3(dy, w, dx, padding, relu_mask=None, version=None, bloc
     # dx[n, ci, h, w] = sum dy[n, co, h + kh - (k-1-p), w + kw - (k-1-p)] * w[co, ci, k-1-kh, k-1-kw]
     problem = G.conv_problem(n * h * wd, cin, cout * k * k, (cout, oh, ow), (h, wd), k - 1 - padding, cin)
     variant = _version(op, version, problem.m, problem.n)
-    return G.gemm_mapped(variant, problem, flat(dy), w, flat(dx), aux, epilogue, a_map="im2col",
-                         b_map="weight_flip_t", store="nchw", ksize=k, block=block, stream=stream,
-                         launch=launch, op=op, name=f"{op}[{variant},k{k},p{padding},{epilogue}]")
+    return G.gemm_split_k(variant, problem, flat(dy), w, flat(dx), aux, epilogue, a_map="im2col",
+                          b_map="weight_flip_t", store="nchw", ksize=k, splits=_splits(op, splits, variant, problem),
+                          block=block, stream=stream, launch=launch, op=op,
+                          name=f"{op}[{variant},k{k},p{padding},{epilogue}]")
 
 
 def conv_backward_weight_v3(x, dy, dw, padding, version=None, block=None, stream=0, launch=True,
