@@ -1123,14 +1123,16 @@ def output_tiles(variant: str, m: int, n: int) -> int:
 
 def underfilled_splits(variant: str, problem: GemmProblem) -> int:
     """The split count for a GEMM whose output tiles may not fill the GPU (e.g. a convolution on 8x8 maps):
-    ``auto_splits`` when the tiles are fewer than the SMs, else 1 (measured on an H100: a 128->128 conv at 8x8,
-    batch 64, goes from 0.22 to 0.07 ms with 4 splits, while splitting an output that already fills one wave
-    of blocks made it slower: 0.34 -> 0.43 ms). 1 under the simulator (its tests ask for splits explicitly)."""
+    ``auto_splits`` when the tiles fill at most half the SMs, else 1. Measured on an H100 (batch 64): a
+    128->128 conv at 8x8 (32 tiles of 128x128) goes from 0.22 to 0.07 ms with 4 splits; splitting an output
+    that fills one wave (256 tiles) made it slower, 0.34 -> 0.43 ms; at 128 tiles (256->128 at 16x16) runs
+    disagreed (2 splits 0.39 vs 0.45 ms in one, 3 splits 0.50 in another), so it is left unsplit. 1 under the
+    simulator (its tests ask for splits explicitly)."""
     if device.simulator_enabled():
         return 1
     tiles = output_tiles(variant, problem.m, problem.n)
     multiprocessors = _multiprocessors()
-    return auto_splits(problem.k, tiles, multiprocessors) if tiles < multiprocessors else 1
+    return auto_splits(problem.k, tiles, multiprocessors) if 2 * tiles <= multiprocessors else 1
 
 
 @functools.cache
