@@ -148,7 +148,8 @@ def test_no_buffer_is_read_before_it_is_written(variant, monkeypatch):
     """Every device buffer the engine allocates starts as NaN (int buffers as -1) instead of whatever memory
     held before: a buffer read before the kernels write it (an epoch loss buffer never filled, a stale batch)
     turns the epoch loss, the gradients or the predictions NaN, every time, not only when the allocator happens
-    to hand out dirty memory. (The flaky 2.8e14 epoch loss of gpu_mlp.py's fused epoch, seen once.)"""
+    to hand out dirty memory. (The flaky 2.8e14 epoch loss of gpu_mlp.py's fused epoch, seen once, turned out
+    to be the simulator's shared-array race instead: tests/test_simulator.py.)"""
     from numba import cuda
 
     def poisoned(shape, dtype=np.float32, *args, **kwargs):

@@ -95,6 +95,21 @@ def quiet_low_occupancy_warnings() -> None:
 
 quiet_low_occupancy_warnings()
 
+
+def _fix_simulator() -> None:
+    """Under numba's CUDA simulator, make its shared-memory allocation thread-safe before any of our kernels
+    runs (see gpunn.kernels.simulator: without it a block's threads can end up with private "shared"
+    arrays, rarely and at random)."""
+    from numba import config
+
+    if config.ENABLE_CUDASIM:
+        from . import simulator
+
+        simulator.patch()
+
+
+_fix_simulator()
+
 DIRECT_LAUNCH_VERSION = "0.30.4"  # the numba-cuda whose kernel internals the direct launch relies on
 
 

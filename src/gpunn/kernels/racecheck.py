@@ -26,12 +26,12 @@ and not recorded. It needs NUMBA_ENABLE_CUDASIM=1.
 from __future__ import annotations
 
 import contextlib
-import sys
 import threading
 
 import numpy as np
 
 from ..errors import GpunnError
+from . import simulator
 
 __all__ = ["RaceError", "racecheck"]
 
@@ -172,12 +172,11 @@ def racecheck():
     if not config.ENABLE_CUDASIM:
         raise GpunnError("racecheck works under the CUDA simulator only: set NUMBA_ENABLE_CUDASIM=1 "
                          "before numba is imported")
-    from numba.cuda import types as numba_types
-    from numba.cuda.np import numpy_support
     from numba.cuda.simulator import kernel as sim_kernel
     from numba.cuda.simulator import kernelapi as sim_api
     from numba.cuda.simulator.cudadrv import devicearray as sim_arrays
 
+    simulator.patch()  # first, so that the shared-array method saved and restored below is the fixed one
     within = sim_arrays.FakeWithinKernelCUDAArray
     originals = {
         "getitem": within.__getitem__,
@@ -201,16 +200,10 @@ def racecheck():
     def shared_array(self, shape, dtype, alignment=None):
         if shape == 0:  # dynamic shared memory: one buffer, whoever asks
             return originals["shared"](self, shape, dtype, alignment).view(_SharedArray)
-        # The simulator keys static allocations by the caller's file and line; called through this
-        # wrapper it would see this line for all of them, so the key is taken here, one frame up.
-        caller = sys._getframe(1)
-        key = (caller.f_code.co_filename, caller.f_lineno)
-        ary = self._allocations.get(key)
-        if ary is None:
-            if isinstance(dtype, numba_types.Type):
-                dtype = numpy_support.as_dtype(dtype)
-            ary = self._allocations[key] = np.empty(shape, dtype).view(_SharedArray)
-        return ary
+        # keyed by the kernel's line (called through this wrapper the simulator would see this line),
+        # created under the allocation lock of gpunn.kernels.simulator
+        return simulator.static_shared_array(self, simulator.caller_key(), shape, dtype,
+                                             wrap=lambda a: a.view(_SharedArray))
 
     def local_array(self, shape, dtype, alignment=None):
         ary = originals["local"](self, shape, dtype, alignment).view(_LocalArray)

@@ -1,0 +1,129 @@
+"""The fix to numba's CUDA simulator in gpunn.kernels.simulator: a block's threads share their shared arrays
+whatever the thread scheduling.
+
+The bug it fixes struck at random (issue 8: an epoch loss of 2.8e14 instead of 33.66, once): a thread switch
+had to land between the simulator's check for an existing allocation and its store of a new one. These
+tests make that switch happen every time: the allocation table is replaced by one whose lookup, on a miss,
+waits until every thread of the block has missed too (or a timeout passes). numba's own method then hands
+each thread a private array, every time; the fixed one holds a lock across lookup and store, so the first
+thread waits out the timeout alone and the others find its array.
+"""
+
+import threading
+
+import numpy as np
+import pytest
+from numba import config, cuda, float32
+
+pytestmark = pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="tests a fix to numba's CUDA simulator")
+
+from gpunn.kernels import simulator, softmax  # noqa: E402  (importing a kernel module installs the fix)
+from numba.cuda.simulator import kernelapi  # noqa: E402
+from test_racecheck import BLOCK, tree_sum  # noqa: E402
+
+
+class _MissRendezvous(dict):
+    """An allocation table whose lookup, on a miss, returns only after all `parties` threads have missed
+    (or `timeout` seconds): forces the thread switch between check and store. Counts the arrays stored."""
+
+    def __init__(self, parties: int, timeout: float):
+        super().__init__()
+        self.barrier = threading.Barrier(parties, timeout=timeout)
+        self.stores = 0
+
+    def get(self, key, default=None):
+        found = super().get(key, default)
+        if found is None:
+            try:
+                self.barrier.wait()
+            except threading.BrokenBarrierError:
+                pass  # the fixed allocator serialises the lookups: the first waits alone, then goes on
+        return found
+
+    def __setitem__(self, key, value):
+        self.stores += 1
+        super().__setitem__(key, value)
+
+
+@pytest.fixture
+def forced_switch(monkeypatch):
+    """Every simulated launch's shared-array table is a _MissRendezvous; yields the list of tables."""
+    tables = []
+    timeout = {"s": 10.0}  # every thread arrives well within this on a loaded machine; fixed-allocator tests lower it
+    original_init = kernelapi.FakeCUDAShared.__init__
+
+    def init(self, dynshared_size):
+        original_init(self, dynshared_size)
+        self._allocations = _MissRendezvous(BLOCK, timeout["s"])
+        tables.append(self._allocations)
+
+    monkeypatch.setattr(kernelapi.FakeCUDAShared, "__init__", init)
+
+    def set_timeout(seconds):
+        timeout["s"] = seconds
+
+    yield tables, set_timeout
+
+
+def _block_sums(blocks: int, seed: int):
+    x = np.random.default_rng(seed).uniform(1.0, 2.0, blocks * BLOCK).astype(np.float32)
+    out = cuda.to_device(np.full(blocks, np.nan, np.float32))
+    tree_sum[blocks, BLOCK](cuda.to_device(x), out)  # shared-memory tree sum per block
+    return out.copy_to_host(), x.reshape(blocks, BLOCK).astype(np.float64).sum(axis=1)
+
+
+def test_numba_simulator_gives_threads_private_shared_arrays_on_a_switch(forced_switch, monkeypatch):
+    """The bug, shown every time: with numba's own allocation, each of the first block's threads stores its
+    own array, and the tree sums slots nobody wrote (later blocks reuse the last stored array)."""
+    tables, _ = forced_switch
+    monkeypatch.setattr(kernelapi.FakeCUDAShared, "array", simulator.unpatched())
+    got, ref = _block_sums(3, seed=1)
+    assert tables[-1].stores == BLOCK
+    assert not np.isclose(got[0], ref[0], rtol=1e-6)
+    np.testing.assert_allclose(got[1:], ref[1:], rtol=1e-6)
+
+
+def test_fixed_simulator_shares_one_array_per_block_on_a_switch(forced_switch):
+    tables, set_timeout = forced_switch
+    set_timeout(0.3)  # the first thread waits this long, alone, holding the allocation lock
+    got, ref = _block_sums(3, seed=2)
+    assert tables[-1].stores == 1
+    np.testing.assert_allclose(got, ref, rtol=1e-6)
+
+
+def test_fixed_simulator_softmax_loss_on_a_switch(forced_switch):
+    """The flaky test's kernel: the first row's loss is right (with numba's allocation it is whatever the
+    unwritten slots held, e.g. 2.8e14)."""
+    _, set_timeout = forced_switch
+    set_timeout(0.3)
+    rng = np.random.default_rng(3)
+    rows, classes = 3, 5
+    logits = rng.standard_normal((rows, classes)).astype(np.float32)
+    labels = rng.integers(0, classes, rows).astype(np.int32)
+    dlogits = cuda.to_device(np.full((rows, classes), np.nan, np.float32))
+    losses = cuda.to_device(np.full(rows, np.nan, np.float32))
+    softmax.softmax_ce_grad(cuda.to_device(logits), cuda.to_device(labels), dlogits, losses, block=BLOCK)
+    ref_dlogits, ref_losses = softmax.softmax_ce_grad_ref(logits, labels)
+    np.testing.assert_allclose(losses.copy_to_host(), ref_losses, rtol=1e-5)
+    np.testing.assert_allclose(dlogits.copy_to_host(), ref_dlogits, rtol=1e-5, atol=1e-7)
+
+
+def test_fix_is_installed_and_keys_by_kernel_line():
+    """Importing a kernel module installs the fix; allocations are keyed by the kernel's file and line, so
+    two call sites get two arrays and one call site one array per launch."""
+    assert kernelapi.FakeCUDAShared.array is not simulator.unpatched()
+
+    @cuda.jit
+    def two_sites(out):
+        a = cuda.shared.array(BLOCK, float32)
+        b = cuda.shared.array(BLOCK, float32)
+        t = cuda.threadIdx.x
+        a[t] = float32(t)
+        b[t] = float32(10 * t)
+        cuda.syncthreads()
+        out[t] = a[(t + 1) % BLOCK] + b[(t + 2) % BLOCK]
+
+    out = cuda.to_device(np.full(BLOCK, np.nan, np.float32))
+    two_sites[1, BLOCK](out)
+    t = np.arange(BLOCK)
+    np.testing.assert_array_equal(out.copy_to_host(), (t + 1) % BLOCK + 10 * ((t + 2) % BLOCK))
