@@ -126,6 +126,19 @@ def test_forward_blocks_that_do_not_divide_the_output(variant, block):
     assert run_forward(variant, N, CIN, COUT, H, W, 3, 1, relu=True, block=block) < TOL
 
 
+def test_channel_group():
+    assert [C.channel_group(c) for c in (1, 2, 3, 5, 8, 9, 300)] == [1, 2, 4, 8, 8, 8, 8]
+
+
+@pytest.mark.parametrize("cin, cout", [(1, 5), (2, 1)])
+def test_tiled_few_output_channels(cin, cout):
+    """The tiled kernels' channel group shrinks to the output's channels: 1 (the input gradient of a
+    1-channel image; a 1-channel forward) and 2, where the group of 8 would compute 7 or 6 channels for
+    nothing."""
+    assert run_forward("tiled", 2, cin, cout, H, W, 3, 1) < TOL
+    assert run_backward_data("tiled", 2, cin, cout, H, W, 3, 1, True) < TOL
+
+
 def test_tile_shape():
     assert C.tile_shape(256, 26) == (32, 8)
     assert C.tile_shape(256, 8) == (8, 32)

@@ -149,8 +149,28 @@ def test_padding_wider_than_the_kernel():
 
 def test_default_version_runs():
     assert C.default_version(4096, 256) == "regblock128"
-    assert C.default_version(4096, 3) == "regblock"
-    assert _forward(None, 1, shape=SMALL) < TOL  # M = 40, N = 4: the 64x64 tiles
+    assert C.default_version(4096, 5) == "regblock"
+    assert C.default_version(4096, 3) == "skinny"
+    assert _forward(None, 1, shape=SMALL) < TOL  # M = 40, N = 4: the skinny version
+    assert _forward(None, 1, shape=(2, 3, 5, 4, 5)) < TOL  # N = 5: the 64x64 tiles
+
+
+@pytest.mark.parametrize("cin,cout", [(3, 1), (5, 3), (2, 6)])
+def test_skinny_all_three_ops(cin, cout):
+    """The skinny version (a thread per output row, 4 columns): N = Cout in the forward and Cin in the
+    backward-data GEMM, 1, 3 and 6 (two column groups, the second partial); K = 9 Cin (27, 45: not a multiple
+    of its 32-wide K chunk, and 18 < one chunk); M = 2*4*5 = 40 rows, a partial block."""
+    shape = (2, cin, cout, 4, 5)
+    assert _forward("skinny", 1, shape=shape) < TOL
+    assert _backward_data("skinny", 1, shape=shape) < TOL
+    assert _backward_data("skinny", 0, mask=False, shape=shape) < TOL
+    assert _backward_weight("skinny", 1, shape=shape, splits=1) < TOL
+
+
+def test_skinny_split_k():
+    """Split K across grid z (chunks of whole 32-wide K steps): K = 45 in 2 chunks, K = 72 in 3."""
+    assert _forward("skinny", 1, shape=(2, 5, 3, 4, 5), splits=2) < TOL
+    assert _backward_data("skinny", 1, shape=(2, 3, 8, 4, 5), splits=3) < TOL
 
 
 def test_strided_weight_views():
@@ -364,7 +384,7 @@ _ON_GPU = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") != "1" and cuda.is_availab
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _ON_GPU, reason="needs a real CUDA GPU")
-@pytest.mark.parametrize("version", list(G.VERSIONS))
+@pytest.mark.parametrize("version", list(C.GEMM_VERSIONS))
 def test_gpu_sizes(version):
     """The autoencoder's shapes (CIFAR-10 32x32, 3 -> 64 channels) and a 5x5 case, batch 8."""
     rng = _rng("gpu", version)
@@ -419,3 +439,11 @@ def test_underfilled_splits_rule(monkeypatch):
     # CNN conv1 forward: K = 9 leaves nothing to split
     assert G.underfilled_splits("regblock", G.GemmProblem(64 * 26 * 26, 16, 9)) == 1
     assert G.underfilled_splits("regblock", G.GemmProblem(64, 16, 9)) == 1
+    # skinny: about SKINNY_BLOCKS_PER_SM blocks per SM, chunks of at least one K step. 256->3 at 32x32:
+    # 512 row blocks, ceil(48 * 132 / 512) = 13 asked, K = 2304 in chunks of 192 -> 12 used
+    ae_dec3 = G.GemmProblem(64 * 32 * 32, 3, 256 * 9)
+    asked = G.underfilled_splits("skinny", ae_dec3)
+    assert asked == 13 and G.split_k_chunks(ae_dec3.k, asked, G.SK_KC) == (12, 192)
+    # the 1-channel input gradient of 1->16 at 28x28: K = 144 has 5 K steps of 32 -> 5 chunks
+    cnn1 = G.GemmProblem(64 * 28 * 28, 1, 16 * 9)
+    assert G.split_k_chunks(cnn1.k, G.underfilled_splits("skinny", cnn1), G.SK_KC) == (5, 32)

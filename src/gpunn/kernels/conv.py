@@ -89,6 +89,7 @@ __all__ = [
 
 PASSES = ("forward", "backward_data", "backward_weight", "bias_grad")
 COG = 8  # output channels per thread (and per block) in the tiled kernels: each staged input value feeds COG FMAs
+# (fewer where the output has fewer channels: channel_group)
 CI_CHUNK = 8  # input channels staged in shared memory per barrier pair (fewer if the tile would not fit)
 MAX_TILE_W = 32  # tile width: a warp covers (at most) one 32-wide row of outputs, loads and stores coalesced
 SMEM_LIMIT = 48 * 1024  # static shared memory per block
@@ -501,25 +502,31 @@ def tile_shape(block, out_width):
     return width, threads // width
 
 
-def _chunk(op, tw, th, k, in_ch):
+def channel_group(out_ch: int) -> int:
+    """Output channels per thread of the tiled kernels: COG, or the power of two covering out_ch when fewer
+    (a 1-channel input gradient computes 1 channel, not 8 of which 7 are thrown away)."""
+    return min(COG, 1 << max(0, (int(out_ch) - 1).bit_length()))
+
+
+def _chunk(op, tw, th, k, in_ch, cog=COG):
     """Input channels per shared-memory stage: up to CI_CHUNK, as many as fit in SMEM_LIMIT."""
     region = (th + k - 1) * (tw + k - 1)
     for cic in range(min(CI_CHUNK, in_ch), 0, -1):
-        if 4 * (cic * region + COG * cic * k * k) <= SMEM_LIMIT:
+        if 4 * (cic * region + cog * cic * k * k) <= SMEM_LIMIT:
             return cic
     raise ValueError(f"{op}: a {tw}x{th} tile with its {k - 1} halo ({4 * region} bytes per channel) does not fit "
                      f"in {SMEM_LIMIT} bytes of shared memory; choose a smaller block")
 
 
 @functools.cache
-def _tiled(tw, th, k, off, cic, transposed, epilogue):
+def _tiled(tw, th, k, off, cic, transposed, epilogue, cog=COG):
     has_bias, relu, mask = _flags(epilogue)
     threads = tw * th
     rh, rw = th + k - 1, tw + k - 1
     rhw = rh * rw
     kk_n = k * k
     sin_n = cic * rhw  # shared sizes: plain ints, closure constants
-    sw_n = COG * cic * kk_n
+    sw_n = cog * cic * kk_n
     LO = np.uint32(max(off, 0))
     HI = np.uint32(max(-off, 0))
     TW = np.uint32(tw)
@@ -531,7 +538,7 @@ def _tiled(tw, th, k, off, cic, transposed, epilogue):
     KK = np.uint32(kk_n)
     CIC = np.uint32(cic)
     CWK = np.uint32(cic * kk_n)
-    UCOG = np.uint32(COG)
+    UCOG = np.uint32(cog)
     K1 = np.uint32(k - 1)
 
     @_jit_for(threads)
@@ -539,7 +546,7 @@ def _tiled(tw, th, k, off, cic, transposed, epilogue):
         # Separate lines: the simulator aliases static shared arrays declared on one line.
         s_in = cuda.shared.array(sin_n, float32)
         s_w = cuda.shared.array(sw_n, float32)
-        acc = cuda.local.array(COG, float32)
+        acc = cuda.local.array(cog, float32)
         win = cuda.local.array(kk_n, float32)
         in_ch = uint32(inp.shape[1])
         ih_n = uint32(inp.shape[2])
@@ -557,7 +564,7 @@ def _tiled(tw, th, k, off, cic, transposed, epilogue):
         n = uint32(cuda.blockIdx.z)
         oy = uint32(oy0 + ty)
         ox = uint32(ox0 + tx)
-        for c in range(COG):
+        for c in range(cog):
             acc[c] = float32(0.0)
 
         ci0 = _U0
@@ -597,7 +604,7 @@ def _tiled(tw, th, k, off, cic, transposed, epilogue):
                 for kh in range(k):
                     for kw in range(k):
                         win[kh * k + kw] = s_in[uint32(base + uint32(kh) * RW + uint32(kw))]
-                for c in range(COG):
+                for c in range(cog):
                     wbase = uint32(uint32(c) * CWK + uint32(cl) * KK)
                     a = acc[c]
                     for j in range(kk_n):
@@ -607,7 +614,7 @@ def _tiled(tw, th, k, off, cic, transposed, epilogue):
             ci0 = uint32(ci0 + CIC)
 
         if oy < oh_n and ox < ow_n:
-            for c in range(COG):
+            for c in range(cog):
                 co = uint32(co0 + uint32(c))
                 if co < out_ch:
                     v = acc[c]
@@ -630,10 +637,11 @@ def _bind_tiled(op, inp, w, aux, out, k, off, transposed, epilogue, block, strea
     except ValueError as exc:
         raise ValueError(f"{op}: {exc}") from None
     device.check_block(op, tw * th)
-    cic = _chunk(op, tw, th, k, in_ch)
-    kernel, threads = _tiled(tw, th, k, off, cic, transposed, epilogue)
+    cog = channel_group(out_ch)
+    cic = _chunk(op, tw, th, k, in_ch, cog)
+    kernel, threads = _tiled(tw, th, k, off, cic, transposed, epilogue, cog)
     device.check_block(op, threads, kernel)
-    grid = (_cdiv(ow, tw) * _cdiv(oh, th), _cdiv(out_ch, COG), n)
+    grid = (_cdiv(ow, tw) * _cdiv(oh, th), _cdiv(out_ch, cog), n)
     if max(grid[1:]) > MAX_GRID_YZ:
         raise ValueError(f"{op}: grid {grid} (tiles, channel groups, images) exceeds {MAX_GRID_YZ} in y or z")
     return bind(kernel, grid, threads, (inp, w, aux, out), stream, launch,

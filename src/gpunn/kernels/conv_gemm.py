@@ -5,7 +5,8 @@ NCHW float32, weight w (Cout, Cin, k, k) (any strides: a reshaped view of a flat
 zero padding p >= 0, square kernels of any size k. Activations, outputs and masks are C-contiguous device
 arrays (the mappings address them as flat buffers with uint32 offsets). Each op is one GEMM whose operands
 are the compile-time mappings of ``gemm`` (``A_MAPS``, ``B_MAPS``, ``STORES``), run by any GEMM version
-(``version=``, one of ``GEMM_VERSIONS``; default ``default_version(M, N)``):
+(``version=``, one of ``GEMM_VERSIONS``; default ``default_version(M, N)``: ``skinny`` for N <= 4, e.g. the
+forward of a convolution to 3 channels and the input gradient of one on a 1- or 3-channel image):
 
 * ``conv_forward_v3``: out (N, Cout, OH, OW) = conv(x) (+ bias) (ReLU). M = N*OH*OW, N = Cout,
   K = Cin*k*k; A = im2col(x) (``im2col``), B[(ci, kh, kw), co] = w[co, ci, kh, kw] (``weight_t``), NCHW
@@ -72,7 +73,7 @@ __all__ = [
     "default_version",
 ]
 
-GEMM_VERSIONS = tuple(G.VERSIONS)  # every GEMM version runs every mapping
+GEMM_VERSIONS = G.MAPPED_VERSIONS  # every GEMM version runs every mapping
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -147,7 +148,10 @@ def _expect(op, name, x, shape):
 
 
 def default_version(m: int, n: int) -> str:
-    """The 128x128 tiles where both GEMM sides fill them, else the 64x64 ones (less work thrown away)."""
+    """The skinny version for N <= 4 (1-3 channels on the output side of the GEMM), else the 128x128 tiles
+    where both GEMM sides fill them, else the 64x64 ones (less work thrown away)."""
+    if n <= G.SK_N:
+        return "skinny"
     return "regblock128" if min(m, n) >= G.BM4 else "regblock"
 
 

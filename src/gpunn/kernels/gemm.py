@@ -18,6 +18,9 @@ Versions (llm.c ``dev/cuda`` style, each a kernel factory plus a launcher ``gemm
 4. ``regblock128``: 128x128 block tile, BK 8, 8x8 outputs per thread (four 4x4 quadrants 64 apart, so
    shared reads are conflict-free float4s), 256 threads; the next tile is loaded into registers while the
    current one is multiplied.
+5. ``skinny``: for N <= 4 (a convolution with 1-3 output channels): a thread per row of C with 4 columns
+   in registers, B staged in shared memory, A streamed from global memory. Mapped problems only
+   (``gemm_mapped``, ``gemm_split_k``: ``MAPPED_VERSIONS``); the dense launchers and ``VERSIONS`` are v1-v4.
 
 Every launcher is ``gemm_vN(a, b, out, trans_a=False, trans_b=False, bias=None, relu=False,
 relu_mask=None, block=..., stream=0, launch=True) -> Launch``: it checks the operands, then binds the
@@ -90,7 +93,10 @@ __all__ = [
     "CONV_FIELDS",
     "EPILOGUES",
     "K_STEPS",
+    "MAPPED_VERSIONS",
     "RB_THREADS",
+    "SK_N",
+    "SK_THREADS",
     "STORES",
     "TILE",
     "TM",
@@ -991,6 +997,96 @@ def _config4(op, block, m, n, kernel):
 
 
 # ---------------------------------------------------------------------------------------------------------
+# Version 5: skinny, for N <= 4 (convolutions with 1-3 output channels: the autoencoder's last layer
+# forward, the input gradient of a first layer on 1- or 3-channel images).
+#
+# The tiled versions waste a 64- or 128-wide column tile on N = 3 and their block count is M / 64: at
+# M = 65 536 pixels, K = 2304 the 64x64 tiles ran 0.85 ms against 0.47 ms for the direct convolution (H100).
+# Here a thread owns one row of C and SK_N = 4 columns in registers; a block is SK_THREADS consecutive rows.
+# Per K chunk of SK_KC indices the block stages B's (SK_KC, SK_N) slice in shared memory (one element per
+# thread) and every thread streams its own row of A straight from global memory: consecutive threads are
+# consecutive pixels, so the im2col reads of a warp are coalesced, and each element of A is read once per
+# column group instead of once per output channel as in the direct convolution. The B reads are
+# broadcasts (every thread of a warp reads the same word). The A loader zero-fills beyond K, so the chunk
+# loop needs no bounds test of its own and its loads can be in flight together. N > SK_N
+# runs ceil(N / SK_N) column groups along grid y, each re-reading A (correct, not what it is for).
+
+SK_THREADS = 128
+SK_N = 4  # columns of C per thread (a local-array size: a plain constant)
+SK_KC = 32  # K indices per staged B chunk: SK_KC * SK_N = SK_THREADS, one element per thread
+SK_UNROLL = 8  # K indices per trip of the unrolled inner loop
+assert SK_KC * SK_N == SK_THREADS and SK_KC % SK_UNROLL == 0
+_SK_UNROLL = np.uint32(SK_UNROLL)
+_SK_THREADS = np.uint32(SK_THREADS)
+_SK_N = np.uint32(SK_N)
+_SK_KC = np.uint32(SK_KC)
+
+
+@functools.cache
+def _kernel5(a_map, b_map, store, ksize, epilogue, split_k=False):
+    (_, a_outer, a_inner, a_get, b_contig_k, b_outer, b_inner, b_get, out_row,
+     finish) = _parts(a_map, b_map, store, ksize, epilogue)
+    k_range = _k_range_fn(split_k)
+
+    @cuda.jit
+    def gemm_kernel5(a, b, c, aux, dims):
+        Bs = cuda.shared.array((SK_KC, SK_N), float32, alignment=_SMEM_ALIGN)
+        acc = cuda.local.array(SK_N, float32)
+        av = cuda.local.array(SK_UNROLL, float32)  # SK_UNROLL elements of A in flight
+        m = dims[_M]
+        n = dims[_N]
+        k_begin, k = k_range(dims)
+        t = uint32(cuda.threadIdx.x)
+        i = uint32(cuda.blockIdx.x * _SK_THREADS + t)  # the thread's row of C (rows run along grid x)
+        n0 = uint32(cuda.blockIdx.y * _SK_N)
+        for j in range(SK_N):
+            acc[j] = float32(0.0)
+        ao = a_outer(dims, i)  # the row state, once (a_get zero-fills rows >= M: those threads only help load B)
+        # B chunk coordinates of this thread, along B's contiguous axis
+        if b_contig_k:
+            b_j = uint32(t // _SK_KC)
+            b_p = uint32(t % _SK_KC)
+            bo = b_outer(dims, uint32(n0 + b_j))
+        else:
+            b_p = uint32(t // _SK_N)
+            b_j = uint32(t % _SK_N)
+        k0 = k_begin
+        while k0 < k:
+            if b_contig_k:
+                Bs[b_p, b_j] = b_get(b, dims, bo, b_inner(dims, uint32(k0 + b_p)))
+            else:
+                Bs[b_p, b_j] = b_get(b, dims, b_outer(dims, uint32(n0 + b_j)), b_inner(dims, uint32(k0 + b_p)))
+            cuda.syncthreads()
+            # a split's chunk is whole SK_KC chunks (k_len is a multiple of the K step); past K, a_get gives 0.
+            # SK_UNROLL loads of A first, then their FMAs: the loads are issued back to back and their
+            # latencies overlap (PTX, k = 3 im2col: 8 ld.global, then 8 ld.shared.v4 + 32 fma, no local
+            # memory; one load and its FMAs per trip, as first written, left the loop unrolled by 2 only).
+            q0 = _U0
+            while q0 < _SK_KC:
+                for u in range(SK_UNROLL):
+                    av[u] = a_get(a, dims, ao, a_inner(dims, uint32(k0 + q0 + uint32(u))))
+                for u in range(SK_UNROLL):
+                    for j in range(SK_N):
+                        acc[j] += av[u] * Bs[q0 + uint32(u), j]
+                q0 = uint32(q0 + _SK_UNROLL)
+            cuda.syncthreads()
+            k0 = uint32(k0 + _SK_KC)
+        if i < m:
+            row = out_row(dims, i)
+            for j in range(SK_N):
+                gj = uint32(n0 + uint32(j))
+                if gj < n:
+                    finish(c, aux, dims, row, gj, acc[j])
+
+    return gemm_kernel5
+
+
+def _config5(op, block, m, n, kernel):
+    _fixed_block(op, block, SK_THREADS, kernel)
+    return (_cdiv(m, SK_THREADS), _cdiv(n, SK_N)), SK_THREADS
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Launchers
 
 _SPECS = {  # variant: (kernel factory, (op name, grid and block from (op, block, M, N, kernel)))
@@ -998,9 +1094,11 @@ _SPECS = {  # variant: (kernel factory, (op name, grid and block from (op, block
     "tiled16": (_kernel2, "gemm_v2", _config2),
     "regblock": (_kernel3, "gemm_v3", _config3),
     "regblock128": (_kernel4, "gemm_v4", _config4),
+    "skinny": (_kernel5, "gemm_v5", _config5),
 }
 DEFAULT_BLOCKS = {"naive": (16, 16), "tiled16": (TILE, TILE), "regblock": RB_THREADS,
-                  "regblock128": V4_THREADS}
+                  "regblock128": V4_THREADS, "skinny": SK_THREADS}
+MAPPED_VERSIONS = tuple(_SPECS)  # every version runs every mapping (gemm_mapped, gemm_split_k)
 
 
 def gemm_mapped(variant, problem: GemmProblem, a, b, out, aux, epilogue="none", *, a_map="dense",
@@ -1051,10 +1149,12 @@ def gemm_mapped(variant, problem: GemmProblem, a, b, out, aux, epilogue="none", 
 #   split sum (weight4 store)    32                      no K loop; 1 division (e // N, once per element)
 # v3's 55 registers still fit 4 blocks of 256 threads per SM; v4 stays at <= 128 (2 blocks per SM).
 
-K_STEPS = {"naive": 1, "tiled16": TILE, "regblock": BK, "regblock128": BK4}  # K indices per K-loop step
-OUTPUT_TILES = {"naive": (16, 16), "tiled16": (TILE, TILE), "regblock": (BM, BN), "regblock128": (BM4, BN4)}
+K_STEPS = {"naive": 1, "tiled16": TILE, "regblock": BK, "regblock128": BK4, "skinny": SK_KC}  # K per K-loop step
+OUTPUT_TILES = {"naive": (16, 16), "tiled16": (TILE, TILE), "regblock": (BM, BN), "regblock128": (BM4, BN4),
+                "skinny": (SK_THREADS, SK_N)}
 SPLIT_WAVES = 2  # automatic split count: about this many blocks per SM ...
 SPLIT_MIN_K = 256  # ... but at least this many K indices per split (partial traffic and the sum's cost)
+SKINNY_BLOCKS_PER_SM = 48  # the skinny version's split target (underfilled_splits)
 SIMULATOR_SPLITS = 2  # automatic split count under the simulator (tests use tiny K; SM counts mean nothing)
 MAX_SPLITS = 65535  # grid z limit
 SPLIT_SUM_THREADS = 128
@@ -1126,12 +1226,19 @@ def underfilled_splits(variant: str, problem: GemmProblem) -> int:
     ``auto_splits`` when the tiles fill at most half the SMs, else 1. Measured on an H100 (batch 64): a
     128->128 conv at 8x8 (32 tiles of 128x128) goes from 0.22 to 0.07 ms with 4 splits; splitting an output
     that fills one wave (256 tiles) made it slower, 0.34 -> 0.43 ms; at 128 tiles (256->128 at 16x16) runs
-    disagreed (2 splits 0.39 vs 0.45 ms in one, 3 splits 0.50 in another), so it is left unsplit. 1 under the
-    simulator (its tests ask for splits explicitly)."""
+    disagreed (2 splits 0.39 vs 0.45 ms in one, 3 splits 0.50 in another), so it is left unsplit.
+
+    The skinny version's blocks are small (128 threads, one stream of loads each), so it splits until about
+    SKINNY_BLOCKS_PER_SM blocks per SM, in chunks of at least one K step. H100, batch 64, 512 row blocks,
+    K = 2304 (256->3 forward at 32x32, and the 3-channel input gradient of 3->256): 1 split 0.30 ms, 2 0.25,
+    4 0.23, 8 0.21, 12 0.21; K = 144 (the 1-channel input gradient of 1->16 at 28x28): 1 split 0.023 ms, 5
+    chunks of 32 0.018. 1 under the simulator (its tests ask for splits explicitly)."""
     if device.simulator_enabled():
         return 1
     tiles = output_tiles(variant, problem.m, problem.n)
     multiprocessors = _multiprocessors()
+    if variant == "skinny":  # as many chunks as K has K steps, at most
+        return max(1, min(_cdiv(SKINNY_BLOCKS_PER_SM * multiprocessors, tiles), _cdiv(problem.k, SK_KC)))
     return auto_splits(problem.k, tiles, multiprocessors) if 2 * tiles <= multiprocessors else 1
 
 
