@@ -203,12 +203,25 @@ def test_block_sweep_rejects_zero_repeats():
 def test_gpu_timings_come_from_cuda_events():
     stream = cuda.stream()
     assert not bench.numba_clock(stream).host_clock
-    (problem,) = [p for p in bench.op_problems("elementwise") if p.variants.keys() == {"relu_forward"}
-                  and p.case == "large_odd"]
-    (config,) = bench.validate([problem], [256])
-    ms, repeats = bench.time_configuration(config, 10, stream)
+    problems = {p.case: p for p in bench.op_problems("elementwise") if p.variants.keys() == {"relu_forward"}}
+    large, small = bench.validate([problems["large_odd"]], [256]) + bench.validate([problems["mlp_hidden"]], [256])
+    timing = bench.time_configuration(large, 10, stream)
     # 8191 x 4099 floats read and written: well above launch overhead, well below a second on any GPU
-    assert 0.005 < ms < 1000 and repeats == 10
+    assert 0.005 < timing.ms < 1000 and timing.repeats == 10
+    assert timing.queued and timing.host_ms > 0
+    # 64 x 256 floats: far shorter than the host's launch cost, so only the hold keeps the GPU fed
+    timing = bench.time_configuration(small, 20, stream)
+    assert timing.queued and 0 < timing.ms < 1000
+
+
+def test_simulated_timings_are_host_times():
+    stream = cuda.stream()
+    (config,) = bench.validate([bench.op_problems("elementwise", quick=True)[0]], [32])
+    timing = bench.time_configuration(config, 2, stream)
+    if ON_GPU:
+        assert timing.queued
+    else:
+        assert timing.queued is None and timing.ms == timing.host_ms > 0
 
 
 @pytest.mark.gpu

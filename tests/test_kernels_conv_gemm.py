@@ -148,9 +148,12 @@ def test_padding_wider_than_the_kernel():
 
 
 def test_default_version_runs():
-    assert C.default_version(4096, 256) == "regblock128"
-    assert C.default_version(4096, 5) == "regblock"
-    assert C.default_version(4096, 3) == "skinny"
+    assert C.default_version(4096, 256, 2304) == "regblock128"
+    assert C.default_version(4096, 5, 45) == "regblock"
+    assert C.default_version(4096, 3, 2304) == "skinny"
+    assert C.default_version(43264, 16, 9) == "skinny"  # 1->16: K = 9 fits one chunk
+    assert C.default_version(65536, 256, 27) == "regblock128"  # 3->256: K = 27, but N too wide
+    assert C.default_version(4096, 16, 45) == "regblock"  # K over one chunk
     assert _forward(None, 1, shape=SMALL) < TOL  # M = 40, N = 4: the skinny version
     assert _forward(None, 1, shape=(2, 3, 5, 4, 5)) < TOL  # N = 5: the 64x64 tiles
 

@@ -25,11 +25,18 @@ How
        limit (``TOLERANCE``; GEMM: ``gemm_tolerance``, growing with sqrt(K)). The first mismatch stops
        everything with a ``BenchMismatch`` naming op, variant, block and shape and the first differing
        elements. "all results match" is printed before any timing.
-    2. Timing (``median_launch_ms``): ``WARMUP_LAUNCHES`` launches (the first one compiles), then a CUDA
-       event pair recorded on the launch's stream around each of ``repeats`` launches, one synchronisation,
-       the median in ms. A launch slower than ``TIME_BUDGET_MS / repeats`` (naive GEMM at 4096^3) gets fewer
-       repeats, at least ``MIN_REPEATS``. A kernel shorter than the host's launch cost leaves the GPU
-       waiting for its launch between the events, so its time includes that overhead (what training sees).
+    2. Timing (``median_launch_ms``): ``WARMUP_LAUNCHES`` launches (the first one compiles), then
+       ``repeats`` launches with a CUDA event pair recorded on the launch's stream around each, one
+       synchronisation, the median in ms. A launch slower than ``TIME_BUDGET_MS / repeats`` (naive GEMM at
+       4096^3) gets fewer repeats, at least ``MIN_REPEATS``. The timed launches are queued behind a GPU
+       hold (``Clock.hold``: a one-thread kernel that sleeps about twice as long as the host takes to issue
+       them), so the GPU runs them back to back and each event pair times the GPU's work alone: without
+       it, a kernel shorter than the host's launch cost (20-40 us from Python; most kernels at the MLP's
+       and the CNN's shapes) leaves the GPU idle between the events, and a version made of two launches
+       (split K and its sum) would be charged the host's time between them. ``queued`` in the CSV says the
+       whole batch was issued before the hold ended (the hold is lengthened up to ``HOLD_TRIES`` times
+       until it is); ``host_ms`` is the host's time to issue one launch, the cost that training pays per
+       launch unless the step runs as a CUDA graph.
        GFLOP/s = 2MNK / time (GEMM); GB/s = bytes read plus bytes written, each array counted once, / time
        (memory-bound ops).
     3. Reference: when torch with CUDA is importable, the equivalent torch op (GEMM: torch.matmul / addmm,
@@ -78,6 +85,7 @@ from gpunn.bench.core import (
     BenchMismatch,
     Configuration,
     Problem,
+    Timing,
     _launcher_problem,
     _Output,
     _poisoned,

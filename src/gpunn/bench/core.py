@@ -19,7 +19,7 @@ from numba import cuda
 
 from gpunn import device, provenance
 from gpunn.errors import GpunnError
-from gpunn.kernels.launch import Clock
+from gpunn.kernels.launch import HOLD_SLEEP_NS, Clock
 
 DEFAULT_BLOCKS = (32, 64, 128, 256, 512, 1024)
 QUICK_BLOCKS = (32, 64)
@@ -28,12 +28,16 @@ QUICK_REPEATS = 2
 WARMUP_LAUNCHES = 2
 MIN_REPEATS = 3
 TIME_BUDGET_MS = 2000.0  # timed launches per configuration stop around this (naive GEMM at 4096^3)
+HOLD_MARGIN = 2.0  # a hold lasts this many times the host's time to issue the launches queued behind it
+HOLD_MIN_MS = 0.2  # ... plus this
+HOLD_TRIES = 3  # holds lengthened when the host was slower than estimated (Timing.queued says if it sufficed)
 TOLERANCE = 1e-5  # relative error of the memory-bound ops: a few float32 roundings
 WARP = 32
 
 # every row ends with the provenance columns (device, thread counts, versions, commit: gpunn.provenance)
 BENCH_COLUMNS = ["op", "case", "variant", "block", "block_dims", "m", "n", "k", "rows", "cols", "n_elements", "ms",
-                 "gflops", "gbps", "ref_name", "ref_ms", "pct_of_ref", "repeats", *provenance.CSV_COLUMNS]
+                 "gflops", "gbps", "ref_name", "ref_ms", "pct_of_ref", "repeats", "host_ms", "queued",
+                 *provenance.CSV_COLUMNS]
 SIMULATOR_WARNING = ("WARNING: numba CUDA simulator: kernels run as Python threads on the CPU; the timings "
                      "below are host-clock times and meaningless")
 
@@ -201,34 +205,75 @@ def torch_clock(torch) -> Clock:
     return Clock(torch=torch)
 
 
-def _launch_times_ms(launch, count: int, clock: Clock) -> list[float]:
-    """Milliseconds of `count` launches, each between two marks of the clock (host times under the simulator)."""
-    clock.resize(2 * count)
+@dataclass
+class Timing:
+    """One configuration's timing: ``ms`` the median GPU time of one launch; ``repeats`` the timed launches;
+    ``host_ms`` the median host time to issue one launch (marks included); ``queued`` whether every timed
+    launch was already queued when the GPU reached it (None on the host clock)."""
+
+    ms: float
+    repeats: int
+    host_ms: float
+    queued: bool | None
+
+
+_SLEEP_MS = [HOLD_SLEEP_NS / 1e6]  # measured length of one hold sleep, updated by every hold
+
+
+def _timed_launches(launch, count: int, clock: Clock, hold_ms: float = 0.0) -> tuple[list[float], float, float]:
+    """(ms of each of `count` launches between two marks, host ms to issue them all, ms the GPU spent in a
+    hold of about `hold_ms` queued first; 0 without one). Host times under the simulator."""
+    clock.resize(2 * count + 2)
+    started = time.perf_counter()
+    if hold_ms > 0:
+        clock.mark(0)
+        clock.hold(math.ceil(hold_ms / _SLEEP_MS[0]))
+        clock.mark(1)
     host_ms = []
     for r in range(count):
-        started = time.perf_counter()
-        clock.mark(2 * r)
+        before = time.perf_counter()
+        clock.mark(2 + 2 * r)
         launch()
-        clock.mark(2 * r + 1)
-        host_ms.append(1e3 * (time.perf_counter() - started))
+        clock.mark(3 + 2 * r)
+        host_ms.append(1e3 * (time.perf_counter() - before))
+    issue_ms = 1e3 * (time.perf_counter() - started)
     clock.synchronize()  # once: the launches queue back to back
-    return host_ms if clock.host_clock else [1e3 * clock.seconds(2 * r, 2 * r + 1) for r in range(count)]
+    if clock.host_clock:
+        return host_ms, issue_ms, 0.0
+    held_ms = 1e3 * clock.seconds(0, 1) if hold_ms > 0 else 0.0
+    return [1e3 * clock.seconds(2 + 2 * r, 3 + 2 * r) for r in range(count)], issue_ms, held_ms
 
 
-def median_launch_ms(launch, repeats: int, clock: Clock, warmup: int = WARMUP_LAUNCHES) -> tuple[float, int]:
-    """(median ms of one launch, timed launches): warm-up launches, one probe when there is a choice of
-    repeats, then an event pair around each timed launch."""
+def median_launch_ms(launch, repeats: int, clock: Clock, warmup: int = WARMUP_LAUNCHES) -> Timing:
+    """Warm-up launches, one probe when there is a choice of repeats, then the timed launches queued behind
+    a GPU hold (``Clock.hold``) with an event pair around each: the GPU runs them back to back, so each pair
+    times the kernels alone even where they are shorter than the host's cost of launching them. The hold is
+    sized from the host's issue time and lengthened until the whole batch was issued before it ended
+    (``Timing.queued``)."""
+    issue_ms = 0.0
     for _ in range(warmup):
+        before = time.perf_counter()
         launch()
-    clock.synchronize()
+        issue_ms = 1e3 * (time.perf_counter() - before)  # the last one: compiled by then
+        clock.synchronize()
     if repeats > MIN_REPEATS:
-        (probe_ms,) = _launch_times_ms(launch, 1, clock)
+        (probe_ms,), issue_ms, _ = _timed_launches(launch, 1, clock)
         repeats = min(repeats, max(MIN_REPEATS, int(TIME_BUDGET_MS / max(probe_ms, 1e-6))))
-    return float(np.median(_launch_times_ms(launch, repeats, clock))), repeats
+    if clock.host_clock:
+        times, _, _ = _timed_launches(launch, repeats, clock)
+        return Timing(float(np.median(times)), repeats, float(np.median(times)), None)
+    hold_ms = HOLD_MARGIN * repeats * issue_ms + HOLD_MIN_MS
+    for _ in range(HOLD_TRIES):
+        times, issue_ms, held_ms = _timed_launches(launch, repeats, clock, hold_ms)
+        _SLEEP_MS[0] = max(held_ms / math.ceil(hold_ms / _SLEEP_MS[0]), 1e-4)  # a floor: sleeps may return at once
+        if issue_ms < held_ms:
+            break
+        hold_ms = HOLD_MARGIN * issue_ms + HOLD_MIN_MS
+    return Timing(float(np.median(times)), repeats, issue_ms / repeats, issue_ms < held_ms)
 
 
-def time_configuration(config: Configuration, repeats: int, stream) -> tuple[float, int]:
-    """(median ms, timed launches) of one validated configuration, on fresh buffers bound to `stream`."""
+def time_configuration(config: Configuration, repeats: int, stream) -> Timing:
+    """The timing of one validated configuration, on fresh buffers bound to `stream`."""
     launch, _ = config.problem.bind(config.problem.variants[config.variant], config.block, stream)
     return median_launch_ms(launch, repeats, numba_clock(stream))
 
@@ -249,8 +294,7 @@ def torch_on_gpu():
 
 def reference_timing(problem: Problem, repeats: int, torch) -> tuple[str, float]:
     name, run = problem.torch_ref(torch)
-    ms, _ = median_launch_ms(run, repeats, torch_clock(torch))
-    return name, ms
+    return name, median_launch_ms(run, repeats, torch_clock(torch)).ms
 
 
 def benchmark(problems, blocks, repeats: int, log=print, compare_torch: bool = True) -> list[dict]:
@@ -264,7 +308,8 @@ def benchmark(problems, blocks, repeats: int, log=print, compare_torch: bool = T
     rows = []
     for config in configurations:
         problem = config.problem
-        ms, timed = time_configuration(config, repeats, stream)
+        timing = time_configuration(config, repeats, stream)
+        ms, timed = timing.ms, timing.repeats
         if torch is not None and id(problem) not in references:
             references[id(problem)] = reference_timing(problem, repeats, torch)
         ref_name, ref_ms = references.get(id(problem), (None, None))
@@ -275,7 +320,8 @@ def benchmark(problems, blocks, repeats: int, log=print, compare_torch: bool = T
             "op": problem.op, "case": problem.case, "variant": config.variant,
             "block": block_threads(config.block), "block_dims": block_dims(config.block), **problem.dims,
             "n_elements": problem.n_elements, "ms": ms, "gflops": gflops, "gbps": gbps, "ref_name": ref_name,
-            "ref_ms": ref_ms, "pct_of_ref": pct, "repeats": timed, **provenance_columns,
+            "ref_ms": ref_ms, "pct_of_ref": pct, "repeats": timed, "host_ms": timing.host_ms,
+            "queued": timing.queued, **provenance_columns,
         })
         rate = f"{gflops:9.1f} GFLOP/s" if gflops is not None else f"{gbps:9.2f} GB/s"
         versus = f"  {pct:6.1f}% of {ref_name}" if pct is not None else ""

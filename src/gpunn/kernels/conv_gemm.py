@@ -5,8 +5,9 @@ NCHW float32, weight w (Cout, Cin, k, k) (any strides: a reshaped view of a flat
 zero padding p >= 0, square kernels of any size k. Activations, outputs and masks are C-contiguous device
 arrays (the mappings address them as flat buffers with uint32 offsets). Each op is one GEMM whose operands
 are the compile-time mappings of ``gemm`` (``A_MAPS``, ``B_MAPS``, ``STORES``), run by any GEMM version
-(``version=``, one of ``GEMM_VERSIONS``; default ``default_version(M, N)``: ``skinny`` for N <= 4, e.g. the
-forward of a convolution to 3 channels and the input gradient of one on a 1- or 3-channel image):
+(``version=``, one of ``GEMM_VERSIONS``; default ``default_version(M, N, K)``: ``skinny`` for N <= 4, e.g. the
+forward of a convolution to 3 channels and the input gradient of one on a 1- or 3-channel image, and for
+N <= 16 where K fits one 32-wide chunk, e.g. the forward of a 1->16 first layer):
 
 * ``conv_forward_v3``: out (N, Cout, OH, OW) = conv(x) (+ bias) (ReLU). M = N*OH*OW, N = Cout,
   K = Cin*k*k; A = im2col(x) (``im2col``), B[(ci, kh, kw), co] = w[co, ci, kh, kw] (``weight_t``), NCHW
@@ -147,17 +148,22 @@ def _expect(op, name, x, shape):
         raise ValueError(f"{op}: {name} must have shape {tuple(shape)}, got {_shape(x)}")
 
 
-def default_version(m: int, n: int) -> str:
-    """The skinny version for N <= 4 (1-3 channels on the output side of the GEMM), else the 128x128 tiles
-    where both GEMM sides fill them, else the 64x64 ones (less work thrown away)."""
-    if n <= G.SK_N:
+SKINNY_MAX_N_ONE_CHUNK = 4 * G.SK_N  # skinny also where K fits one chunk and N is at most this (see below)
+
+
+def default_version(m: int, n: int, k: int) -> str:
+    """The skinny version for N <= 4 (1-3 channels on the output side of the GEMM), and for N <= 16 where K
+    fits one of its chunks (a first layer's forward: the tiles would be mostly K padding; H100, 1->16 at
+    28x28, batch 64, K = 9: skinny 0.0092 ms, 64x64 tiles 0.0139, 128x128 0.0186, direct v1 0.0142); else
+    the 128x128 tiles where both GEMM sides fill them, else the 64x64 ones (less work thrown away)."""
+    if n <= G.SK_N or (k <= G.SK_KC and n <= SKINNY_MAX_N_ONE_CHUNK):
         return "skinny"
     return "regblock128" if min(m, n) >= G.BM4 else "regblock"
 
 
-def _version(op, version, m, n):
+def _version(op, version, m, n, k):
     if version is None:
-        return default_version(m, n)
+        return default_version(m, n, k)
     if version not in GEMM_VERSIONS:
         raise ValueError(f"{op}: unknown version {version!r}; choose from {GEMM_VERSIONS}")
     return version
@@ -190,7 +196,7 @@ def conv_forward_v3(x, w, bias, out, padding, relu=False, version=None, block=No
         _expect(op, "bias", bias, (cout,))
     epilogue, aux = G.epilogue_args(op, bias, relu, None)
     problem = G.conv_problem(n * oh * ow, cout, cin * k * k, (cin, h, wd), (oh, ow), padding, cout)
-    variant = _version(op, version, problem.m, problem.n)
+    variant = _version(op, version, problem.m, problem.n, problem.k)
     return G.gemm_split_k(variant, problem, flat(x), w, flat(out), aux, epilogue, a_map="im2col",
                           b_map="weight_t", store="nchw", ksize=k, splits=_splits(op, splits, variant, problem),
                           block=block, stream=stream, launch=launch, op=op,
@@ -214,7 +220,7 @@ def conv_backward_data_v3(dy, w, dx, padding, relu_mask=None, version=None, bloc
     epilogue, aux = G.epilogue_args(op, None, False, None if relu_mask is None else flat(relu_mask))
     # dx[n, ci, h, w] = sum dy[n, co, h + kh - (k-1-p), w + kw - (k-1-p)] * w[co, ci, k-1-kh, k-1-kw]
     problem = G.conv_problem(n * h * wd, cin, cout * k * k, (cout, oh, ow), (h, wd), k - 1 - padding, cin)
-    variant = _version(op, version, problem.m, problem.n)
+    variant = _version(op, version, problem.m, problem.n, problem.k)
     return G.gemm_split_k(variant, problem, flat(dy), w, flat(dx), aux, epilogue, a_map="im2col",
                           b_map="weight_flip_t", store="nchw", ksize=k, splits=_splits(op, splits, variant, problem),
                           block=block, stream=stream, launch=launch, op=op,
@@ -236,7 +242,7 @@ def conv_backward_weight_v3(x, dy, dw, padding, version=None, block=None, stream
     _expect(op, "dy", dy, (n, cout, oh, ow))
     _, aux = G.epilogue_args(op, None, False, None)
     problem = G.conv_problem(cout, cin * k * k, n * oh * ow, (cin, h, wd), (oh, ow), padding, cout)
-    variant = _version(op, version, problem.m, problem.n)
+    variant = _version(op, version, problem.m, problem.n, problem.k)
     return G.gemm_split_k(variant, problem, flat(dy), flat(x), dw, aux, "none", a_map="channels",
                           b_map="im2col_k", store="weight4", ksize=k, splits=splits, block=block, stream=stream,
                           launch=launch, op=op, name=f"{op}[{variant},k{k},p{padding}]")

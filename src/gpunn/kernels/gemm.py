@@ -998,7 +998,8 @@ def _config4(op, block, m, n, kernel):
 
 # ---------------------------------------------------------------------------------------------------------
 # Version 5: skinny, for N <= 4 (convolutions with 1-3 output channels: the autoencoder's last layer
-# forward, the input gradient of a first layer on 1- or 3-channel images).
+# forward, the input gradient of a first layer on 1- or 3-channel images), and for small N with K in one
+# chunk (a 1->16 first layer's forward, K = 9: the tiles of v3/v4 would be mostly K padding).
 #
 # The tiled versions waste a 64- or 128-wide column tile on N = 3 and their block count is M / 64: at
 # M = 65 536 pixels, K = 2304 the 64x64 tiles ran 0.85 ms against 0.47 ms for the direct convolution (H100).

@@ -317,3 +317,36 @@ class Clock:
         if self.host_clock:
             return self.times[j] - self.times[i]
         return self.events[i].elapsed_time(self.events[j]) / 1e3
+
+    def hold(self, sleeps: int) -> None:
+        """Occupy the clock's stream with `sleeps` GPU sleeps of HOLD_SLEEP_NS each (one thread), so that the
+        host can queue what follows before the GPU reaches it: marks and launches queued behind a hold run
+        back to back, and an event pair then times the GPU's work alone, not the host's cost of launching it
+        (20-40 us from Python, longer than many of our kernels). How long a hold lasted is measured by marks
+        around it (a sleep's length is only approximate). No-op on the host clock, where launches run
+        synchronously."""
+        if self.host_clock:
+            return
+        from numba import cuda
+
+        stream = self.stream
+        if self.torch is not None:  # the torch events are recorded on torch's current stream: hold that one
+            stream = cuda.external_stream(self.torch.cuda.current_stream().cuda_stream)
+        _hold_kernel()[1, 1, stream](np.uint32(max(1, sleeps)))
+
+
+HOLD_SLEEP_NS = 10_000  # one nanosleep of the hold kernel (the instruction sleeps up to about 1 ms)
+
+
+@functools.cache
+def _hold_kernel():
+    from numba import cuda
+
+    sleep_ns = np.uint32(HOLD_SLEEP_NS)
+
+    @cuda.jit
+    def hold(sleeps):
+        for _ in range(sleeps):
+            cuda.nanosleep(sleep_ns)
+
+    return hold
