@@ -247,7 +247,9 @@ def test_bench_mlp_writes_epoch_times(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     frame = pd.read_csv(out)
-    assert list(frame["variant"]) == ["cpu-numpy", "cpu-serial"]
+    frame = frame[~frame["variant"].str.startswith("torch-")]  # PyTorch's rows, where a GPU has torch
+    assert list(frame["variant"]) == ["cpu-numpy", "cpu-serial"] and (frame["model"] == "mlp").all()
+    assert (frame["sizes"] == "in_features=784 hidden=8 classes=10").all()
     assert (frame["device"] == "cpu").all() and not frame["simulator"].any()
     assert list(frame.columns[-len(provenance.CSV_COLUMNS):]) == list(provenance.CSV_COLUMNS)
     assert (frame["epoch_s"] > 0).all() and (frame["samples_per_s"] > 0).all()
@@ -255,3 +257,41 @@ def test_bench_mlp_writes_epoch_times(tmp_path):
                           "--out", str(tmp_path / "bad.csv")], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "unknown variant 'gpu-fast'" in bad.stderr
     assert not (tmp_path / "bad.csv").exists()
+
+
+def test_bench_cnn_times_the_variants_that_train_it(tmp_path):
+    """`bench cnn` times CNN epochs of the variants asked for; a variant that cannot train the CNN is one clear
+    line and no output file."""
+    out = tmp_path / "cnn.csv"
+    done = subprocess.run([sys.executable, "-m", "gpunn.bench", "cnn", "--variants", "cpu-numpy", "--samples", "40",
+                           "--batch", "16", "--epochs", "2", "--out", str(out)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    frame = pd.read_csv(out)
+    frame = frame[~frame["variant"].str.startswith("torch-")]  # PyTorch's rows, where a GPU has torch
+    assert list(frame["variant"]) == ["cpu-numpy"] and (frame["model"] == "cnn").all()
+    assert (frame["sizes"] == "in_channels=1 image_size=28 classes=10").all() and (frame["epoch_s"] > 0).all()
+    bad = subprocess.run([sys.executable, "-m", "gpunn.bench", "cnn", "--variants", "cpu-serial", "--samples", "8",
+                          "--out", str(tmp_path / "bad.csv")], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "variant cpu-serial supports mlp, not cnn" in bad.stderr
+    assert not (tmp_path / "bad.csv").exists()
+
+
+@pytest.mark.parametrize("model_name,sizes,sample", [
+    ("mlp", {"in_features": 13, "hidden": 7, "classes": 3}, (13,)),
+    ("cnn", {"in_channels": 2, "image_size": 9, "channels": (3, 5), "classes": 4}, (2, 9, 9)),
+    ("autoencoder", {"in_channels": 3, "image_size": 8, "channels": (5, 4)}, (3, 8, 8)),
+])
+def test_torch_mirror_computes_the_same_function(model_name, sizes, sample):
+    """The PyTorch reference of the epoch benchmark starts from gpunn's weights: same outputs on odd shapes."""
+    torch = pytest.importorskip("torch")
+    from gpunn.nn import build_model
+    from gpunn.timing import torch_mirror
+
+    model = build_model(model_name, **sizes, seed=3)
+    x = np.random.default_rng(1).random((5, *sample), dtype=np.float32) + 0.1
+    expected = model.forward(x)
+    with torch.no_grad():
+        got = torch_mirror(model, torch)(torch.from_numpy(x)).numpy()
+    assert got.shape == expected.shape
+    assert np.abs(got - expected).max() / np.abs(expected).max() < 1e-5

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from gpunn import provenance
+from gpunn.errors import GpunnError
 from gpunn.nn import build_model
 from gpunn.backends.registry import VARIANTS, make_backend, uses_gpu
 
@@ -50,27 +51,32 @@ def time_mlp_batches(variants, batch_sizes, hidden=256, in_features=784, classes
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Whole training epochs of the MLP (the E1 target: 60 000 samples, batch 64), with PyTorch in the same run.
+# Whole training epochs of a model (the E1/E4 target: 60 000 MNIST-shaped samples, batch 64), with PyTorch in
+# the same run, from the same initial weights, data and batch order.
 
-EPOCH_COLUMNS = ["variant", "n", "batch", "hidden", "epoch_s", "samples_per_s", "ratio_to_torch_eager", "epochs",
-                 *provenance.CSV_COLUMNS]
+EPOCH_COLUMNS = ["model", "variant", "sizes", "n", "batch", "epoch_s", "samples_per_s", "ratio_to_torch_eager",
+                 "epochs", *provenance.CSV_COLUMNS]
+# the models ``bench mlp`` / ``bench cnn`` time: their build_model sizes and one sample's shape (MNIST's)
+EPOCH_MODELS = {
+    "mlp": ({"in_features": 784, "hidden": 256, "classes": 10}, (784,)),
+    "cnn": ({"in_channels": 1, "image_size": 28, "classes": 10}, (1, 28, 28)),
+}
 
 
-def mnist_shaped_data(n: int, seed: int = 0, features: int = 784, classes: int = 10):
+def mnist_shaped_data(n: int, seed: int = 0, sample_shape=(784,), classes: int = 10):
     """Random images in [0, 1) and labels of MNIST's shapes (never zeros: timing on zeros flatters kernels)."""
     rng = np.random.default_rng([seed, 7])
-    return rng.random((n, features), dtype=np.float32), rng.integers(0, classes, n)
+    return rng.random((n, *sample_shape), dtype=np.float32), rng.integers(0, classes, n)
 
 
-def gpunn_epoch_seconds(variant, x, y, batch, hidden, lr, epochs, seed=0) -> list[float]:
+def gpunn_epoch_seconds(variant, model_name, sizes, x, y, batch, lr, epochs, seed=0) -> list[float]:
     """Wall seconds of each epoch of one variant, as gpunn.train runs it (the GPU work of the epoch is
     finished when each figure is taken: every backend waits for its last loss)."""
     import time
 
     from gpunn.seeding import batch_order, batch_slices
 
-    model = build_model("mlp", in_features=x.shape[1], hidden=hidden, classes=int(y.max()) + 1, seed=seed)
-    backend = make_backend(variant, model, "mlp", lr)
+    backend = make_backend(variant, build_model(model_name, **sizes, seed=seed), model_name, lr)
     backend.load_train_data(x, y)
     backend.warm_up({e - s for s, e in batch_slices(len(x), batch)})
     seconds = []
@@ -82,9 +88,37 @@ def gpunn_epoch_seconds(variant, x, y, batch, hidden, lr, epochs, seed=0) -> lis
     return seconds
 
 
-def torch_epoch_seconds(x, y, batch, hidden, lr, epochs, seed=0, graph=False) -> list[float]:
-    """The same MLP, data and batch order in PyTorch on the GPU (fp32, TF32 off): eager, or with the training
-    step captured once in a CUDA graph and replayed (the partial last batch then runs eagerly)."""
+def torch_mirror(model, torch):
+    """The gpunn.nn layer list `model` as a torch.nn.Sequential holding copies of its parameters (a Linear's
+    weight is stored (in, out) here, (out, in) in torch), on the CPU; the same function of the input."""
+    from gpunn.nn.layers import Conv2d, Flatten, Linear, MaxPool2d, ReLU, Upsample
+
+    modules = []
+    for layer in model.layers:
+        if isinstance(layer, Linear):
+            module = torch.nn.Linear(layer.in_features, layer.out_features)
+            weight = layer.weight.data.T
+        elif isinstance(layer, Conv2d):
+            module = torch.nn.Conv2d(layer.in_channels, layer.out_channels, layer.kernel_size, padding=layer.padding)
+            weight = layer.weight.data
+        else:
+            simple = {ReLU: torch.nn.ReLU, Flatten: torch.nn.Flatten, MaxPool2d: lambda: torch.nn.MaxPool2d(2),
+                      Upsample: lambda: torch.nn.Upsample(scale_factor=2, mode="nearest")}
+            if type(layer) not in simple:
+                raise GpunnError(f"torch_mirror: no PyTorch equivalent for layer {layer!r}")
+            modules.append(simple[type(layer)]())
+            continue
+        with torch.no_grad():
+            module.weight.copy_(torch.from_numpy(np.ascontiguousarray(weight)))
+            module.bias.copy_(torch.from_numpy(layer.bias.data))
+        modules.append(module)
+    return torch.nn.Sequential(*modules)
+
+
+def torch_epoch_seconds(model, x, y, batch, lr, epochs, seed=0, graph=False) -> list[float]:
+    """The same model (``torch_mirror``: same initial weights), data and batch order in PyTorch on the GPU
+    (fp32: TF32 off for matmuls and cuDNN): eager, or with the training step captured once in a CUDA graph
+    and replayed (the partial last batch then runs eagerly)."""
     import time
 
     import torch
@@ -92,18 +126,17 @@ def torch_epoch_seconds(x, y, batch, hidden, lr, epochs, seed=0, graph=False) ->
     from gpunn.seeding import batch_order
 
     torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     dev = torch.device("cuda")
-    torch.manual_seed(seed)
     data = torch.from_numpy(x).to(dev)
     labels = torch.from_numpy(np.asarray(y, dtype=np.int64)).to(dev)
-    model = torch.nn.Sequential(torch.nn.Linear(x.shape[1], hidden), torch.nn.ReLU(),
-                                torch.nn.Linear(hidden, int(y.max()) + 1)).to(dev)
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    net = torch_mirror(model, torch).to(dev)
+    optimizer = torch.optim.SGD(net.parameters(), lr=lr)
     loss_fn = torch.nn.CrossEntropyLoss()
 
     def step(index):
         optimizer.zero_grad(set_to_none=False)
-        loss = loss_fn(model(data[index]), labels[index])
+        loss = loss_fn(net(data[index]), labels[index])
         loss.backward()
         optimizer.step()
         return loss
@@ -142,25 +175,33 @@ def torch_epoch_seconds(x, y, batch, hidden, lr, epochs, seed=0, graph=False) ->
     return seconds
 
 
-def time_mlp_epochs(variants, n=60000, batch=64, hidden=256, lr=0.01, epochs=3, seed=0, torch_reference=True,
-                    log=print) -> pd.DataFrame:
-    """Median epoch time (epochs after the first) per variant on MNIST-shaped random data, plus PyTorch eager
-    and CUDA-graph rows when torch and a GPU are there; ratios to PyTorch eager from this same run."""
-    x, y = mnist_shaped_data(n, seed)
-    timed = {variant: gpunn_epoch_seconds(variant, x, y, batch, hidden, lr, epochs, seed) for variant in variants}
+def time_epochs(model_name, variants, n=60000, batch=64, lr=0.01, epochs=3, seed=0, torch_reference=True,
+                log=print, **sizes) -> pd.DataFrame:
+    """Median epoch time (epochs after the first) per variant of `model_name` (EPOCH_MODELS, `sizes` overriding
+    its sizes) on MNIST-shaped random data, plus PyTorch eager and CUDA-graph rows when torch and a GPU are
+    there; ratios to PyTorch eager from this same run."""
+    defaults, sample_shape = EPOCH_MODELS[model_name]
+    sizes = {**defaults, **sizes}
+    x, y = mnist_shaped_data(n, seed, sample_shape, sizes["classes"])
+    timed = {}
+    for variant in variants:
+        log(f"{model_name} {variant}: {epochs} epochs of {n} samples ...")
+        timed[variant] = gpunn_epoch_seconds(variant, model_name, sizes, x, y, batch, lr, epochs, seed)
     if torch_reference:
         try:
             import torch
 
             if torch.cuda.is_available():
-                timed["torch-eager"] = torch_epoch_seconds(x, y, batch, hidden, lr, epochs, seed)
-                timed["torch-cuda-graph"] = torch_epoch_seconds(x, y, batch, hidden, lr, epochs, seed, graph=True)
+                model = build_model(model_name, **sizes, seed=seed)
+                timed["torch-eager"] = torch_epoch_seconds(model, x, y, batch, lr, epochs, seed)
+                timed["torch-cuda-graph"] = torch_epoch_seconds(model, x, y, batch, lr, epochs, seed, graph=True)
         except ImportError:
             log("torch is not importable: no PyTorch reference rows")
     rows = []
     for variant, seconds in timed.items():
         epoch_s = float(np.median(seconds[1:] if len(seconds) > 1 else seconds))
-        rows.append({"variant": variant, "n": n, "batch": batch, "hidden": hidden, "epoch_s": epoch_s,
+        rows.append({"model": model_name, "variant": variant, "sizes": _sizes_text(sizes), "n": n, "batch": batch,
+                     "epoch_s": epoch_s,
                      "samples_per_s": n / epoch_s, "epochs": len(seconds), **provenance_columns(variant)})
     frame = pd.DataFrame(rows)
     eager = frame.loc[frame["variant"] == "torch-eager", "epoch_s"]
@@ -169,3 +210,9 @@ def time_mlp_epochs(variants, n=60000, batch=64, hidden=256, lr=0.01, epochs=3, 
         log(f"{row.variant:>16}: {row.epoch_s:8.4f} s/epoch  {row.samples_per_s:10.0f} samples/s"
             f"  x{row.ratio_to_torch_eager:.3f} of torch eager")
     return frame[EPOCH_COLUMNS]
+
+
+def _sizes_text(sizes: dict) -> str:
+    """{'hidden': 256, 'channels': (16, 32)} -> 'hidden=256 channels=16x32' (one CSV cell)."""
+    return " ".join(f"{key}={'x'.join(map(str, value)) if isinstance(value, (tuple, list)) else value}"
+                    for key, value in sizes.items())

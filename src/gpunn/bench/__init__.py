@@ -3,7 +3,7 @@ first, then time every version x block size with CUDA events, one line each.
 
     python -m gpunn.bench {gemm,conv,pool,elementwise,softmax,reduce,sgd,all} [--out CSV] [--quick] [--repeats N]
                           [--blocks 32,64,...]
-    python -m gpunn.bench mlp [--variants gpu-fused,...] [--samples 60000] [--batch 64] [--epochs 3]
+    python -m gpunn.bench {mlp,cnn} [--variants gpu-fused,...] [--samples 60000] [--batch 64] [--epochs 3]
 
 What is benchmarked
     gemm         every variant in ``gemm.VERSIONS`` (variants added there are picked up) on 4096^3, the
@@ -47,9 +47,11 @@ How
     and every CSV row ends with the provenance columns (gpunn.provenance.CSV_COLUMNS: device by name, thread
     counts, versions, commit).
 
-``mlp`` times whole training epochs of the MLP per variant (gpunn.timing.time_mlp_epochs: same random
-MNIST-shaped data, init and batch order for every variant; PyTorch eager and CUDA-graph epochs in the same run
-when torch is importable, and each variant's ratio to PyTorch eager).
+``mlp`` and ``cnn`` time whole training epochs of the model per variant (gpunn.timing.time_epochs: same random
+MNIST-shaped data, init and batch order for every variant; PyTorch eager and CUDA-graph epochs of the same
+network from the same initial weights (gpunn.timing.torch_mirror) in the same run when torch is importable,
+and each variant's ratio to PyTorch eager). Without --variants: every registered variant that trains the
+model, but the single-threaded serial baseline.
 
 ``block_sweep`` is the E3 block-size sweep of the memory-bound kernels (``gpunn sweep-blocks``).
 
