@@ -39,7 +39,8 @@ def test_defaults_fill_an_empty_config():
     ({"experiments": {"e1": {"lr": "1e-3"}}}, ("experiments", "e1", "lr"), 1e-3),  # YAML 1.1 reads 1e-3 as text
     ({"experiments": {"e1": {"batch": "32"}}}, ("experiments", "e1", "batch"), 32),
     ({"experiments": {"e2": {"hidden": ["16", "32"]}}}, ("experiments", "e2", "hidden"), [16, 32]),
-    ({"gpu": {"simulator": "true"}, "experiments": {"e1": {"variants": ["cpu-numpy"]}}}, ("gpu", "simulator"), True),
+    ({"gpu": {"simulator": "true"}, "experiments": {"e1": {"variants": ["cpu-numpy"]}, "e4": {"variants": ["cpu-numpy"]}}},
+     ("gpu", "simulator"), True),
     ({"experiments": {"e6": {"gamma": "0.5"}}}, ("experiments", "e6", "gamma"), 0.5),
     ({"experiments": {"e6": {"gamma": "auto"}}}, ("experiments", "e6", "gamma"), "auto"),
 ])
@@ -66,6 +67,12 @@ def test_yaml_file_with_1e_minus_3(tmp_path):
     ({"experiments": {"e2": {"variants": ["gpu-turbo"]}}}, "experiments.e2.variants = 'gpu-turbo' is not a known variant"),
     ({"experiments": {"e4": {"variants": ["cpu-serial"]}}},
      "config key experiments.e4.variants = 'cpu-serial' does not train the cnn; choose one of cpu-numpy"),
+    ({"experiments": {"e4": {"block_variants": ["gpu-im2col"]}}},
+     "config key experiments.e4.block_variants = 'gpu-im2col' takes no block size; choose one of gpu-naive, gpu-optimized"),
+    ({"experiments": {"e4": {"block_sizes": [128, 128]}}}, "experiments.e4.block_sizes lists a size twice"),
+    ({"experiments": {"e4": {"block_sizes": [2048]}}}, "config key experiments.e4.block_sizes.0: 2048 is not one of"),
+    ({"experiments": {"e4": {"block_sizes": []}}}, "experiments.e4.block_sizes is empty while"),
+    ({"experiments": {"e4": {"block_dataset": "cifar"}}}, "experiments.e4.block_dataset = 'cifar' is not a known dataset"),
     ({"experiments": {"e6": {"gamma": "banana"}}},
      "config key experiments.e6.gamma = 'banana'; choose one of scale, auto, a positive number"),
     ({"experiments": {"e6": {"method": "approx"}}}, "config key experiments.e6.method: 'approx' is not one of"),
@@ -103,7 +110,8 @@ def test_cpu_only_switch_drops_every_gpu_job():
 
 def test_machine_keeps_devices_and_the_simulator_apart():
     assert load({}, gpu_name=lambda: "NVIDIA H100 80GB HBM3")["machine"] == "nvidia-h100-80gb-hbm3"
-    simulated = load({"gpu": {"simulator": True}, "experiments": {"e1": {"variants": ["cpu-numpy", "gpu-fused"]}}})
+    simulated = load({"gpu": {"simulator": True}, "experiments": {"e1": {"variants": ["cpu-numpy", "gpu-fused"]},
+                                                                  "e4": {"variants": ["cpu-numpy", "gpu-im2col"]}}})
     assert simulated["machine"] == "cudasim"
     assert load({"machine": "lab-box-2"}, gpu_name=lambda: "NVIDIA H200")["machine"] == "lab-box-2"
     assert machine_slug("NVIDIA GeForce RTX 4090") == "nvidia-geforce-rtx-4090"

@@ -39,8 +39,12 @@ def test_default_dry_run_lists_every_stage(workflow_copy):
         assert f"python -m gpunn report {experiment} " in text
     assert "NUMBA_ENABLE_CUDASIM" not in text  # the full config runs GPU variants on a GPU
     assert "python -m gpunn train mnist/standard/mlp/gpu-fused/w256_b64_lr0.01_e10_s0 " in text
-    # 6 E1 + 48 E2 + 2 E4 + 1 E5 training runs
-    assert text.count("python -m gpunn train ") == 57
+    # E4: the GPU variants on both datasets, and the block-size study on MNIST
+    assert "python -m gpunn train fashion_mnist/standard/cnn/gpu-im2col/w16-32_b64_lr0.01_e5_s0 " in text
+    assert "python -m gpunn train mnist/standard/cnn/gpu-naive/w16-32_b64_lr0.01_e5_s0_t1024 " in text
+    assert "fashion_mnist/standard/cnn/gpu-naive/w16-32_b64_lr0.01_e5_s0_t" not in text
+    # 6 E1 + 48 E2 + (10 + 8) E4 + 1 E5 training runs
+    assert text.count("python -m gpunn train ") == 73
 
 
 def test_target_rules_list_the_experiments(workflow_copy):

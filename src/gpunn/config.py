@@ -148,6 +148,22 @@ def _check_variants(key: str, names, model: str, simulator: bool) -> None:
             raise _choice_error(key, name, fits, " cannot run under the CUDA simulator (gpu.simulator: true)")
 
 
+def _check_block_study(e4: dict, simulator: bool) -> None:
+    """E4's block-size study: GPU variants that take a block size, a known dataset, no size twice."""
+    _check_variants("experiments.e4.block_variants", e4["block_variants"], "cnn", simulator)
+    for name in e4["block_variants"]:
+        if not variants.takes_block(name):
+            fits = [v for v in variants.VARIANTS if variants.takes_block(v) and "cnn" in variants.supported_models(v)]
+            raise _choice_error("experiments.e4.block_variants", name, fits, " takes no block size")
+    if len(set(e4["block_sizes"])) != len(e4["block_sizes"]):
+        raise GpunnError(f"config key experiments.e4.block_sizes lists a size twice: {e4['block_sizes']}")
+    if e4["block_variants"] and not e4["block_sizes"]:
+        raise GpunnError("config key experiments.e4.block_sizes is empty while experiments.e4.block_variants "
+                         "lists variants; list block sizes or set block_variants: []")
+    if e4["block_variants"]:
+        _check_dataset("experiments.e4.block_dataset", e4["block_dataset"], "cnn")
+
+
 def _check_registries(config: dict) -> None:
     exps = config["experiments"]
     simulator = config["gpu"]["simulator"]
@@ -160,6 +176,7 @@ def _check_registries(config: dict) -> None:
                         where = f"experiments.{exp}.{key}" + (f"[{i}]" if key == "datasets" else "")
                         _check_dataset(where, name, model)
         _check_variants(f"experiments.{exp}.variants", exps[exp]["variants"], model, simulator)
+    _check_block_study(exps["e4"], simulator)
     for exp in EXPERIMENT_MODELS:
         if not exps[exp]["variants"] and exps[exp]["enabled"]:
             raise GpunnError(f"config key experiments.{exp}.variants is empty"
@@ -182,8 +199,12 @@ def _drop_gpu_jobs(config: dict, log: Callable[[str], None]) -> None:
         kept = [v for v in config["experiments"][exp]["variants"] if not variants.uses_gpu(v)]
         dropped.update(set(config["experiments"][exp]["variants"]) - set(kept))
         config["experiments"][exp]["variants"] = kept
+    study = config["experiments"]["e4"]
+    dropped.update(study["block_variants"])
+    study["block_variants"] = []
     if dropped:
-        log(f"gpunn: gpu.enabled is false: not running {', '.join(sorted(dropped))} nor E3's block sweep")
+        log(f"gpunn: gpu.enabled is false: not running {', '.join(sorted(dropped))} nor E3's block sweep "
+            "nor E4's block-size study")
 
 
 def detect_gpu_name(timeout_s: float = 10.0) -> str | None:

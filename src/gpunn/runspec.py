@@ -2,8 +2,10 @@
 
     <dataset>/<split>/<model>/<variant>/<hparams>
 
-with hparams like `w256_b64_lr0.01_e10_s0` (model widths, batch size, learning rate, epochs, seed) and an
-optional `_n1000` (train on the first 1000 samples of the split). GPU variants and sweeps are new values
+with hparams like `w256_b64_lr0.01_e10_s0` (model widths, batch size, learning rate, epochs, seed), an
+optional `_n1000` (train on the first 1000 samples of the split) and an optional `_t256` (threads per block of
+the kernels that take one, for the GPU variants whose registry entry says `blocks`; absent: each kernel's own
+default). GPU variants and sweeps are new values
 of these fields, so the pipeline needs no new plumbing for them.
 
 This module is the one statement of that grammar; everything else imports it:
@@ -25,13 +27,15 @@ MODELS = ("mlp", "cnn", "autoencoder")
 SPLITS = ("standard", "e2")
 # widths per model: mlp (hidden,), cnn and autoencoder (first conv channels, second conv channels)
 WIDTH_COUNT = {"mlp": 1, "cnn": 2, "autoencoder": 2}
+# threads per block a run may ask for (`_t<block>`): powers of two from one warp to CUDA's per-block limit
+BLOCK_SIZES = (32, 64, 128, 256, 512, 1024)
 
 PATH_FIELDS = ("dataset", "split", "model", "variant", "hparams")
 RUN_PATTERN = "/".join(f"{{{field}}}" for field in PATH_FIELDS)  # {dataset}/{split}/{model}/{variant}/{hparams}
 
 # The hparams text; its named groups are the RunSpec fields it holds.
 _HPARAMS_REGEX = (r"w(?P<widths>\d+(?:-\d+)*)_b(?P<batch>\d+)_lr(?P<lr>[0-9.eE+-]+)_e(?P<epochs>\d+)_s(?P<seed>\d+)"
-                  r"(?:_n(?P<subset>\d+))?")
+                  r"(?:_n(?P<subset>\d+))?(?:_t(?P<block>\d+))?")
 _HPARAMS = re.compile(_HPARAMS_REGEX)
 
 # What each path field may hold, as Snakemake wildcard constraints (it wraps each in a named group of its own,
@@ -57,6 +61,7 @@ class RunSpec:
     epochs: int
     seed: int
     subset: int = 0  # 0: the whole training split
+    block: int = 0   # threads per block of the kernels that take one (0: each kernel's default)
 
     def __post_init__(self):
         if self.model not in MODELS:
@@ -74,11 +79,14 @@ class RunSpec:
             raise GpunnError(f"learning rate must be positive, got {self.lr}")
         if self.subset < 0 or self.seed < 0:
             raise GpunnError("subset and seed must not be negative")
+        if self.block and self.block not in BLOCK_SIZES:
+            raise GpunnError(f"block size {self.block} (_t{self.block}) is not one of "
+                             f"{', '.join(map(str, BLOCK_SIZES))} threads per block")
 
     @property
     def hparams(self) -> str:
         text = f"w{format_widths(self.widths)}_b{self.batch}_lr{format_float(self.lr)}_e{self.epochs}_s{self.seed}"
-        return text + (f"_n{self.subset}" if self.subset else "")
+        return text + (f"_n{self.subset}" if self.subset else "") + (f"_t{self.block}" if self.block else "")
 
     @property
     def path(self) -> str:
@@ -128,7 +136,7 @@ def parse_hparams(text: str) -> dict:
     match = _HPARAMS.fullmatch(text)
     if not match:
         raise GpunnError(
-            f"cannot read hyperparameters '{text}': expected e.g. w256_b64_lr0.01_e10_s0 (optionally _n1000)"
+            f"cannot read hyperparameters '{text}': expected e.g. w256_b64_lr0.01_e10_s0 (optionally _n1000, then _t256)"
         )
     try:
         lr = float(match["lr"])
@@ -141,6 +149,7 @@ def parse_hparams(text: str) -> dict:
         "epochs": int(match["epochs"]),
         "seed": int(match["seed"]),
         "subset": int(match["subset"] or 0),
+        "block": int(match["block"] or 0),
     }
 
 

@@ -96,14 +96,29 @@ def experiment_runs(config: dict, experiment: str) -> list[RunSpec]:
         return [RunSpec(exp["dataset"], "e2", "mlp", v, (h,), b, exp["lr"], exp["epochs"], exp["seed"])
                 for v in exp["variants"] for h in _as_list(exp["hidden"]) for b in _as_list(exp["batch"])]
     if experiment == "e4":
-        return [RunSpec(d, "standard", "cnn", v, tuple(exp["channels"]), exp["batch"], exp["lr"], exp["epochs"],
-                        exp["seed"], exp["subset"]) for d in exp["datasets"] for v in exp["variants"]]
+        return e4_main_runs(config) + e4_block_runs(config)
     if experiment == "e5":
         return [RunSpec(exp["dataset"], "standard", "autoencoder", v, tuple(exp["channels"]), exp["batch"], exp["lr"],
                         exp["epochs"], exp["seed"], exp["subset"]) for v in exp["variants"]]
     if experiment == "e6":
         return [r for r in experiment_runs(config, "e5") if r.variant == config["experiments"]["e6"]["variant"]]
     return []
+
+
+def e4_main_runs(config: dict) -> list[RunSpec]:
+    """E4's runs: every variant on every dataset, each kernel at its default block."""
+    exp = config["experiments"]["e4"]
+    return [RunSpec(d, "standard", "cnn", v, tuple(exp["channels"]), exp["batch"], exp["lr"], exp["epochs"],
+                    exp["seed"], exp["subset"]) for d in exp["datasets"] for v in exp["variants"]]
+
+
+def e4_block_runs(config: dict) -> list[RunSpec]:
+    """E4's block-size study (seed 001's Figures 3-4): each of block_variants at each of block_sizes on
+    block_dataset, with the main runs' other settings."""
+    exp = config["experiments"]["e4"]
+    return [RunSpec(exp["block_dataset"], "standard", "cnn", v, tuple(exp["channels"]), exp["batch"], exp["lr"],
+                    exp["epochs"], exp["seed"], exp["subset"], block=b)
+            for v in exp.get("block_variants", []) for b in exp.get("block_sizes", [])]
 
 
 def e6_run(config: dict) -> RunSpec:

@@ -4,7 +4,10 @@ Per epoch the loop trains over the shared batch order, then evaluates on the tes
 and records train loss, test loss, test accuracy (classifiers), wall time and its forward/backward split.
 Outputs of a run directory, all written atomically at the end:
     metrics.csv    one row per epoch
-    metrics.json   the run spec, data sizes, final figures, where the run came from ("provenance": device,
+    metrics.json   the run spec, data sizes, final figures, the testing time ("test_time_s": the whole test set
+                   through the trained model's forward pass once more after the last epoch, in batches of
+                   gpunn.evaluate.EVAL_BATCH, outputs copied back to the host: the seeds' testing time), where
+                   the run came from ("provenance": device,
                    threads, versions, commit; gpunn.provenance) and the seconds it waited for the timing
                    lock ("timing_lock_wait_s": the timed part runs under gpunn.timing_lock)
     weights.npz    the flat parameter buffer, its layout and the spec (gpunn.weights)
@@ -50,6 +53,7 @@ def train_run(spec: RunSpec, prepared_path, out_dir, log=print, progress_every_s
     # data loading above, every timed step below: one timed job at a time on this machine
     with timing_lock(f"gpunn train {spec.path}", log) as lock:
         model, backend, rows = _train_epochs(spec, data, log, progress_every_s)
+        test_time_s = _testing_time(backend, data, log)
 
     n_train = len(data.x_train)
     frame = pd.DataFrame(rows, columns=METRIC_COLUMNS)
@@ -67,6 +71,8 @@ def train_run(spec: RunSpec, prepared_path, out_dir, log=print, progress_every_s
         "mean_epoch_time_s": float(frame["epoch_time_s"].mean()),
         "forward_time_s": float(frame["forward_time_s"].sum()),
         "backward_time_s": float(frame["backward_time_s"].sum()),
+        "test_time_s": test_time_s,
+        "block": spec.block,
         "timing_lock_wait_s": lock.waited_s,
         "provenance": provenance.collect(uses_gpu=uses_gpu(spec.variant)),
     }
@@ -81,13 +87,14 @@ def _train_epochs(spec: RunSpec, data: RunData, log, progress_every_s: float):
     """Build the model and backend, compile, and train every epoch with its test evaluation: the timed
     part of a run. Returns (model, backend, one metrics row per epoch)."""
     model = new_model(spec, data.image_shape, data.num_classes)
-    backend = make_backend(spec.variant, model, spec.model, spec.lr)
+    backend = make_backend(spec.variant, model, spec.model, spec.lr, block=spec.block)
     autoencoder = spec.model == "autoencoder"
     n_train = len(data.x_train)
     slices = batch_slices(n_train, spec.batch)
     log(
         f"train {spec.path}: {n_train} train / {len(data.x_test)} test samples, "
         f"{model.num_parameters} parameters, {len(slices)} batches per epoch"
+        + (f", {spec.block} threads per block" if spec.block else "")
     )
 
     # the whole training set as float32 once: a resident backend copies it to its device, the others index it
@@ -118,6 +125,16 @@ def _train_epochs(spec: RunSpec, data: RunData, log, progress_every_s: float):
             f"{row['test_loss']:.4f}{accuracy} ({epoch_s:.2f} s)")
 
     return model, backend, rows
+
+
+def _testing_time(backend, data: RunData, log) -> float:
+    """Seconds to run the whole test set through the trained model's forward pass (warm: every epoch's
+    evaluation ran it already), outputs copied to the host, which waits for the GPU."""
+    start = time.perf_counter()
+    predict(backend, data.x_test)
+    seconds = time.perf_counter() - start
+    log(f"testing time: {seconds:.3f} s for {len(data.x_test)} test samples")
+    return seconds
 
 
 def _progress_log(log, epoch: int, epochs: int, every_s: float):

@@ -5,10 +5,14 @@ same init and batch order (gpunn.seeding).
 
     cpu-numpy   NumPy float32 reference: gpunn.nn layers, one flat parameter buffer, SGD (all models)
     cpu-serial  plain loops under numba @njit on one thread, like the papers' serial C++ (MLP only)
-    gpu-naive   numba.cuda, E1's design: batch copied every step, one kernel per op (gpunn.backends.gpu)
-    gpu-tiled   the same with shared-memory tiled GEMMs forward and backward
-    gpu-fused   training set resident on the GPU, batches gathered there, fused epilogues, 8 launches a step
-    gpu-graph   gpu-fused with each step captured in CUDA graphs and replayed (real GPU only)
+    gpu-naive      numba.cuda, E1's and seed 001's naive design: batch copied every step, one kernel per op, one
+                   thread per output element (gpunn.backends.gpu) (MLP, CNN)
+    gpu-tiled      the same with shared-memory tiled GEMMs forward and backward (MLP)
+    gpu-optimized  seed 001's optimized CNN: conv+ReLU fused, shared-memory tiles, tiled FC GEMM, warp-shuffle
+                   weight gradients, pinned triple-buffered batch copies on a stream, one SGD launch (CNN)
+    gpu-fused      training set resident on the GPU, batches gathered there, fused epilogues, 8 launches a step (MLP)
+    gpu-im2col     the CNN's convolutions as implicit-im2col GEMMs, data resident, deterministic reductions (CNN)
+    gpu-graph      the fastest of these with each step captured in CUDA graphs and replayed (real GPU only) (MLP, CNN)
 
 The GPU variants are one engine (gpunn.backends.gpu.engine) run under different policies
 (gpunn.backends.gpu.policy): a variant is data, not code.
@@ -20,43 +24,46 @@ from typing import Callable, NamedTuple
 
 from gpunn.errors import GpunnError
 
-from .gpu.policy import POLICIES  # plain data: importing it loads no numba
+from .gpu.policy import POLICIES, POLICY_MODELS  # plain data: importing it loads no numba
 
 
 class Variant(NamedTuple):
-    factory: Callable         # (model, model_name, lr) -> Backend
+    factory: Callable         # (model, model_name, lr, block) -> Backend
     models: tuple[str, ...]   # models it can train
     gpu: bool                 # runs on the CUDA device (needs a GPU or numba's simulator)
     simulator: bool = True    # can run under numba's CUDA simulator (gpu-graph captures CUDA graphs, which it lacks)
     single_thread: bool = False  # one CPU thread by design (the serial baseline): its jobs get one core
+    blocks: bool = False      # takes a run's block size (threads per block of its kernels; RunSpec.block)
 
 
-def _cpu_numpy(model, model_name: str, lr: float):
+def _cpu_numpy(model, model_name: str, lr: float, block: int = 0):
     from .cpu_numpy import CpuNumpyBackend
 
     return CpuNumpyBackend(model, model_name, lr)
 
 
-def _cpu_serial(model, model_name: str, lr: float):
+def _cpu_serial(model, model_name: str, lr: float, block: int = 0):
     from .cpu_serial import CpuSerialBackend
 
     return CpuSerialBackend(model, model_name, lr)
 
 
 def _gpu(name: str) -> Callable:
-    def factory(model, model_name: str, lr: float):
+    def factory(model, model_name: str, lr: float, block: int = 0):
         from .gpu.engine import GpuEngine  # imports numba.cuda: only when a GPU variant is asked for
 
-        return GpuEngine(model, model_name, lr, POLICIES[name])
+        return GpuEngine(model, model_name, lr, POLICIES[name].with_block(block))
 
     return factory
 
 
-GPU_MLP_VARIANTS = tuple(POLICIES)  # gpu-naive, gpu-tiled, gpu-fused, gpu-graph
+GPU_VARIANTS = tuple(POLICIES)  # gpu-naive, gpu-tiled, gpu-optimized, gpu-fused, gpu-im2col, gpu-graph
+GPU_MLP_VARIANTS = tuple(name for name in GPU_VARIANTS if "mlp" in POLICY_MODELS[name])
 VARIANTS: dict[str, Variant] = {
     "cpu-numpy": Variant(_cpu_numpy, ("mlp", "cnn", "autoencoder"), gpu=False),
     "cpu-serial": Variant(_cpu_serial, ("mlp",), gpu=False, single_thread=True),
-    **{name: Variant(_gpu(name), ("mlp",), gpu=True, simulator=POLICIES[name].simulator) for name in GPU_MLP_VARIANTS},
+    **{name: Variant(_gpu(name), POLICY_MODELS[name], gpu=True, simulator=POLICIES[name].simulator,
+                     blocks=POLICIES[name].blocks) for name in GPU_VARIANTS},
 }
 
 
@@ -71,8 +78,24 @@ def check_variant(variant: str, model_name: str | None = None) -> Variant:
     return entry
 
 
-def make_backend(variant: str, model, model_name: str, lr: float):
-    return check_variant(variant, model_name).factory(model, model_name, lr)
+def check_block_setting(variant: str, block: int) -> None:
+    """A one-line GpunnError when a run asks `variant` for a block size it does not take."""
+    if block and not check_variant(variant).blocks:
+        takes = ", ".join(name for name, entry in VARIANTS.items() if entry.blocks)
+        raise GpunnError(f"variant {variant} takes no block size (got _t{block}): its kernels run fixed blocks; "
+                         f"the variants that take one are {takes}")
+
+
+def make_backend(variant: str, model, model_name: str, lr: float, block: int = 0):
+    """The backend of `variant` for `model`; `block` (threads per block, 0: defaults) for the variants that take one."""
+    entry = check_variant(variant, model_name)
+    check_block_setting(variant, block)
+    return entry.factory(model, model_name, lr, block)
+
+
+def takes_block(variant: str) -> bool:
+    """Whether a run of `variant` may set its block size (RunSpec.block)."""
+    return check_variant(variant).blocks
 
 
 def uses_gpu(variant: str) -> bool:

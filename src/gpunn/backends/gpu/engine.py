@@ -11,6 +11,15 @@ counter). Steps then replay the bound launches (gpunn.kernels.launch), or under 
 two captured CUDA graphs. Each step's forward and backward times come from one event clock
 (gpunn.kernels.launch.Clock). With resident data, an epoch runs with no host wait: the per-sample losses
 accumulate in an epoch-long device buffer, read once at the end.
+
+Per-step policies copy each batch from the host. `copy: sync` (gpu-naive) copies it before the step and reads the
+step's loss back after it, as the seeds' naive code does. `copy: pipelined` (gpu-optimized) gathers the next
+batches into PIPELINE_DEPTH pinned host buffers and copies each on a copy stream of its own into its slot's
+device input, while the GPU computes the current step: events order a slot's copy after the last step that read
+that slot, and the step after its copy. Its losses stay on the GPU like the resident ones'.
+
+Under numba's simulator the policy's conv versions that need warp shuffles run their shared-memory twin
+(Policy.for_simulator); everything else is the policy as named.
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ from gpunn.seeding import batch_slices
 
 from ..base import Backend, EpochResult, StepTimes
 from .layers import HEADS, Act, Binder, LinearStage, head_of, plan
-from .policy import Policy
+from .policy import PIPELINE_DEPTH, Policy
 
 
 @dataclasses.dataclass
@@ -39,6 +48,23 @@ class Program:
     labels: object    # (rows,) int32 labels (zeros for the autoencoder, whose target is x)
     losses: object    # per-sample losses: (rows,), or the epoch-long buffer of resident epochs
     staging: tuple = ()  # resident policies stepping on host batches: (source, labels) the batch is copied into
+    updates: int = 1     # the SGD launches ending `backward` (one per layer under `sgd: per_layer`)
+
+
+@dataclasses.dataclass
+class _Pipeline:
+    """What pipelined epochs reuse: PIPELINE_DEPTH pinned host buffers (images, labels), the copy stream, an event
+    per slot marking its copy done and one marking its step done, the epoch's loss buffer, programs per
+    (rows, slot)."""
+
+    key: tuple
+    pinned_x: list
+    pinned_y: list
+    copy_stream: object
+    copied: list
+    computed: list
+    losses: object
+    programs: dict
 
 
 class GpuEngine(Backend):
@@ -52,6 +78,8 @@ class GpuEngine(Backend):
 
         from gpunn.kernels.launch import Clock
 
+        if simulator_enabled():
+            policy = policy.for_simulator()
         self.cuda = cuda
         self.name = policy.name
         self.policy = policy
@@ -142,7 +170,8 @@ class GpuEngine(Backend):
             losses = cuda.device_array(rows, np.float32)
         if source is not None:
             x2d = x.view if len(x.view.shape) == 2 else x.view.reshape(rows, -1)
-            forward.insert(0, elementwise.gather_rows(source, labels, order, counter, stride, x2d, y, launch=False))
+            forward.insert(0, elementwise.gather_rows(source, labels, order, counter, stride, x2d, y, launch=False,
+                                                      **self.policy.kw()))
         out = acts[-1].view
         dacts: list = [None] * (len(stages) + 1)
         dacts[-1] = cuda.device_array(out.shape, np.float32)
@@ -160,8 +189,21 @@ class GpuEngine(Backend):
                 dacts[i] = cuda.device_array((rows, *shapes[i]), np.float32)
             dx = dacts[i] if i > first else None
             backward += stage.backward(binder, acts[i], acts[i + 1], dy, dx, self._mask(stages, i, acts) if dx is not None else None)
-        backward.append(sgd.sgd_step(self.params, self.grads, self.lr, counter=counter, launch=False))
-        return Program(forward, backward, x, y, losses)
+        updates = self._sgd(counter)
+        return Program(forward, backward + updates, x, y, losses, updates=len(updates))
+
+    def _sgd(self, counter) -> list:
+        """The step's parameter update: one launch over the flat buffer, or one per layer's parameters (the last
+        one advancing the step counter); each zeroes the gradients it used."""
+        from gpunn.kernels import sgd
+
+        kw = self.policy.kw()
+        if self.policy.sgd == "flat":
+            return [sgd.sgd_step(self.params, self.grads, self.lr, counter=counter, launch=False, **kw)]
+        spans = [(stage.offset, stage.params) for stage in self.train_stages if stage.params]
+        return [sgd.sgd_step(self.params[start:start + size], self.grads[start:start + size], self.lr,
+                             counter=counter if i == len(spans) - 1 else None, launch=False, **kw)
+                for i, (start, size) in enumerate(spans)]
 
     def _mask(self, stages, i: int, acts):
         """The ReLU mask of stage i's input gradient: its input, when the nearest kernel stage before it ends in a
@@ -241,7 +283,7 @@ class GpuEngine(Backend):
     def gradients(self, xb: np.ndarray, target) -> np.ndarray:
         """The flat gradient of one batch, without updating the parameters (for tests)."""
         program = self._load_batch(xb, target)
-        for launch in program.forward + program.backward[:-1]:  # all but the SGD launch
+        for launch in program.forward + program.backward[:-program.updates]:  # all but the SGD launches
             launch.on(self.stream)
         grads = self.grads.copy_to_host(stream=self.stream)
         self._wait()
@@ -266,8 +308,13 @@ class GpuEngine(Backend):
         self._epoch_programs = {}
 
     def train_epoch(self, order: np.ndarray, batch: int, progress=None) -> EpochResult:
-        if not self.policy.resident:
-            return super().train_epoch(order, batch, progress)
+        if self.policy.resident:
+            return self._resident_epoch(order, batch)
+        if self.policy.copy == "pipelined":
+            return self._pipelined_epoch(order, batch)
+        return super().train_epoch(order, batch, progress)
+
+    def _resident_epoch(self, order: np.ndarray, batch: int) -> EpochResult:
         if self._resident is None:
             raise RuntimeError(f"{self.name}: load_train_data() before train_epoch()")
         source, labels, order_d, losses = self._resident
@@ -280,21 +327,108 @@ class GpuEngine(Backend):
                 self._epoch_programs[key] = self._program(e - s, self._sample_shape, source, labels, order_d,
                                                           self.counter, batch, losses)
             programs.append(self._epoch_programs[key])
-        self.epoch_clock.resize(2 * len(slices) + 1)
         order_d.copy_to_device(np.asarray(order, dtype=np.int32), stream=self.stream)
+        return self._device_epoch(programs, losses, n)
+
+    def _device_epoch(self, programs, losses, n: int, before_step=None, after_step=None) -> EpochResult:
+        """Run one epoch's step programs with no host wait (the callbacks queue a step's copies and events), then
+        read the per-sample losses the steps wrote into `losses` (the epoch's only wait for the GPU)."""
+        self.epoch_clock.resize(2 * len(programs) + 1)
         self.counter.copy_to_device(np.zeros(1, dtype=np.int32), stream=self.stream)
         clock = self.epoch_clock
         clock.mark(0)
         for i, program in enumerate(programs):
+            if before_step is not None:
+                before_step(i)
             self._execute(program.forward)
             clock.mark(2 * i + 1)
             self._execute(program.backward)
             clock.mark(2 * i + 2)
+            if after_step is not None:
+                after_step(i)
         per_sample = losses.copy_to_host(stream=self.stream)
-        self._wait()  # the epoch's only wait for the GPU
-        forward_s = sum(clock.seconds(2 * i, 2 * i + 1) for i in range(len(slices)))
-        backward_s = sum(clock.seconds(2 * i + 1, 2 * i + 2) for i in range(len(slices)))
-        return EpochResult(float(np.sum(per_sample, dtype=np.float64)) / n, forward_s, backward_s, len(slices))
+        self._wait()
+        steps = len(programs)
+        forward_s = sum(clock.seconds(2 * i, 2 * i + 1) for i in range(steps))
+        backward_s = sum(clock.seconds(2 * i + 1, 2 * i + 2) for i in range(steps))
+        return EpochResult(float(np.sum(per_sample, dtype=np.float64)) / n, forward_s, backward_s, steps)
+
+    def _pipelined_epoch(self, order: np.ndarray, batch: int) -> EpochResult:
+        """The epoch of `copy: pipelined`: step i's batch is gathered on the host into pinned buffer i % depth
+        and copied to that slot's device input on the copy stream, depth - 1 steps ahead of the compute."""
+        x, y = self._loaded()
+        n = len(x)
+        slices = batch_slices(n, batch)
+        pipe = self._pipeline(n, batch, x.shape[1:])
+        depth = len(pipe.pinned_x)
+        programs = []
+        for i, (s, e) in enumerate(slices):
+            key = (e - s, i % depth)
+            if key not in pipe.programs:
+                pipe.programs[key] = self._program(e - s, x.shape[1:], counter=self.counter, stride=batch,
+                                                   losses=pipe.losses)
+            programs.append(pipe.programs[key])
+        order = np.asarray(order)
+        labels = np.zeros(n, np.int32) if self.autoencoder else np.asarray(y, dtype=np.int32)
+
+        def copy_ahead(i: int) -> None:
+            """Gather batch i into its pinned buffer and queue its copy on the copy stream."""
+            slot = i % depth
+            s, e = slices[i]
+            rows = e - s
+            pipe.copied[slot].synchronize()  # this pinned buffer's previous copy (depth steps ago) has left it
+            np.take(x, order[s:e], axis=0, out=pipe.pinned_x[slot][:rows])
+            np.take(labels, order[s:e], out=pipe.pinned_y[slot][:rows])
+            pipe.computed[slot].wait(pipe.copy_stream)  # the step that last read this slot's input is done
+            program = programs[i]
+            program.x.view.copy_to_device(pipe.pinned_x[slot][:rows].reshape(program.x.view.shape),
+                                          stream=pipe.copy_stream)
+            program.labels.copy_to_device(pipe.pinned_y[slot][:rows], stream=pipe.copy_stream)
+            pipe.copied[slot].record(pipe.copy_stream)
+
+        for i in range(min(depth - 1, len(slices))):
+            copy_ahead(i)
+
+        def before_step(i: int) -> None:
+            if i + depth - 1 < len(slices):
+                copy_ahead(i + depth - 1)
+            pipe.copied[i % depth].wait(self.stream)
+
+        def after_step(i: int) -> None:
+            pipe.computed[i % depth].record(self.stream)
+
+        return self._device_epoch(programs, pipe.losses, n, before_step, after_step)
+
+    def _pipeline(self, n: int, batch: int, sample_shape):
+        """The pinned host buffers, copy stream, events and per-slot programs of pipelined epochs (made once per
+        training-set size and batch)."""
+        key = (n, batch, tuple(sample_shape))
+        if getattr(self, "_pipe", None) is None or self._pipe.key != key:
+            cuda = self.cuda
+            depth = PIPELINE_DEPTH
+            self._pipe = _Pipeline(
+                key=key,
+                pinned_x=[cuda.pinned_array((batch, *sample_shape), np.float32) for _ in range(depth)],
+                pinned_y=[cuda.pinned_array(batch, np.int32) for _ in range(depth)],
+                copy_stream=self._side_stream(),
+                copied=[cuda.event() for _ in range(depth)],
+                computed=[cuda.event() for _ in range(depth)],
+                losses=cuda.device_array(n, np.float32),
+                programs={},
+            )
+        return self._pipe
+
+    def _side_stream(self):
+        """A stream that never waits for the legacy default stream the step launches go to (cuda.core's
+        streams are non-blocking); the simulator runs every copy synchronously anyway."""
+        if simulator_enabled():
+            return self.cuda.stream()
+        from cuda.core import Device
+
+        dev = Device()
+        dev.set_current()
+        self._side_core_stream = dev.create_stream()  # kept alive with the engine
+        return self.cuda.external_stream(int(self._side_core_stream.handle))
 
     def predict(self, xb: np.ndarray) -> np.ndarray:
         rows = len(xb)
@@ -311,18 +445,60 @@ class GpuEngine(Backend):
 
     def warm_up(self, batch_sizes) -> None:
         """Compile every kernel the steps at these batch sizes launch (numba compiles on first call), on random
-        batches, then restore the parameters: no timed step pays for compilation. Nothing to compile under the
-        simulator. The sample shape is the loaded training set's (load_train_data first), else the model's
-        first Linear input."""
-        if simulator_enabled():
-            return
+        batches, then restore the parameters: no timed step pays for compilation. Under the simulator, which
+        compiles nothing, the step programs are only built (their launch checks run). The sample shape is the
+        loaded training set's (load_train_data first), else the model's first Linear input.
+
+        A block size that this device or a compiled kernel cannot run (too many threads, or registers / shared
+        memory for that many) stops here, before any training, with one GpunnError naming the kernel."""
         shape = self._sample_shape_for_warm_up()
-        saved = self.params.copy_to_host()
-        rng = np.random.default_rng(0)
-        for rows in sorted(set(batch_sizes)):
-            xb = rng.random((rows, *shape), dtype=np.float32)
-            self.train_step(xb, xb if self.autoencoder else rng.integers(0, 2, rows))
-        self.params.copy_to_device(saved)
+        with self._block_errors():
+            if simulator_enabled():
+                for rows in sorted(set(batch_sizes)):
+                    self._step_program(rows, shape)
+                return
+            saved = self.params.copy_to_host()
+            rng = np.random.default_rng(0)
+            for rows in sorted(set(batch_sizes)):
+                xb = rng.random((rows, *shape), dtype=np.float32)
+                self.train_step(xb, xb if self.autoencoder else rng.integers(0, 2, rows))
+                self._check_compiled_blocks(self._step_program(rows, shape))
+            self.params.copy_to_device(saved)
+
+    def _block_errors(self):
+        """Launch-configuration failures while building or first running the steps, as one GpunnError line."""
+        import contextlib
+
+        engine = self
+
+        @contextlib.contextmanager
+        def converted():
+            try:
+                yield
+            except GpunnError:
+                raise
+            except Exception as exc:  # numba's launch errors, the launchers' ValueErrors, cuLaunchKernel failures
+                text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                if not any(word in text.lower() for word in ("block", "resources", "launch", "threads")):
+                    raise
+                setting = f"block size {engine.policy.block}" if engine.policy.block else "its default blocks"
+                raise GpunnError(f"variant {engine.name} cannot run with {setting} here: {text}; choose a smaller "
+                                 "block size (the run path's _t<threads>)") from None
+
+        return converted()
+
+    def _check_compiled_blocks(self, program) -> None:
+        """Every launch's threads within its compiled kernel's limit (registers and shared memory can make that
+        lower than the device's 1024): a kernel that would not launch, or would be starved, fails here."""
+        from gpunn.device import check_block
+
+        for launch in _launches(program.forward + program.backward):
+            threads = int(np.prod(launch.block))
+            try:
+                check_block(launch.name, threads, launch.kernel)
+            except ValueError as exc:
+                raise GpunnError(f"variant {self.name}: {exc}; choose a smaller block size (the run path's "
+                                 "_t<threads>)") from None
 
     def _sample_shape_for_warm_up(self) -> tuple:
         if self._train_x is not None:
@@ -335,3 +511,12 @@ class GpuEngine(Backend):
     def parameters(self) -> np.ndarray:
         self.params.copy_to_host(self.model.flat)  # the host model holds the trained weights too
         return self.model.flat
+
+
+def _launches(items):
+    """The single bound launches of a list of launches and launch groups."""
+    for item in items:
+        if hasattr(item, "launches"):
+            yield from _launches(item.launches)
+        else:
+            yield item

@@ -53,7 +53,16 @@ class Binder:
         from gpunn.kernels import gemm
 
         rows, cols = out.shape
-        return gemm.VERSIONS[gemm_version(self.policy, rows, cols)](a, b, out, launch=False, **kw)
+        version = gemm_version(self.policy, rows, cols)
+        if version == "naive" and self.policy.block:  # the naive GEMM's 2-D block: a warp along C's columns
+            bx = min(self.policy.block, 32)
+            kw["block"] = (bx, self.policy.block // bx)
+        return gemm.VERSIONS[version](a, b, out, launch=False, **kw)
+
+    @property
+    def threads(self) -> dict:
+        """Keyword arguments giving a thread-count kernel the run's block size (none: its default)."""
+        return self.policy.kw()
 
 
 class Stage:
@@ -105,7 +114,8 @@ class LinearStage(Stage):
             return [binder.gemm(x.full, self.weight(p, with_bias=True), y.view, relu=self.relu)]
         if binder.policy.fuse:
             return [binder.gemm(x.view, self.weight(p), y.view, bias=self.bias(p), relu=self.relu)]
-        return [binder.gemm(x.view, self.weight(p), y.view), elementwise.bias_add(y.view, self.bias(p), launch=False)]
+        return [binder.gemm(x.view, self.weight(p), y.view),
+                elementwise.bias_add(y.view, self.bias(p), launch=False, **binder.threads)]
 
     def backward(self, binder, x, y, dy, dx, mask):
         from gpunn.kernels import reduce
@@ -119,7 +129,7 @@ class LinearStage(Stage):
         else:
             launches.append(binder.gemm(x.view, dy, self.weight(g), trans_a=True))
             colsum = reduce.colsum_tree if binder.policy.fuse else reduce.colsum_atomic
-            launches.append(colsum(dy, self.bias(g), launch=False))
+            launches.append(colsum(dy, self.bias(g), launch=False, **binder.threads))
         return launches
 
 
@@ -134,12 +144,12 @@ class ReluStage(Stage):
     def forward(self, binder, x, y):
         from gpunn.kernels import elementwise
 
-        return [elementwise.relu_forward(x.view, y.view, launch=False)]
+        return [elementwise.relu_forward(x.view, y.view, launch=False, **binder.threads)]
 
     def backward(self, binder, x, y, dy, dx, mask):
         from gpunn.kernels import elementwise
 
-        return [elementwise.relu_backward(y.view, dy, dx, launch=False)]
+        return [elementwise.relu_backward(y.view, dy, dx, launch=False, **binder.threads)]
 
 
 class FlattenStage(Stage):
@@ -182,24 +192,31 @@ class Conv2dStage(Stage):
 
     @staticmethod
     def _version(binder, step: str):
+        """The pass's launcher under the policy, given the run's block size unless it runs a fixed block (the
+        implicit-GEMM versions)."""
+        import functools
+
         from gpunn.kernels import conv
 
-        return conv.VERSIONS[step][binder.policy.conv[step]]
+        name = binder.policy.conv[step]
+        launcher = conv.VERSIONS[step][name]
+        threads = {} if name == "implicit_gemm" else binder.threads
+        return functools.partial(launcher, launch=False, **threads)
 
     def forward(self, binder, x, y):
         # the bias is part of every conv forward (as in the seeds' naive kernels); the ReLU only when fused
         p = binder.params
         return [self._version(binder, "forward")(x.view, self.weight(p), self.bias(p), y.view, self.padding,
-                                                 relu=self.relu, launch=False)]
+                                                 relu=self.relu)]
 
     def backward(self, binder, x, y, dy, dx, mask):
         p, g = binder.params, binder.grads
         launches = []
         if dx is not None:
             launches.append(self._version(binder, "backward_data")(dy, self.weight(p), dx, self.padding,
-                                                                   relu_mask=mask, launch=False))
-        launches.append(self._version(binder, "backward_weight")(x.view, dy, self.weight(g), self.padding, launch=False))
-        launches.append(self._version(binder, "bias_grad")(dy, self.bias(g), launch=False))
+                                                                   relu_mask=mask))
+        launches.append(self._version(binder, "backward_weight")(x.view, dy, self.weight(g), self.padding))
+        launches.append(self._version(binder, "bias_grad")(dy, self.bias(g)))
         return launches
 
 
@@ -220,7 +237,7 @@ class MaxPool2dStage(Stage):
         from numba import cuda
 
         y.aux = cuda.device_array(y.view.shape, np.int8)  # the winners, for this program's backward
-        return [pool.maxpool2x2_forward_v1(x.view, y.view, y.aux, launch=False)]
+        return [pool.maxpool2x2_forward_v1(x.view, y.view, y.aux, launch=False, **binder.threads)]
 
     def backward(self, binder, x, y, dy, dx, mask):
         from gpunn.kernels import pool
@@ -228,7 +245,7 @@ class MaxPool2dStage(Stage):
         if dx is None:
             return []
         backward = pool.OPS["maxpool2x2_backward"][binder.policy.pool_backward]
-        return [backward(dy, y.aux, dx, relu_mask=mask, launch=False)]
+        return [backward(dy, y.aux, dx, relu_mask=mask, launch=False, **binder.threads)]
 
 
 class UpsampleStage(Stage):
@@ -242,12 +259,12 @@ class UpsampleStage(Stage):
     def forward(self, binder, x, y):
         from gpunn.kernels import pool
 
-        return [pool.upsample2x_forward(x.view, y.view, launch=False)]
+        return [pool.upsample2x_forward(x.view, y.view, launch=False, **binder.threads)]
 
     def backward(self, binder, x, y, dy, dx, mask):
         from gpunn.kernels import pool
 
-        return [] if dx is None else [pool.upsample2x_backward(dy, dx, relu_mask=mask, launch=False)]
+        return [] if dx is None else [pool.upsample2x_backward(dy, dx, relu_mask=mask, launch=False, **binder.threads)]
 
 
 # ---- heads: the loss gradient of the model's output and the per-sample losses
@@ -263,7 +280,8 @@ def softmax_ce_head(binder, out, labels, target, dout, losses, counter, stride) 
 def mse_head(binder, out, labels, target, dout, losses, counter, stride) -> list:
     from gpunn.kernels import mse
 
-    return [mse.mse_loss_grad(out, target, dout, losses, counter=counter, stride=stride, launch=False)]
+    return [mse.mse_loss_grad(out, target, dout, losses, counter=counter, stride=stride, launch=False,
+                              **binder.threads)]
 
 
 HEADS = {"softmax_ce": softmax_ce_head, "mse": mse_head}

@@ -13,13 +13,34 @@ CUDA graphs or not. The engine (gpunn.backends.gpu.engine) reads nothing else to
                epilogue of the next layer's input-gradient GEMM; one SGD launch updates every parameter and
                advances the counter (the MLP: 8 launches per step). Per-sample losses accumulate in an epoch-long
                device buffer read once per epoch.
-    gpu-graph  gpu-fused with each step's forward and backward launches captured once into two CUDA graphs
-               and replayed (real GPU only: the simulator has no graphs)
+    gpu-graph  the fastest eager policy (gpu-fused for the MLP, gpu-im2col for the CNN: the same fields) with each
+               step's forward and backward launches captured once into two CUDA graphs and replayed (real GPU
+               only: the simulator has no graphs)
+
+The CNN's variants (seed 001's naive and optimized CUDA versions, and ours):
+
+    gpu-naive      (shared with the MLP) one thread per output element in every kernel: direct convolutions, a
+                   separate ReLU kernel, max-pool backward with atomics, naive GEMM for the FC layer; the batch
+                   copied host->device every step, the loss read back every step, one SGD launch per layer
+                   (conv1, conv2, fc: the seed's SGDBackward per parameter set)
+    gpu-optimized  the seed's optimized list, each a field here: conv+ReLU fused (`fuse`), shared-memory input
+                   tiles (conv `tiled`), tiled FC GEMM (`gemm: tiled16`), warp-shuffle weight-gradient reductions
+                   (conv backward_weight `shuffle`), pinned host buffers with a copy stream so the next batch's copy
+                   overlaps this step's compute, three buffers deep (`copy: pipelined`), one SGD launch over the
+                   flat buffer (`sgd: flat`); the per-sample losses stay on the GPU until the epoch ends
+    gpu-im2col     every convolution pass an implicit-im2col GEMM on the register-blocked family, the training set
+                   resident on the GPU, deterministic reductions only (fixed-order split-K sums, tree bias sums,
+                   race-free gather max-pool backward): two runs give the same bits
+
+A run's block size (RunSpec.block, `_t<threads>` in its path) reaches the kernels that take a thread count
+(`with_block`): every kernel of gpu-naive; the tiled and shuffle convolutions, the pool, bias, elementwise and SGD
+kernels of gpu-optimized (its 16x16 GEMM tile is fixed). The register-blocked GEMMs run a fixed block, so the
+resident variants take none (the registry's `blocks` fact).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
@@ -34,11 +55,39 @@ class Policy:
     # convolution version per pass (gpunn.kernels.conv.VERSIONS) and the max-pool backward (pool.OPS)
     conv: dict = field(default_factory=lambda: dict(DIRECT_CONV))
     pool_backward: str = "atomic"
+    sgd: str = "flat"     # "flat": one SGD launch over the flat buffer; "per_layer": one launch per layer's parameters
+    copy: str = "sync"    # per-step policies: "sync" copies each host batch before its step (and reads the loss back);
+                          # "pipelined": pinned host buffers, PIPELINE_DEPTH deep, copied on a stream of their own
+                          # while the previous step computes; losses stay on the GPU until the epoch ends
+    blocks: bool = False  # a run's block size (threads per block) reaches the kernels that take one
+    block: int = 0        # that block size (0: every kernel's own default)
+
+    def __post_init__(self):
+        for name, value, choices in (("sgd", self.sgd, SGD_MODES), ("copy", self.copy, COPY_MODES)):
+            if value not in choices:
+                raise ValueError(f"policy {self.name}: {name} must be one of {choices}, got {value!r}")
+        if self.block and not self.blocks:
+            raise ValueError(f"policy {self.name}: its kernels take no block size, got block {self.block}")
 
     @property
     def simulator(self) -> bool:
         """Whether numba's CUDA simulator can run this policy (it has no CUDA graphs)."""
         return not self.graphs
+
+    def with_block(self, block: int) -> "Policy":
+        """This policy with every kernel that takes a thread count launched with `block` threads (0: defaults)."""
+        return replace(self, block=int(block))
+
+    def for_simulator(self) -> "Policy":
+        """What runs under numba's CUDA simulator, which has no warp shuffles: each conv version that needs them
+        replaced by its SIMULATOR_TWIN (the same decomposition reduced through shared memory). Unchanged
+        elsewhere and on a real GPU."""
+        conv = {step: SIMULATOR_TWIN.get(name, name) for step, name in self.conv.items()}
+        return self if conv == self.conv else replace(self, conv=conv)
+
+    def kw(self) -> dict:
+        """Launcher keyword arguments for a kernel that takes a thread count (nothing: its default)."""
+        return {"block": self.block} if self.block else {}
 
 
 DIRECT_CONV = {"forward": "naive", "backward_data": "naive", "backward_weight": "naive", "bias_grad": "naive"}
@@ -46,14 +95,33 @@ TILED_CONV = {"forward": "tiled", "backward_data": "tiled", "backward_weight": "
 # the fused policies' conv: every pass an implicit-im2col GEMM (bias + ReLU, and the ReLU mask, in its epilogue)
 FUSED_CONV = {"forward": "implicit_gemm", "backward_data": "implicit_gemm", "backward_weight": "implicit_gemm",
               "bias_grad": "block"}
+# the seed's optimized CNN: shared-memory input tiles with bias + ReLU fused, warp-shuffle weight gradients
+OPTIMIZED_CONV = {"forward": "tiled", "backward_data": "tiled", "backward_weight": "shuffle", "bias_grad": "block"}
+# conv versions needing a real GPU (warp shuffles) -> the simulator's stand-in with the same block decomposition
+SIMULATOR_TWIN = {"shuffle": "block"}
 AUTO_MIN_BLOCKS = 8  # below this many 64x64 output tiles the 16x16 tiles keep more SMs busy
+SGD_MODES = ("flat", "per_layer")
+COPY_MODES = ("sync", "pipelined")
+PIPELINE_DEPTH = 3  # host batch buffers of the pipelined copy: one being filled, one in flight, one in use
 
 POLICIES = {
-    "gpu-naive": Policy("gpu-naive", gemm="naive", fuse=False, resident=False),
+    "gpu-naive": Policy("gpu-naive", gemm="naive", fuse=False, resident=False, sgd="per_layer", blocks=True),
     "gpu-tiled": Policy("gpu-tiled", gemm="tiled16", fuse=False, resident=False, conv=TILED_CONV),
+    "gpu-optimized": Policy("gpu-optimized", gemm="tiled16", fuse=True, resident=False, conv=OPTIMIZED_CONV,
+                            pool_backward="gather", copy="pipelined", blocks=True),
     "gpu-fused": Policy("gpu-fused", gemm="auto", fuse=True, resident=True, conv=FUSED_CONV, pool_backward="gather"),
+    "gpu-im2col": Policy("gpu-im2col", gemm="auto", fuse=True, resident=True, conv=FUSED_CONV, pool_backward="gather"),
     "gpu-graph": Policy("gpu-graph", gemm="auto", fuse=True, resident=True, graphs=True, conv=FUSED_CONV,
                         pool_backward="gather"),
+}
+# which models each GPU variant trains (the registry's `models`): E1-E3's MLP variants and E4's CNN variants
+POLICY_MODELS = {
+    "gpu-naive": ("mlp", "cnn"),
+    "gpu-tiled": ("mlp",),
+    "gpu-optimized": ("cnn",),
+    "gpu-fused": ("mlp",),
+    "gpu-im2col": ("cnn",),
+    "gpu-graph": ("mlp", "cnn"),
 }
 
 
