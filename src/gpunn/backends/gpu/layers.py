@@ -26,7 +26,7 @@ import numpy as np
 from gpunn.errors import GpunnError
 from gpunn.nn import Conv2d, Flatten, Linear, MaxPool2d, ReLU, Upsample
 
-from .policy import Policy, gemm_version
+from .policy import Policy, conv_version, gemm_version
 
 
 @dataclass
@@ -190,15 +190,14 @@ class Conv2dStage(Stage):
         start = self.offset + self.cout * self.cin * self.k * self.k
         return buf[start:start + self.cout]
 
-    @staticmethod
-    def _version(binder, step: str):
-        """The pass's launcher under the policy, given the run's block size unless it runs a fixed block (the
-        implicit-GEMM versions)."""
+    def _version(self, binder, step: str):
+        """The pass's launcher under the policy (policy.conv_version: "auto" chooses by this layer's shape), given
+        the run's block size unless it runs a fixed block (the implicit-GEMM versions)."""
         import functools
 
         from gpunn.kernels import conv
 
-        name = binder.policy.conv[step]
+        name = conv_version(binder.policy, step, self.cin, self.cout, self.k)
         launcher = conv.VERSIONS[step][name]
         threads = {} if name == "implicit_gemm" else binder.threads
         return functools.partial(launcher, launch=False, **threads)

@@ -13,9 +13,9 @@ CUDA graphs or not. The engine (gpunn.backends.gpu.engine) reads nothing else to
                epilogue of the next layer's input-gradient GEMM; one SGD launch updates every parameter and
                advances the counter (the MLP: 8 launches per step). Per-sample losses accumulate in an epoch-long
                device buffer read once per epoch.
-    gpu-graph  the fastest eager policy (gpu-fused for the MLP, gpu-im2col for the CNN: the same fields) with each
-               step's forward and backward launches captured once into two CUDA graphs and replayed (real GPU
-               only: the simulator has no graphs)
+    gpu-graph  the fastest step: gpu-fused's (the MLP) with each convolution pass in its fastest deterministic
+               version for the layer's shape (conv "auto": conv_version), its forward and backward launches
+               captured once into two CUDA graphs and replayed (real GPU only: the simulator has no graphs)
 
 The CNN's variants (seed 001's naive and optimized CUDA versions, and ours):
 
@@ -100,6 +100,11 @@ OPTIMIZED_CONV = {"forward": "tiled", "backward_data": "tiled", "backward_weight
 # conv versions needing a real GPU (warp shuffles) -> the simulator's stand-in with the same block decomposition
 SIMULATOR_TWIN = {"shuffle": "block"}
 AUTO_MIN_BLOCKS = 8  # below this many 64x64 output tiles the 16x16 tiles keep more SMs busy
+# "auto" conv versions (conv_version): per-shape rules read off the H100 conv benchmark
+AUTO_CONV = {"forward": "auto", "backward_data": "auto", "backward_weight": "auto", "bias_grad": "auto"}
+AUTO_TILED_MAX_PRODUCT = 4096  # in x out channels up to which the shared-memory tiles beat the implicit GEMM
+AUTO_SKINNY_MAX = 4            # output channels up to which the implicit GEMM's skinny kernel wins
+AUTO_WGRAD_MIN = 1024          # weights below which the block-reduction weight gradient beats the GEMM
 SGD_MODES = ("flat", "per_layer")
 COPY_MODES = ("sync", "pipelined")
 PIPELINE_DEPTH = 3  # host batch buffers of the pipelined copy: one being filled, one in flight, one in use
@@ -111,7 +116,7 @@ POLICIES = {
                             pool_backward="gather", copy="pipelined", blocks=True),
     "gpu-fused": Policy("gpu-fused", gemm="auto", fuse=True, resident=True, conv=FUSED_CONV, pool_backward="gather"),
     "gpu-im2col": Policy("gpu-im2col", gemm="auto", fuse=True, resident=True, conv=FUSED_CONV, pool_backward="gather"),
-    "gpu-graph": Policy("gpu-graph", gemm="auto", fuse=True, resident=True, graphs=True, conv=FUSED_CONV,
+    "gpu-graph": Policy("gpu-graph", gemm="auto", fuse=True, resident=True, graphs=True, conv=AUTO_CONV,
                         pool_backward="gather"),
 }
 # which models each GPU variant trains (the registry's `models`): E1-E3's MLP variants and E4's CNN variants
@@ -123,6 +128,27 @@ POLICY_MODELS = {
     "gpu-im2col": ("cnn",),
     "gpu-graph": ("mlp", "cnn"),
 }
+
+
+def conv_version(policy: Policy, step: str, in_channels: int, out_channels: int, k: int) -> str:
+    """The conv version (gpunn.kernels.conv.VERSIONS[step]) of a layer in_channels -> out_channels, k x k, under
+    `policy`: its named version, or for "auto" the fastest per shape in the H100 conv benchmark (issue-8 notes,
+    batch 64, CNN and autoencoder shapes), all deterministic:
+      forward / backward-data (a pass from ci to co channels: backward-data runs out -> in): shared-memory tiles
+        while ci * co <= AUTO_TILED_MAX_PRODUCT and co > AUTO_SKINNY_MAX (cnn 1->16, 16->32, 32->16; ae 3->256),
+        else the implicit GEMM (ae 256->128, and 256->3 on its skinny thread-per-row GEMM);
+      weight gradient: the deterministic block reduction where the GEMM is small (Cout*Cin*k*k < AUTO_WGRAD_MIN:
+        cnn conv1's 144 weights) or its M = Cout is skinny (ae 256->3), else the implicit GEMM."""
+    name = policy.conv[step]
+    if name != "auto":
+        return name
+    if step in ("forward", "backward_data"):
+        ci, co = (in_channels, out_channels) if step == "forward" else (out_channels, in_channels)
+        return "tiled" if ci * co <= AUTO_TILED_MAX_PRODUCT and co > AUTO_SKINNY_MAX else "implicit_gemm"
+    if step == "backward_weight":
+        small = out_channels * in_channels * k * k < AUTO_WGRAD_MIN or out_channels <= AUTO_SKINNY_MAX
+        return "deterministic" if small else "implicit_gemm"
+    return "block"
 
 
 def gemm_version(policy: Policy, rows: int, cols: int) -> str:
