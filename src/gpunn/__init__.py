@@ -4,6 +4,9 @@ Subpackages:
     gpunn.data    download with md5 verification, IDX / CIFAR-10 parsers, offline datasets, prepared caches
     gpunn.nn      NumPy CPU references (layers, models, flat parameter buffer, SGD) and the numba serial MLP
     gpunn.report  figures and summary tables
+
+The Python API (gpunn.api): a model of gpunn.nn trained on "cpu" or "cuda" without the pipeline,
+`model.to("cuda").fit(x, y)`.
 """
 
 __version__ = "0.1.0"

@@ -140,12 +140,10 @@ def _check_variants(key: str, names, model: str, simulator: bool) -> None:
         if name not in variants.VARIANTS:
             raise _choice_error(key, name, variants.VARIANTS, " is not a known variant")
         if model not in variants.supported_models(name):
-            fits = [v for v in variants.VARIANTS if model in variants.supported_models(v)]
-            raise _choice_error(key, name, fits, f" does not train the {model}")
-        if simulator and variants.uses_gpu(name) and not variants.runs_on_simulator(name):
-            fits = [v for v in variants.VARIANTS if model in variants.supported_models(v)
-                    and (not variants.uses_gpu(v) or variants.runs_on_simulator(v))]
-            raise _choice_error(key, name, fits, " cannot run under the CUDA simulator (gpu.simulator: true)")
+            raise _choice_error(key, name, variants.variants_for(model), f" does not train the {model}")
+        if simulator and not variants.runs_on_simulator(name):
+            raise _choice_error(key, name, variants.variants_for(model, simulator=True),
+                                " cannot run under the CUDA simulator (gpu.simulator: true)")
 
 
 def _check_block_study(e4: dict, simulator: bool) -> None:

@@ -15,7 +15,10 @@ from gpunn.runspec import RunSpec
 
 
 def images_to_float(images: np.ndarray) -> np.ndarray:
-    """uint8 pixels -> float32 in [0, 1]; every backend normalises with exactly this expression."""
+    """uint8 pixels -> float32 in [0, 1]; every backend normalises with exactly this expression. Images that are
+    floating point already (the Python API's float input, in [0, 1]) come back as float32, not rescaled."""
+    if np.issubdtype(images.dtype, np.floating):
+        return images.astype(np.float32, copy=False)
     return images.astype(np.float32) / np.float32(255.0)
 
 

@@ -1,7 +1,8 @@
 """Training of one run (a RunSpec) on a prepared dataset, for any registered variant.
 
-Per epoch the loop trains over the shared batch order, then evaluates on the test split (gpunn.evaluate),
-and records train loss, test loss, test accuracy (classifiers), wall time and its forward/backward split.
+Per epoch the loop (gpunn.epochs, shared with the Python API) trains over the shared batch order, then
+evaluates on the test split (gpunn.evaluate), and records train loss, test loss, test accuracy (classifiers),
+wall time and its forward/backward split.
 Outputs of a run directory, all written atomically at the end:
     metrics.csv    one row per epoch
     metrics.json   the run spec, data sizes, final figures, the testing time ("test_time_s": the whole test set
@@ -16,7 +17,6 @@ The run's arrays come from gpunn.rundata, its initial model from gpunn.weights.n
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 
@@ -25,11 +25,11 @@ import pandas as pd
 from gpunn import io, provenance
 from gpunn.backends.registry import make_backend, uses_gpu
 from gpunn.data.prepare import load_prepared
-from gpunn.errors import GpunnError
+from gpunn.epochs import check_finite, train_epochs
 from gpunn.evaluate import predict, test_metrics
-from gpunn.rundata import RunData, images_to_float, run_data
+from gpunn.rundata import RunData, run_data
 from gpunn.runspec import RunSpec
-from gpunn.seeding import batch_order, batch_slices
+from gpunn.seeding import batch_slices
 from gpunn.timing_lock import timing_lock
 from gpunn.weights import new_model, save_weights
 
@@ -37,14 +37,6 @@ METRIC_COLUMNS = [
     "epoch", "train_loss", "test_loss", "test_accuracy",
     "epoch_time_s", "forward_time_s", "backward_time_s", "eval_time_s", "samples_per_s",
 ]
-
-
-def _check_finite(value: float, where: str, spec: RunSpec) -> None:
-    if not math.isfinite(value):
-        raise GpunnError(
-            f"training diverged: loss is {value} at {where} of {spec.path}; lower the learning rate "
-            f"(now {spec.lr}) or check the input data"
-        )
 
 
 def train_run(spec: RunSpec, prepared_path, out_dir, log=print, progress_every_s: float = 15.0) -> dict:
@@ -97,31 +89,22 @@ def _train_epochs(spec: RunSpec, data: RunData, log, progress_every_s: float):
         + (f", {spec.block} threads per block" if spec.block else "")
     )
 
-    # the whole training set as float32 once: a resident backend copies it to its device, the others index it
-    backend.load_train_data(images_to_float(data.x_train), None if autoencoder else data.y_train)
-    log(f"warm-up of {spec.variant} (kernels compile on their first launch: not inside the first epoch's time)")
-    backend.warm_up({e - s for s, e in slices})
-
     rows = []
-    for epoch in range(spec.epochs):
-        order = batch_order(spec.seed, epoch, n_train)
-        start = time.perf_counter()
-        result = backend.train_epoch(order, spec.batch, _progress_log(log, epoch, spec.epochs, progress_every_s))
-        epoch_s = time.perf_counter() - start
-        where = f"epoch {epoch + 1}" + (f" batch {result.diverged_at}" if result.diverged_at else "")
-        _check_finite(result.loss, where, spec)
+    epochs = train_epochs(backend, data.x_train, data.y_train, epochs=spec.epochs, batch=spec.batch, seed=spec.seed,
+                          what=spec.path, log=log, progress_every_s=progress_every_s)
+    for epoch, result, epoch_s in epochs:
         eval_start = time.perf_counter()
         metrics = test_metrics(spec.model, predict(backend, data.x_test), data.x_test, data.y_test)
         eval_s = time.perf_counter() - eval_start
-        _check_finite(metrics["test_loss"], f"the test set after epoch {epoch + 1}", spec)
+        check_finite(metrics["test_loss"], f"the test set after epoch {epoch}", spec.path, spec.lr)
         row = {
-            "epoch": epoch + 1, "train_loss": result.loss, **metrics,
+            "epoch": epoch, "train_loss": result.loss, **metrics,
             "epoch_time_s": epoch_s, "forward_time_s": result.forward_s, "backward_time_s": result.backward_s,
             "eval_time_s": eval_s, "samples_per_s": n_train / epoch_s,
         }
         rows.append(row)
         accuracy = "" if autoencoder else f" test acc {100 * row['test_accuracy']:.2f}%"
-        log(f"epoch {epoch + 1}/{spec.epochs}: train loss {row['train_loss']:.4f} test loss "
+        log(f"epoch {epoch}/{spec.epochs}: train loss {row['train_loss']:.4f} test loss "
             f"{row['test_loss']:.4f}{accuracy} ({epoch_s:.2f} s)")
 
     return model, backend, rows
@@ -135,17 +118,3 @@ def _testing_time(backend, data: RunData, log) -> float:
     seconds = time.perf_counter() - start
     log(f"testing time: {seconds:.3f} s for {len(data.x_test)} test samples")
     return seconds
-
-
-def _progress_log(log, epoch: int, epochs: int, every_s: float):
-    """A progress callback for Backend.train_epoch that logs at most every `every_s` seconds."""
-    start = last = time.perf_counter()
-
-    def progress(number: int, total: int, loss_so_far: float) -> None:
-        nonlocal last
-        now = time.perf_counter()
-        if now - last >= every_s and number < total:
-            log(f"  epoch {epoch + 1}/{epochs} batch {number}/{total} loss {loss_so_far:.4f} ({now - start:.1f} s)")
-            last = now
-
-    return progress

@@ -78,6 +78,24 @@ def check_variant(variant: str, model_name: str | None = None) -> Variant:
     return entry
 
 
+def variants_for(model_name: str, simulator: bool = False, gpu: bool | None = None) -> list[str]:
+    """The variants that train `model_name`, in registry order: with `simulator`, only those numba's CUDA simulator
+    can run (every CPU variant can); with `gpu` True or False, only the GPU or only the CPU ones."""
+    return [name for name, entry in VARIANTS.items() if model_name in entry.models
+            and (entry.simulator or not simulator) and (gpu is None or entry.gpu == gpu)]
+
+
+# what the Python API's device "cuda" trains each model with (gpunn.api): the fastest variant on a GPU, and where
+# numba's simulator stands in for one (no CUDA graphs) the eager policy gpu-graph replays
+FASTEST_GPU = {"mlp": ("gpu-graph", "gpu-fused"), "cnn": ("gpu-graph", "gpu-im2col")}
+
+
+def fastest_gpu_variant(model_name: str, simulator: bool) -> str | None:
+    """The fastest GPU variant that trains `model_name` on a real GPU, or under the simulator; None if none does."""
+    choices = FASTEST_GPU.get(model_name)
+    return None if choices is None else choices[1 if simulator else 0]
+
+
 def check_block_setting(variant: str, block: int) -> None:
     """A one-line GpunnError when a run asks `variant` for a block size it does not take."""
     if block and not check_variant(variant).blocks:

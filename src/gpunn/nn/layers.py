@@ -387,7 +387,13 @@ class Sequential(Module):
     writing `flat` changes the layers and one update over `flat` updates every parameter.
     Parameter names are `<layer index>.<name>`, e.g. `1.weight`, `1.bias`, `3.weight`.
     Inputs and output gradients are cast to `dtype` (the model's compute dtype).
+
+    The model constructors (gpunn.nn.models: mlp, cnn, autoencoder, build_model) set `name` (the model's name
+    for the training backends) and `input_shape` (one sample's shape); `to(device)` needs both.
     """
+
+    name: str | None = None
+    input_shape: tuple[int, ...] | None = None
 
     def __init__(self, layers: Iterable[Module], dtype=np.float32):
         self.layers: list[Module] = list(layers)
@@ -458,6 +464,15 @@ class Sequential(Module):
         new._pack(dtype)
         new.zero_grad()
         return new
+
+    def to(self, device: str = "cuda", variant: str | None = None, lr: float = 0.01, block: int = 0):
+        """A gpunn.api.Trainer that trains this model on `device` ("cpu" or "cuda") with plain SGD at `lr`:
+        fit / predict / evaluate, the same batches and results on either device for one seed. `variant` picks a
+        training variant of gpunn.backends.registry instead of the device's default; `block` sets the threads per
+        block of a variant that takes one. After fit, `flat` holds the trained weights."""
+        from gpunn.api import Trainer  # the backends (and numba for "cuda") load only when asked for
+
+        return Trainer(self, device, variant=variant, lr=lr, block=block)
 
     # -- compute
     def forward(self, x) -> np.ndarray:

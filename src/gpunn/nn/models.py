@@ -20,6 +20,14 @@ from .layers import Conv2d, Flatten, Linear, MaxPool2d, Module, ReLU, Sequential
 __all__ = ["mlp", "cnn", "autoencoder", "Autoencoder", "build_model", "MODELS"]
 
 
+def _named(model: Sequential, name: str, input_shape) -> Sequential:
+    """Records what the model is (its backends' model name) and one sample's input shape: the Python API
+    (Sequential.to) needs both to pick a backend and to check the data."""
+    model.name = name
+    model.input_shape = tuple(int(s) for s in input_shape)
+    return model
+
+
 def _sizes(name: str, values) -> tuple[int, ...]:
     values = tuple(values)
     if not values or any(int(v) != v or v < 1 for v in values):
@@ -39,7 +47,7 @@ def mlp(in_features: int = 784, hidden: int = 256, classes: int = 10, seed: int 
         ReLU(),
         Linear(hidden, classes, dtype=dtype, rng=rng),
     ]
-    return Sequential(layers, dtype=dtype)
+    return _named(Sequential(layers, dtype=dtype), "mlp", (in_features,))
 
 
 def cnn(
@@ -69,7 +77,7 @@ def cnn(
             f"cnn: image_size {image_size} is too small for {len(channels)} unpadded 3x3 convolutions and a 2x2 pool"
         )
     layers += [MaxPool2d(2), Flatten(), Linear(cin * size * size, classes, dtype=dtype, rng=rng)]
-    return Sequential(layers, dtype=dtype)
+    return _named(Sequential(layers, dtype=dtype), "cnn", (in_channels, image_size, image_size))
 
 
 class Autoencoder(Sequential):
@@ -128,7 +136,7 @@ def autoencoder(
     model = Autoencoder(encoder + decoder, n_encoder=len(encoder), dtype=dtype)
     model.image_size = int(image_size)
     model.latent_shape = (c1, image_size // 4, image_size // 4)
-    return model
+    return _named(model, "autoencoder", (cin, image_size, image_size))
 
 
 MODELS = {"mlp": mlp, "cnn": cnn, "autoencoder": autoencoder}
