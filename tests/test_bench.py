@@ -295,3 +295,19 @@ def test_torch_mirror_computes_the_same_function(model_name, sizes, sample):
         got = torch_mirror(model, torch)(torch.from_numpy(x)).numpy()
     assert got.shape == expected.shape
     assert np.abs(got - expected).max() / np.abs(expected).max() < 1e-5
+
+
+def test_step_profile_times_every_launch_of_the_step():
+    """bench <model> --profile: one row per launch of the step, in order, shares summing to one (tiny MLP under
+    the simulator, whose host-clock times say nothing about speed)."""
+    from gpunn.timing import step_profile
+
+    frame = step_profile("mlp", ["gpu-fused", "gpu-graph"], batch=4, repeats=2, log=lambda line: None,
+                         in_features=6, hidden=5)
+    for variant, rows in frame.groupby("variant"):
+        assert list(rows["order"]) == list(range(len(rows)))
+        assert rows["share"].sum() == pytest.approx(1.0)
+        assert (rows["ms"] > 0).all()
+        # gather, two GEMMs, softmax-CE; three GEMMs, SGD (gpu-graph: the same launches, eager)
+        assert list(rows["phase"]).count("forward") == 4 and list(rows["phase"]).count("backward") == 4
+        assert rows["launch"].iloc[-1] == "sgd_step"

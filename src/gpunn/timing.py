@@ -216,3 +216,48 @@ def _sizes_text(sizes: dict) -> str:
     """{'hidden': 256, 'channels': (16, 32)} -> 'hidden=256 channels=16x32' (one CSV cell)."""
     return " ".join(f"{key}={'x'.join(map(str, value)) if isinstance(value, (tuple, list)) else value}"
                     for key, value in sizes.items())
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Where a training step's time goes: each bound launch of one step program timed alone (GPU time, queued behind a
+# GPU sleep like the kernel benchmarks: gpunn.bench.core.median_launch_ms), in the step's order.
+
+PROFILE_COLUMNS = ["model", "variant", "batch", "order", "phase", "launch", "grid", "block", "ms", "share",
+                   *provenance.CSV_COLUMNS]
+
+
+def step_profile(model_name, variants, batch=64, repeats=50, seed=0, log=print, **sizes) -> pd.DataFrame:
+    """One row per launch of a training step at `batch` for each GPU variant: its median GPU time and share of the
+    step's summed kernel time. A graph variant is profiled through its eager twin (the same launches, not
+    captured: a graph replays exactly these kernels). Launches repeat on one random batch: the parameters drift,
+    which changes no kernel's work."""
+    import dataclasses
+
+    from gpunn.backends.gpu.engine import GpuEngine, _launches
+    from gpunn.backends.gpu.policy import POLICIES
+    from gpunn.bench.core import median_launch_ms, numba_clock
+
+    defaults, _ = EPOCH_MODELS[model_name]
+    sizes = {**defaults, **sizes}
+    sample_shape = ((sizes["in_features"],) if model_name == "mlp"
+                    else (sizes["in_channels"], sizes["image_size"], sizes["image_size"]))
+    x, y = mnist_shaped_data(batch, seed, sample_shape, sizes["classes"])
+    rows = []
+    for variant in variants:
+        policy = dataclasses.replace(POLICIES[variant], graphs=False)
+        engine = GpuEngine(build_model(model_name, **sizes, seed=seed), model_name, 0.01, policy)
+        engine.train_step(x, y)  # compiles every kernel of the program
+        program = engine._step_program(batch, sample_shape)
+        phases = [("forward", launch) for launch in _launches(program.forward)]
+        phases += [("backward", launch) for launch in _launches(program.backward)]
+        clock = numba_clock(engine.stream)
+        timed = [(phase, launch, median_launch_ms(launch, repeats, clock).ms) for phase, launch in phases]
+        total = sum(ms for _, _, ms in timed)
+        log(f"{model_name} {variant}: {len(timed)} launches per step, kernels {total:.4f} ms in all")
+        for order, (phase, launch, ms) in enumerate(timed):
+            rows.append({"model": model_name, "variant": variant, "batch": batch, "order": order, "phase": phase,
+                         "launch": launch.name, "grid": str(launch.grid), "block": str(launch.block), "ms": ms,
+                         "share": ms / total, **provenance_columns(variant)})
+            log(f"  {order:2d} {phase:8s} {ms:8.4f} ms {100 * ms / total:5.1f}%  {launch.name} "
+                f"grid {launch.grid} block {launch.block}")
+    return pd.DataFrame(rows, columns=PROFILE_COLUMNS)

@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     mlp.add_argument("--hidden", type=int_at_least(1), default=256, help="the MLP's hidden width")
     mlp.add_argument("--epochs", type=int_at_least(1), default=3,
                      help="epochs per variant; the median after the first is kept")
+    mlp.add_argument("--profile", action="store_true",
+                     help="instead of epochs: each launch of one training step of every GPU variant timed alone "
+                          "(GPU time, median of --repeats), written to results/bench/<model>_step.csv")
     return parser
 
 
@@ -84,6 +87,14 @@ def main(argv=None) -> int:
         variants = epoch_variants(args) if args.op in EPOCH_MODELS else None
         log_device_header()
         with timing_lock(f"python -m gpunn.bench {args.op}"):  # one timed job at a time on this machine
+            if variants is not None and args.profile:
+                from gpunn.timing import step_profile
+
+                gpu = [v for v in variants if VARIANTS[v].gpu]
+                sizes = {"hidden": args.hidden} if args.op == "mlp" else {}
+                io.write_csv(args.out or f"results/bench/{args.op}_step.csv",
+                             step_profile(args.op, gpu, batch=args.batch, repeats=repeats, seed=args.seed, **sizes))
+                return 0
             if variants is not None:
                 io.write_csv(args.out or f"results/bench/{args.op}.csv", bench_epochs(args, variants))
                 return 0
