@@ -102,10 +102,31 @@ def test_cpu_only_switch_drops_every_gpu_job():
     assert config["experiments"]["e1"]["variants"] == ["cpu-numpy", "cpu-serial"]
     assert "blocks" not in report_inputs(config, "e3")
     assert not any("block" in p for p in report_outputs(config, "e3"))
+    assert config["experiments"]["e4"]["block_variants"] == []  # E4's block-size study: none, nor its report files
+    assert not any("block" in p for p in report_outputs(config, "e4") + report_inputs(config, "e4")["runs"])
     assert lines and "gpu-graph" in lines[0] and "block sweep" in lines[0]
     assert load({"gpu": {"enabled": False}}, gpu_name=lambda: "NVIDIA H100")["machine"] == "cpu"
     shipped = yaml.safe_load((REPO / "config/cpu.yaml").read_text())
     assert load(shipped)["gpu"]["enabled"] is False
+
+
+def test_e4_report_files_follow_the_block_study():
+    """The smoke config's E4 has a block study (gpu-naive at 32 and 64 threads): its runs are the report's inputs
+    and its table and figures are among the report's outputs."""
+    smoke = load(yaml.safe_load((REPO / "config/smoke.yaml").read_text()))
+    outputs = report_outputs(smoke, "e4")
+    assert all(p.startswith("results/smoke/report/cudasim/e4/") for p in outputs)
+    assert [p.rsplit("/", 1)[1] for p in outputs] == [
+        "summary.csv", "summary.md", "paper_table.csv", "paper_table.md", "blocks.csv", "blocks.md",
+        "cumulative_time.png", "loss_curves.png", "samples_digits8.png", "block_time.png", "block_loss.png"]
+    block_runs = [p for p in report_inputs(smoke, "e4")["runs"] if "_t" in p.rsplit("/", 2)[1]]
+    assert [p.split("/")[-2].rsplit("_", 1)[1] for p in block_runs] == ["t32", "t64"]
+    assert all("/gpu-naive/" in p for p in block_runs)
+    # a block study on a dataset the main runs do not use: its runs are inputs, but it has no sample figure
+    apart = load({"experiments": {"e4": {"datasets": ["fashion_mnist"], "block_dataset": "mnist"}}})
+    assert [p.rsplit("/", 1)[1] for p in report_outputs(apart, "e4") if "samples" in p] == ["samples_fashion_mnist.png"]
+    assert [p.split("/")[3] for p in report_inputs(apart, "e4")["evals"]] == ["fashion_mnist"]
+    assert any(p.split("/")[3] == "mnist" for p in report_inputs(apart, "e4")["runs"])
 
 
 def test_machine_keeps_devices_and_the_simulator_apart():

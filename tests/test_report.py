@@ -248,26 +248,31 @@ def _csv_provenance(provenance):
 
 
 def _write_run(results, spec: RunSpec, train_s, forward_s, backward_s, accuracy, provenance=None, n_train=1000,
-               n_test=500, image_shape=(1, 28, 28)):
+               n_test=500, image_shape=(1, 28, 28), test_time_s=None, final_loss=None):
     """A finished run's folder: metrics.csv (one row per epoch) and metrics.json, as gpunn.train writes them;
-    without `provenance`, metrics.json is in the format written before runs recorded their device."""
+    without `provenance`, metrics.json is in the format written before runs recorded their device, without
+    `test_time_s` in the one before the testing time was measured. The train loss falls as 1 / epoch to
+    `final_loss` (default 1 / epochs)."""
     run = results / "runs" / spec.path
     inputs = int(np.prod(image_shape))
     epochs = np.arange(1, spec.epochs + 1)
     per_epoch = train_s / spec.epochs
+    final_loss = 1.0 / spec.epochs if final_loss is None else final_loss
     io.write_csv(run / "metrics.csv", pd.DataFrame({
-        "epoch": epochs, "train_loss": 1.0 / epochs, "test_loss": 1.1 / epochs,
+        "epoch": epochs, "train_loss": final_loss * spec.epochs / epochs, "test_loss": 1.1 / epochs,
         "test_accuracy": accuracy - 0.01 * (spec.epochs - epochs), "epoch_time_s": per_epoch,
         "forward_time_s": forward_s / spec.epochs, "backward_time_s": backward_s / spec.epochs,
         "eval_time_s": 0.01, "samples_per_s": 1000 / per_epoch}, columns=METRIC_COLUMNS))
     summary = {
         "spec": spec.to_dict(), "n_train": n_train, "n_test": n_test, "image_shape": list(image_shape),
         "num_classes": 10, "num_parameters": (inputs + 1) * spec.widths[0] + (spec.widths[0] + 1) * 10,
-        "final_train_loss": 1.0 / spec.epochs, "final_test_loss": 1.1 / spec.epochs, "final_test_accuracy": accuracy,
+        "final_train_loss": final_loss, "final_test_loss": 1.1 / spec.epochs, "final_test_accuracy": accuracy,
         "total_train_time_s": train_s, "mean_epoch_time_s": per_epoch, "forward_time_s": forward_s,
         "backward_time_s": backward_s, "host": {"machine": "x86_64"}}
     if provenance is not None:
         summary["provenance"] = provenance
+    if test_time_s is not None:
+        summary.update(test_time_s=test_time_s, block=spec.block)
     io.write_json(run / "metrics.json", summary)
     return run
 
@@ -289,9 +294,9 @@ def _declared(experiment, config=None):
     return sorted(path.rsplit("/", 1)[1] for path in report_outputs(config, experiment))
 
 
-def _assert_written(out_dir, experiment):
+def _assert_written(out_dir, experiment, config=None):
     written = sorted(p.name for p in out_dir.iterdir())
-    assert written == _declared(experiment)  # exactly what targets.report_outputs declares, nothing else
+    assert written == _declared(experiment, config)  # exactly what targets.report_outputs declares, nothing else
     for name in written:
         if name.endswith(".png"):
             _assert_png(out_dir / name)
@@ -802,6 +807,8 @@ def _capture_figures(monkeypatch):
         saved.append({"panels": [ax.get_title() for ax in fig.axes],
                       "lines": [[(line.get_label(), line.get_marker(), line.get_linestyle()) for line in ax.lines]
                                 for ax in fig.axes],
+                      "ydata": [[np.asarray(line.get_ydata(), dtype=float) for line in ax.lines] for ax in fig.axes],
+                      "yscale": [ax.get_yscale() for ax in fig.axes],
                       "legend": [text.get_text() for legend in fig.legends for text in legend.get_texts()]})
         return original(fig, out_png)
 
@@ -831,3 +838,205 @@ def test_coinciding_curves_are_named_and_styled_apart(tmp_path, monkeypatch):
     assert panels[1] == "time per training step\n(all 3 coincide)"
     assert saved[-1]["legend"] == ["cpu-numpy", "gpu-naive", "gpu-fused (simulated)"]
     assert len({(marker, style) for _, marker, style in saved[-1]["lines"][0]}) == 3
+
+
+# ------------------------------------------------------------------------ E4: seed 001's tables, figures, block study
+E4_RUNS = {  # (dataset, variant): (train time s, test accuracy, testing time s; None: not recorded)
+    ("mnist", "cpu-numpy"): (180.0, 0.9800, 2.9), ("mnist", "gpu-naive"): (24.0, 0.9805, 0.09),
+    ("mnist", "gpu-optimized"): (6.0, 0.9808, 0.11), ("mnist", "gpu-im2col"): (3.0, 0.9770, None),
+    ("fashion_mnist", "cpu-numpy"): (200.0, 0.8750, 3.0), ("fashion_mnist", "gpu-naive"): (25.0, 0.8718, 0.10),
+    ("fashion_mnist", "gpu-optimized"): (5.0, 0.8753, 0.12), ("fashion_mnist", "gpu-im2col"): (2.5, 0.8751, 0.05),
+}
+E4_BLOCK_RUNS = {  # (variant, threads per block): (train time s, final train loss, test accuracy)
+    ("gpu-naive", 1024): (60.0, 2.303, 0.0980),  # the seed's failure: loss stuck at ln 10
+    ("gpu-naive", 128): (22.0, 0.05, 0.8755), ("gpu-optimized", 1024): (6.1, 0.04, 0.8762),
+    ("gpu-optimized", 128): (6.2, 0.04, 0.8758),
+}
+E4_BLOCK_DATASET = "fashion_mnist"  # not the first dataset: the accuracy reference is its own cpu-numpy run
+E4_EPOCHS = 5
+
+
+def _e4_spec(dataset, variant, block=0):
+    return RunSpec(dataset, "standard", "cnn", variant, (16, 32), 64, 0.01, E4_EPOCHS, 0, block=block)
+
+
+def _e4_config(datasets=("mnist", "fashion_mnist"), block_variants=("gpu-naive", "gpu-optimized"),
+               block_sizes=(128, 1024), block_dataset=E4_BLOCK_DATASET):
+    """The e4 section report_outputs reads, as the validated config has it."""
+    return {"experiments": {"e4": {"datasets": list(datasets), "channels": [16, 32], "batch": 64, "lr": 0.01,
+                                   "epochs": E4_EPOCHS, "seed": 0, "subset": 0, "block_variants": list(block_variants),
+                                   "block_sizes": list(block_sizes), "block_dataset": block_dataset}}}
+
+
+def _e4_results(tmp_path, main=E4_RUNS, blocks=E4_BLOCK_RUNS, where=_cpu_and_h100, block_dataset=E4_BLOCK_DATASET):
+    """E4's run folders (main runs in the given order, then the block study) and each dataset's eval folder."""
+    results = tmp_path / "results"
+    runs, evals = [], {}
+    for (dataset, variant), (train_s, accuracy, test_s) in main.items():
+        spec = _e4_spec(dataset, variant)
+        runs.append(_write_run(results, spec, train_s, 0.4 * train_s, 0.5 * train_s, accuracy,
+                               provenance=where(variant), n_train=60000, n_test=10000, test_time_s=test_s))
+        if dataset not in evals:
+            evals[dataset] = _write_eval(results, spec)
+            _write_eval_json(evals[dataset], spec)
+    for (variant, block), (train_s, loss, accuracy) in blocks.items():
+        runs.append(_write_run(results, _e4_spec(block_dataset, variant, block), train_s, 0.4 * train_s, 0.5 * train_s,
+                               accuracy, provenance=where(variant), n_train=60000, n_test=10000, test_time_s=0.1,
+                               final_loss=loss))
+    return runs, list(evals.values())
+
+
+def _md_cells(line):
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
+
+
+def _md_rows(md_path):
+    """Header and body rows of the Markdown table under the title, as lists of cells."""
+    lines = [line for line in md_path.read_text().splitlines() if line.startswith("|")]
+    return _md_cells(lines[0]), [_md_cells(line) for line in lines[2:]]
+
+
+def test_e4_report_paper_tables_speedups_and_block_study(tmp_path):
+    shuffled = dict(sorted(E4_RUNS.items(), key=lambda item: (item[0][0] != "mnist", item[0][1][::-1])))
+    runs, evals = _e4_results(tmp_path, main=shuffled)
+    out = tmp_path / "report"
+    written = make_report("e4", out, runs=runs, evals=evals)
+    _assert_written(out, "e4", _e4_config())
+    assert {"paper_table.md", "cumulative_time.png", "blocks.md", "block_time.png", "block_loss.png"} <= set(written)
+
+    summary = pd.read_csv(out / "summary.csv")
+    order = [(d, v) for d in ("mnist", "fashion_mnist") for v in ("cpu-numpy", "gpu-naive", "gpu-optimized",
+                                                                  "gpu-im2col")]
+    assert list(zip(summary["dataset"], summary["variant"])) == order  # datasets as run, variants in report order
+    assert (summary["device"] == ["cpu" if v == "cpu-numpy" else "NVIDIA H100 80GB HBM3" for _, v in order]).all()
+    for _, row in summary.iterrows():
+        train_s, accuracy, test_s = E4_RUNS[(row["dataset"], row["variant"])]
+        numpy_s, numpy_acc, _ = E4_RUNS[(row["dataset"], "cpu-numpy")]
+        naive_s = E4_RUNS[(row["dataset"], "gpu-naive")][0]
+        assert row["train_time_s"] == pytest.approx(train_s)
+        assert row["time_per_epoch_s"] == pytest.approx(train_s / E4_EPOCHS)
+        assert row["test_time_s"] == pytest.approx(np.nan if test_s is None else test_s, nan_ok=True)
+        assert row["speedup_vs_cpu_numpy"] == pytest.approx(numpy_s / train_s)
+        assert row["speedup_vs_gpu_naive"] == pytest.approx(naive_s / train_s)
+        assert row["accuracy_diff_vs_cpu_numpy_pp"] == pytest.approx(100 * (accuracy - numpy_acc))
+    # within 0.1 pp of cpu-numpy on the same dataset: mnist's gpu-im2col (-0.30) and fashion's gpu-naive (-0.32) not
+    assert list(summary["accuracy_matches_cpu_numpy"]) == [True, True, True, False, True, False, True, True]
+    header, rows = _md_rows(out / "summary.md")
+    im2col = dict(zip(header, rows[3]))
+    assert (im2col["variant"], im2col["test_time_s"], im2col["speedup_vs_cpu_numpy"]) == ("gpu-im2col", "-", "60.0x")
+    assert im2col["speedup_vs_gpu_naive"] == "8.00x" and im2col["accuracy_diff_vs_cpu_numpy_pp"] == "-0.30"
+    assert dict(zip(header, rows[0]))["speedup_vs_gpu_naive"] == "0.133x"
+    assert "test_time_s: the whole test set" in (out / "summary.md").read_text()
+
+    paper = pd.read_csv(out / "paper_table.csv")  # tidy: one row per dataset and variant
+    assert list(paper.columns) == ["dataset", "variant", "device", "train_time_s", "test_time_s", "test_accuracy",
+                                   "simulator"]
+    assert list(zip(paper["dataset"], paper["variant"])) == order
+    assert paper["train_time_s"].tolist() == pytest.approx([E4_RUNS[k][0] for k in order])
+    header, rows = _md_rows(out / "paper_table.md")  # headed as the seed's tables
+    assert header == ["Dataset", "Variant", "Device", "Training Time [s]", "Testing Time [s]", "Test Accuracy",
+                      "Simulator"]
+    assert rows[1] == ["mnist", "gpu-naive", "NVIDIA H100 80GB HBM3", "24.0", "0.0900", "98.05 %", "False"]
+    assert rows[3][3:6] == ["3.00", "-", "97.70 %"]
+    assert rows[7][:2] == ["fashion_mnist", "gpu-im2col"]
+
+    blocks = pd.read_csv(out / "blocks.csv")
+    assert list(blocks.columns) == ["dataset", "variant", "block", "device", "time_per_epoch_s", "train_time_s",
+                                    "final_train_loss", "test_accuracy", "accuracy_diff_vs_cpu_numpy_pp",
+                                    "accuracy_matches_cpu_numpy", "simulator"]
+    keys = [("gpu-naive", 128), ("gpu-naive", 1024), ("gpu-optimized", 128), ("gpu-optimized", 1024)]
+    assert list(zip(blocks["variant"], blocks["block"])) == keys  # block sizes by number, not as text
+    for _, row in blocks.iterrows():
+        train_s, loss, accuracy = E4_BLOCK_RUNS[(row["variant"], row["block"])]
+        assert row["dataset"] == "fashion_mnist"
+        assert (row["train_time_s"], row["time_per_epoch_s"]) == pytest.approx((train_s, train_s / E4_EPOCHS))
+        assert row["final_train_loss"] == pytest.approx(loss)
+        assert row["accuracy_diff_vs_cpu_numpy_pp"] == pytest.approx(100 * (accuracy - 0.8750))
+    assert list(blocks["accuracy_matches_cpu_numpy"]) == [True, False, True, False]
+    assert _md_cells(_md_row(out / "blocks.md", "fashion_mnist"))[8] == "+0.05"
+
+    head = "E4: CNN (conv channels 16, 32) on mnist (60 000 train / 10 000 test)"
+    assert _title_line(out / "summary.md") == (
+        f"{head} and fashion_mnist (60 000 train / 10 000 test), batch 64, 5 epochs, per dataset and variant, "
+        "timed on cpu (AMD EPYC 9454) and NVIDIA H100 80GB HBM3")
+    assert _title_line(out / "paper_table.md").endswith("laid out as in the seed's Tables 3-6, timed on cpu "
+                                                        "(AMD EPYC 9454) and NVIDIA H100 80GB HBM3")
+    assert _title_line(out / "blocks.md") == (
+        "E4: CNN (conv channels 16, 32) on fashion_mnist (60 000 train / 10 000 test), batch 64, 5 epochs, "
+        "block-size study, threads per block {128, 1024}, timed on NVIDIA H100 80GB HBM3")
+    assert written["block_time.png"].endswith("\ntimed on NVIDIA H100 80GB HBM3")
+    assert "timed on" not in written["block_loss.png"] and "timed on" not in written["loss_curves.png"]
+
+
+def test_e4_figures_one_panel_per_dataset_and_per_block_variant(tmp_path, monkeypatch):
+    saved = _capture_figures(monkeypatch)
+    runs, evals = _e4_results(tmp_path)
+    make_report("e4", tmp_path / "report", runs=runs, evals=evals)
+    cumulative, loss, _, _, block_time, block_loss = saved  # in the order report_e4 draws them
+    variants = ["cpu-numpy", "gpu-naive", "gpu-optimized", "gpu-im2col"]
+
+    assert cumulative["panels"] == ["mnist: cumulative training time", "fashion_mnist: cumulative training time"]
+    assert [[label for label, _, _ in lines] for lines in cumulative["lines"]] == [variants, variants]
+    for k, dataset in enumerate(("mnist", "fashion_mnist")):
+        for variant, ydata in zip(variants, cumulative["ydata"][k]):  # the running sum of the epoch times
+            total = E4_RUNS[(dataset, variant)][0]
+            assert ydata == pytest.approx(total * np.arange(1, E4_EPOCHS + 1) / E4_EPOCHS)
+    assert cumulative["yscale"] == ["log", "log"]  # 0.5 s to 200 s
+    assert cumulative["legend"] == variants
+
+    # main runs only, a row of train loss and one of test accuracy; every variant's loss is the same here
+    assert loss["panels"] == ["mnist: average train loss per epoch\n(all 4 coincide)",
+                              "fashion_mnist: average train loss per epoch\n(all 4 coincide)",
+                              "mnist: test accuracy per epoch", "fashion_mnist: test accuracy per epoch"]
+    assert loss["legend"] == variants and loss["yscale"] == ["linear"] * 4
+    assert loss["ydata"][2][0][-1] == pytest.approx(98.00)  # cpu-numpy's final accuracy on mnist, in %
+
+    assert block_time["panels"] == ["gpu-naive: cumulative training time", "gpu-optimized: cumulative training time"]
+    assert block_time["legend"] == ["128", "1024"]
+    assert block_time["ydata"][0][1][-1] == pytest.approx(60.0)  # gpu-naive at 1024 threads
+    assert block_time["yscale"] == ["log", "log"]  # 1.2 s to 60 s
+    assert [len(lines) for lines in block_loss["lines"]] == [2, 2]
+    assert block_loss["ydata"][0][1][-1] == pytest.approx(2.303)
+    assert block_loss["panels"][1] == "gpu-optimized: average train loss per epoch\n(all 2 coincide)"
+
+
+def test_e4_report_without_baselines_or_testing_times(tmp_path, monkeypatch):
+    """GPU variants alone, under the simulator, from runs recorded before the testing time, and a block study on
+    a dataset without a cpu-numpy run: '-' where a comparison or time is missing, the simulator named; a
+    cumulative time within 10x is on a linear axis."""
+    saved = _capture_figures(monkeypatch)
+    main = {("digits8", "gpu-optimized"): (6.0, 0.93, None), ("digits8", "gpu-im2col"): (4.0, 0.94, None)}
+    runs, evals = _e4_results(tmp_path, main=main, blocks={("gpu-naive", 64): (9.0, 0.1, 0.97)},
+                              where=_cpu_and_simulated, block_dataset="mnist")
+    out = tmp_path / "report"
+    written = make_report("e4", out, runs=runs, evals=evals)
+    _assert_written(out, "e4", _e4_config(datasets=["digits8"], block_variants=["gpu-naive"], block_sizes=[64],
+                                          block_dataset="mnist"))
+    blocks = pd.read_csv(out / "blocks.csv")
+    assert blocks["accuracy_diff_vs_cpu_numpy_pp"].isna().all() and blocks["accuracy_matches_cpu_numpy"].isna().all()
+    assert _md_cells(_md_row(out / "blocks.md", "mnist"))[8:10] == ["-", "-"]
+    assert _title_line(out / "blocks.md").endswith(" — timings of gpu-naive under the CUDA simulator: not meaningful")
+    summary = pd.read_csv(out / "summary.csv")
+    for column in ("test_time_s", "speedup_vs_cpu_numpy", "speedup_vs_gpu_naive", "accuracy_diff_vs_cpu_numpy_pp",
+                   "accuracy_matches_cpu_numpy"):
+        assert summary[column].isna().all(), column
+    header, rows = _md_rows(out / "summary.md")
+    for row in rows:
+        cells = dict(zip(header, row))
+        assert cells["device"] == "cuda-simulator" and cells["test_time_s"] == "-"
+        assert cells["speedup_vs_cpu_numpy"] == cells["speedup_vs_gpu_naive"] == "-"
+    warning = "timings of gpu-optimized and gpu-im2col under the CUDA simulator: not meaningful"
+    assert _title_line(out / "paper_table.md").endswith(f" — {warning}")
+    assert "gpu-optimized and gpu-im2col ran under numba's CUDA simulator" in (out / "paper_table.md").read_text()
+    assert written["cumulative_time.png"].endswith(f"\n{warning}")
+    cumulative = saved[0]
+    assert cumulative["legend"] == ["gpu-optimized (simulated)", "gpu-im2col (simulated)"]
+    assert cumulative["yscale"] == ["linear"]  # 0.8 s to 6 s
+
+
+def test_e4_report_refuses_two_runs_of_one_variant_and_dataset(tmp_path):
+    runs, evals = _e4_results(tmp_path, main={("mnist", "gpu-naive"): (24.0, 0.98, 0.1)}, blocks={})
+    other_seed = RunSpec("mnist", "standard", "cnn", "gpu-naive", (16, 32), 64, 0.01, E4_EPOCHS, 1)
+    runs.append(_write_run(tmp_path / "results", other_seed, 20.0, 8.0, 10.0, 0.98, provenance=ON_H100))
+    with pytest.raises(GpunnError, match="E4 has two runs of gpu-naive at dataset mnist, block 0"):
+        make_report("e4", tmp_path / "report", runs=runs, evals=evals)

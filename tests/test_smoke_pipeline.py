@@ -69,7 +69,8 @@ def test_every_stage_left_its_outputs(smoke):
     assert e3_variants == {"cpu-numpy", "cpu-serial", "gpu-fused"}  # time_batches ran a GPU variant (simulated)
     for experiment, figures in {"e1": ["loss_curves", "samples", "epoch_time"],
                                 "e2": ["heatmaps", "forward_backward"], "e3": ["batch_timing", "block_sweep"],
-                                "e4": ["loss_curves"], "e5": ["loss_curves", "reconstructions"], "e6": []}.items():
+                                "e4": ["cumulative_time", "loss_curves", "block_time", "block_loss"],
+                                "e5": ["loss_curves", "reconstructions"], "e6": []}.items():
         report = results / "report" / MACHINE / experiment
         table = pd.read_csv(report / "summary.csv")
         assert len(table) >= 1

@@ -143,16 +143,20 @@ def block_sweep_enabled(config: dict) -> bool:
 
 
 def report_outputs(config: dict, experiment: str) -> list[str]:
-    """The files a report step writes (the experiment's target files)."""
+    """The files a report step writes (the experiment's target files): E3's block tables and figure only with
+    its kernel block sweep, E4's only with a block-size study (e4_block_runs)."""
     base = Layout.of(config).report_dir(experiment)
     exp = config["experiments"][experiment]
     sweep = experiment == "e3" and block_sweep_enabled(config)
-    tables = ["summary"] + {"e2": ["paper_table"], "e3": ["blocks"] if sweep else []}.get(experiment, [])
+    study = experiment == "e4" and bool(e4_block_runs(config))
+    tables = ["summary"] + {"e2": ["paper_table"], "e3": ["blocks"] if sweep else [],
+                            "e4": ["paper_table"] + (["blocks"] if study else [])}.get(experiment, [])
     figures = {
         "e1": ["loss_curves.png", "epoch_time.png", "samples.png"],
         "e2": ["heatmaps.png", "forward_backward.png"],
         "e3": ["batch_timing.png"] + (["block_sweep.png"] if sweep else []),
-        "e4": ["loss_curves.png"] + [f"samples_{d}.png" for d in exp.get("datasets", [])],
+        "e4": ["cumulative_time.png", "loss_curves.png"] + [f"samples_{d}.png" for d in exp.get("datasets", [])]
+              + (["block_time.png", "block_loss.png"] if study else []),
         "e5": ["loss_curves.png", "reconstructions.png"],
         "e6": [],
     }[experiment]
@@ -181,11 +185,12 @@ FEATURE_FILES = tuple(f"{part}_{kind}.npy" for part in ("train", "test") for kin
 
 def shown_runs(config: dict, experiment: str) -> list[RunSpec]:
     """The runs whose evaluation an experiment's report shows (E1, E4, E5): the first listed variant, the
-    reference, per dataset (its sample figure)."""
+    reference, per dataset (its sample figure); E4's among its main runs only, so that a block study on a
+    dataset of its own adds no sample figure."""
     if experiment not in ("e1", "e4", "e5"):
         return []
     shown = {}
-    for spec in experiment_runs(config, experiment):
+    for spec in e4_main_runs(config) if experiment == "e4" else experiment_runs(config, experiment):
         shown.setdefault(spec.dataset, spec)
     return list(shown.values())
 

@@ -7,7 +7,11 @@ outputs of finished runs. Paper numbers for comparison are in ../shared/ANCHORS.
         (tidy summary, and the papers' wide layout in paper_table); heatmaps; forward / backward time lines
     e3  MLP forward / backward / step time and samples/s per batch size and variant; with --blocks, the kernels'
         time per block size (blocks table: the fastest block per op and shape; block_sweep figure)
-    e4  CNN on MNIST and Fashion-MNIST: accuracy and time per variant; loss curves; sample predictions
+    e4  CNN on MNIST and Fashion-MNIST: training / testing time, accuracy, speedups over cpu-numpy and gpu-naive,
+        accuracy difference to cpu-numpy per variant and dataset (summary; paper_table in seed 001's Tables 3-6
+        layout); cumulative training time and loss per epoch (its Figures 1-2); sample predictions; with a
+        block-size study (runs with a block), time, loss and accuracy per variant and block size (blocks table;
+        block_time and block_loss figures: its Figures 3-4)
     e5  autoencoder: epoch time, test MSE; loss curves; reconstruction grid
     e6  SVM on encoder features: accuracy, per-class accuracy, fit time; confusion matrix (by the svm step)
 
@@ -57,14 +61,15 @@ def run_row(run_dir) -> dict:
 def _run_row(summary: dict) -> dict:
     """The spec, sizes, times and final metrics of a run; its device and whether it ran under the simulator
     (unknown and false for runs recorded before metrics.json had provenance); the MLP's input and output sizes
-    for titles."""
+    for titles. The testing time is None for runs recorded before it was measured."""
     spec = RunSpec.from_dict(summary["spec"])
     return {
         "dataset": spec.dataset, "split": spec.split, "model": spec.model, "variant": spec.variant,
         "widths": format_widths(spec.widths), "batch": spec.batch, "lr": spec.lr,
         "epochs": spec.epochs, "seed": spec.seed, "n_train": summary["n_train"], "n_test": summary["n_test"],
         "parameters": summary["num_parameters"], "train_time_s": summary["total_train_time_s"],
-        "time_per_epoch_s": summary["mean_epoch_time_s"], "forward_time_s": summary["forward_time_s"],
+        "time_per_epoch_s": summary["mean_epoch_time_s"], "test_time_s": summary.get("test_time_s"),
+        "block": spec.block, "forward_time_s": summary["forward_time_s"],
         "backward_time_s": summary["backward_time_s"], "final_train_loss": summary["final_train_loss"],
         "test_loss": summary["final_test_loss"], "test_accuracy": summary["final_test_accuracy"],
         **titles.device_fields(summary.get("provenance")),
@@ -88,34 +93,56 @@ def baseline_value(frame: pd.DataFrame, baseline: str, column: str, keys: Sequen
     return of_baseline.groupby([frame[k] for k in keys]).transform("first")
 
 
-def add_baseline_comparisons(frame: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
-    """Speedup in training time over each CPU baseline run with the same `keys`, the test-accuracy difference to
-    cpu-numpy in percentage points and whether it is within ACCURACY_TOLERANCE_PP; NaN without the baseline."""
+def add_baseline_comparisons(frame: pd.DataFrame, keys: Sequence[str],
+                             baselines: Sequence[str] = BASELINES) -> pd.DataFrame:
+    """Speedup in training time over each of the `baselines` (default: the CPU ones) run with the same `keys`,
+    and the test-accuracy comparison with cpu-numpy's run (add_accuracy_comparison); NaN without the baseline."""
     frame = frame.copy()
-    for baseline in BASELINES:
+    for baseline in baselines:
         frame[_speedup_column(baseline)] = baseline_value(frame, baseline, "train_time_s", keys) / frame["train_time_s"]
-    diff = 100.0 * (frame["test_accuracy"] - baseline_value(frame, "cpu-numpy", "test_accuracy", keys))
-    frame["accuracy_diff_vs_cpu_numpy_pp"] = diff
+    return add_accuracy_comparison(frame, baseline_value(frame, "cpu-numpy", "test_accuracy", keys))
+
+
+def add_accuracy_comparison(frame: pd.DataFrame, reference: pd.Series) -> pd.DataFrame:
+    """`frame` with the test-accuracy difference to `reference` (cpu-numpy's accuracy for each row, NaN where it
+    did not run) in percentage points, and whether it is within ACCURACY_TOLERANCE_PP."""
+    diff = 100.0 * (frame["test_accuracy"] - reference)
     # accuracies are counts / n: allow for the rounding of their difference
-    frame["accuracy_matches_cpu_numpy"] = [None if pd.isna(d) else bool(abs(d) <= ACCURACY_TOLERANCE_PP + 1e-9)
-                                           for d in diff]
-    return frame
+    matches = [None if pd.isna(d) else bool(abs(d) <= ACCURACY_TOLERANCE_PP + 1e-9) for d in diff]
+    return frame.assign(accuracy_diff_vs_cpu_numpy_pp=diff, accuracy_matches_cpu_numpy=matches)
 
 
-def _sorted(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
-    """Rows ordered by `columns`, the variant column in report order (baselines first), not alphabetically."""
-    rank = {v: i for i, v in enumerate(ordered_variants(frame["variant"]))}
-    return frame.sort_values(list(columns), key=lambda col: col.map(rank) if col.name == "variant" else col,
+def _sorted(frame: pd.DataFrame, columns: Sequence[str], appearance: Sequence[str] = ()) -> pd.DataFrame:
+    """Rows ordered by `columns`, the variant column in report order (baselines first), not alphabetically, and
+    the columns in `appearance` in the order their values first appear (the config's order of datasets)."""
+    ranks = {"variant": {v: i for i, v in enumerate(ordered_variants(frame["variant"]))}}
+    ranks.update({c: {v: i for i, v in enumerate(dict.fromkeys(frame[c]))} for c in appearance})
+    return frame.sort_values(list(columns), key=lambda col: col.map(ranks[col.name]) if col.name in ranks else col,
                              kind="stable").reset_index(drop=True)
+
+
+def _one_run_each(frame: pd.DataFrame, experiment: str, keys: Sequence[str]) -> None:
+    """Refuse two runs of one variant with the same `keys`: a table or figure would show one of them."""
+    repeated = frame[frame.duplicated(["variant", *keys])]
+    if not repeated.empty:
+        first = repeated.iloc[0]
+        at = ", ".join(f"{k} {first[k]}" for k in keys)
+        raise GpunnError(f"{experiment} has two runs of {first['variant']} at {at}; "
+                         f"keep one per variant, {titles.join_words(keys)}")
 
 
 def _times(value) -> str:
     return f"{format_significant(value, 3)}x"
 
 
-COMPARISON_FORMATS = {_speedup_column(b): _times for b in BASELINES} | {"accuracy_diff_vs_cpu_numpy_pp": "{:+.2f}"}
-COMPARISON_NOTE = ("Speedup: the baseline's training time over the variant's, same cell. "
-                   "accuracy_diff_vs_cpu_numpy_pp: test accuracy minus cpu-numpy's in percentage points; "
+def comparison_formats(baselines: Sequence[str] = BASELINES) -> dict:
+    """Markdown formats of add_baseline_comparisons' columns: speedups as '125x', differences as '+0.05'."""
+    return {_speedup_column(b): _times for b in baselines} | {"accuracy_diff_vs_cpu_numpy_pp": "{:+.2f}"}
+
+
+COMPARISON_FORMATS = comparison_formats()
+COMPARISON_NOTE = ("Speedup: the baseline's training time over the variant's, on the same data with the same "
+                   "settings. accuracy_diff_vs_cpu_numpy_pp: test accuracy minus cpu-numpy's in percentage points; "
                    f"accuracy_matches_cpu_numpy: within {ACCURACY_TOLERANCE_PP} pp. '-': that baseline did not run.")
 
 
@@ -178,11 +205,7 @@ def e2_paper_table(frame: pd.DataFrame) -> pd.DataFrame:
     'forward_s', 'backward_s' (totals over training), 'accuracy' (test) and, but for cpu-serial itself,
     '<variant> speedup_vs_serial' (cpu-serial's training time over the variant's in that cell). NaN where a
     run or the baseline is missing."""
-    repeated = frame[frame.duplicated(["variant", *E2_CELL])]
-    if not repeated.empty:
-        first = repeated.iloc[0]
-        raise GpunnError(f"E2 has two runs of {first['variant']} at batch {first['batch']}, hidden {first['hidden']}; "
-                         "keep one per variant and cell")
+    _one_run_each(frame, "E2", E2_CELL)
     wide = frame.pivot(index=list(E2_CELL), columns="variant", values=list(E2_WIDE_METRICS))
     variants = ordered_variants(frame["variant"])
     serial_time = wide[("train_time_s", "cpu-serial")] if "cpu-serial" in variants else np.nan
@@ -309,23 +332,101 @@ def report_e3(timings, out_dir, blocks=(), **_) -> dict[str, str]:
     return written
 
 
+E4_BASELINES = ("cpu-numpy", "gpu-naive")
+E4_SUMMARY_COLUMNS = ("dataset", "variant", "device", "widths", "n_train", "n_test", "batch", "lr", "epochs",
+                      "parameters", "train_time_s", "time_per_epoch_s", "test_time_s", "final_train_loss",
+                      "test_accuracy", "speedup_vs_cpu_numpy", "speedup_vs_gpu_naive", "accuracy_diff_vs_cpu_numpy_pp",
+                      "accuracy_matches_cpu_numpy", "simulator")
+# seed 001's Tables 3-6 (one per dataset and version, a row per GPU) as one tidy table: CSV column -> its heading
+E4_PAPER_HEADERS = {"dataset": "Dataset", "variant": "Variant", "device": "Device", "train_time_s": "Training Time [s]",
+                    "test_time_s": "Testing Time [s]", "test_accuracy": "Test Accuracy", "simulator": "Simulator"}
+E4_BLOCK_COLUMNS = ("dataset", "variant", "block", "device", "time_per_epoch_s", "train_time_s", "final_train_loss",
+                    "test_accuracy", "accuracy_diff_vs_cpu_numpy_pp", "accuracy_matches_cpu_numpy", "simulator")
+TEST_TIME_NOTE = ("test_time_s: the whole test set through the trained model's forward pass once after training (the "
+                  "seed's testing time); '-': a run recorded before it was measured.")
+
+
+def _metrics_csvs(frame: pd.DataFrame, group: str, label: str) -> dict[str, dict[str, Path]]:
+    """{value of `group`: {value of `label`: that run's metrics.csv}} over the rows of `frame`, in its order."""
+    groups: dict[str, dict[str, Path]] = {}
+    for group_value, label_value, path in frame[[group, label, "metrics_csv"]].itertuples(index=False):
+        groups.setdefault(str(group_value), {})[str(label_value)] = path
+    return groups
+
+
 def report_e4(runs, evals, out_dir, **_) -> dict[str, str]:
-    frame = pd.DataFrame([run_row(r) for r in runs]).sort_values(["dataset", "variant"])
-    cols = ["dataset", "variant", "device", "widths", "n_train", "n_test", "batch", "lr", "epochs", "parameters",
-            "train_time_s", "time_per_epoch_s", "final_train_loss", "test_accuracy", "simulator"]
-    timing = titles.timing_parts(frame)
-    written = {"summary.md": titles.table_title(titles.runs_head("E4", frame, "per dataset and variant"), timing),
-               "loss_curves.png": titles.figure_title(titles.runs_head("E4", frame, "training"))}
-    tables.summary_table(frame.to_dict("records"), out_dir / "summary.csv", out_dir / "summary.md",
-                         written["summary.md"], columns=cols, note=titles.simulated_note(frame))
-    _curves(runs, ["dataset", "variant"], out_dir / "loss_curves.png", written["loss_curves.png"])
+    """The main runs (every variant on every dataset at the kernels' default block) in summary, paper_table,
+    cumulative_time and loss_curves; the block-size study's runs (RunSpec.block > 0), where there are any, in
+    blocks, block_time and block_loss."""
+    frame = pd.DataFrame([run_row(r) for r in runs]).assign(metrics_csv=[Path(r) / "metrics.csv" for r in runs])
+    _one_run_each(frame, "E4", ("dataset", "block"))
+    if not (frame["block"] == 0).any():
+        raise GpunnError("E4 report: every run sets a block size; the report needs the main runs (no _t<threads>)")
+    main = add_baseline_comparisons(frame[frame["block"] == 0], keys=("dataset",), baselines=E4_BASELINES)
+    main = _sorted(main, ["dataset", "variant"], appearance=("dataset",))
+    timing = titles.timing_parts(main)
+    written = {
+        "summary.md": titles.table_title(titles.runs_head("E4", main, "per dataset and variant"), timing),
+        "paper_table.md": titles.table_title(titles.runs_head("E4", main, "laid out as in the seed's Tables 3-6"),
+                                             timing),
+        "cumulative_time.png": titles.figure_title(titles.runs_head("E4", main, "cumulative training time per epoch"),
+                                                   timing),
+        "loss_curves.png": titles.figure_title(titles.runs_head("E4", main, "average train loss and test accuracy "
+                                                                            "per epoch")),
+    }
+    tables.summary_table(main.to_dict("records"), out_dir / "summary.csv", out_dir / "summary.md",
+                         written["summary.md"], columns=E4_SUMMARY_COLUMNS, formats=comparison_formats(E4_BASELINES),
+                         note=_note(COMPARISON_NOTE, TEST_TIME_NOTE, titles.simulated_note(main)))
+    paper = main[list(E4_PAPER_HEADERS)]
+    tables.summary_table(paper.to_dict("records"), out_dir / "paper_table.csv", out_dir / "paper_table.md",
+                         written["paper_table.md"], headers=E4_PAPER_HEADERS,
+                         note=_note("Training time summed over the epochs; testing time and accuracy on the whole "
+                                    "test set after training; '-': not recorded.", titles.simulated_note(paper)))
+    by_dataset = _metrics_csvs(main, "dataset", "variant")
+    figures.epoch_lines(by_dataset, ["cumulative_time"], out_dir / "cumulative_time.png",
+                        written["cumulative_time.png"], legend_title="variant",
+                        simulated=figures.simulated_variants(main))
+    figures.epoch_lines(by_dataset, ["train_loss", "test_accuracy"], out_dir / "loss_curves.png",
+                        written["loss_curves.png"], legend_title="variant")
     for eval_dir in evals:
         dataset = parse_run_path(_read_json(Path(eval_dir) / "eval.json")["run"]).dataset
-        of_dataset = frame[frame["dataset"] == dataset]
-        described = titles.model_description(of_dataset if not of_dataset.empty else frame)
+        of_dataset = main[main["dataset"] == dataset]
+        described = titles.model_description(of_dataset if not of_dataset.empty else main)
         name = f"samples_{dataset}.png"
         written[name] = f"E4: sample test classifications, {described} on {dataset}"
         _samples_figure(eval_dir, out_dir / name, written[name])
+    if (frame["block"] > 0).any():
+        written.update(_e4_block_study(frame[frame["block"] > 0], main, out_dir))
+    return written
+
+
+def _e4_block_study(study: pd.DataFrame, main: pd.DataFrame, out_dir: Path) -> dict[str, str]:
+    """Seed 001's block-size study: per variant and block size, time, final loss and test accuracy (with its
+    difference to cpu-numpy's main run on the same dataset); cumulative time and loss per epoch per block."""
+    reference = main.loc[main["variant"] == "cpu-numpy"].set_index("dataset")["test_accuracy"]
+    study = _sorted(add_accuracy_comparison(study, study["dataset"].map(reference)), ["variant", "block"])
+    sizes = f"threads per block {titles.one_or_set(study['block'])}"
+    timing = titles.timing_parts(study)
+    written = {
+        "blocks.md": titles.table_title(titles.runs_head("E4", study, f"block-size study, {sizes}"), timing),
+        "block_time.png": titles.figure_title(titles.runs_head("E4", study, "cumulative training time per epoch "
+                                                                             "per block size"), timing),
+        "block_loss.png": titles.figure_title(titles.runs_head("E4", study, "average train loss per epoch per "
+                                                                             "block size")),
+    }
+    tables.summary_table(study.to_dict("records"), out_dir / "blocks.csv", out_dir / "blocks.md", written["blocks.md"],
+                         columns=E4_BLOCK_COLUMNS, formats=comparison_formats(()),
+                         note=_note("One row per variant and block (threads per block of the kernels that take "
+                                    "one); accuracy_diff_vs_cpu_numpy_pp: test accuracy minus that of the cpu-numpy "
+                                    "run on the same dataset, in percentage points; accuracy_matches_cpu_numpy: within "
+                                    f"{ACCURACY_TOLERANCE_PP} pp; '-': cpu-numpy did not run on that dataset.",
+                                    titles.simulated_note(study)))
+    by_variant = _metrics_csvs(study, "variant", "block")
+    simulated = figures.simulated_variants(study)
+    figures.epoch_lines(by_variant, ["cumulative_time"], out_dir / "block_time.png", written["block_time.png"],
+                        legend_title="threads per block", simulated=simulated, ordinal=True)
+    figures.epoch_lines(by_variant, ["train_loss"], out_dir / "block_loss.png", written["block_loss.png"],
+                        legend_title="threads per block", ordinal=True)
     return written
 
 

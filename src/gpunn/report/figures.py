@@ -1,6 +1,8 @@
 """Report figures (matplotlib, Agg backend). Every function writes one PNG atomically and returns its path.
 
     loss_curves              per-epoch train / test loss of several runs, and test accuracy when present
+    epoch_lines              per-epoch cumulative training time, train loss or test accuracy, one panel per group
+                             of runs (E4: a dataset, or a variant of the block-size study), one line per run
     confusion_matrix_figure  heatmap of a confusion matrix with counts (used by gpunn.svm)
     reconstruction_grid      originals above autoencoder reconstructions
     sample_classifications   up to 25 test images titled "pred (true)", wrong ones in red
@@ -22,7 +24,7 @@ from __future__ import annotations
 import math
 import textwrap
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Collection, Mapping, NamedTuple, Sequence
 
 import matplotlib
 
@@ -32,7 +34,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.colors import LogNorm  # noqa: E402
-from matplotlib.ticker import NullLocator  # noqa: E402
+from matplotlib.ticker import LogFormatterSciNotation, NullLocator  # noqa: E402
 
 from gpunn.errors import GpunnError  # noqa: E402
 from gpunn.io import atomic_path  # noqa: E402
@@ -53,6 +55,7 @@ COINCIDE_NOTE_WIDTH = 60  # characters per line of a panel's coincidence note
 MIN_RELATIVE_SPAN = 1e-3  # loss and accuracy axes never zoom into less than this fraction of their values
 
 LOSS_COLUMNS = ("epoch", "train_loss", "test_loss", "test_accuracy", "epoch_time_s")
+LOG_SPAN = 10.0  # a time axis whose values span more than this factor is drawn on a log scale
 E2_COLUMNS = ("variant", "hidden", "batch", "train_time_s", "forward_time_s", "backward_time_s", "test_accuracy")
 E1_COLUMNS = ("variant", "time_per_epoch_s")
 E3_COLUMNS = ("variant", "batch", "forward_ms", "backward_ms", "step_ms", "samples_per_s")
@@ -256,15 +259,114 @@ def loss_curves(metrics_csvs: Mapping[str, str | Path], out_png, title: str) -> 
         _titled_with_coincidences(ax, panel_title, lines)
         _readable_y_span(ax, np.concatenate([np.asarray(y, dtype=np.float64) for _, y in lines.values()] or [[]]))
         ax.grid(alpha=0.3)
-        epochs = sorted({float(e) for x, _ in lines.values() for e in x if np.isfinite(e)})
-        if 0 < len(epochs) <= 12:  # few epochs: exactly those ticks (one epoch would get 0.96 ... 1.04)
-            ax.set_xticks(epochs)
-            ax.set_xticklabels([f"{e:g}" for e in epochs])
-        else:
-            ax.xaxis.get_major_locator().set_params(integer=True)
+        _epoch_ticks(ax, lines)
     # one legend for all panels, below them: inside a panel it would cover the curves
     fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncols=min(len(handles), 4),
                fontsize="small")
+    fig.suptitle(title)
+    return _save(fig, out_png)
+
+
+def _epoch_ticks(ax, lines: Mapping[str, tuple]) -> None:
+    """An epoch axis: with few epochs exactly those ticks (one epoch would get 0.96 ... 1.04), else integers."""
+    epochs = sorted({float(e) for x, _ in lines.values() for e in x if np.isfinite(e)})
+    if 0 < len(epochs) <= 12:
+        ax.set_xticks(epochs)
+        ax.set_xticklabels([f"{e:g}" for e in epochs])
+    else:
+        ax.xaxis.get_major_locator().set_params(integer=True)
+
+
+class EpochMeasure(NamedTuple):
+    """What epoch_lines draws from a metrics.csv column: its axis label and panel title, whether it is a time
+    summed over the epochs so far (drawn on a log axis when it spans more than LOG_SPAN), its display factor."""
+
+    column: str
+    axis: str
+    title: str
+    cumulative_time: bool = False
+    scale: float = 1.0
+
+
+EPOCH_MEASURES = {
+    "cumulative_time": EpochMeasure("epoch_time_s", "cumulative training time (s)", "cumulative training time",
+                                    cumulative_time=True),
+    "train_loss": EpochMeasure("train_loss", "average train loss", "average train loss per epoch"),
+    "test_accuracy": EpochMeasure("test_accuracy", "test accuracy (%)", "test accuracy per epoch", scale=100.0),
+}
+
+
+class _PlainLogFormatter(LogFormatterSciNotation):
+    """Labels the ticks matplotlib labels on a log axis, as plain numbers: '60', '0.5', not '6 x 10^1'."""
+
+    def __call__(self, x, pos=None):
+        return f"{x:g}" if super().__call__(x, pos) else ""
+
+
+def _ordinal_colors(labels: Sequence[str]) -> dict[str, tuple]:
+    """Colours along a sequential map, in the order of `labels` (block sizes, small to large)."""
+    cmap = plt.get_cmap("viridis")
+    return {label: cmap(0.9 * i / max(len(labels) - 1, 1)) for i, label in enumerate(labels)}
+
+
+def epoch_lines(groups: Mapping[str, Mapping[str, str | Path]], measures: Sequence[str], out_png, title: str,
+                legend_title: str | None = None, simulated: Collection[str] = (), ordinal: bool = False) -> Path:
+    """Per-epoch lines of several runs against the epoch: one column of panels per group of `groups` ({panel
+    name: {line label: metrics.csv}}; E4: a dataset, or a variant of the block-size study) and one row per
+    measure of EPOCH_MEASURES ('cumulative_time': the training time up to each epoch, seed 001's Figures 1
+    and 3; 'train_loss': the epoch's average train loss, its Figures 2 and 4; 'test_accuracy'). A line keeps
+    its colour and style in every panel: variants their fixed colours, or with `ordinal` ordered settings
+    (block sizes) a sequential colour map. Panels of a row share their y axis. Group names and line labels
+    in `simulated` are marked so."""
+    if not groups or not any(groups.values()):
+        raise GpunnError(f"{out_png}: epoch_lines needs at least one metrics CSV")
+    unknown = [m for m in measures if m not in EPOCH_MEASURES]
+    if unknown or not measures:
+        raise GpunnError(f"{out_png}: epoch_lines draws {', '.join(EPOCH_MEASURES)}, "
+                         f"not {', '.join(unknown) or 'nothing'}")
+    runs = {(group, label): read_table(path, LOSS_COLUMNS, "per-epoch metrics CSV")
+            for group, lines in groups.items() for label, path in lines.items()}
+    labels = list(dict.fromkeys(label for _, label in runs))
+    colors = _ordinal_colors(labels) if ordinal else _variant_colors(labels)
+    styles = dict(zip(labels, series_styles(len(labels))))
+
+    def marked(name):
+        return f"{name} {SIMULATED_LABEL}" if name in simulated else str(name)
+
+    fig, axes = plt.subplots(len(measures), len(groups), figsize=(4.8 * len(groups) + 0.4, 3.9 * len(measures) + 0.9),
+                             squeeze=False, sharey="row", layout="constrained")
+    handles = {}
+    for row, measure in enumerate(EPOCH_MEASURES[m] for m in measures):
+        drawn = []
+        for ax, (group, lines_of) in zip(axes[row], groups.items()):
+            lines = {}
+            for label in lines_of:
+                frame = runs[(group, label)]
+                epoch = pd.to_numeric(frame["epoch"], errors="coerce")
+                values = measure.scale * pd.to_numeric(frame[measure.column], errors="coerce")
+                if measure.cumulative_time:
+                    values = values.cumsum()
+                if values.notna().any():
+                    (handles[label],) = ax.plot(epoch, values, color=colors[label], label=label, **styles[label])
+                    lines[label] = (epoch, values)
+                    drawn.append(values.to_numpy(dtype=np.float64))
+            _titled_with_coincidences(ax, f"{marked(group)}: {measure.title}", lines)
+            ax.set_xlabel("epoch")
+            ax.grid(alpha=0.3, which="both")
+            _epoch_ticks(ax, lines)
+        axes[row, 0].set_ylabel(measure.axis)
+        values = np.concatenate(drawn or [[]])
+        positive = values[np.isfinite(values) & (values > 0)]
+        if measure.cumulative_time and positive.size and positive.max() > LOG_SPAN * positive.min():
+            axes[row, 0].set_yscale("log")  # the row shares its y axis
+            axes[row, 0].yaxis.set_major_formatter(_PlainLogFormatter())
+            axes[row, 0].yaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False))
+            axes[row, 0].set_ylabel(f"{measure.axis}, log scale")
+        else:
+            _readable_y_span(axes[row, 0], values)
+    # one legend for all panels, below them: inside a panel it would cover the lines
+    fig.legend(handles.values(), [marked(label) for label in handles], loc="outside lower center",
+               ncols=min(len(handles), 5), fontsize="small", title=legend_title, title_fontsize="small")
     fig.suptitle(title)
     return _save(fig, out_png)
 

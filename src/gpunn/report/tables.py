@@ -9,7 +9,8 @@ Formatting rules of the Markdown (the CSV keeps the raw numbers):
   * other floats get at most four significant digits the same way, trailing zeros dropped (132.7, 0.0045, 1);
     integers, and whole-number floats in a column of whole numbers, are printed as integers;
   * text as is (``|`` escaped); missing values (None / NaN) as ``-``.
-``formats`` overrides any column with a format string (``"{:.1f}x"``) or a callable.
+``formats`` overrides any column with a format string (``"{:.1f}x"``) or a callable; ``headers`` relabels columns
+in the Markdown only (the CSV keeps the column names, the formats follow them).
 
 ``read_table`` reads any CSV input of a report (per-epoch metrics, summaries, timings) with one-line errors;
 ``ordered_variants`` gives the order in which every table and figure lists the training variants.
@@ -30,8 +31,10 @@ from gpunn.io import write_csv, write_text
 
 MISSING = "-"
 _TIME_SUFFIXES = ("_s", "_ms", "_us")
-# Baselines first, then the GPU variants from the plainest to the most optimised; unknown names follow, sorted.
-KNOWN_VARIANTS = ("cpu-serial", "cpu-numpy", "gpu-naive", "gpu-tiled", "gpu-fused", "gpu-graph")
+# Baselines first, then the GPU variants from the plainest to the most optimised (the MLP's and the CNN's
+# interleaved, so that each experiment lists its own in that order); unknown names follow, sorted.
+KNOWN_VARIANTS = ("cpu-serial", "cpu-numpy", "gpu-naive", "gpu-tiled", "gpu-optimized", "gpu-fused", "gpu-im2col",
+                  "gpu-graph")
 
 
 def variant_rank(variant: str) -> int:
@@ -130,15 +133,17 @@ def _is_integral_column(series: pd.Series) -> bool:
     return _is_numeric_column(series) and all(math.isfinite(float(v)) and float(v).is_integer() for v in values)
 
 
-def markdown_table(frame: pd.DataFrame, formats: Mapping[str, str | Callable] | None = None) -> str:
-    """A GitHub pipe table of `frame` (no index) with padded, aligned columns: numbers right, text left."""
-    formats = dict(formats or {})
+def markdown_table(frame: pd.DataFrame, formats: Mapping[str, str | Callable] | None = None,
+                   headers: Mapping[str, str] | None = None) -> str:
+    """A GitHub pipe table of `frame` (no index) with padded, aligned columns: numbers right, text left; each
+    column headed by its name or by its label in `headers`."""
+    formats, headers = dict(formats or {}), dict(headers or {})
     columns = [str(c) for c in frame.columns]
     cells = []
     for c, col in zip(columns, frame.columns):
         integral = _is_integral_column(frame[col])
         cells.append([format_cell(c, v, formats.get(c), integral) for v in frame[col].tolist()])
-    header = [c.replace("|", "\\|") for c in columns]
+    header = [headers.get(c, c).replace("|", "\\|") for c in columns]
     right = [_is_numeric_column(frame[col]) for col in frame.columns]
     widths = [max([len(h), 3] + [len(v) for v in col_cells]) for h, col_cells in zip(header, cells)]
 
@@ -154,10 +159,11 @@ def markdown_table(frame: pd.DataFrame, formats: Mapping[str, str | Callable] | 
 
 
 def summary_table(rows: Sequence[Mapping], out_csv, out_md, title: str, columns: Sequence[str] | None = None,
-                  formats: Mapping[str, str | Callable] | None = None, note: str | None = None) -> pd.DataFrame:
+                  formats: Mapping[str, str | Callable] | None = None, note: str | None = None,
+                  headers: Mapping[str, str] | None = None) -> pd.DataFrame:
     """Write `rows` (one dict per row) as CSV (raw values) and as Markdown (``## title``, a pipe table, an
-    optional note). `columns` picks and orders the columns (default: first appearance over the rows).
-    Returns the DataFrame written."""
+    optional note). `columns` picks and orders the columns (default: first appearance over the rows);
+    `headers` relabels them in the Markdown. Returns the DataFrame written."""
     rows = [dict(r) for r in rows]
     if not rows:
         raise GpunnError(f"{out_csv}: summary table '{title}' has no rows; check that its inputs were produced")
@@ -175,7 +181,7 @@ def summary_table(rows: Sequence[Mapping], out_csv, out_md, title: str, columns:
                 f"{out_csv}: summary table '{title}' asks for column(s) {', '.join(unknown)} that no row has; "
                 f"the rows have {', '.join(seen)}")
     frame = pd.DataFrame([{c: r.get(c) for c in columns} for r in rows], columns=columns)
-    md = f"## {title}\n\n" + markdown_table(frame, formats)
+    md = f"## {title}\n\n" + markdown_table(frame, formats, headers)
     if note:
         md += f"\n{note.strip()}\n"
     write_csv(Path(out_csv), frame)
