@@ -13,7 +13,7 @@ from gpunn.data.prepare import load_prepared, prepare_dataset
 from gpunn.data.synthetic import make_cifar_like, make_mnist_like
 from gpunn.errors import GpunnError
 
-SMALL = ["synthetic_mnist_small", "synthetic_cifar10_small", "digits8", "digits28"]
+SMALL = ["synthetic_mnist_small", "synthetic_cifar10_small", "digits8", "digits28", "digits8_mini"]
 
 
 def quiet(_line):
@@ -216,3 +216,12 @@ def test_integer_resize():
     assert out[0, 0, 0] == 0 and out[0, 0, -1] == round(14 * 255 / 16)
     assert (np.diff(out[0, 0].astype(int)) >= 0).all()
     np.testing.assert_array_equal(out[0, 0], out[0, 27])
+
+
+def test_digits8_mini_is_the_head_of_digits8(prepared):
+    """The simulator-sized digits are digits8's first 160 train and 80 test images, through the same files."""
+    _, result = prepared
+    mini, full = result["digits8_mini"], result["digits8"]
+    assert mini.x_train.shape == (160, 1, 8, 8) and mini.x_test.shape == (80, 1, 8, 8)
+    for part in ("x_train", "y_train", "x_test", "y_test"):
+        assert np.array_equal(getattr(mini, part), getattr(full, part)[:len(getattr(mini, part))])

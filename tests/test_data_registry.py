@@ -15,7 +15,7 @@ def test_known_datasets():
     assert set(DATASETS) == {
         "mnist", "fashion_mnist", "cifar10",
         "synthetic_mnist", "synthetic_mnist_small", "synthetic_cifar10", "synthetic_cifar10_small",
-        "digits8", "digits28",
+        "digits8", "digits28", "digits8_mini",
     }
     for name, spec in DATASETS.items():
         assert isinstance(spec, DatasetSpec) and spec.name == name

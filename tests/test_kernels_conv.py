@@ -175,6 +175,14 @@ def test_backward_weight_kernel_sizes(k, padding):
     assert run_backward_weight("block", 2, 1, 2, 6, 5, k, padding, splits=1) < TOL
 
 
+def test_fitted_threads_shrink_the_tile_to_small_outputs():
+    assert C.fitted_threads(26, 26) == C.fitted_threads(24, 24) == 256  # the CNN: 32 x 8 tiles as before
+    assert C.fitted_threads(6, 6) == 64  # an 8x8 tile, not 256 threads for 36 outputs
+    assert C.fitted_threads(8, 8) == 64 and C.fitted_threads(16, 16) == 256
+    assert C.fitted_threads(1, 3) == C.WARP  # never below a warp
+    assert C.tile_shape(C.fitted_threads(6, 6), 6) == (8, 8)
+
+
 def test_weight_grad_splits():
     assert C.weight_grad_splits(64, 16) == (64, 1)  # CNN conv1: 16 slices -> one image per block
     assert C.weight_grad_splits(64, 512) == (2, 32)

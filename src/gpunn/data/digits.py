@@ -1,6 +1,7 @@
 """scikit-learn's real handwritten digits (`load_digits`, 1797 images of 8x8, values 0..16) as an offline
 dataset: rescaled to 0..255 uint8, optionally resized to 28x28, split 1437 train / 360 test by a
-fixed-seed shuffle.
+fixed-seed shuffle; `digits_mini_arrays` keeps the first MINI_TRAIN / MINI_TEST of that split at 8x8 (for the
+GPU variants of the conv models under numba's CUDA simulator, where every test image costs seconds).
 
 The resize is bilinear (pixel centres aligned, edges clamped) and computed in exact integer arithmetic:
 every output pixel is an integer combination of the 0..16 inputs over a fixed denominator, rounded half
@@ -17,6 +18,8 @@ N_TRAIN = 1437
 N_TEST = 360
 SPLIT_SEED = 20240  # fixed: the digits split must never change
 SIZES = (8, 28)
+MINI_TRAIN = 160
+MINI_TEST = 80
 _MAX_IN = 16  # load_digits values are integers 0..16
 
 
@@ -77,3 +80,9 @@ def digits_arrays(size: int):
     images, labels = images[order], labels[order]
     x = rescale_int(images) if size == 8 else resize_bilinear_int(images, size)
     return x[:N_TRAIN], labels[:N_TRAIN], x[N_TRAIN:], labels[N_TRAIN:]
+
+
+def digits_mini_arrays():
+    """The first MINI_TRAIN train and MINI_TEST test images (and labels) of the 8x8 digits split."""
+    x_train, y_train, x_test, y_test = digits_arrays(8)
+    return x_train[:MINI_TRAIN], y_train[:MINI_TRAIN], x_test[:MINI_TEST], y_test[:MINI_TEST]

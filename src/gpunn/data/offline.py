@@ -31,6 +31,7 @@ OFFLINE_RECIPES: dict[str, tuple[Callable, tuple]] = {
     "synthetic_cifar10_small": (synthetic.make_cifar_like, (2000, 500, 4)),
     "digits8": (digits.digits_arrays, (8,)),
     "digits28": (digits.digits_arrays, (28,)),
+    "digits8_mini": (digits.digits_mini_arrays, ()),
 }
 
 

@@ -94,6 +94,10 @@ CI_CHUNK = 8  # input channels staged in shared memory per barrier pair (fewer i
 MAX_TILE_W = 32  # tile width: a warp covers (at most) one 32-wide row of outputs, loads and stores coalesced
 SMEM_LIMIT = 48 * 1024  # static shared memory per block
 WGRAD_TARGET_BLOCKS = 1024  # weight gradient: split the batch until about this many blocks (8 per SM on 132 SMs)
+# ... but under the simulator, where every thread of every block is a Python thread, 2 splits (the split path runs,
+# at a sliver of the cost of ~1024 blocks)
+SIMULATOR_WGRAD_SPLITS = 2
+TILED_THREADS = 256  # the tiled forward / backward-data block, unless the output plane is smaller (fitted_threads)
 MAX_GRID_YZ = 65535
 WARP = 32
 FULL_MASK = 0xFFFFFFFF
@@ -502,6 +506,15 @@ def tile_shape(block, out_width):
     return width, threads // width
 
 
+def fitted_threads(out_height: int, out_width: int) -> int:
+    """The tiled kernels' default block: TILED_THREADS, or fewer where the output plane is smaller than that tile
+    (a 6x6 output gets an 8x8 tile of 64 threads, not 256 threads of which 220 would idle); never under a warp."""
+    def pow2(n):
+        return 1 << max(0, (int(n) - 1).bit_length())
+
+    return max(WARP, min(TILED_THREADS, pow2(min(out_width, MAX_TILE_W)) * pow2(out_height)))
+
+
 def channel_group(out_ch: int) -> int:
     """Output channels per thread of the tiled kernels: COG, or the power of two covering out_ch when fewer
     (a 1-channel input gradient computes 1 channel, not 8 of which 7 are thrown away)."""
@@ -632,6 +645,8 @@ def _tiled(tw, th, k, off, cic, transposed, epilogue, cog=COG):
 def _bind_tiled(op, inp, w, aux, out, k, off, transposed, epilogue, block, stream, launch):
     n, out_ch, oh, ow = _shape(out)
     in_ch = _shape(inp)[1]
+    if block is None:
+        block = fitted_threads(oh, ow)
     try:
         tw, th = tile_shape(block, ow)
     except ValueError as exc:
@@ -648,16 +663,16 @@ def _bind_tiled(op, inp, w, aux, out, k, off, transposed, epilogue, block, strea
                 f"{op}[{tw}x{th},k{k},off{off},{epilogue}]")
 
 
-def conv_forward_v2(x, w, bias, out, padding, relu=False, block=256, stream=0, launch=True) -> Launch:
+def conv_forward_v2(x, w, bias, out, padding, relu=False, block=None, stream=0, launch=True) -> Launch:
     """Tiled forward (shared-memory input tile + halo, COG channels per thread), bias + ReLU fused.
-    ``block``: threads (tile chosen by ``tile_shape``) or an explicit (TW, TH) tile."""
+    ``block``: threads (tile chosen by ``tile_shape``), an explicit (TW, TH) tile, or None: ``fitted_threads``."""
     op = "conv_forward_v2"
     padding, (_, _, k) = _forward_args(op, x, w, bias, out, padding)
     epilogue, aux = _epilogue(bias=bias, relu=relu)
     return _bind_tiled(op, x, w, aux, out, k, padding, False, epilogue, block, stream, launch)
 
 
-def conv_backward_data_v2(dy, w, dx, padding, relu_mask=None, block=256, stream=0, launch=True) -> Launch:
+def conv_backward_data_v2(dy, w, dx, padding, relu_mask=None, block=None, stream=0, launch=True) -> Launch:
     """Tiled backward-data: the tiled forward on dy with transposed, flipped weights; ReLU mask fused."""
     op = "conv_backward_data_v2"
     padding, (_, _, k) = _backward_data_args(op, dy, w, dx, padding, relu_mask)
@@ -855,6 +870,8 @@ def _weight_grad_v2(op, x, dy, dw, padding, block, splits, reduction, determinis
     if splits is not None and (isinstance(splits, bool) or not isinstance(splits, (int, np.integer)) or splits < 1):
         raise ValueError(f"{op}: splits must be a positive int or None, got {splits!r}")
     slices = cout * cin
+    if splits is None and device.simulator_enabled():
+        splits = SIMULATOR_WGRAD_SPLITS
     splits, per = weight_grad_splits(_shape(x)[0], slices, splits)
     if splits > MAX_GRID_YZ:
         raise ValueError(f"{op}: {splits} batch splits exceed the grid's y limit {MAX_GRID_YZ}")
