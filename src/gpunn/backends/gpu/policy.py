@@ -47,7 +47,8 @@ from dataclasses import dataclass, field, replace
 class Policy:
     name: str
     gemm: str          # GEMM version (gpunn.kernels.gemm.VERSIONS) of dense layers, or "auto": regblock (64x64
-                       # tiles) when the output fills at least AUTO_MIN_BLOCKS of its blocks, else tiled16
+                       # tiles) when the output fills at least AUTO_MIN_BLOCKS of its blocks, else tiled16; split-K
+                       # where few tiles loop over a long K (gemm_splits)
     fuse: bool         # bias + ReLU in epilogues, ReLU backward as a mask, folded biases, tree bias gradients
     resident: bool     # training set on the GPU, batch gathered there by a device-side step counter
     graphs: bool = False  # each step's launches captured in CUDA graphs (needs a real GPU)
@@ -130,3 +131,23 @@ def gemm_version(policy: Policy, rows: int, cols: int) -> str:
     if policy.gemm != "auto":
         return policy.gemm
     return "regblock" if rows * cols >= 64 * 64 * AUTO_MIN_BLOCKS else "tiled16"
+
+
+# Split-K of a dense layer's GEMM under an "auto" policy (gemm_splits): only where the output's tiles leave most
+# SMs idle AND each tile's K loop is long, so that splitting clearly pays for the second (sum) launch.
+AUTO_SPLIT_SM_SHARE = 4  # split only when the tiles fill at most 1/4 of the SMs ...
+AUTO_SPLIT_MIN_K = 1024  # ... and K is at least this (4 chunks of gemm.SPLIT_MIN_K = 256)
+
+
+def gemm_splits(policy: Policy, tiles: int, k: int, multiprocessors: int) -> int | None:
+    """The ``splits`` a layer passes to its dense GEMM launcher: None (gpunn.kernels.gemm.gemm_split_k's
+    automatic count) when `policy`'s gemm is "auto", the output's `tiles` (blocks of the version gemm_version
+    chose) fill at most 1/AUTO_SPLIT_SM_SHARE of the `multiprocessors`, and K >= AUTO_SPLIT_MIN_K; else 1 (one
+    launch, as before). On an H100 (132 SMs, batch 64): the CNN's FC forward, 64 x 10 over K = 4608 (tiled16:
+    4 tiles, each looping over all of K), splits (18 chunks of 256: 72 blocks); the MLP keeps single launches:
+    fc1 64 x 256 over K = 785 (64 tiles, about half the SMs, a short K) and fc2 64 x 10 over K = 257 (4 tiles,
+    but one chunk's worth of K); backward GEMMs have K = batch or K = 10. Under the simulator (1 SM) nothing
+    splits."""
+    if policy.gemm != "auto":
+        return 1
+    return None if AUTO_SPLIT_SM_SHARE * tiles <= multiprocessors and k >= AUTO_SPLIT_MIN_K else 1
