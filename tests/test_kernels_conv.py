@@ -215,13 +215,87 @@ def test_shuffle_weight_gradient_refuses_the_simulator():
 
 
 # --------------------------------------------------------------------------------------------- bias gradient
-@pytest.mark.parametrize("variant, block", [("naive", 3), ("block", 32)])
+@pytest.mark.parametrize("variant, block", [("naive", 3), ("block", 32), ("split", 32)])
 def test_bias_grad(variant, block):
     rng = _rng("bias_grad", variant)
     dy = rand(rng, N, COUT, H, W)
     db = poisoned(COUT)
     C.VERSIONS["bias_grad"][variant](cuda.to_device(dy), db, block=block)
     assert rel_err(db.copy_to_host(), C.conv_bias_grad_ref(dy)) < TOL
+
+
+def run_split_bias_grad(shape, splits, block, dy_view=None, key=()):
+    """v3 on dy of `shape` (or the given (host, device view) pair); returns (db, the launch, the error)."""
+    if dy_view is None:
+        dy = rand(_rng("split bias", shape, splits, block, *key), *shape)
+        d_dy = cuda.to_device(dy)
+    else:
+        dy, d_dy = dy_view
+    db = poisoned(shape[1])
+    launch = C.conv_bias_grad_v3(d_dy, db, block=block, splits=splits)
+    got = db.copy_to_host()
+    return got, launch, rel_err(got, C.conv_bias_grad_ref(dy))
+
+
+@pytest.mark.parametrize("shape, splits, block, used", [
+    ((3, 5, 7, 9), 1, 32, 1),     # one launch writing db
+    ((3, 5, 7, 9), 2, 4, 2),      # 2 + 1 images; 4 threads: many unrolled groups of 4 loads, then the tail
+    ((3, 5, 7, 9), 3, 16, 3),     # one image per split
+    ((3, 5, 7, 9), None, 8, 2),   # the automatic count under the simulator: SIMULATOR_BIAS_SPLITS
+    ((2, 3, 5, 5), 2, 32, 2),     # 32 threads > the 25-element plane: the stride carries whole images
+    ((2, 3, 5, 5), 5, 64, 2),     # more splits asked than images: one per image
+])
+def test_split_bias_grad(shape, splits, block, used):
+    got, launch, err = run_split_bias_grad(shape, splits, block)
+    assert err < TOL
+    assert isinstance(launch, Launch if used == 1 else LaunchGroup)
+    assert f"[splits{used}]" in (launch if used == 1 else launch.launches[0]).name
+
+
+def test_split_bias_grad_is_deterministic_and_replays():
+    rng = _rng("split bias determinism")
+    dy = rand(rng, 3, 5, 7, 9)
+    d_dy = cuda.to_device(dy)
+    db = poisoned(5)
+    group = C.conv_bias_grad_v3(d_dy, db, block=16, splits=3, launch=False)
+    assert isinstance(group, LaunchGroup) and np.isnan(db.copy_to_host()).all()  # launch=False: nothing ran
+    results = []
+    for _ in range(2):
+        db.copy_to_device(np.full(5, np.nan, np.float32))
+        group()
+        results.append(db.copy_to_host())
+    np.testing.assert_array_equal(results[0], results[1])
+    assert rel_err(results[0], C.conv_bias_grad_ref(dy)) < TOL
+    d_dy.copy_to_device(-dy)  # a replay reads the arrays' current contents
+    group()
+    np.testing.assert_array_equal(db.copy_to_host(), -results[0])
+
+
+def test_split_bias_grad_strided_views():
+    """dy: channels 1..5 and every other column of a wider tensor; db: a slice of a larger (parameter-gradient
+    like) buffer, whose other elements stay NaN."""
+    rng = _rng("split bias strided")
+    big = rand(rng, 3, 7, 5, 14)
+    view = cuda.to_device(big)[:, 1:6, :, ::2]
+    assert not view.is_c_contiguous()
+    dy = big[:, 1:6, :, ::2]
+    for splits in (1, 2):
+        buf = poisoned(9)
+        C.conv_bias_grad_v3(view, buf[2:7], block=8, splits=splits)
+        got = buf.copy_to_host()
+        assert rel_err(got[2:7], C.conv_bias_grad_ref(dy)) < TOL, splits
+        assert np.isnan(got[:2]).all() and np.isnan(got[7:]).all()  # nothing outside the view
+
+
+def test_bias_grad_splits():
+    assert C.bias_grad_splits(64, 16, multiprocessors=132) == (32, 2)  # CNN conv1: 512 blocks
+    assert C.bias_grad_splits(64, 32, multiprocessors=132) == (16, 4)  # CNN conv2: 512 blocks
+    assert C.bias_grad_splits(64, 256, multiprocessors=132) == (3, 22)  # AE 256 channels: 3 splits of 22 + 22 + 20
+    assert C.bias_grad_splits(64, 1024, multiprocessors=132) == (1, 64)  # many channels: one launch
+    assert C.bias_grad_splits(64, 3, multiprocessors=132) == (64, 1)  # at most one split per image
+    assert C.bias_grad_splits(5, 2, splits=4) == (3, 2)  # whole images, none empty
+    if not ON_GPU:
+        assert C.bias_grad_splits(64, 16) == (C.SIMULATOR_BIAS_SPLITS, 32)
 
 
 # --------------------------------------------------------------------------------------------- layouts, replay
@@ -305,6 +379,10 @@ def test_pass_shape_errors():
         C.conv_bias_grad_v2(dy, _dev(4))
     with pytest.raises(ValueError, match=r"conv_bias_grad_v1: dy is a host NumPy array"):
         C.conv_bias_grad_v1(np.ones((2, 5, 5, 7), np.float32), _dev(5))
+    with pytest.raises(ValueError, match=r"conv_bias_grad_v3: splits must be a positive int or None"):
+        C.conv_bias_grad_v3(dy, _dev(5), splits=0)
+    with pytest.raises(ValueError, match=r"conv_bias_grad_v3: block must be a power of two"):
+        C.conv_bias_grad_v3(dy, _dev(5), block=48)
     with pytest.raises(ValueError, match=r"conv_forward_v2: block must be a thread count or \(TW, TH\)"):
         C.conv_forward_v2(_dev(2, 3, 7, 9), w, None, dy, 0, block=(4, 0))
     with pytest.raises(ValueError, match=r"conv_forward_v2: .*does not fit in 49152 bytes of shared memory"):
@@ -394,3 +472,20 @@ def test_deterministic_bit_identical_and_atomics_close_gpu():
     ref = C.conv_backward_weight_ref(x, dy, 3, 0)
     for variant, results in runs.items():
         assert rel_err(results[0], ref) < 1e-4, variant
+
+
+@pytest.mark.gpu
+def test_split_bias_grad_gpu():
+    """The CNN's bias gradients with the device's split count: bit-identical runs, float32-close to float64."""
+    rng = _rng("gpu split bias")
+    for shape in ((64, 16, 26, 26), (64, 32, 24, 24)):
+        dy = rand(rng, *shape)
+        d_dy = cuda.to_device(dy)
+        for block in (64, 256, 1024):
+            runs = []
+            for _ in range(2):
+                db = poisoned(shape[1])
+                C.conv_bias_grad_v3(d_dy, db, block=block)
+                runs.append(db.copy_to_host())
+            np.testing.assert_array_equal(runs[0], runs[1])
+            assert rel_err(runs[0], C.conv_bias_grad_ref(dy)) < 1e-4, (shape, block)

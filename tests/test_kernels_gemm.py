@@ -14,7 +14,7 @@ import pytest
 from numba import config, cuda
 
 from gpunn.kernels import gemm as G
-from gpunn.kernels.launch import Launch
+from gpunn.kernels.launch import Launch, LaunchGroup
 
 TOL = 1e-5
 TRANS = [(False, False), (False, True), (True, False), (True, True)]
@@ -164,6 +164,94 @@ def test_reference_matches_numpy():
                                np.where(mask > 0, a @ b.T, 0))
 
 
+# --------------------------------------------------------------------------------------------- split-K (dense)
+# 5 x 3 outputs: one output tile for every version; K = 301 = 18 * 16 + 13 (141 = 17 * 8 + 5 for the register-
+# blocked versions, slow under the simulator): the last chunk ends inside a K step.
+@pytest.mark.parametrize("variant,trans_a,trans_b,epilogue,splits,k,kw", [
+    ("naive", False, False, "bias", 3, 301, {"block": (4, 2)}),
+    ("tiled16", True, False, "bias_relu", 2, 301, {}),
+    ("tiled16", False, False, "none", 5, 301, {}),
+    ("regblock", False, True, "mask", 3, 141, {}),
+    ("regblock128", True, True, "relu", None, 141, {}),  # automatic: SIMULATOR_SPLITS under the simulator
+], ids=["naive-NN-bias-3", "tiled16-TN-bias_relu-2", "tiled16-NN-none-5", "regblock-NT-mask-3",
+        "regblock128-TT-relu-auto"])
+def test_dense_split_k_matches_the_single_launch(variant, trans_a, trans_b, epilogue, splits, k, kw):
+    """Split K through the dense launchers: the epilogue (bias, ReLU, mask) applied by the fixed-order sum; the
+    result within float32 tolerance of the float64 reference and of the single launch."""
+    m, n = 5, 3
+    rng = _rng("split", variant, trans_a, trans_b, epilogue)
+    a, b = _stored(rng, m, n, k, trans_a, trans_b)
+    bias, relu, mask = _epilogue_args(rng, m, n, epilogue)
+    args = dict(trans_a=trans_a, trans_b=trans_b, bias=_dev_or_none(bias), relu=relu, relu_mask=_dev_or_none(mask),
+                **kw)
+    d_a, d_b = cuda.to_device(a), cuda.to_device(b)
+    outs = {}
+    for s in (1, splits):
+        outs[s] = _nan((m, n))
+        launch = G.VERSIONS[variant](d_a, d_b, outs[s], splits=s, **args)
+        assert isinstance(launch, Launch if s == 1 else LaunchGroup)
+    used = G.SIMULATOR_SPLITS if splits is None else splits
+    assert f"[split {used} x " in launch.launches[0].name and f"[sum {used}]" in launch.launches[1].name
+    ref = G.gemm_reference(a, b, trans_a, trans_b, bias, relu, mask)
+    single, split = outs[1].copy_to_host(), outs[splits].copy_to_host()
+    assert np.isfinite(split).all(), "unwritten (NaN) outputs"
+    assert _rel_err(split, ref) < TOL and _rel_err(single, ref) < TOL
+    assert _rel_err(split, single) < TOL
+    if mask is not None:
+        assert np.all(split[mask <= 0] == 0.0)
+
+
+def test_dense_split_k_default_and_errors():
+    a, b = _dev(3, 40), _dev(40, 2)
+    assert isinstance(G.gemm_v2(a, b, _dev(3, 2), launch=False), Launch)  # splits=1: the single launch
+    assert isinstance(G.gemm_v2(a, b, _dev(3, 2), splits=np.int64(1), launch=False), Launch)
+    for bad in (0, True, 2.0, 70000):
+        with pytest.raises(ValueError, match=r"gemm_v2: splits must be None or an int in \[1, 65535\]"):
+            G.gemm_v2(a, b, _dev(3, 2), splits=bad, launch=False)
+    # more splits than K steps: fewer chunks (split_k_chunks), none empty
+    group = G.gemm_v3(a, b, _dev(3, 2), splits=9, launch=False)
+    assert "[split 5 x 8]" in group.launches[0].name
+
+
+def test_gemm_splits_rule():
+    """policy.gemm_splits: split (None, the automatic count) only an "auto" policy's GEMM whose output tiles fill
+    at most a quarter of the SMs over K >= 1024; the H100 shapes of the CNN and the MLP (batch 64)."""
+    from gpunn.backends.gpu.policy import POLICIES, gemm_splits, gemm_version
+
+    auto = POLICIES["gpu-im2col"]
+    assert auto.gemm == "auto"
+
+    def rule(rows, cols, k, sms=132, policy=auto):
+        return gemm_splits(policy, G.output_tiles(gemm_version(policy, rows, cols), rows, cols), k, sms)
+
+    assert rule(64, 10, 4608) is None  # CNN FC forward: 4 tiles of 16x16, each over all of K
+    assert rule(64, 4608, 10) == 1 and rule(4608, 10, 64) == 1  # its input and weight gradients
+    assert rule(64, 256, 785) == 1  # MLP fc1 (64 tiles: half the SMs), K short
+    assert rule(64, 10, 257) == 1  # MLP fc2: few tiles, but K is one chunk's worth
+    assert rule(785, 256, 64) == 1 and rule(64, 256, 10) == 1  # MLP backward
+    assert rule(64, 10, 4608, sms=1) == 1  # the simulator's 1 SM: nothing splits
+    assert rule(64, 10, 4608, policy=POLICIES["gpu-optimized"]) == 1  # a fixed GEMM version: never
+    # what the automatic count makes of the FC forward on an H100: 18 chunks of 256, 72 blocks
+    assert G.auto_splits(4608, G.output_tiles("tiled16", 64, 10), 132) == 18
+    assert G.split_k_chunks(4608, 18, G.K_STEPS["tiled16"]) == (18, 256)
+
+
+def test_binder_splits_only_where_the_rule_says(monkeypatch):
+    """The engine's Binder.gemm passes splits=None where policy.gemm_splits says so (an H100's SM count faked;
+    bound only, launch=False: the simulator's automatic count is SIMULATOR_SPLITS)."""
+    from gpunn.backends.gpu.layers import Binder
+    from gpunn.backends.gpu.policy import POLICIES
+
+    monkeypatch.setattr(G, "_multiprocessors", lambda: 132)
+    auto = Binder(POLICIES["gpu-im2col"], None, None, 0.01)
+    group = auto.gemm(_dev(64, 4608), _dev(4608, 10), _dev(64, 10), bias=_dev(10))
+    assert isinstance(group, LaunchGroup) and f"[split {G.SIMULATOR_SPLITS} x " in group.launches[0].name
+    assert isinstance(auto.gemm(_dev(64, 257), _dev(257, 10), _dev(64, 10)), Launch)  # MLP fc2
+    assert isinstance(auto.gemm(_dev(64, 4608), _dev(64, 10), _dev(4608, 10), trans_a=True), Launch)  # K = 64
+    fixed = Binder(POLICIES["gpu-optimized"], None, None, 0.01)
+    assert isinstance(fixed.gemm(_dev(64, 4608), _dev(4608, 10), _dev(64, 10), bias=_dev(10)), Launch)
+
+
 # --------------------------------------------------------------------------------------------- errors
 def _dev(*shape, dtype=np.float32):
     return cuda.to_device(np.zeros(shape, dtype=dtype))
@@ -287,6 +375,26 @@ def test_gemm_gpu_strided_mlp_shapes(variant):
     ref = G.gemm_reference(dz, params[784 * 256 : 784 * 256 + 2560].reshape(256, 10), trans_b=True,
                            relu_mask=h.copy_to_host())
     assert _rel_err(dh.copy_to_host(), ref) < TOL
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _ON_GPU, reason="needs a real CUDA GPU")
+def test_dense_split_k_gpu_cnn_fc_forward():
+    """The CNN's FC forward, 64 x 10 over K = 4608 with its bias, split with the device's automatic count: the
+    same as one launch within float32 tolerance, bit-identical run to run."""
+    rng = _rng("gpu-split-fc")
+    x, w = rng.standard_normal((64, 4608)).astype(np.float32), rng.standard_normal((4608, 10)).astype(np.float32)
+    bias = rng.standard_normal(10).astype(np.float32)
+    d_x, d_w, d_bias = cuda.to_device(x), cuda.to_device(w), cuda.to_device(bias)
+    ref = G.gemm_reference(x, w, bias=bias)
+    for variant in G.VERSIONS:
+        outs = []
+        for splits in (1, None, None):
+            out = _nan((64, 10))
+            G.VERSIONS[variant](d_x, d_w, out, bias=d_bias, splits=splits)
+            outs.append(out.copy_to_host())
+        np.testing.assert_array_equal(outs[1], outs[2])
+        assert _rel_err(outs[1], ref) < 1e-4 and _rel_err(outs[1], outs[0]) < 1e-4, variant  # K = 4608
 
 
 @pytest.mark.gpu

@@ -15,7 +15,7 @@ or ``LaunchGroup`` and runs it once unless ``launch=False``):
                   ``relu_mask`` (dx's shape) dx = 0 where mask <= 0 (or NaN): the previous layer's ReLU
                   backward fused into this pass.
 * backward_weight ``conv_backward_weight_vN(x, dy, dw, padding, ...)``: dw (Cout, Cin, k, k).
-* bias_grad       ``conv_bias_grad_vN(dy, db)``: db (Cout,) = sum of dy over n, oh, ow.
+* bias_grad       ``conv_bias_grad_vN(dy, db)``: db (Cout,) = sum of dy over n, oh, ow (v3 also takes ``splits``).
 
 Versions (llm.c ``dev/cuda`` style; the seeds' naive and optimized CUDA kernels, seeds 001 and 004), one line each:
 
@@ -28,10 +28,12 @@ Versions (llm.c ``dev/cuda`` style; the seeds' naive and optimized CUDA kernels,
     v2 deterministic  weight gradient as block, splits' partial sums added in a fixed order: bit-identical
     v3 implicit_gemm  implicit-im2col GEMM for all three passes (``conv_forward_v3`` ...; kernels/conv_gemm.py, next
                       to the GEMM operand loaders it is made of)
+    v3 split          bias gradient: (Cout, S) blocks over batch splits (S by the SM count), elements stepped
+                      without divisions, 4 loads in flight; partials added in a fixed order by a second launch
 
 Details sit above each version's kernels. Registry names: ``naive``, ``tiled``, ``block``, ``shuffle``,
-``deterministic`` (and ``implicit_gemm`` for v3). With one split (large Cout*Cin, or ``splits=1``) the block and
-shuffle weight gradients need no atomics and are deterministic too.
+``deterministic`` (and ``implicit_gemm`` for v3; ``split`` for the v3 bias gradient). With one split (large
+Cout*Cin, or ``splits=1``) the block and shuffle weight gradients need no atomics and are deterministic too.
 
 ``VERSIONS[pass][name]`` -> launcher; ``NEEDS_GPU`` holds the (pass, name) pairs that cannot run under the
 simulator; ``conv_launcher(pass, name)`` looks one up. The float64 NumPy references (``conv_forward_ref``,
@@ -57,7 +59,9 @@ from gpunn import device
 from gpunn.nn import functional as F
 
 from .conv_gemm import conv_backward_data_v3, conv_backward_weight_v3, conv_forward_v3
+from .gemm import multiprocessors as gemm_multiprocessors
 from .launch import Launch, LaunchGroup, bind, check_block, check_device_array, grid_for
+from .softmax import _block_sum
 
 __all__ = [
     "CI_CHUNK",
@@ -66,6 +70,7 @@ __all__ = [
     "PASSES",
     "SMEM_LIMIT",
     "VERSIONS",
+    "bias_grad_splits",
     "conv_backward_data_ref",
     "conv_backward_data_v1",
     "conv_backward_data_v2",
@@ -77,6 +82,7 @@ __all__ = [
     "conv_bias_grad_ref",
     "conv_bias_grad_v1",
     "conv_bias_grad_v2",
+    "conv_bias_grad_v3",
     "conv_forward_ref",
     "conv_forward_v1",
     "conv_forward_v2",
@@ -692,6 +698,16 @@ def conv_backward_data_v2(dy, w, dx, padding, relu_mask=None, block=None, stream
 #   "partial": partials[split, slice * k*k + kk], added in split order by a second kernel (deterministic).
 
 
+def _check_splits(op, splits):
+    if splits is not None and (isinstance(splits, bool) or not isinstance(splits, (int, np.integer)) or splits < 1):
+        raise ValueError(f"{op}: splits must be a positive int or None, got {splits!r}")
+
+
+def _check_grid_y(op, splits):
+    if splits > MAX_GRID_YZ:
+        raise ValueError(f"{op}: {splits} batch splits exceed the grid's y limit {MAX_GRID_YZ}")
+
+
 def weight_grad_splits(n_images, slices, splits=None):
     """(splits, images per split): splits of the batch so that slices * splits reaches WGRAD_TARGET_BLOCKS
     (None), or as asked; every split holds whole images and none is empty."""
@@ -867,14 +883,12 @@ def _weight_grad_v2(op, x, dy, dw, padding, block, splits, reduction, determinis
             raise ValueError(f"{op}: block must be a multiple of the warp size {WARP}, got {block}")
     else:
         block = check_block(op, block, power_of_two=True)
-    if splits is not None and (isinstance(splits, bool) or not isinstance(splits, (int, np.integer)) or splits < 1):
-        raise ValueError(f"{op}: splits must be a positive int or None, got {splits!r}")
+    _check_splits(op, splits)
     slices = cout * cin
     if splits is None and device.simulator_enabled():
         splits = SIMULATOR_WGRAD_SPLITS
     splits, per = weight_grad_splits(_shape(x)[0], slices, splits)
-    if splits > MAX_GRID_YZ:
-        raise ValueError(f"{op}: {splits} batch splits exceed the grid's y limit {MAX_GRID_YZ}")
+    _check_grid_y(op, splits)
     name = f"{op}[k{k},p{padding},splits{splits}]"
     grid = (slices, splits)
     if splits == 1:
@@ -924,6 +938,7 @@ def conv_backward_weight_v2_deterministic(x, dy, dw, padding, block=256, splits=
 @functools.cache
 def _bias_grad2(threads):
     T = np.uint32(threads)
+    block_sum = _block_sum(threads)
 
     @_jit_for(threads)
     def conv_bias_grad_kernel2(dy, db):
@@ -942,15 +957,9 @@ def _bias_grad2(threads):
                 e = uint32(e + T)
             n = uint32(n + _U1)
         buf[t] = acc
-        cuda.syncthreads()
-        s = threads // 2
-        while s > 0:
-            if t < s:
-                buf[t] += buf[t + s]
-            cuda.syncthreads()
-            s //= 2
+        acc = block_sum(buf, t)  # a fixed tree: deterministic
         if t == _U0:
-            db[co] = buf[0]
+            db[co] = acc
 
     return conv_bias_grad_kernel2
 
@@ -962,6 +971,180 @@ def conv_bias_grad_v2(dy, db, block=256, stream=0, launch=True) -> Launch:
     block = check_block(op, block, power_of_two=True)
     kernel = _bias_grad2(block)
     return bind(kernel, db.shape[0], block, (dy, db), stream, launch, op)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Version 3 bias gradient: split over the batch, deterministic.
+#
+# v2 launches Cout blocks (16 or 32 for the CNN: a few of an H100's 132 SMs) and divides every element's plane
+# index by OW. v3 launches a (Cout, S) grid: block (co, s) sums images [s * per, (s + 1) * per) of channel co as
+# one flat range of per*OH*OW elements, thread t taking elements t, t + T, ... (consecutive threads: consecutive
+# ox, coalesced). The element's (n, oy, ox) is found by division once per thread; after that it is stepped by T
+# written as (dn, doy, dox) (images, rows, columns; dox < OW, doy < OH), one carry per coordinate: no division
+# per element, and dy is indexed 4-D (any strides). The loop issues BIAS_UNROLL loads before adding them (in
+# order), so each thread has that many loads in flight. The block's sum is a fixed shared-memory tree; thread 0
+# writes partials[co, s] (db[co] itself with one split), and a second launch, one block per channel, adds a
+# channel's S partials by a fixed tree. No atomics: bit-identical run to run (for a given S and block).
+#
+# Split rule (bias_grad_splits): S = ceil(BIAS_BLOCKS_PER_SM * SMs / Cout), so that the Cout*S blocks give about
+# BIAS_BLOCKS_PER_SM blocks per SM (all resident at once at 256 threads), then whole images per split and none
+# empty (weight_grad_splits): S <= N. SIMULATOR_BIAS_SPLITS under the simulator. On an H100 (132 SMs):
+# dy (64, 16, 26, 26) -> 33 asked -> 2 images per split, S = 32 (512 blocks of 1352 elements);
+# dy (64, 32, 24, 24) -> 17 asked -> 4 images per split, S = 16 (512 blocks of 2304 elements).
+# Napkin math: 2.8 MB (1.2 M floats) of dy at ~3 TB/s is ~1 us; the rest is two launches' fixed cost.
+#
+# PTX / ptxas facts (numba-cuda 0.30.4, NVVM and nvJitLink's ptxas 13.5 from numba-cuda[cu13], compile_ptx(cc=(9, 0))
+# without a GPU, 256 threads): the 6 div/rem of the kernel all sit before the loop (the start element and the
+# stride); the loop body is 4 ld.global.f32 issued back to back, then 4 add.f32, the coordinates stepped in 32-bit
+# with set/select (no branch); each load's address is 3 mul.lo.s64 (numba's 4-D index, n*C+co hoisted); 0
+# ld/st.local, 32 registers, 0 spills (as v2); 8 barrier pairs of the unrolled tree. The sum kernel: 20 registers,
+# no division.
+
+BIAS_BLOCKS_PER_SM = 4
+SIMULATOR_BIAS_SPLITS = 2  # automatic split count under the simulator (SM counts mean nothing there)
+BIAS_UNROLL = 4  # loads in flight per thread
+BIAS_SUM_MAX_THREADS = 256  # the partial-sum launch: next power of two of S threads per channel, at most this
+
+
+def bias_grad_splits(n_images, cout, splits=None, multiprocessors=None):
+    """(splits, images per split) of the split bias gradient: about BIAS_BLOCKS_PER_SM blocks per SM over the Cout
+    channels (``multiprocessors`` None: this device's; SIMULATOR_BIAS_SPLITS under the simulator), or ``splits``
+    as asked; whole images per split, none empty (at most one split per image)."""
+    if splits is None:
+        if multiprocessors is None and device.simulator_enabled():
+            splits = SIMULATOR_BIAS_SPLITS
+        else:
+            if multiprocessors is None:
+                multiprocessors = gemm_multiprocessors()
+            splits = math.ceil(BIAS_BLOCKS_PER_SM * int(multiprocessors) / cout)
+    return weight_grad_splits(n_images, cout, splits)
+
+
+@cuda.jit(device=True)
+def _step_nhw(n, oy, ox, dn, doy, dox, oh_n, ow_n):
+    """(n, oy, ox) advanced by (dn, doy, dox) with doy < OH, dox < OW: one carry per coordinate, no division."""
+    ox = uint32(ox + dox)
+    oy = uint32(oy + doy)
+    if ox >= ow_n:
+        ox = uint32(ox - ow_n)
+        oy = uint32(oy + _U1)
+    n = uint32(n + dn)
+    if oy >= oh_n:
+        oy = uint32(oy - oh_n)
+        n = uint32(n + _U1)
+    return n, oy, ox
+
+
+@functools.cache
+def _bias_grad3(threads, partial):
+    T = np.uint32(threads)
+    T_UNROLLED = np.uint32(threads * BIAS_UNROLL)
+    LAST = np.uint32(threads * (BIAS_UNROLL - 1))  # offset of a group's last load
+    block_sum = _block_sum(threads)
+    # one store per specialisation (out is 2-D or 1-D), chosen here rather than by a branch inside
+    if partial:
+        @cuda.jit(device=True)
+        def write(out, co, split, value):
+            out[co, split] = value
+    else:
+        @cuda.jit(device=True)
+        def write(out, co, split, value):
+            out[co] = value
+
+    @_jit_for(threads)
+    def conv_bias_grad_kernel3(dy, out, per):
+        buf = cuda.shared.array(threads, float32)
+        vals = cuda.local.array(BIAS_UNROLL, float32)
+        n_img = uint32(dy.shape[0])
+        oh_n = uint32(dy.shape[2])
+        ow_n = uint32(dy.shape[3])
+        plane = uint32(oh_n * ow_n)
+        t = uint32(cuda.threadIdx.x)
+        co = uint32(cuda.blockIdx.x)
+        split = uint32(cuda.blockIdx.y)
+        n0 = uint32(split * per)
+        total = uint32(uint32(min(n_img, uint32(n0 + per)) - n0) * plane)  # elements of this split
+        # element t of the split, and the stride T, as (images, rows, columns): the kernel's only divisions
+        rest = uint32(t % plane)
+        n = uint32(n0 + uint32(t // plane))
+        oy = uint32(rest // ow_n)
+        ox = uint32(rest % ow_n)
+        rest = uint32(T % plane)
+        dn = uint32(T // plane)
+        doy = uint32(rest // ow_n)
+        dox = uint32(rest % ow_n)
+        acc = float32(0.0)
+        e = t
+        while uint32(e + LAST) < total:
+            for u in range(BIAS_UNROLL):  # the loads first (in flight together), then the sums in order
+                vals[u] = dy[n, co, oy, ox]
+                n, oy, ox = _step_nhw(n, oy, ox, dn, doy, dox, oh_n, ow_n)
+            for u in range(BIAS_UNROLL):
+                acc += vals[u]
+            e = uint32(e + T_UNROLLED)
+        while e < total:
+            acc += dy[n, co, oy, ox]
+            n, oy, ox = _step_nhw(n, oy, ox, dn, doy, dox, oh_n, ow_n)
+            e = uint32(e + T)
+        buf[t] = acc
+        acc = block_sum(buf, t)  # a fixed tree
+        if t == _U0:
+            write(out, co, split, acc)
+
+    return conv_bias_grad_kernel3
+
+
+@functools.cache
+def _bias_grad_sum3(threads):
+    T = np.uint32(threads)
+    block_sum = _block_sum(threads)
+
+    @_jit_for(threads)
+    def conv_bias_grad_sum3(partials, db):
+        """db[co] = the sum of partials[co, :], one block per channel: thread t adds splits t, t + T, ... in
+        order, then a fixed tree."""
+        buf = cuda.shared.array(threads, float32)
+        splits = uint32(partials.shape[1])
+        t = uint32(cuda.threadIdx.x)
+        co = uint32(cuda.blockIdx.x)
+        acc = float32(0.0)
+        s = t
+        while s < splits:
+            acc += partials[co, s]
+            s = uint32(s + T)
+        buf[t] = acc
+        acc = block_sum(buf, t)
+        if t == _U0:
+            db[co] = acc
+
+    return conv_bias_grad_sum3
+
+
+def conv_bias_grad_v3(dy, db, block=256, splits=None, stream=0, launch=True) -> Launch | LaunchGroup:
+    """Bias gradient split over the batch: a (Cout, S) grid of blocks (block a power of two) writing partial sums,
+    added per channel in a fixed order by a second launch (deterministic). ``splits``: None chooses by the
+    device (``bias_grad_splits``), an int asks for that many (at most one per image); one split is a single
+    launch writing db."""
+    op = "conv_bias_grad_v3"
+    _bias_grad_args(op, dy, db)
+    block = check_block(op, block, power_of_two=True)
+    _check_splits(op, splits)
+    n_img, cout = _shape(dy)[:2]
+    splits, per = bias_grad_splits(n_img, cout, splits)
+    _check_grid_y(op, splits)
+    name = f"{op}[splits{splits}]"
+    if splits == 1:
+        return bind(_bias_grad3(block, False), (cout, 1), block, (dy, db, np.uint32(per)), stream, launch, name)
+    # scratch for the splits' partial sums: owned by the bound launch, allocated once, NaN (unwritten = visible)
+    partials = cuda.to_device(np.full((cout, splits), np.nan, np.float32))
+    sum_threads = min(BIAS_SUM_MAX_THREADS, 1 << (splits - 1).bit_length())
+    group = LaunchGroup([
+        bind(_bias_grad3(block, True), (cout, splits), block, (dy, partials, np.uint32(per)), stream, False, name),
+        bind(_bias_grad_sum3(sum_threads), cout, sum_threads, (partials, db), stream, False, f"{op}.sum_partials"),
+    ])
+    if launch:
+        group()
+    return group
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -988,6 +1171,7 @@ VERSIONS = {
     "bias_grad": {
         "naive": conv_bias_grad_v1,
         "block": conv_bias_grad_v2,
+        "split": conv_bias_grad_v3,
     },
 }
 

@@ -23,8 +23,9 @@ Versions (llm.c ``dev/cuda`` style, each a kernel factory plus a launcher ``gemm
    (``gemm_mapped``, ``gemm_split_k``: ``MAPPED_VERSIONS``); the dense launchers and ``VERSIONS`` are v1-v4.
 
 Every launcher is ``gemm_vN(a, b, out, trans_a=False, trans_b=False, bias=None, relu=False,
-relu_mask=None, block=..., stream=0, launch=True) -> Launch``: it checks the operands, then binds the
-launch (``gpunn.kernels.launch.bind``) and, unless ``launch=False``, runs it once. The bound ``Launch``
+relu_mask=None, block=..., stream=0, launch=True, splits=1) -> Launch``: it checks the operands, then binds
+the launch (``gpunn.kernels.launch.bind``) and, unless ``launch=False``, runs it once. ``splits`` other than 1
+(None: automatic; an int: that many) runs split-K (below) and returns a ``LaunchGroup``. The bound ``Launch``
 holds the live device arrays, so calling it again recomputes from their current contents (the training
 step binds once and replays; a CUDA graph can capture it). Host NumPy arrays are refused: numba would copy
 them to the device and back at every launch.
@@ -62,7 +63,9 @@ runs its own K loop on chunk z of K (grid z, chunk length appended to ``dims``; 
 single-launch kernels compile to the same PTX as before), stores partial tiles into a (splits, M, N) scratch
 buffer allocated at bind time, and a second launch sums them in the fixed order z = 0, 1, ... (no atomics,
 bit-identical run to run) through the real epilogue and store. Both launches come back as one
-``LaunchGroup``; one split is ``gemm_mapped``'s single launch. PTX facts are at the split-K section.
+``LaunchGroup``; one split is ``gemm_mapped``'s single launch. PTX facts are at the split-K section. The dense
+launchers reach it through ``splits`` (the CNN's FC forward, 64 x 10 over K = 4608: 4 tiles of 16x16; the
+engine's rule is ``gpunn.backends.gpu.policy.gemm_splits``).
 
 ``gemm(a, b, out, variant=...)`` dispatches through ``VERSIONS``; ``gemm_reference`` is the float64 NumPy
 reference the kernels are validated against.
@@ -116,6 +119,8 @@ __all__ = [
     "gemm_v2",
     "gemm_v3",
     "gemm_v4",
+    "multiprocessors",
+    "output_tiles",
     "split_k_chunks",
     "check_operand",
     "epilogue_args",
@@ -1149,6 +1154,12 @@ def gemm_mapped(variant, problem: GemmProblem, a, b, out, aux, epilogue="none", 
 #                                                        address arithmetic), mul.lo.s64 1 = 1
 #   split sum (weight4 store)    32                      no K loop; 1 division (e // N, once per element)
 # v3's 55 registers still fit 4 blocks of 256 threads per SM; v4 stays at <= 128 (2 blocks per SM).
+#
+# The dense launchers' split path (``splits``; numba-cuda 0.30.4, NVVM and nvJitLink's ptxas 13.5 from
+# numba-cuda[cu13], cc 9.0, 'A'-layout operands): the tiled16 split kernels' K loop is the single launch's,
+# instruction for instruction, for NN, NT, TN and TT (73-77 instructions: 16 fma, 32 ld.shared, 2 mul.lo.s64 of
+# the strided global loads); registers 30 -> 31 (NN), 0 spills, 0 ld/st.local, 0 div/rem. The dense sum with the
+# bias / bias_relu / mask epilogue: 32 registers, 0 local, 1 division per element (e // N).
 
 K_STEPS = {"naive": 1, "tiled16": TILE, "regblock": BK, "regblock128": BK4, "skinny": SK_KC}  # K per K-loop step
 OUTPUT_TILES = {"naive": (16, 16), "tiled16": (TILE, TILE), "regblock": (BM, BN), "regblock128": (BM4, BN4),
@@ -1248,6 +1259,11 @@ def _multiprocessors() -> int:
     return int(device.device_info()["multiprocessors"])
 
 
+def multiprocessors() -> int:
+    """This device's SM count, asked once (1 under the simulator): what the split rules divide."""
+    return _multiprocessors()
+
+
 def gemm_split_k(variant, problem: GemmProblem, a, b, out, aux, epilogue="none", *, a_map="dense",
                  b_map="dense", store="dense", ksize=1, splits=None, block=None, stream=0, launch=True, op=None,
                  name=None) -> Launch | LaunchGroup:
@@ -1292,38 +1308,44 @@ def gemm_split_k(variant, problem: GemmProblem, a, b, out, aux, epilogue="none",
     return group
 
 
-def _dense(variant, a, b, out, trans_a, trans_b, bias, relu, relu_mask, block, stream, launch):
+def _dense(variant, a, b, out, trans_a, trans_b, bias, relu, relu_mask, block, stream, launch, splits):
+    """A dense launcher: one launch (``splits=1``, the default: no split kernel is even compiled), or split-K
+    through ``gemm_split_k`` (``splits=None``: its automatic count; an int: that many, K permitting) with the
+    epilogue applied by the fixed-order sum launch."""
     op = _SPECS[variant][1]
     m, n, k = gemm_shapes(a, b, out, trans_a, trans_b, bias, relu_mask, op)
     epilogue, aux = epilogue_args(op, bias, relu, relu_mask)
-    return gemm_mapped(variant, GemmProblem(m, n, k), a, b, out, aux, epilogue,
-                       a_map="dense_t" if trans_a else "dense", b_map="dense_t" if trans_b else "dense",
-                       block=block, stream=stream, launch=launch, op=op,
-                       name=f"{op}[{'T' if trans_a else 'N'}{'T' if trans_b else 'N'},{epilogue}]")
+    kw = dict(a_map="dense_t" if trans_a else "dense", b_map="dense_t" if trans_b else "dense", block=block,
+              stream=stream, launch=launch, op=op,
+              name=f"{op}[{'T' if trans_a else 'N'}{'T' if trans_b else 'N'},{epilogue}]")
+    if isinstance(splits, (int, np.integer)) and not isinstance(splits, bool) and splits == 1:
+        return gemm_mapped(variant, GemmProblem(m, n, k), a, b, out, aux, epilogue, **kw)
+    return gemm_split_k(variant, GemmProblem(m, n, k), a, b, out, aux, epilogue, splits=splits, **kw)
 
 
 def gemm_v1(a, b, out, trans_a=False, trans_b=False, bias=None, relu=False, relu_mask=None,
-            block=(16, 16), stream=0, launch=True) -> Launch:
+            block=(16, 16), stream=0, launch=True, splits=1) -> Launch | LaunchGroup:
     """Naive GEMM; ``block`` is (bx, by), bx along the columns of C."""
-    return _dense("naive", a, b, out, trans_a, trans_b, bias, relu, relu_mask, block, stream, launch)
+    return _dense("naive", a, b, out, trans_a, trans_b, bias, relu, relu_mask, block, stream, launch, splits)
 
 
 def gemm_v2(a, b, out, trans_a=False, trans_b=False, bias=None, relu=False, relu_mask=None,
-            block=(TILE, TILE), stream=0, launch=True) -> Launch:
+            block=(TILE, TILE), stream=0, launch=True, splits=1) -> Launch | LaunchGroup:
     """Shared-memory tiled GEMM; the block is fixed to (TILE, TILE)."""
-    return _dense("tiled16", a, b, out, trans_a, trans_b, bias, relu, relu_mask, block, stream, launch)
+    return _dense("tiled16", a, b, out, trans_a, trans_b, bias, relu, relu_mask, block, stream, launch, splits)
 
 
 def gemm_v3(a, b, out, trans_a=False, trans_b=False, bias=None, relu=False, relu_mask=None,
-            block=RB_THREADS, stream=0, launch=True) -> Launch:
+            block=RB_THREADS, stream=0, launch=True, splits=1) -> Launch | LaunchGroup:
     """Register-blocked GEMM (64x64 tile); the block is fixed to ``RB_THREADS`` threads."""
-    return _dense("regblock", a, b, out, trans_a, trans_b, bias, relu, relu_mask, block, stream, launch)
+    return _dense("regblock", a, b, out, trans_a, trans_b, bias, relu, relu_mask, block, stream, launch, splits)
 
 
 def gemm_v4(a, b, out, trans_a=False, trans_b=False, bias=None, relu=False, relu_mask=None,
-            block=V4_THREADS, stream=0, launch=True) -> Launch:
+            block=V4_THREADS, stream=0, launch=True, splits=1) -> Launch | LaunchGroup:
     """Register-blocked GEMM (128x128 tile, 8x8 per thread); the block is fixed to ``V4_THREADS``."""
-    return _dense("regblock128", a, b, out, trans_a, trans_b, bias, relu, relu_mask, block, stream, launch)
+    return _dense("regblock128", a, b, out, trans_a, trans_b, bias, relu, relu_mask, block, stream, launch,
+                  splits)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import numpy as np
 from gpunn.errors import GpunnError
 from gpunn.nn import Conv2d, Flatten, Linear, MaxPool2d, ReLU, Upsample
 
-from .policy import Policy, conv_version, gemm_version
+from .policy import Policy, conv_version, gemm_splits, gemm_version
 
 
 @dataclass
@@ -57,6 +57,11 @@ class Binder:
         if version == "naive" and self.policy.block:  # the naive GEMM's 2-D block: a warp along C's columns
             bx = min(self.policy.block, 32)
             kw["block"] = (bx, self.policy.block // bx)
+        if self.policy.gemm == "auto":  # split-K where few tiles loop over a long K (policy.gemm_splits)
+            k = int(a.shape[0] if kw.get("trans_a") else a.shape[1])
+            tiles = gemm.output_tiles(version, rows, cols)
+            if gemm_splits(self.policy, tiles, k, gemm.multiprocessors()) != 1:
+                kw["splits"] = None  # gemm_split_k's automatic count
         return gemm.VERSIONS[version](a, b, out, launch=False, **kw)
 
     @property

@@ -47,7 +47,8 @@ from dataclasses import dataclass, field, replace
 class Policy:
     name: str
     gemm: str          # GEMM version (gpunn.kernels.gemm.VERSIONS) of dense layers, or "auto": regblock (64x64
-                       # tiles) when the output fills at least AUTO_MIN_BLOCKS of its blocks, else tiled16
+                       # tiles) when the output fills at least AUTO_MIN_BLOCKS of its blocks, else tiled16; split-K
+                       # where few tiles loop over a long K (gemm_splits)
     fuse: bool         # bias + ReLU in epilogues, ReLU backward as a mask, folded biases, tree bias gradients
     resident: bool     # training set on the GPU, batch gathered there by a device-side step counter
     graphs: bool = False  # each step's launches captured in CUDA graphs (needs a real GPU)
@@ -94,7 +95,7 @@ DIRECT_CONV = {"forward": "naive", "backward_data": "naive", "backward_weight": 
 TILED_CONV = {"forward": "tiled", "backward_data": "tiled", "backward_weight": "block", "bias_grad": "block"}
 # the fused policies' conv: every pass an implicit-im2col GEMM (bias + ReLU, and the ReLU mask, in its epilogue)
 FUSED_CONV = {"forward": "implicit_gemm", "backward_data": "implicit_gemm", "backward_weight": "implicit_gemm",
-              "bias_grad": "block"}
+              "bias_grad": "split"}
 # the seed's optimized CNN: shared-memory input tiles with bias + ReLU fused, warp-shuffle weight gradients
 OPTIMIZED_CONV = {"forward": "tiled", "backward_data": "tiled", "backward_weight": "shuffle", "bias_grad": "block"}
 # conv versions needing a real GPU (warp shuffles) -> the simulator's stand-in with the same block decomposition
@@ -138,7 +139,8 @@ def conv_version(policy: Policy, step: str, in_channels: int, out_channels: int,
         while ci * co <= AUTO_TILED_MAX_PRODUCT and co > AUTO_SKINNY_MAX (cnn 1->16, 16->32, 32->16; ae 3->256),
         else the implicit GEMM (ae 256->128, and 256->3 on its skinny thread-per-row GEMM);
       weight gradient: the deterministic block reduction where the GEMM is small (Cout*Cin*k*k < AUTO_WGRAD_MIN:
-        cnn conv1's 144 weights) or its M = Cout is skinny (ae 256->3), else the implicit GEMM."""
+        cnn conv1's 144 weights) or its M = Cout is skinny (ae 256->3), else the implicit GEMM;
+      bias gradient: the split reduction (v3)."""
     name = policy.conv[step]
     if name != "auto":
         return name
@@ -148,7 +150,7 @@ def conv_version(policy: Policy, step: str, in_channels: int, out_channels: int,
     if step == "backward_weight":
         small = out_channels * in_channels * k * k < AUTO_WGRAD_MIN or out_channels <= AUTO_SKINNY_MAX
         return "deterministic" if small else "implicit_gemm"
-    return "block"
+    return "split"  # the bias gradient: split over images, partial sums added in a fixed order
 
 
 def gemm_version(policy: Policy, rows: int, cols: int) -> str:
@@ -156,3 +158,23 @@ def gemm_version(policy: Policy, rows: int, cols: int) -> str:
     if policy.gemm != "auto":
         return policy.gemm
     return "regblock" if rows * cols >= 64 * 64 * AUTO_MIN_BLOCKS else "tiled16"
+
+
+# Split-K of a dense layer's GEMM under an "auto" policy (gemm_splits): only where the output's tiles leave most
+# SMs idle AND each tile's K loop is long, so that splitting clearly pays for the second (sum) launch.
+AUTO_SPLIT_SM_SHARE = 4  # split only when the tiles fill at most 1/4 of the SMs ...
+AUTO_SPLIT_MIN_K = 1024  # ... and K is at least this (4 chunks of gemm.SPLIT_MIN_K = 256)
+
+
+def gemm_splits(policy: Policy, tiles: int, k: int, multiprocessors: int) -> int | None:
+    """The ``splits`` a layer passes to its dense GEMM launcher: None (gpunn.kernels.gemm.gemm_split_k's
+    automatic count) when `policy`'s gemm is "auto", the output's `tiles` (blocks of the version gemm_version
+    chose) fill at most 1/AUTO_SPLIT_SM_SHARE of the `multiprocessors`, and K >= AUTO_SPLIT_MIN_K; else 1 (one
+    launch, as before). On an H100 (132 SMs, batch 64): the CNN's FC forward, 64 x 10 over K = 4608 (tiled16:
+    4 tiles, each looping over all of K), splits (18 chunks of 256: 72 blocks); the MLP keeps single launches:
+    fc1 64 x 256 over K = 785 (64 tiles, about half the SMs, a short K) and fc2 64 x 10 over K = 257 (4 tiles,
+    but one chunk's worth of K); backward GEMMs have K = batch or K = 10. Under the simulator (1 SM) nothing
+    splits."""
+    if policy.gemm != "auto":
+        return 1
+    return None if AUTO_SPLIT_SM_SHARE * tiles <= multiprocessors and k >= AUTO_SPLIT_MIN_K else 1
