@@ -18,6 +18,7 @@ from snakemake_helpers import run_snakemake as _run_snakemake
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 E1_VARIANTS = ["cpu-numpy", "cpu-serial", "gpu-naive", "gpu-tiled", "gpu-fused"]  # config/smoke.yaml
+E4_VARIANTS = ["cpu-numpy", "gpu-naive", "gpu-optimized", "gpu-im2col"]  # on digits8_mini, + gpu-naive _t32
 
 
 # config/smoke.yaml: results_dir results/smoke; GPU jobs under the simulator, so measured outputs are under
@@ -47,12 +48,12 @@ def _runs(results: Path, pattern: str):
 
 def test_smoke_finishes_in_time(smoke):
     _, elapsed, _ = smoke
-    assert elapsed < 420, f"smoke pipeline took {elapsed:.0f} s"  # README: about 3-4 minutes on 2 cores
+    assert elapsed < 540, f"smoke pipeline took {elapsed:.0f} s"  # README: about 5-6 minutes on 2 cores
 
 
 def test_every_stage_left_its_outputs(smoke):
     results, _, _ = smoke
-    for dataset in ("digits8", "digits28", "synthetic_mnist_small", "synthetic_cifar10_small"):
+    for dataset in ("digits8", "digits8_mini", "synthetic_mnist_small", "synthetic_cifar10_small"):
         assert (results / f"offline/{dataset}/manifest.json").is_file()
         assert (results / f"data/raw/{dataset}/manifest.json").is_file()
         assert (results / f"data/prepared/{dataset}/standard.npz").is_file()
@@ -81,10 +82,6 @@ def test_every_stage_left_its_outputs(smoke):
 
 def test_cpu_models_learn_on_smoke_data(smoke):
     results, _, _ = smoke
-    for summary in _runs(results, "digits28/standard/cnn/*/*"):  # E4
-        assert summary["final_test_accuracy"] >= 0.80, summary["spec"]["path"]
-    for summary in _runs(results, "synthetic_mnist_small/standard/cnn/*/*"):
-        assert summary["final_test_accuracy"] >= 0.50, summary["spec"]["path"]
     for summary in _runs(results, "synthetic_mnist_small/e2/mlp/*/*"):  # E2 cells: 3 short epochs
         assert summary["final_test_accuracy"] >= 0.60, summary["spec"]["path"]
     (ae,) = _runs(results, "synthetic_cifar10_small/standard/autoencoder/cpu-numpy/*")
@@ -106,6 +103,23 @@ def test_e1_variants_end_where_cpu_numpy_ends(smoke, variant):
     assert other["final_train_loss"] == pytest.approx(numpy_run["final_train_loss"], rel=1e-4)
     assert other["final_test_loss"] == pytest.approx(numpy_run["final_test_loss"], rel=1e-4)
     assert numpy_run["final_test_accuracy"] > 0.2  # 10 classes: it learned from its 64 samples
+
+
+@pytest.mark.parametrize("run", [*(f"{v}/*" for v in E4_VARIANTS[1:]), "gpu-naive/*_t32"])
+def test_e4_gpu_variants_end_where_cpu_numpy_ends(smoke, run):
+    """E4 under the simulator: every CNN variant (and the block-size study's run) from cpu-numpy's init and
+    batches ends at cpu-numpy's losses and accuracy; the block study and the seed's table are reported."""
+    results, _, _ = smoke
+    (numpy_run,) = _runs(results, "digits8_mini/standard/cnn/cpu-numpy/*")
+    (other,) = [r for r in _runs(results, f"digits8_mini/standard/cnn/{run}")
+                if ("_t" in r["spec"]["path"]) == run.endswith("_t32")]
+    assert other["final_train_loss"] == pytest.approx(numpy_run["final_train_loss"], rel=1e-4)
+    assert other["final_test_loss"] == pytest.approx(numpy_run["final_test_loss"], rel=1e-4)
+    assert abs(numpy_run["final_test_accuracy"] - other["final_test_accuracy"]) <= 0.001
+    assert other["test_time_s"] > 0
+    report = results / "report" / MACHINE / "e4"
+    assert list(pd.read_csv(report / "blocks.csv")["block"]) == [32]
+    assert set(pd.read_csv(report / "paper_table.csv")["variant"]) == set(E4_VARIANTS)
 
 
 def test_svm_on_encoder_features(smoke):

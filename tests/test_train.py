@@ -82,6 +82,20 @@ def test_cnn_learns_digits(digits, tmp_path):
                         log=lambda _: None)
     assert summary["num_parameters"] == (4 * 9 + 4) + (8 * 4 * 9 + 8) + (8 * 2 * 2 * 10 + 10)
     assert summary["final_test_accuracy"] >= 0.6
+    # testing time: the last epoch's pass of the test set through the forward pass, part of its evaluation
+    frame = pd.read_csv(tmp_path / "metrics.csv")
+    assert summary["test_time_s"] == pytest.approx(frame["test_time_s"].iloc[-1])
+    assert (0 < frame["test_time_s"]).all() and (frame["test_time_s"] <= frame["eval_time_s"]).all()
+    assert summary["block"] == 0
+
+
+def test_gpu_cnn_run_with_a_block_size(tmp_path):
+    """A run path's _t<threads> reaches the run and its record (simulator: 8x8 digits, one step of 16 samples)."""
+    digits8_mini = _prepared(tmp_path, "digits8_mini")
+    spec = parse_run_path("digits8_mini/standard/cnn/gpu-naive/w2-3_b16_lr0.1_e1_s0_n16_t32")
+    summary = train_run(spec, digits8_mini, tmp_path / "run", log=lambda _: None)
+    assert summary["block"] == 32 and summary["spec"]["block"] == 32 and summary["spec"]["path"].endswith("_t32")
+    assert np.isfinite(summary["final_train_loss"]) and summary["test_time_s"] > 0
 
 
 def test_partial_last_batch_and_batch_one(digits, tmp_path):
