@@ -118,7 +118,7 @@ def test_e4_report_files_follow_the_block_study():
     assert all(p.startswith("results/smoke/report/cudasim/e4/") for p in outputs)
     assert [p.rsplit("/", 1)[1] for p in outputs] == [
         "summary.csv", "summary.md", "paper_table.csv", "paper_table.md", "blocks.csv", "blocks.md",
-        "cumulative_time.png", "loss_curves.png", "samples_digits8.png", "block_time.png", "block_loss.png"]
+        "cumulative_time.png", "loss_curves.png", "samples_digits8_mini.png", "block_time.png", "block_loss.png"]
     block_runs = [p for p in report_inputs(smoke, "e4")["runs"] if "_t" in p.rsplit("/", 2)[1]]
     assert [p.split("/")[-2].rsplit("_", 1)[1] for p in block_runs] == ["t32", "t64"]
     assert all("/gpu-naive/" in p for p in block_runs)

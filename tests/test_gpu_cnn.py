@@ -75,7 +75,10 @@ def test_simulator_runs_the_shuffle_reduction_as_its_shared_memory_twin():
     optimized = POLICIES["gpu-optimized"]
     assert optimized.for_simulator().conv["backward_weight"] == "block"
     assert optimized.for_simulator().conv["forward"] == "tiled"
-    assert POLICIES["gpu-im2col"].for_simulator() is POLICIES["gpu-im2col"]
+    # every thread-count kernel at the simulator's small block, unless the run set one
+    assert POLICIES["gpu-im2col"].for_simulator().block == 32
+    assert POLICIES["gpu-im2col"].for_simulator().conv == POLICIES["gpu-im2col"].conv
+    assert POLICIES["gpu-naive"].with_block(64).for_simulator().block == 64
 
 
 def test_graph_policy_picks_each_conv_pass_by_shape():

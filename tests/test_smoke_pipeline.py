@@ -53,11 +53,11 @@ def test_smoke_finishes_in_time(smoke):
 
 def test_every_stage_left_its_outputs(smoke):
     results, _, _ = smoke
-    for dataset in ("digits8", "digits8_mini", "synthetic_mnist_small", "synthetic_cifar10_small"):
+    for dataset, split in (("digits8", "standard"), ("digits8_mini", "standard"), ("synthetic_mnist_small", "e2"),
+                           ("synthetic_cifar10_small", "standard")):
         assert (results / f"offline/{dataset}/manifest.json").is_file()
         assert (results / f"data/raw/{dataset}/manifest.json").is_file()
-        assert (results / f"data/prepared/{dataset}/standard.npz").is_file()
-    assert (results / "data/prepared/synthetic_mnist_small/e2.npz").is_file()
+        assert (results / f"data/prepared/{dataset}/{split}.npz").is_file()
     for pattern in (*(f"digits8/standard/mlp/{variant}/*" for variant in E1_VARIANTS),
                     "*/standard/cnn/cpu-numpy/*", "synthetic_cifar10_small/standard/autoencoder/cpu-numpy/*"):
         for summary in _runs(results, pattern):

@@ -67,8 +67,6 @@ class Policy:
         for name, value, choices in (("sgd", self.sgd, SGD_MODES), ("copy", self.copy, COPY_MODES)):
             if value not in choices:
                 raise ValueError(f"policy {self.name}: {name} must be one of {choices}, got {value!r}")
-        if self.block and not self.blocks:
-            raise ValueError(f"policy {self.name}: its kernels take no block size, got block {self.block}")
 
     @property
     def simulator(self) -> bool:
@@ -80,11 +78,13 @@ class Policy:
         return replace(self, block=int(block))
 
     def for_simulator(self) -> "Policy":
-        """What runs under numba's CUDA simulator, which has no warp shuffles: each conv version that needs them
-        replaced by its SIMULATOR_TWIN (the same decomposition reduced through shared memory). Unchanged
-        elsewhere and on a real GPU."""
+        """What runs under numba's CUDA simulator, which has no warp shuffles and runs every thread of a block as
+        a Python thread: each conv version that needs shuffles replaced by its SIMULATOR_TWIN (the same
+        decomposition reduced through shared memory), and the kernels that take a thread count launched with
+        SIMULATOR_THREADS unless the run chose a block size (grid-stride and tree kernels compute the same sums
+        with fewer threads, at a fraction of the simulator's cost; the GPU tests run the default blocks)."""
         conv = {step: SIMULATOR_TWIN.get(name, name) for step, name in self.conv.items()}
-        return self if conv == self.conv else replace(self, conv=conv)
+        return replace(self, conv=conv, block=self.block or SIMULATOR_THREADS)
 
     def kw(self) -> dict:
         """Launcher keyword arguments for a kernel that takes a thread count (nothing: its default)."""
@@ -100,6 +100,7 @@ FUSED_CONV = {"forward": "implicit_gemm", "backward_data": "implicit_gemm", "bac
 OPTIMIZED_CONV = {"forward": "tiled", "backward_data": "tiled", "backward_weight": "shuffle", "bias_grad": "block"}
 # conv versions needing a real GPU (warp shuffles) -> the simulator's stand-in with the same block decomposition
 SIMULATOR_TWIN = {"shuffle": "block"}
+SIMULATOR_THREADS = 32  # the simulator's block for thread-count kernels when a run sets none (for_simulator)
 AUTO_MIN_BLOCKS = 8  # below this many 64x64 output tiles the 16x16 tiles keep more SMs busy
 # "auto" conv versions (conv_version): per-shape rules read off the H100 conv benchmark
 AUTO_CONV = {"forward": "auto", "backward_data": "auto", "backward_weight": "auto", "bias_grad": "auto"}
