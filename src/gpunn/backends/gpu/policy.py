@@ -29,8 +29,8 @@ The CNN's variants (seed 001's naive and optimized CUDA versions, and ours):
                    overlaps this step's compute, three buffers deep (`copy: pipelined`), one SGD launch over the
                    flat buffer (`sgd: flat`); the per-sample losses stay on the GPU until the epoch ends
     gpu-im2col     every convolution pass an implicit-im2col GEMM on the register-blocked family, the training set
-                   resident on the GPU, deterministic reductions only (fixed-order split-K sums, tree bias sums,
-                   race-free gather max-pool backward): two runs give the same bits
+                   resident on the GPU, deterministic reductions only (fixed-order split-K and split bias-gradient
+                   sums, race-free gather max-pool backward): two runs give the same bits
 
 A run's block size (RunSpec.block, `_t<threads>` in its path) reaches the kernels that take a thread count
 (`with_block`): every kernel of gpu-naive; the tiled and shuffle convolutions, the pool, bias, elementwise and SGD
