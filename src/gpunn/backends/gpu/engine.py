@@ -18,8 +18,8 @@ batches into PIPELINE_DEPTH pinned host buffers and copies each on a copy stream
 device input, while the GPU computes the current step: events order a slot's copy after the last step that read
 that slot, and the step after its copy. Its losses stay on the GPU like the resident ones'.
 
-Under numba's simulator the policy's conv versions that need warp shuffles run their shared-memory twin
-(Policy.for_simulator); everything else is the policy as named.
+Under numba's simulator the policy's conv versions that need warp shuffles run their shared-memory twin, and the
+kernels that take a thread count run small blocks unless the run chose one (Policy.for_simulator).
 """
 
 from __future__ import annotations
@@ -99,18 +99,14 @@ class GpuEngine(Backend):
         self.stream = 0  # where copies, launches and events go (a graph policy has its own stream)
         self._graphs: dict = {}
         if policy.graphs:
-            from cuda.core import Device
-
-            dev = Device()
-            dev.set_current()
-            self.core_stream = dev.create_stream()
-            self.stream = cuda.external_stream(int(self.core_stream.handle))
+            self.core_stream, self.stream = self._core_stream()
         self.step_clock = Clock(self.stream, 3)
         self.epoch_clock = Clock(self.stream, 1)
         self._step_programs: dict = {}
         self._epoch_programs: dict = {}
         self._predictors: dict = {}
         self._resident = None
+        self._pipe = None  # pipelined epochs' buffers, streams and programs (_pipeline)
 
     def __repr__(self):
         return f"GpuEngine({self.name}: {' -> '.join(map(repr, self.train_stages))} -> {head_of(self.model_name)})"
@@ -258,7 +254,7 @@ class GpuEngine(Backend):
         rows = len(xb)
         program = self._step_program(rows, xb.shape[1:])
         flat_x = np.ascontiguousarray(xb.reshape(rows, -1), dtype=np.float32)
-        labels = np.zeros(rows, np.int32) if self.autoencoder else np.asarray(target, dtype=np.int32)
+        labels = self._labels(target, rows)
         if program.staging:
             program.staging[0].copy_to_device(flat_x, stream=self.stream)
             program.staging[1].copy_to_device(labels, stream=self.stream)
@@ -297,7 +293,7 @@ class GpuEngine(Backend):
             return
         cuda = self.cuda
         n = len(x)
-        labels = np.zeros(n, np.int32) if self.autoencoder else np.asarray(y, dtype=np.int32)
+        labels = self._labels(y, n)
         self._resident = (
             cuda.to_device(np.ascontiguousarray(np.asarray(x, np.float32).reshape(n, -1))),
             cuda.to_device(labels),
@@ -369,7 +365,7 @@ class GpuEngine(Backend):
                                                    losses=pipe.losses)
             programs.append(pipe.programs[key])
         order = np.asarray(order)
-        labels = np.zeros(n, np.int32) if self.autoencoder else np.asarray(y, dtype=np.int32)
+        labels = self._labels(y, n)
 
         def copy_ahead(i: int) -> None:
             """Gather batch i into its pinned buffer and queue its copy on the copy stream."""
@@ -403,7 +399,7 @@ class GpuEngine(Backend):
         """The pinned host buffers, copy stream, events and per-slot programs of pipelined epochs (made once per
         training-set size and batch)."""
         key = (n, batch, tuple(sample_shape))
-        if getattr(self, "_pipe", None) is None or self._pipe.key != key:
+        if self._pipe is None or self._pipe.key != key:
             cuda = self.cuda
             depth = PIPELINE_DEPTH
             self._pipe = _Pipeline(
@@ -423,12 +419,22 @@ class GpuEngine(Backend):
         streams are non-blocking); the simulator runs every copy synchronously anyway."""
         if simulator_enabled():
             return self.cuda.stream()
+        self._side_core_stream, stream = self._core_stream()  # the cuda.core stream kept alive with the engine
+        return stream
+
+    def _core_stream(self):
+        """(a new cuda.core stream on the current device, numba's handle on it): graph capture needs the former,
+        numba's copies, launches and events the latter."""
         from cuda.core import Device
 
         dev = Device()
         dev.set_current()
-        self._side_core_stream = dev.create_stream()  # kept alive with the engine
-        return self.cuda.external_stream(int(self._side_core_stream.handle))
+        core = dev.create_stream()
+        return core, self.cuda.external_stream(int(core.handle))
+
+    def _labels(self, y, n: int) -> np.ndarray:
+        """int32 labels of n samples: the classifier's, or zeros for the autoencoder (its target is its input)."""
+        return np.zeros(n, np.int32) if self.autoencoder else np.asarray(y, dtype=np.int32)
 
     def predict(self, xb: np.ndarray) -> np.ndarray:
         rows = len(xb)
