@@ -80,8 +80,9 @@ def test_autoencoder_trains_on_its_input():
     (lambda: cnn(**TINY_CNN), {"variant": "cpu-numpy"}, r"variant 'cpu-numpy' does not train the cnn on cuda"),
     (lambda: cnn(**TINY_CNN), {"device": "cpu", "variant": "cpu-serial"},
      r"variant 'cpu-serial' does not train the cnn on cpu: choose one of cpu-numpy$"),
-    (lambda: autoencoder(in_channels=1, image_size=4, channels=(2, 2)), {},
-     r"no variant trains the autoencoder on cuda.*use device \"cpu\" \(cpu-numpy\)"),
+    (lambda: autoencoder(in_channels=1, image_size=4, channels=(2, 2)), {"variant": "gpu-optimized"},
+     r"variant 'gpu-optimized' does not train the autoencoder on cuda.*choose one of gpu-naive, gpu-tiled, "
+     r"gpu-im2col"),
     (lambda: Sequential([Linear(4, 3), ReLU()]), {}, r"not built by gpunn.nn.mlp, cnn, autoencoder or build_model"),
     (lambda: cnn(dtype=np.float64, **TINY_CNN), {}, r"the GPU variants train float32 models, this cnn is float64"),
 ])

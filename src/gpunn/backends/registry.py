@@ -6,13 +6,15 @@ same init and batch order (gpunn.seeding).
     cpu-numpy   NumPy float32 reference: gpunn.nn layers, one flat parameter buffer, SGD (all models)
     cpu-serial  plain loops under numba @njit on one thread, like the papers' serial C++ (MLP only)
     gpu-naive      numba.cuda, E1's and seed 001's naive design: batch copied every step, one kernel per op, one
-                   thread per output element (gpunn.backends.gpu) (MLP, CNN)
-    gpu-tiled      the same with shared-memory tiled GEMMs forward and backward (MLP)
+                   thread per output element (gpunn.backends.gpu) (MLP, CNN, autoencoder)
+    gpu-tiled      the same with shared-memory tiled GEMMs forward and backward; the autoencoder's convolutions
+                   with shared-memory tiles and block-reduction weight gradients (MLP, autoencoder)
     gpu-optimized  seed 001's optimized CNN: conv+ReLU fused, shared-memory tiles, tiled FC GEMM, warp-shuffle
                    weight gradients, pinned triple-buffered batch copies on a stream, one SGD launch (CNN)
     gpu-fused      training set resident on the GPU, batches gathered there, fused epilogues, 8 launches a step (MLP)
-    gpu-im2col     the CNN's convolutions as implicit-im2col GEMMs, data resident, deterministic reductions (CNN)
-    gpu-graph      the fastest of these with each step captured in CUDA graphs and replayed (real GPU only) (MLP, CNN)
+    gpu-im2col     the convolutions as implicit-im2col GEMMs, data resident, deterministic reductions (CNN, autoencoder)
+    gpu-graph      the fastest of these with each step captured in CUDA graphs and replayed (real GPU only) (MLP, CNN,
+                   autoencoder)
 
 The GPU variants are one engine (gpunn.backends.gpu.engine) run under different policies
 (gpunn.backends.gpu.policy): a variant is data, not code.
@@ -87,7 +89,8 @@ def variants_for(model_name: str, simulator: bool = False, gpu: bool | None = No
 
 # what the Python API's device "cuda" trains each model with (gpunn.api): the fastest variant on a GPU, and where
 # numba's simulator stands in for one (no CUDA graphs) the eager policy gpu-graph replays
-FASTEST_GPU = {"mlp": ("gpu-graph", "gpu-fused"), "cnn": ("gpu-graph", "gpu-im2col")}
+FASTEST_GPU = {"mlp": ("gpu-graph", "gpu-fused"), "cnn": ("gpu-graph", "gpu-im2col"),
+               "autoencoder": ("gpu-graph", "gpu-im2col")}
 
 
 def fastest_gpu_variant(model_name: str, simulator: bool) -> str | None:

@@ -32,6 +32,15 @@ The CNN's variants (seed 001's naive and optimized CUDA versions, and ours):
                    resident on the GPU, deterministic reductions only (fixed-order split-K and split bias-gradient
                    sums, race-free gather max-pool backward): two runs give the same bits
 
+The autoencoder's variants (seed 004's three conv implementations, and ours), all one image or one mini-batch
+per step (RunSpec.batch; batch 1 is the seed's setting):
+
+    gpu-naive      (shared) direct convolutions, one thread per output element, atomic max-pool backward
+    gpu-tiled      the seed's "optimized v1": shared-memory input tiles for the forward and backward-data passes,
+                   block-reduction weight and bias gradients (TILED_CONV), unfused ReLU, 16x16 tiled GEMMs
+    gpu-im2col     the seed's "optimized v2": every conv pass an implicit-im2col GEMM, data resident
+    gpu-graph      the fastest: conv "auto" per layer shape, captured in CUDA graphs
+
 A run's block size (RunSpec.block, `_t<threads>` in its path) reaches the kernels that take a thread count
 (`with_block`): every kernel of gpu-naive; the tiled and shuffle convolutions, the pool, bias, elementwise and SGD
 kernels of gpu-optimized (its 16x16 GEMM tile is fixed). The register-blocked GEMMs run a fixed block, so the
@@ -121,14 +130,15 @@ POLICIES = {
     "gpu-graph": Policy("gpu-graph", gemm="auto", fuse=True, resident=True, graphs=True, conv=AUTO_CONV,
                         pool_backward="gather"),
 }
-# which models each GPU variant trains (the registry's `models`): E1-E3's MLP variants and E4's CNN variants
+# which models each GPU variant trains (the registry's `models`): E1-E3's MLP variants, E4's CNN variants and E5's
+# autoencoder variants (seed 004's naive, "optimized v1" = gpu-tiled and "optimized v2" = gpu-im2col, and ours)
 POLICY_MODELS = {
-    "gpu-naive": ("mlp", "cnn"),
-    "gpu-tiled": ("mlp",),
+    "gpu-naive": ("mlp", "cnn", "autoencoder"),
+    "gpu-tiled": ("mlp", "autoencoder"),
     "gpu-optimized": ("cnn",),
     "gpu-fused": ("mlp",),
-    "gpu-im2col": ("cnn",),
-    "gpu-graph": ("mlp", "cnn"),
+    "gpu-im2col": ("cnn", "autoencoder"),
+    "gpu-graph": ("mlp", "cnn", "autoencoder"),
 }
 
 
