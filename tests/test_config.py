@@ -39,7 +39,7 @@ def test_defaults_fill_an_empty_config():
     ({"experiments": {"e1": {"lr": "1e-3"}}}, ("experiments", "e1", "lr"), 1e-3),  # YAML 1.1 reads 1e-3 as text
     ({"experiments": {"e1": {"batch": "32"}}}, ("experiments", "e1", "batch"), 32),
     ({"experiments": {"e2": {"hidden": ["16", "32"]}}}, ("experiments", "e2", "hidden"), [16, 32]),
-    ({"gpu": {"simulator": "true"}, "experiments": {"e1": {"variants": ["cpu-numpy"]}, "e4": {"variants": ["cpu-numpy"]}}},
+    ({"gpu": {"simulator": "true"}, "experiments": {e: {"variants": ["cpu-numpy"]} for e in ("e1", "e4", "e5")}},
      ("gpu", "simulator"), True),
     ({"experiments": {"e6": {"gamma": "0.5"}}}, ("experiments", "e6", "gamma"), 0.5),
     ({"experiments": {"e6": {"gamma": "auto"}}}, ("experiments", "e6", "gamma"), "auto"),
@@ -78,6 +78,11 @@ def test_yaml_file_with_1e_minus_3(tmp_path):
     ({"experiments": {"e6": {"method": "approx"}}}, "config key experiments.e6.method: 'approx' is not one of"),
     ({"experiments": {"e6": {"variant": "gpu-fused"}}},
      "config key experiments.e6.variant = 'gpu-fused' is not one of experiments.e5.variants; choose one of cpu-numpy"),
+    ({"experiments": {"e5": {"variant_epochs": {"gpu-fused": 2}}}},
+     "config key experiments.e5.variant_epochs = 'gpu-fused' is not one of experiments.e5.variants; choose one of "
+     "cpu-numpy, gpu-naive, gpu-tiled, gpu-im2col, gpu-graph"),
+    ({"experiments": {"e5": {"variant_epochs": {"gpu-naive": 0}}}},
+     "config key experiments.e5.variant_epochs.gpu-naive: 0 is less than the minimum of 1"),
     ({"experiments": {"e1": {"batch": 0}}}, "config key experiments.e1.batch: 0 is less than the minimum of 1"),
     ({"data": {"timeout_s": "soon"}}, "config key data.timeout_s: 'soon' is not of type 'number'"),
     ({"gpu": {"simulator": True}}, "experiments.e1.variants = 'gpu-graph' cannot run under the CUDA simulator"),
@@ -92,6 +97,15 @@ def test_bad_values_are_one_line_naming_the_key(raw, message):
         load(raw)
     text = str(error.value)
     assert message in text and "\n" not in text
+
+
+def test_e6_auto_encodes_with_the_fastest_gpu_variant_of_e5():
+    assert load({})["experiments"]["e6"]["variant"] == "gpu-graph"
+    assert load({"experiments": {"e5": {"variants": ["cpu-numpy", "gpu-naive", "gpu-im2col"]}}}
+                )["experiments"]["e6"]["variant"] == "gpu-im2col"
+    cpu = load({"gpu": {"enabled": False}, "experiments": {"e5": {"variant_epochs": {"gpu-naive": 2}}}},
+               log=lambda line: None)
+    assert cpu["experiments"]["e6"]["variant"] == "cpu-numpy" and cpu["experiments"]["e5"]["variant_epochs"] == {}
 
 
 def test_cpu_only_switch_drops_every_gpu_job():
@@ -132,7 +146,8 @@ def test_e4_report_files_follow_the_block_study():
 def test_machine_keeps_devices_and_the_simulator_apart():
     assert load({}, gpu_name=lambda: "NVIDIA H100 80GB HBM3")["machine"] == "nvidia-h100-80gb-hbm3"
     simulated = load({"gpu": {"simulator": True}, "experiments": {"e1": {"variants": ["cpu-numpy", "gpu-fused"]},
-                                                                  "e4": {"variants": ["cpu-numpy", "gpu-im2col"]}}})
+                                                                  "e4": {"variants": ["cpu-numpy", "gpu-im2col"]},
+                                                                  "e5": {"variants": ["cpu-numpy", "gpu-im2col"]}}})
     assert simulated["machine"] == "cudasim"
     assert load({"machine": "lab-box-2"}, gpu_name=lambda: "NVIDIA H200")["machine"] == "lab-box-2"
     assert machine_slug("NVIDIA GeForce RTX 4090") == "nvidia-geforce-rtx-4090"

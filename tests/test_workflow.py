@@ -30,7 +30,8 @@ def test_default_dry_run_lists_every_stage(workflow_copy):
                 "mnist/standard/mlp/cpu-serial/w256_b64_lr0.01_e10_s0",
                 "mnist/e2/mlp/cpu-serial/w32_b128_lr0.01_e5_s0",  # E2
                 "fashion_mnist/standard/cnn/cpu-numpy/w16-32_b64_lr0.01_e5_s0",  # E4
-                "cifar10/standard/autoencoder/cpu-numpy/w256-128_b32_lr0.001_e20_s0_n1000"):  # E5
+                "cifar10/standard/autoencoder/cpu-numpy/w256-128_b64_lr0.002_e20_s0_n1000",  # E5: the CPU on 1 000
+                "cifar10/standard/autoencoder/gpu-im2col/w256-128_b64_lr0.002_e20_s0"):  # the GPU on all 50 000
         assert f"python -m gpunn train {run} " in text
     assert "python -m gpunn time-batches --variants cpu-serial" in text  # E3
     assert "python -m gpunn features --run results/runs/gpu-box/cifar10/" in text  # E6, under the machine's name
@@ -43,8 +44,10 @@ def test_default_dry_run_lists_every_stage(workflow_copy):
     assert "python -m gpunn train fashion_mnist/standard/cnn/gpu-im2col/w16-32_b64_lr0.01_e5_s0 " in text
     assert "python -m gpunn train mnist/standard/cnn/gpu-naive/w16-32_b64_lr0.01_e5_s0_t1024 " in text
     assert "fashion_mnist/standard/cnn/gpu-naive/w16-32_b64_lr0.01_e5_s0_t" not in text
-    # 6 E1 + 48 E2 + (10 + 8) E4 + 1 E5 training runs
-    assert text.count("python -m gpunn train ") == 73
+    # E6 encodes with the fastest GPU variant's run
+    assert "python -m gpunn features --run results/runs/gpu-box/cifar10/standard/autoencoder/gpu-graph/" in text
+    # 6 E1 + 48 E2 + (10 + 8) E4 + 5 E5 training runs
+    assert text.count("python -m gpunn train ") == 77
 
 
 def test_target_rules_list_the_experiments(workflow_copy):
@@ -88,8 +91,11 @@ def test_default_config_has_the_papers_settings():
     assert {r.variant for r in e2} == {"cpu-serial", "gpu-naive", "gpu-tiled", "gpu-fused"}
     assert {(r.widths[0], r.batch) for r in e2} == {(h, b) for h in (32, 64, 128, 256) for b in (32, 64, 128)}
     assert {r.dataset for r in experiment_runs(config, "e4")} == {"mnist", "fashion_mnist"}
-    (e5,) = experiment_runs(config, "e5")
-    assert e5.widths == (256, 128) and e5.subset == 1000 and e5.epochs == 20
+    e5 = {r.variant: r for r in experiment_runs(config, "e5")}
+    assert list(e5) == ["cpu-numpy", "gpu-naive", "gpu-tiled", "gpu-im2col", "gpu-graph"]
+    assert all(r.widths == (256, 128) and r.epochs == 20 and r.batch == 64 for r in e5.values())
+    # the paper's CPU trained on 1 000 images, its GPU versions on all 50 000
+    assert e5["cpu-numpy"].subset == 1000 and {r.subset for v, r in e5.items() if v != "cpu-numpy"} == {0}
 
 
 def test_run_path_round_trip():

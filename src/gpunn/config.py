@@ -180,6 +180,12 @@ def _check_registries(config: dict) -> None:
             raise GpunnError(f"config key experiments.{exp}.variants is empty"
                              + (" once gpu.enabled: false drops the GPU variants" if not config["gpu"]["enabled"] else "")
                              + f"; list a variant or set experiments.{exp}.enabled: false")
+    unknown = sorted(set(exps["e5"]["variant_epochs"]) - set(exps["e5"]["variants"]))
+    if unknown:
+        raise _choice_error("experiments.e5.variant_epochs", unknown[0], exps["e5"]["variants"],
+                            " is not one of experiments.e5.variants")
+    if exps["e6"]["variant"] == E6_AUTO:
+        exps["e6"]["variant"] = e6_auto_variant(exps["e5"]["variants"])
     if exps["e6"]["variant"] not in exps["e5"]["variants"]:
         raise _choice_error("experiments.e6.variant", exps["e6"]["variant"], exps["e5"]["variants"],
                             " is not one of experiments.e5.variants")
@@ -190,6 +196,19 @@ def _check_registries(config: dict) -> None:
         raise GpunnError(f"config key experiments.e6.gamma = {gamma!r}: a number must be positive")
 
 
+E6_AUTO = "auto"
+# E6's `auto` encoder: the fastest GPU variant E5 trains, on the full training set
+E6_AUTO_ORDER = ("gpu-graph", "gpu-im2col", "gpu-tiled", "gpu-naive")
+
+
+def e6_auto_variant(e5_variants) -> str | None:
+    """The E5 variant whose encoder E6 uses when experiments.e6.variant is auto."""
+    for name in E6_AUTO_ORDER:
+        if name in e5_variants:
+            return name
+    return e5_variants[0] if e5_variants else None
+
+
 def _drop_gpu_jobs(config: dict, log: Callable[[str], None]) -> None:
     """gpu.enabled false: every GPU variant leaves every experiment, and E3's kernel block sweep is not run."""
     dropped = set()
@@ -197,6 +216,8 @@ def _drop_gpu_jobs(config: dict, log: Callable[[str], None]) -> None:
         kept = [v for v in config["experiments"][exp]["variants"] if not variants.uses_gpu(v)]
         dropped.update(set(config["experiments"][exp]["variants"]) - set(kept))
         config["experiments"][exp]["variants"] = kept
+    e5 = config["experiments"]["e5"]
+    e5["variant_epochs"] = {name: epochs for name, epochs in e5["variant_epochs"].items() if name in e5["variants"]}
     study = config["experiments"]["e4"]
     dropped.update(study["block_variants"])
     study["block_variants"] = []

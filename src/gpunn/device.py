@@ -57,6 +57,38 @@ def device_info() -> dict:
     }
 
 
+class MemoryPeak:
+    """The most device memory a run has allocated: `sample()` reads the GPU's memory in use (total - free, from
+    cuMemGetInfo) and keeps the largest reading; `peak_bytes` is that reading minus the one taken when the
+    object was made (after the CUDA context exists), so the context's own few hundred MiB are not counted and
+    the figure is the run's buffers: parameters, gradients, activations, resident data. numba allocates each
+    buffer with cuMemAlloc when it is made and gpunn's engines reuse them, so readings after each epoch and
+    evaluation see the peak. Every process's allocations on the device count: run nothing else on it. None
+    without a real GPU (the simulator has no device memory)."""
+
+    def __init__(self):
+        self._baseline = self._in_use()
+        self._peak = self._baseline
+
+    @staticmethod
+    def _in_use() -> int | None:
+        from numba import cuda
+
+        if simulator_enabled() or not cuda.is_available():
+            return None
+        free, total = cuda.current_context().get_memory_info()
+        return int(total - free)
+
+    def sample(self) -> None:
+        now = self._in_use()
+        if now is not None:
+            self._peak = max(self._peak, now)
+
+    @property
+    def peak_bytes(self) -> int | None:
+        return None if self._baseline is None else self._peak - self._baseline
+
+
 def describe_device() -> str:
     info = device_info()
     if info["simulator"]:

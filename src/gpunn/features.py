@@ -1,6 +1,10 @@
 """Encoder features of a trained autoencoder run, the SVM's inputs (E6): in the features directory
     {train,test}_features.npy   float32 (N, C*H*W), the flattened encoder outputs
     {train,test}_labels.npy     int64 (N,)
+
+A run of a GPU variant is encoded on the GPU by its own engine (the encoder's forward launches, batch by batch:
+GpuEngine.predict with the encoder's layers), after checking that a sample of images encodes as the CPU encoder
+(the float32 NumPy layers) does, within CHECK_TOLERANCE relative; a CPU run is encoded by the NumPy layers.
 """
 
 from __future__ import annotations
@@ -12,19 +16,47 @@ import numpy as np
 
 from gpunn import io
 from gpunn.data.prepare import load_prepared
+from gpunn.backends.registry import make_backend, uses_gpu
 from gpunn.errors import GpunnError
 from gpunn.rundata import images_to_float
 from gpunn.seeding import batch_slices
 from gpunn.weights import load_trained
 
 
+# the GPU encoder must give the CPU encoder's features on CHECK_IMAGES training images to this relative error
+CHECK_TOLERANCE = 1e-5
+CHECK_IMAGES = 64
+
+
+def gpu_encoder(spec, model, sample: np.ndarray, log=print):
+    """The batch -> latent function of `model`'s encoder on the GPU engine of the run's variant, after checking
+    it against the CPU encoder on `sample` (float images): max|gpu - cpu| / max|cpu| <= CHECK_TOLERANCE."""
+    engine = make_backend(spec.variant, model, spec.model, spec.lr)
+
+    def encode(images):
+        return engine.predict(images, layers=model.n_encoder)
+
+    expected = model.encode(sample).astype(np.float64)
+    error = float(np.max(np.abs(encode(sample) - expected)) / max(np.max(np.abs(expected)), 1e-30))
+    if not error <= CHECK_TOLERANCE:
+        raise GpunnError(f"the {spec.variant} encoder differs from the CPU encoder by {error:.2e} (relative) on "
+                         f"{len(sample)} training images, more than {CHECK_TOLERANCE:g}; the GPU kernels are wrong here")
+    log(f"GPU encoder ({spec.variant}) checked against the CPU encoder on {len(sample)} images: max relative "
+        f"difference {error:.1e}")
+    return encode
+
+
 def extract_features(run_dir, prepared_path, out_dir, train_limit: int = 0, batch: int = 256, log=print) -> dict:
     """Encoder outputs of a trained autoencoder, flattened to (N, C*H*W) float32 .npy, with labels, for
-    the whole training split (or its first `train_limit` samples) and the whole test split."""
+    the whole training split (or its first `train_limit` samples) and the whole test split: on the GPU for a
+    run of a GPU variant, else on the CPU."""
     spec, model = load_trained(run_dir)
     if spec.model != "autoencoder":
         raise GpunnError(f"features come from an autoencoder run, {run_dir} is a {spec.model}")
     prepared = load_prepared(prepared_path)
+    encode = model.encode
+    if uses_gpu(spec.variant):
+        encode = gpu_encoder(spec, model, images_to_float(prepared.x_train[:CHECK_IMAGES]), log)
     out_dir = Path(out_dir)
     sizes = {}
     for part, images, labels in (("train", prepared.x_train, prepared.y_train), ("test", prepared.x_test, prepared.y_test)):
@@ -32,7 +64,7 @@ def extract_features(run_dir, prepared_path, out_dir, train_limit: int = 0, batc
             images, labels = images[:train_limit], labels[:train_limit]
         chunks, start, last_report = [], time.perf_counter(), time.perf_counter()
         for s, e in batch_slices(len(images), batch):
-            chunks.append(model.encode(images_to_float(images[s:e])).reshape(e - s, -1))
+            chunks.append(encode(images_to_float(images[s:e])).reshape(e - s, -1))
             if time.perf_counter() - last_report >= 15.0:
                 log(f"  {part} features {e}/{len(images)} ({time.perf_counter() - start:.1f} s)")
                 last_report = time.perf_counter()

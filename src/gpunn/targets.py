@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpunn.backends.registry import uses_gpu
 from gpunn.runspec import RunSpec
 
 EXPERIMENTS = ("e1", "e2", "e3", "e4", "e5", "e6")
@@ -99,7 +100,9 @@ def experiment_runs(config: dict, experiment: str) -> list[RunSpec]:
         return e4_main_runs(config) + e4_block_runs(config)
     if experiment == "e5":
         return [RunSpec(exp["dataset"], "standard", "autoencoder", v, tuple(exp["channels"]), exp["batch"], exp["lr"],
-                        exp["epochs"], exp["seed"], exp["subset"]) for v in exp["variants"]]
+                        exp.get("variant_epochs", {}).get(v, exp["epochs"]), exp["seed"],
+                        exp["subset"] if uses_gpu(v) else exp.get("cpu_subset", exp["subset"]))
+                for v in exp["variants"]]
     if experiment == "e6":
         return [r for r in experiment_runs(config, "e5") if r.variant == config["experiments"]["e6"]["variant"]]
     return []

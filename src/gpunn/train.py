@@ -11,7 +11,9 @@ Outputs of a run directory, all written atomically at the end:
                    variant compiles those kernels before the first epoch), where the run came from
                    ("provenance": device,
                    threads, versions, commit; gpunn.provenance) and the seconds it waited for the timing
-                   lock ("timing_lock_wait_s": the timed part runs under gpunn.timing_lock)
+                   lock ("timing_lock_wait_s": the timed part runs under gpunn.timing_lock), and for GPU variants
+                   the most device memory the run allocated ("peak_gpu_memory_bytes", gpunn.device.MemoryPeak,
+                   sampled after each epoch and evaluation; null on the CPU and under the simulator)
     weights.npz    the flat parameter buffer, its layout and the spec (gpunn.weights)
 The run's arrays come from gpunn.rundata, its initial model from gpunn.weights.new_model.
 """
@@ -24,7 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from gpunn import io, provenance
-from gpunn.device import simulator_enabled
+from gpunn.device import MemoryPeak, simulator_enabled
 from gpunn.backends.registry import make_backend, uses_gpu
 from gpunn.data.prepare import load_prepared
 from gpunn.epochs import check_finite, train_epochs
@@ -46,7 +48,7 @@ def train_run(spec: RunSpec, prepared_path, out_dir, log=print, progress_every_s
     data = run_data(spec, load_prepared(prepared_path))
     # data loading above, every timed step below: one timed job at a time on this machine
     with timing_lock(f"gpunn train {spec.path}", log) as lock:
-        model, backend, rows = _train_epochs(spec, data, log, progress_every_s)
+        model, backend, rows, peak_gpu_memory = _train_epochs(spec, data, log, progress_every_s)
     test_time_s = rows[-1]["test_time_s"]
     log(f"testing time: {test_time_s:.3f} s for {len(data.x_test)} test samples")
 
@@ -68,6 +70,7 @@ def train_run(spec: RunSpec, prepared_path, out_dir, log=print, progress_every_s
         "backward_time_s": float(frame["backward_time_s"].sum()),
         "test_time_s": test_time_s,
         "block": spec.block,
+        "peak_gpu_memory_bytes": peak_gpu_memory,
         "timing_lock_wait_s": lock.waited_s,
         "provenance": provenance.collect(uses_gpu=uses_gpu(spec.variant)),
     }
@@ -80,8 +83,10 @@ def train_run(spec: RunSpec, prepared_path, out_dir, log=print, progress_every_s
 
 def _train_epochs(spec: RunSpec, data: RunData, log, progress_every_s: float):
     """Build the model and backend, compile, and train every epoch with its test evaluation: the timed
-    part of a run. Returns (model, backend, one metrics row per epoch)."""
+    part of a run. Returns (model, backend, one metrics row per epoch, the peak device memory it allocated
+    in bytes or None)."""
     model = new_model(spec, data.image_shape, data.num_classes)
+    memory = MemoryPeak() if uses_gpu(spec.variant) else None
     backend = make_backend(spec.variant, model, spec.model, spec.lr, block=spec.block)
     autoencoder = spec.model == "autoencoder"
     n_train = len(data.x_train)
@@ -112,8 +117,10 @@ def _train_epochs(spec: RunSpec, data: RunData, log, progress_every_s: float):
             "eval_time_s": eval_s, "test_time_s": test_s, "samples_per_s": n_train / epoch_s,
         }
         rows.append(row)
+        if memory is not None:
+            memory.sample()
         accuracy = "" if autoencoder else f" test acc {100 * row['test_accuracy']:.2f}%"
         log(f"epoch {epoch}/{spec.epochs}: train loss {row['train_loss']:.4f} test loss "
             f"{row['test_loss']:.4f}{accuracy} ({epoch_s:.2f} s)")
 
-    return model, backend, rows
+    return model, backend, rows, None if memory is None else memory.peak_bytes

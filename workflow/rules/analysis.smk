@@ -4,7 +4,8 @@ FEATURES = [f"{R}/features/{M}/{RUN}/{name}" for name in FEATURE_FILES]
 
 
 rule features:
-    """Encoder outputs (.npy, float32, N x 8192 for the real autoencoder) for the train and test splits."""
+    """Encoder outputs (.npy, float32, N x 8192 for the real autoencoder) for the train and test splits: on the
+    GPU for a GPU variant's run (checked against the CPU encoder on a sample first), else on the CPU."""
     input:
         weights=f"{R}/runs/{M}/{RUN}/weights.npz",
         data=f"{R}/data/prepared/{{dataset}}/{{split}}.npz",
@@ -16,11 +17,14 @@ rule features:
         run_dir=folder_of("input"),
         out=folder_of("output"),
         train_limit=config["experiments"]["e6"]["feature_train_limit"],
+        env=variant_env,
     threads: config["threads"]
+    resources:
+        gpu=uses_gpu,
     conda:
         ENV_FILE
     shell:
-        "python -m gpunn features --run {params.run_dir} --data {input.data} "
+        "{params.env}python -m gpunn features --run {params.run_dir} --data {input.data} "
         "--out {params.out} --train-limit {params.train_limit} 2>&1 | tee {log}"
 
 

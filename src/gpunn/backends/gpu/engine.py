@@ -436,12 +436,16 @@ class GpuEngine(Backend):
         """int32 labels of n samples: the classifier's, or zeros for the autoencoder (its target is its input)."""
         return np.zeros(n, np.int32) if self.autoencoder else np.asarray(y, dtype=np.int32)
 
-    def predict(self, xb: np.ndarray) -> np.ndarray:
+    def predict(self, xb: np.ndarray, layers: int | None = None) -> np.ndarray:
+        """The model's outputs for the batch xb, or with `layers` those of its first `layers` layers (the
+        autoencoder's encoder: gpunn.features); the forward launches are bound once per batch shape."""
         rows = len(xb)
-        key = (rows, tuple(xb.shape[1:]))
+        key = (rows, tuple(xb.shape[1:]), layers)
         if key not in self._predictors:
-            acts, launches, first, _ = self._forward_acts(self.predict_stages, rows, xb.shape[1:],
-                                                             self.predict_binder)
+            stages = self.predict_stages
+            if layers is not None:  # the leading layers' stages: their offsets into the flat buffer are the same
+                stages = plan(self.model.layers[:layers], self.predict_binder.policy, fold=False)
+            acts, launches, first, _ = self._forward_acts(stages, rows, xb.shape[1:], self.predict_binder)
             self._predictors[key] = (acts[first].view, acts[-1].view, launches)
         x, out, launches = self._predictors[key]
         x.copy_to_device(np.ascontiguousarray(xb, dtype=np.float32).reshape(x.shape))
