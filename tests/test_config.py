@@ -124,6 +124,15 @@ def test_cpu_only_switch_drops_every_gpu_job():
     assert load(shipped)["gpu"]["enabled"] is False
 
 
+def test_e5_report_files():
+    """E5's report: the summary, the seed's section 2.4 and 3.1 tables, its MSE, reconstruction and section 3.2
+    figures."""
+    outputs = report_outputs(load({}), "e5")
+    assert [p.rsplit("/", 1)[1] for p in outputs] == [
+        "summary.csv", "summary.md", "paper_table.csv", "paper_table.md", "mse_curves.png", "reconstructions.png",
+        "training_time.png", "speedup.png"]
+
+
 def test_e4_report_files_follow_the_block_study():
     """The smoke config's E4 has a block study (gpu-naive at 32 and 64 threads): its runs are the report's inputs
     and its table and figures are among the report's outputs."""

@@ -757,13 +757,23 @@ def test_e4_e5_e6_titles_come_from_the_outputs(tmp_path):
     run = _write_run(results, spec, 4.0, 1.0, 2.0, float("nan"), provenance=SIMULATED, n_train=500, n_test=1000,
                      image_shape=(3, 32, 32))
     images = np.random.default_rng(0).integers(0, 256, (6, 3, 32, 32), dtype=np.uint8)
+    # samples.npz as evaluated before it held each class's first test image: the figure is left untitled by class
     io.write_npz(results / "eval" / spec.path / "samples.npz", images=images, reconstructions=images / 255.0)
+    _write_eval_json(results / "eval" / spec.path, spec)
     written = make_report("e5", tmp_path / "e5", runs=[run], evals=[results / "eval" / spec.path])
     _assert_written(tmp_path / "e5", "e5")
-    assert _title_line(tmp_path / "e5" / "summary.md") == (
-        "E5: convolutional autoencoder (conv channels 16, 8) on synthetic_cifar10_small (500 train / 1 000 test), "
-        "batch 16, 2 epochs — timings of cpu-numpy under the CUDA simulator: not meaningful")
+    head = ("E5: convolutional autoencoder (conv channels 16, 8) on synthetic_cifar10_small (500 train / 1 000 test), "
+            "batch 16, 2 epochs")
+    warning = "timings of cpu-numpy under the CUDA simulator: not meaningful"
+    assert _title_line(tmp_path / "e5" / "summary.md") == f"{head}, per variant — {warning}"
+    assert _title_line(tmp_path / "e5" / "paper_table.md") == (
+        f"{head}, laid out as in the seed's sections 2.4 and 3.1 — {warning}")
     assert "cuda-simulator" in _md_row(tmp_path / "e5" / "summary.md", "cpu-numpy")
+    assert written["training_time.png"].endswith(f"\n{warning}") and written["speedup.png"].endswith(f"\n{warning}")
+    assert "simulator" not in written["mse_curves.png"]
+    assert written["reconstructions.png"].replace("\n", " ") == (
+        "E5: the first test images (top) and their reconstructions by cpu-numpy (bottom), convolutional autoencoder "
+        "(conv channels 16, 8) on synthetic_cifar10_small")
 
     svm = results / "svm" / spec.path
     io.write_json(svm / "metrics.json", {
@@ -809,7 +819,12 @@ def _capture_figures(monkeypatch):
                                 for ax in fig.axes],
                       "ydata": [[np.asarray(line.get_ydata(), dtype=float) for line in ax.lines] for ax in fig.axes],
                       "yscale": [ax.get_yscale() for ax in fig.axes],
-                      "legend": [text.get_text() for legend in fig.legends for text in legend.get_texts()]})
+                      "legend": [text.get_text() for legend in fig.legends for text in legend.get_texts()],
+                      "bars": [[patch.get_height() for patch in ax.patches] for ax in fig.axes],
+                      "hatches": [[patch.get_hatch() for patch in ax.patches] for ax in fig.axes],
+                      "xticks": [[tick.get_text() for tick in ax.get_xticklabels()] for ax in fig.axes],
+                      "texts": [[text.get_text() for text in ax.texts] for ax in fig.axes],
+                      "suptitle": fig.get_suptitle()})
         return original(fig, out_png)
 
     monkeypatch.setattr(figures, "_save", capture)
@@ -1040,3 +1055,203 @@ def test_e4_report_refuses_two_runs_of_one_variant_and_dataset(tmp_path):
     runs.append(_write_run(tmp_path / "results", other_seed, 20.0, 8.0, 10.0, 0.98, provenance=ON_H100))
     with pytest.raises(GpunnError, match="E4 has two runs of gpu-naive at dataset mnist, block 0"):
         make_report("e4", tmp_path / "report", runs=runs, evals=evals)
+
+
+# ------------------------------------------------------------------------ E5: seed 004's tables and figures
+E5_EPOCHS = 3
+MIB = 2 ** 20
+E5_RUNS = {  # variant: (n_train, seconds per epoch, peak GPU memory in bytes; None: not recorded, absent: CPU)
+    "cpu-numpy": (1000, 600.0, "absent"),  # 30 000 s per 50 000-image epoch, extrapolated as the seed did
+    "gpu-naive": (50000, 1000.0, 120 * MIB), "gpu-tiled": (50000, 500.0, 90 * MIB + MIB // 2),
+    "gpu-im2col": (50000, 120.0, None), "gpu-graph": (50000, 100.0, 88 * MIB),
+}
+E5_CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+
+
+def _e5_spec(variant, subset):
+    return RunSpec("cifar10", "standard", "autoencoder", variant, (256, 128), 32, 0.001, E5_EPOCHS, 0, subset)
+
+
+def _e5_results(tmp_path, runs=E5_RUNS, where=_cpu_and_h100, classes=True):
+    """E5's run folders (cpu-numpy on its 1 000-image subset, GPU variants on all 50 000 by default) with the
+    peak GPU memory in metrics.json as gpunn.train records it, and the first variant's eval folder: samples.npz
+    with the first test image of each class (`classes`) or, as evaluated before, the first test images only."""
+    results = tmp_path / "results"
+    folders = []
+    for variant, (n_train, epoch_s, peak) in runs.items():
+        spec = _e5_spec(variant, n_train if n_train < 50000 else 0)
+        run = _write_run(results, spec, epoch_s * E5_EPOCHS, 0.4 * epoch_s, 0.5 * epoch_s, float("nan"),
+                         provenance=where(variant), n_train=n_train, n_test=10000, image_shape=(3, 32, 32),
+                         test_time_s=1.0, final_loss=0.004 + 0.001 * list(E5_RUNS).index(variant))
+        if peak != "absent":
+            summary = json.loads((run / "metrics.json").read_text())
+            io.write_json(run / "metrics.json", {**summary, "peak_gpu_memory_bytes": peak})
+        folders.append(run)
+    first, (n_train, _, _) = next(iter(runs.items())), next(iter(runs.values()))
+    spec = _e5_spec(first[0], n_train if n_train < 50000 else 0)
+    out = results / "eval" / spec.path
+    images = np.random.default_rng(0).integers(0, 256, (10, 3, 32, 32), dtype=np.uint8)
+    extra = {"labels": np.arange(10), "class_names": np.array(E5_CLASSES)} if classes else {}
+    io.write_npz(out / "samples.npz", images=images, reconstructions=images / 255.0, **extra)
+    _write_eval_json(out, spec)
+    return folders, [out]
+
+
+def test_e5_report_speedups_per_full_set_epoch_memory_and_paper_tables(tmp_path):
+    shuffled = dict(reversed(E5_RUNS.items()))  # runs in any order: rows in report order
+    runs, evals = _e5_results(tmp_path, shuffled)
+    out = tmp_path / "report"
+    written = make_report("e5", out, runs=runs, evals=evals)
+    _assert_written(out, "e5")
+    assert set(written) == {"summary.md", "paper_table.md", "mse_curves.png", "training_time.png", "speedup.png",
+                            "reconstructions.png"}
+
+    summary = pd.read_csv(out / "summary.csv")
+    variants = list(E5_RUNS)
+    assert list(summary["variant"]) == variants
+    assert list(summary.columns) == ["variant", "device", "dataset", "n_train", "n_test", "batch", "lr", "epochs",
+                                     "parameters", "time_per_epoch_s", "train_time_s", "full_epoch_s",
+                                     "full_train_time_s", "full_set_extrapolated", "speedup_vs_cpu_numpy",
+                                     "speedup_vs_gpu_naive", "final_train_mse", "test_mse", "peak_gpu_memory_mib",
+                                     "simulator"]
+    assert list(summary["n_train"]) == [1000] + [50000] * 4
+    assert list(summary["full_set_extrapolated"]) == [True, False, False, False, False]
+    # cpu-numpy's 600 s over 1 000 images is 30 000 s over 50 000; the GPU epochs are measured over 50 000
+    full_epoch = [30000.0, 1000.0, 500.0, 120.0, 100.0]
+    assert summary["time_per_epoch_s"].tolist() == pytest.approx([E5_RUNS[v][1] for v in variants])
+    assert summary["full_epoch_s"].tolist() == pytest.approx(full_epoch)
+    assert summary["full_train_time_s"].tolist() == pytest.approx([E5_EPOCHS * t for t in full_epoch])
+    # per 50 000-image epoch: 30x, not the 0.6x of the runs' own epochs (600 s over 1 000 images / 1 000 s)
+    assert summary["speedup_vs_cpu_numpy"].tolist() == pytest.approx([1.0, 30.0, 60.0, 250.0, 300.0])
+    assert summary["speedup_vs_gpu_naive"].tolist() == pytest.approx([1 / 30, 1.0, 2.0, 1000 / 120, 10.0])
+    assert summary["final_train_mse"].tolist() == pytest.approx([0.004, 0.005, 0.006, 0.007, 0.008])
+    assert summary["test_mse"].tolist() == pytest.approx([1.1 / E5_EPOCHS] * 5)
+    assert summary["peak_gpu_memory_mib"].tolist() == pytest.approx([np.nan, 120.0, 90.5, np.nan, 88.0], nan_ok=True)
+
+    header, rows = _md_rows(out / "summary.md")
+    cells = {row[0]: dict(zip(header, row)) for row in rows}
+    assert cells["cpu-numpy"]["full_set_extrapolated"] == "extrapolated"
+    assert cells["cpu-numpy"]["full_epoch_s"] == "30000" and cells["cpu-numpy"]["time_per_epoch_s"] == "600"
+    assert {cells[v]["full_set_extrapolated"] for v in variants[1:]} == {"measured"}
+    assert (cells["gpu-im2col"]["speedup_vs_cpu_numpy"], cells["gpu-im2col"]["speedup_vs_gpu_naive"]) == ("250x",
+                                                                                                        "8.33x")
+    assert [cells[v]["peak_gpu_memory_mib"] for v in variants] == ["-", "120", "90.5", "-", "88"]
+    md = (out / "summary.md").read_text()
+    assert "The runs trained on 1 000 and 50 000 images, so every speedup compares epochs over 50 000 images" in md
+    assert "as the seed extrapolated its CPU epoch" in md
+
+    paper = pd.read_csv(out / "paper_table.csv")
+    assert list(paper["implementation"]) == ["CPU (extrapolated)", "GPU naive", "GPU optimized v1", "GPU optimized v2",
+                                             "GPU graph (ours, not in the paper)"]
+    assert list(paper["variant"]) == variants
+    assert paper["full_epoch_s"].tolist() == pytest.approx(full_epoch)
+    assert paper["speedup_vs_cpu"].tolist() == pytest.approx([1.0, 30.0, 60.0, 250.0, 300.0])
+    assert paper["speedup_vs_previous"].tolist() == pytest.approx([np.nan, 30.0, 2.0, 500 / 120, 1.2], nan_ok=True)
+    assert paper["seed_full_epoch_s"].tolist() == pytest.approx([29678.0, 991.63, 517.18, 117.97, np.nan],
+                                                                nan_ok=True)
+    assert paper["full_train_time_s"].tolist() == pytest.approx([E5_EPOCHS * t for t in full_epoch])
+    assert paper["incremental_speedup"].tolist() == pytest.approx([np.nan, 30.0, 2.0, 500 / 120, 1.2], nan_ok=True)
+    text = (out / "paper_table.md").read_text()
+    epoch_part, total_part = text.split("### ")[1:]
+    assert epoch_part.startswith("Seed's section 2.4: time per epoch on 50 000 images")
+    assert total_part.startswith("Seed's section 3.1: training time for all epochs on 50 000 images")
+    epoch_lines = [_md_cells(line) for line in epoch_part.splitlines() if line.startswith("|")]
+    assert epoch_lines[0] == ["Implementation", "Variant", "Epoch time (s)", "Speedup vs CPU",
+                              "Speedup vs previous phase", "Seed's epoch time (s)"]
+    assert epoch_lines[2] == ["CPU (extrapolated)", "cpu-numpy", "30000", "1.00x", "-", "29678.00"]
+    assert epoch_lines[4] == ["GPU optimized v1", "gpu-tiled", "500", "60.0x", "2.00x", "517.18"]
+    assert epoch_lines[6] == ["GPU graph (ours, not in the paper)", "gpu-graph", "100", "300x", "1.20x", "-"]
+    total_lines = [_md_cells(line) for line in total_part.splitlines() if line.startswith("|")]
+    assert total_lines[0] == ["Phase", "Variant", "Training time for all epochs (s)", "Speedup vs CPU",
+                              "Incremental speedup", "Memory (VRAM, MiB)"]
+    assert total_lines[2] == ["CPU (extrapolated)", "cpu-numpy", "90000", "1.00x", "-", "-"]
+    assert total_lines[3] == ["GPU naive", "gpu-naive", "3000", "30.0x", "30.0x", "120"]
+    assert total_lines[5][-1] == "-"  # gpu-im2col recorded null
+
+    head = ("E5: convolutional autoencoder (conv channels 256, 128) on cifar10 ({1 000, 50 000} train / 10 000 test), "
+            "batch 32, 3 epochs")
+    timed = "timed on cpu (AMD EPYC 9454) and NVIDIA H100 80GB HBM3"
+    assert _title_line(out / "summary.md") == f"{head}, per variant, {timed}"
+    assert _title_line(out / "paper_table.md") == f"{head}, laid out as in the seed's sections 2.4 and 3.1, {timed}"
+    assert written["training_time.png"].endswith(f"\n{timed}") and "timed on" not in written["mse_curves.png"]
+
+
+def test_e5_figures_mse_time_speedup_and_one_reconstruction_per_class(tmp_path, monkeypatch):
+    saved = _capture_figures(monkeypatch)
+    runs, evals = _e5_results(tmp_path)
+    written = make_report("e5", tmp_path / "report", runs=runs, evals=evals)
+    mse, time_bars, speedup, reconstructions = saved  # in the order report_e5 draws them
+    variants = list(E5_RUNS)
+
+    assert [p.split("\n")[0] for p in mse["panels"]] == ["train MSE per epoch", "test MSE per epoch"]
+    assert mse["legend"] == ["cpu-numpy (1 000 train images)"] + [f"{v} (50 000 train images)" for v in variants[1:]]
+    assert mse["ydata"][0][0][-1] == pytest.approx(0.004)  # cpu-numpy's last train MSE
+    assert mse["suptitle"] == written["mse_curves.png"]
+
+    assert time_bars["bars"][0] == pytest.approx([E5_EPOCHS * t for t in (30000.0, 1000.0, 500.0, 120.0, 100.0)])
+    assert time_bars["yscale"] == ["log"]
+    assert time_bars["hatches"][0] == ["xx", None, None, None, None]  # the extrapolated CPU bar, cross-hatched
+    assert time_bars["xticks"][0][0] == "cpu-numpy\n(extrapolated)" and time_bars["xticks"][0][1] == "gpu-naive"
+    assert time_bars["texts"][0][0] == "90000 s (25.0 h)\nextrapolated"
+    assert time_bars["texts"][0][4] == "300 s (5.00 min)"
+
+    assert speedup["bars"][0] == pytest.approx([1.0, 30.0, 60.0, 250.0, 300.0])
+    assert speedup["texts"][0] == ["1.00x", "30.0x", "60.0x", "250x", "300x"]
+    assert speedup["suptitle"] == written["speedup.png"]
+
+    assert reconstructions["panels"][:10] == E5_CLASSES  # one column per class, titled by its name
+    assert len(reconstructions["panels"]) == 20
+    assert written["reconstructions.png"].startswith(
+        "E5: the first test image of each class (top) and its reconstruction by cpu-numpy (bottom)")
+
+
+def test_e5_report_without_cpu_numpy_or_memory_under_the_simulator(tmp_path, monkeypatch):
+    """GPU variants alone, under the simulator on a 2 000-image subset, no peak memory recorded: every time
+    extrapolated, speedups over cpu-numpy '-', memory '-', the speedup figure says why it is empty."""
+    saved = _capture_figures(monkeypatch)
+    runs = {"gpu-im2col": (2000, 40.0, None), "gpu-naive": (2000, 80.0, "absent")}
+    folders, evals = _e5_results(tmp_path, runs, where=_cpu_and_simulated)
+    out = tmp_path / "report"
+    written = make_report("e5", out, runs=folders, evals=evals)
+    _assert_written(out, "e5")
+    summary = pd.read_csv(out / "summary.csv")
+    assert list(summary["variant"]) == ["gpu-naive", "gpu-im2col"]
+    assert summary["full_set_extrapolated"].all()
+    assert summary["full_epoch_s"].tolist() == pytest.approx([2000.0, 1000.0])  # x 50 000 / 2 000
+    assert summary["speedup_vs_cpu_numpy"].isna().all() and summary["peak_gpu_memory_mib"].isna().all()
+    assert summary["speedup_vs_gpu_naive"].tolist() == pytest.approx([1.0, 2.0])
+    header, rows = _md_rows(out / "summary.md")
+    for row in rows:
+        cells = dict(zip(header, row))
+        assert (cells["speedup_vs_cpu_numpy"], cells["peak_gpu_memory_mib"]) == ("-", "-")
+        assert cells["full_set_extrapolated"] == "extrapolated" and cells["device"] == "cuda-simulator"
+    assert "compares epochs over" not in (out / "summary.md").read_text()  # one training-set size: no such note
+    paper = pd.read_csv(out / "paper_table.csv")
+    assert list(paper["implementation"]) == ["GPU naive (extrapolated)", "GPU optimized v2 (extrapolated)"]
+    assert paper["speedup_vs_cpu"].isna().all()
+    assert paper["speedup_vs_previous"].tolist() == pytest.approx([np.nan, 2.0], nan_ok=True)
+    warning = "timings of gpu-naive and gpu-im2col under the CUDA simulator: not meaningful"
+    assert "gpu-naive and gpu-im2col ran under numba's CUDA simulator" in (out / "paper_table.md").read_text()
+    assert written["speedup.png"].endswith(f"\n{warning}")
+    speedup = saved[2]
+    assert speedup["bars"] == [[]] and speedup["texts"] == [["no cpu-numpy run: no speedup over it to show"]]
+    time_bars = saved[1]
+    assert time_bars["xticks"][0] == [f"{v}\n(simulated)\n(extrapolated)" for v in ("gpu-naive", "gpu-im2col")]
+
+
+def test_e5_report_refuses_two_datasets_and_checks_figure_inputs(tmp_path):
+    runs, evals = _e5_results(tmp_path, {"cpu-numpy": (1000, 600.0, "absent")})
+    other = RunSpec("synthetic_cifar10", "standard", "autoencoder", "gpu-naive", (256, 128), 32, 0.001, E5_EPOCHS, 0)
+    runs.append(_write_run(tmp_path / "results", other, 30.0, 1.0, 1.0, float("nan"), provenance=ON_H100,
+                           n_train=50000, n_test=10000))
+    with pytest.raises(GpunnError, match="E5 report: runs on cifar10 and synthetic_cifar10"):
+        make_report("e5", tmp_path / "report", runs=runs, evals=evals)
+    with pytest.raises(GpunnError, match="3 column titles for 2 images"):
+        reconstruction_grid(np.zeros((2, 3, 8, 8)), np.zeros((2, 3, 8, 8)), tmp_path / "r.png", "t",
+                            column_titles=["a", "b", "c"])
+    from gpunn.report.figures import training_time_bars
+
+    pd.DataFrame({"variant": ["gpu-naive"], "full_train_time_s": [0.0], "full_set_extrapolated": [False],
+                  "speedup_vs_cpu_numpy": [np.nan]}).to_csv(tmp_path / "zero.csv", index=False)
+    with pytest.raises(GpunnError, match="no positive full_train_time_s"):
+        training_time_bars(tmp_path / "zero.csv", tmp_path / "zero.png", "t")

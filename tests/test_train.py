@@ -129,8 +129,13 @@ def test_autoencoder_run_and_features(cifar, tmp_path):
     assert np.isnan(summary["final_test_accuracy"]) and summary["final_test_loss"] > 0
     result = evaluate_run(tmp_path / "run", cifar, tmp_path / "eval", log=lambda _: None)
     assert result["test_loss"] == pytest.approx(summary["final_test_loss"], rel=1e-5)
-    with np.load(tmp_path / "eval" / "samples.npz") as samples:
-        assert samples["reconstructions"].shape == samples["images"].shape == (25, 3, 32, 32)
+    with np.load(cifar) as data, np.load(tmp_path / "eval" / "samples.npz") as samples:
+        # the first test image of every class, in class order, for the reconstruction figure's one column per class
+        assert samples["reconstructions"].shape == samples["images"].shape == (10, 3, 32, 32)
+        assert samples["labels"].tolist() == list(range(10)) and len(samples["class_names"]) == 10
+        firsts = [int(np.flatnonzero(data["y_test"] == c)[0]) for c in range(10)]
+        np.testing.assert_array_equal(samples["images"], data["x_test"][firsts])
+        assert samples["reconstructions"].min() >= 0.0 and samples["reconstructions"].max() <= 1.0
     sizes = extract_features(tmp_path / "run", cifar, tmp_path / "features", train_limit=60, log=lambda _: None)
     assert sizes == {"train": [60, 3 * 8 * 8], "test": [500, 3 * 8 * 8]}
     features = np.load(tmp_path / "features" / "test_features.npy")
@@ -197,3 +202,11 @@ def test_cli_train_end_to_end(digits, tmp_path):
     assert out.returncode == 0, out.stderr
     assert "epoch 1/1: train loss" in out.stdout
     assert json.loads((tmp_path / "metrics.json").read_text())["spec"]["variant"] == "cpu-serial"
+
+
+def test_first_of_each_class():
+    from gpunn.evaluate import first_of_each_class
+
+    labels = np.array([3, 1, 3, 0, 1, 0])
+    assert first_of_each_class(labels, 4).tolist() == [3, 1, 0]  # class 2 has no image: left out
+    assert first_of_each_class(np.zeros(0, dtype=np.int64), 3).tolist() == []

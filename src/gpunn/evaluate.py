@@ -3,7 +3,9 @@ test loss and accuracy (test_metrics), used after every training epoch and by th
 evaluate step itself on a trained run (evaluate_run), whose outputs in the evaluation directory are
     eval.json        test loss, accuracy, per-class accuracy and confusion matrix (classifiers), eval time
     predictions.npy  predicted classes (classifiers) or the first reconstructions (autoencoder)
-    samples.npz      the first test images with their outputs, for the sample or reconstruction figure
+    samples.npz      for the sample figure, the first test images with labels and predictions (classifiers);
+                     for the reconstruction figure, the first test image of each class with its reconstruction,
+                     label and the class names (autoencoder)
 """
 
 from __future__ import annotations
@@ -38,10 +40,18 @@ def test_metrics(model_name: str, outputs: np.ndarray, images: np.ndarray, label
     return {"test_loss": float(loss), "test_accuracy": float(np.mean(outputs.argmax(axis=1) == labels))}
 
 
+def first_of_each_class(labels: np.ndarray, num_classes: int) -> np.ndarray:
+    """The index of the first image of each class in `labels`, in class order; a class without one is left out."""
+    labels = np.asarray(labels).reshape(-1)
+    firsts = [np.flatnonzero(labels == c)[:1] for c in range(num_classes)]
+    return np.concatenate(firsts).astype(np.int64) if firsts else np.zeros(0, dtype=np.int64)
+
+
 def evaluate_run(run_dir, prepared_path, out_dir, log=print, n_samples: int = 25) -> dict:
     """Test-set evaluation of a trained run: eval.json (loss, accuracy, per-class accuracy and confusion
-    matrix for classifiers), predictions.npy, and samples.npz (the first test images with their outputs,
-    for the sample-classification or reconstruction figure)."""
+    matrix for classifiers), predictions.npy, and samples.npz (the first test images with their outputs for the
+    sample-classification figure; the first test image of each class with its reconstruction for the
+    reconstruction figure)."""
     spec, model = load_trained(run_dir)
     data = run_data(spec, load_prepared(prepared_path))
     backend = make_backend("cpu-numpy", model, spec.model, spec.lr)
@@ -51,8 +61,9 @@ def evaluate_run(run_dir, prepared_path, out_dir, log=print, n_samples: int = 25
     out_dir = Path(out_dir)
     shown = min(n_samples, len(data.x_test))
     if spec.model == "autoencoder":
-        recon = np.clip(outputs[:shown], 0.0, 1.0)
-        io.write_npz(out_dir / "samples.npz", images=data.x_test[:shown], reconstructions=recon)
+        each = first_of_each_class(data.y_test, data.num_classes)
+        io.write_npz(out_dir / "samples.npz", images=data.x_test[each], labels=data.y_test[each],
+                     reconstructions=np.clip(outputs[each], 0.0, 1.0), class_names=np.array(data.class_names))
         io.write_npy(out_dir / "predictions.npy", outputs[:shown])
         log(f"evaluate {spec.path}: test MSE {result['test_loss']:.5f}")
     else:

@@ -153,14 +153,15 @@ def report_outputs(config: dict, experiment: str) -> list[str]:
     sweep = experiment == "e3" and block_sweep_enabled(config)
     study = experiment == "e4" and bool(e4_block_runs(config))
     tables = ["summary"] + {"e2": ["paper_table"], "e3": ["blocks"] if sweep else [],
-                            "e4": ["paper_table"] + (["blocks"] if study else [])}.get(experiment, [])
+                            "e4": ["paper_table"] + (["blocks"] if study else []),
+                            "e5": ["paper_table"]}.get(experiment, [])
     figures = {
         "e1": ["loss_curves.png", "epoch_time.png", "samples.png"],
         "e2": ["heatmaps.png", "forward_backward.png"],
         "e3": ["batch_timing.png"] + (["block_sweep.png"] if sweep else []),
         "e4": ["cumulative_time.png", "loss_curves.png"] + [f"samples_{d}.png" for d in exp.get("datasets", [])]
               + (["block_time.png", "block_loss.png"] if study else []),
-        "e5": ["loss_curves.png", "reconstructions.png"],
+        "e5": ["mse_curves.png", "reconstructions.png", "training_time.png", "speedup.png"],
         "e6": [],
     }[experiment]
     table_files = [f"{base}/{table}.{ext}" for table in tables for ext in ("csv", "md")]

@@ -12,7 +12,10 @@ outputs of finished runs. Paper numbers for comparison are in ../shared/ANCHORS.
         layout); cumulative training time and loss per epoch (its Figures 1-2); sample predictions; with a
         block-size study (runs with a block), time, loss and accuracy per variant and block size (blocks table;
         block_time and block_loss figures: its Figures 3-4)
-    e5  autoencoder: epoch time, test MSE; loss curves; reconstruction grid
+    e5  autoencoder: epoch time, its full-set (50 000-image) epoch, measured or extrapolated as seed 004 did its
+        CPU's, speedups over cpu-numpy and gpu-naive per full-set epoch, train / test MSE, peak GPU memory
+        (summary; paper_table in its sections 2.4 and 3.1 layout); train and test MSE per epoch; the first test
+        image of each class and its reconstruction; training time and speedup per variant (its section 3.2)
     e6  SVM on encoder features: accuracy, per-class accuracy, fit time; confusion matrix (by the svm step)
 
 Titles are built from the rows shown (gpunn.report.titles): model widths, dataset, split sizes, batch and
@@ -30,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from gpunn import io
 from gpunn.errors import GpunnError
 from gpunn.report import figures, tables, titles
 from gpunn.report.tables import format_significant, ordered_variants
@@ -61,7 +65,8 @@ def run_row(run_dir) -> dict:
 def _run_row(summary: dict) -> dict:
     """The spec, sizes, times and final metrics of a run; its device and whether it ran under the simulator
     (unknown and false for runs recorded before metrics.json had provenance); the MLP's input and output sizes
-    for titles. The testing time is None for runs recorded before it was measured."""
+    for titles. The testing time is None for runs recorded before it was measured; the peak GPU memory in bytes
+    is None where the run did not record it (CPU variants, the simulator, older runs)."""
     spec = RunSpec.from_dict(summary["spec"])
     return {
         "dataset": spec.dataset, "split": spec.split, "model": spec.model, "variant": spec.variant,
@@ -75,6 +80,7 @@ def _run_row(summary: dict) -> dict:
         **titles.device_fields(summary.get("provenance")),
         "in_features": titles.mlp_in_features(summary, spec.widths[0]) if spec.model == "mlp" else None,
         "classes": summary.get("num_classes"),
+        "peak_gpu_memory_bytes": summary.get("peak_gpu_memory_bytes"),
     }
 
 
@@ -430,27 +436,181 @@ def _e4_block_study(study: pd.DataFrame, main: pd.DataFrame, out_dir: Path) -> d
     return written
 
 
-def report_e5(runs, evals, out_dir, full_train_size: int = 50000, **_) -> dict[str, str]:
-    frame = pd.DataFrame([run_row(r) for r in runs])
-    # the paper extrapolated its CPU epoch over 1 000 images to the full 50 000; we do the same, labelled as such
-    frame["extrapolated_full_epoch_s"] = frame["time_per_epoch_s"] * full_train_size / frame["n_train"]
+# E5: seed 004 trained its CPU baseline on 1 000 images and extrapolated the epoch to CIFAR-10's 50 000
+E5_FULL_TRAIN = 50000
+E5_BASELINES = ("cpu-numpy", "gpu-naive")
+E5_SUMMARY_COLUMNS = ("variant", "device", "dataset", "n_train", "n_test", "batch", "lr", "epochs", "parameters",
+                      "time_per_epoch_s", "train_time_s", "full_epoch_s", "full_train_time_s", "full_set_extrapolated",
+                      "speedup_vs_cpu_numpy", "speedup_vs_gpu_naive", "final_train_mse", "test_mse",
+                      "peak_gpu_memory_mib", "simulator")
+# seed 004's phases 2.1-2.4 by the variant that reproduces each, in its tables' order; gpu-graph is ours
+E5_PHASES = {"cpu-numpy": "CPU", "gpu-naive": "GPU naive", "gpu-tiled": "GPU optimized v1",
+             "gpu-im2col": "GPU optimized v2", "gpu-graph": "GPU graph (ours, not in the paper)"}
+# seed 004's own epoch times over 50 000 images (its section 2.4 table; the CPU's extrapolated from 1 000)
+E5_SEED_EPOCH_S = {"cpu-numpy": 29678.00, "gpu-naive": 991.63, "gpu-tiled": 517.18, "gpu-im2col": 117.97}
+E5_EPOCH_HEADERS = {"implementation": "Implementation", "variant": "Variant", "full_epoch_s": "Epoch time (s)",
+                    "speedup_vs_cpu": "Speedup vs CPU", "speedup_vs_previous": "Speedup vs previous phase",
+                    "seed_full_epoch_s": "Seed's epoch time (s)"}
+E5_TOTAL_HEADERS = {"implementation": "Phase", "variant": "Variant",
+                    "full_train_time_s": "Training time for all epochs (s)",
+                    "training_speedup_vs_cpu": "Speedup vs CPU", "incremental_speedup": "Incremental speedup",
+                    "peak_gpu_memory_mib": "Memory (VRAM, MiB)"}
+MIB = 2 ** 20
+
+
+def _mib(values: pd.Series) -> pd.Series:
+    """Bytes as MiB; NaN where unknown (None, missing, not a number)."""
+    return pd.to_numeric(values, errors="coerce") / MIB
+
+
+def _extrapolated_word(flag) -> str:
+    return "extrapolated" if flag else "measured"
+
+
+def e5_full_set(frame: pd.DataFrame, full_train_size: int = E5_FULL_TRAIN) -> pd.DataFrame:
+    """`frame` with each run's epoch and training time (all its epochs) over `full_train_size` images: measured
+    where it trained on that many, else its own times scaled by full_train_size / n_train as seed 004 extrapolated
+    its CPU epoch (full_set_extrapolated); the speedups over cpu-numpy and gpu-naive (same dataset) per such epoch,
+    so that runs on different training-set sizes compare; the peak GPU memory in MiB."""
+    scale = full_train_size / frame["n_train"]
+    frame = frame.assign(full_epoch_s=frame["time_per_epoch_s"] * scale,
+                         full_train_time_s=frame["train_time_s"] * scale,
+                         full_set_extrapolated=frame["n_train"] != full_train_size,
+                         peak_gpu_memory_mib=_mib(frame["peak_gpu_memory_bytes"]))
+    for baseline in E5_BASELINES:
+        frame[_speedup_column(baseline)] = (baseline_value(frame, baseline, "full_epoch_s", ("dataset",))
+                                            / frame["full_epoch_s"])
+    return frame
+
+
+def e5_paper_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Seed 004's section 2.4 and 3.1 tables as one tidy table: a row per variant of E5_PHASES that ran (report
+    order), named as the seed's phase ('(extrapolated)' where its times are), with its epoch time over the full
+    set, speedup per such epoch over cpu-numpy and over the row above, the seed's own epoch time, the training time
+    for all epochs over the full set, its speedup over cpu-numpy's and the row above's (incremental), and its
+    peak GPU memory. `frame`: e5_full_set's rows of one dataset, in report order."""
+    rows = frame[frame["variant"].isin(list(E5_PHASES))].reset_index(drop=True)
+    cpu = rows[rows["variant"] == "cpu-numpy"]
+    cpu_epoch = cpu["full_epoch_s"].iloc[0] if not cpu.empty else np.nan
+    cpu_total = cpu["full_train_time_s"].iloc[0] if not cpu.empty else np.nan
+    names = [E5_PHASES[v] + (" (extrapolated)" if extrapolated else "")
+             for v, extrapolated in zip(rows["variant"], rows["full_set_extrapolated"])]
+    return pd.DataFrame({
+        "implementation": names, "variant": rows["variant"], "device": rows["device"],
+        "full_epoch_s": rows["full_epoch_s"], "speedup_vs_cpu": cpu_epoch / rows["full_epoch_s"],
+        "speedup_vs_previous": rows["full_epoch_s"].shift(1) / rows["full_epoch_s"],
+        "seed_full_epoch_s": rows["variant"].map(E5_SEED_EPOCH_S),
+        "full_train_time_s": rows["full_train_time_s"],
+        "training_speedup_vs_cpu": cpu_total / rows["full_train_time_s"],
+        "incremental_speedup": rows["full_train_time_s"].shift(1) / rows["full_train_time_s"],
+        "peak_gpu_memory_mib": rows["peak_gpu_memory_mib"], "full_set_extrapolated": rows["full_set_extrapolated"],
+        "simulator": rows["simulator"],
+    })
+
+
+def _e5_sizes_note(frame: pd.DataFrame, full_train_size: int) -> str | None:
+    """Where the runs trained on different numbers of images: the speedups compare full-set epochs."""
+    if frame["n_train"].nunique() < 2:
+        return None
+    sizes = titles.join_words(titles.count(n) for n in sorted(titles.distinct(frame["n_train"])))
+    return (f"The runs trained on {sizes} images, so every speedup compares epochs over "
+            f"{titles.count(full_train_size)} images, not the runs' own epochs.")
+
+
+E5_SUMMARY_NOTE = ("Speedup: the baseline's full_epoch_s over the variant's ('-': that baseline did not run). "
+                   "final_train_mse: the mean training MSE over the last epoch's batches as it trained; test_mse: on "
+                   "the whole test set after it. peak_gpu_memory_mib: GPU memory the process held at its peak during "
+                   "training; '-': not recorded (CPU variants, the CUDA simulator, older runs).")
+
+
+def report_e5(runs, evals, out_dir, full_train_size: int = E5_FULL_TRAIN, **_) -> dict[str, str]:
+    """Summary (per variant: times, their full-set epoch, measured or extrapolated, speedups per full-set epoch,
+    MSE, peak GPU memory), paper_table (seed 004's section 2.4 and 3.1 tables), mse_curves, reconstructions (the
+    first test image of each class), training_time and speedup (its section 3.2 figures)."""
+    frame = pd.DataFrame([run_row(r) for r in runs]).assign(metrics_csv=[Path(r) / "metrics.csv" for r in runs])
+    if frame["dataset"].nunique() > 1:
+        raise GpunnError(f"E5 report: runs on {titles.join_words(titles.distinct(frame['dataset']))}; its tables "
+                         "compare the variants on one dataset")
+    _one_run_each(frame, "E5", ("dataset",))
     frame = frame.rename(columns={"test_loss": "test_mse", "final_train_loss": "final_train_mse"})
-    cols = ["variant", "device", "dataset", "widths", "n_train", "n_test", "batch", "lr", "epochs", "parameters",
-            "time_per_epoch_s", "extrapolated_full_epoch_s", "final_train_mse", "test_mse", "simulator"]
+    frame = _sorted(e5_full_set(frame, full_train_size), ["dataset", "variant"], appearance=("dataset",))
     timing = titles.timing_parts(frame)
-    written = {"summary.md": titles.table_title(titles.runs_head("E5", frame), timing),
-               "loss_curves.png": titles.figure_title(titles.runs_head("E5", frame, "MSE per epoch")),
-               "reconstructions.png": f"E5: test images (top) and reconstructions (bottom), "
-                                      f"{titles.model_description(frame)} on "
-                                      f"{titles.join_words(titles.distinct(frame['dataset']))}"}
+    size = titles.count(full_train_size)
+    written = {
+        "summary.md": titles.table_title(titles.runs_head("E5", frame, "per variant"), timing),
+        "paper_table.md": titles.table_title(titles.runs_head("E5", frame, "laid out as in the seed's sections 2.4 "
+                                                                           "and 3.1"), timing),
+        "mse_curves.png": titles.figure_title(titles.runs_head("E5", frame, "train and test MSE per epoch")),
+        "training_time.png": titles.figure_title(titles.runs_head("E5", frame, f"training time for all epochs (each "
+                                                                               f"of {size} images)"), timing),
+        "speedup.png": titles.figure_title(titles.runs_head("E5", frame, f"speedup over cpu-numpy per epoch (of "
+                                                                         f"{size} images)"), timing),
+    }
+    simulated, sizes = titles.simulated_note(frame), _e5_sizes_note(frame, full_train_size)
+    extrapolated = {"full_set_extrapolated": _extrapolated_word}
     tables.summary_table(frame.to_dict("records"), out_dir / "summary.csv", out_dir / "summary.md",
-                         written["summary.md"], columns=cols,
-                         note=_note(f"extrapolated_full_epoch_s: time_per_epoch_s scaled to {full_train_size} "
-                                    "training images, as the paper extrapolated its CPU epoch.",
-                                    titles.simulated_note(frame)))
-    _curves(runs, ["variant"], out_dir / "loss_curves.png", written["loss_curves.png"])
-    _samples_figure(evals[0], out_dir / "reconstructions.png", written["reconstructions.png"])
+                         written["summary.md"], columns=E5_SUMMARY_COLUMNS,
+                         formats=comparison_formats(E5_BASELINES) | extrapolated,
+                         note=_note(f"full_epoch_s, full_train_time_s: one epoch and all epochs over {size} training "
+                                    f"images, measured where the run trained on {size} (full_set_extrapolated: "
+                                    f"'measured'), else its own times x {size} / n_train, as the seed extrapolated "
+                                    "its CPU epoch ('extrapolated').", sizes, E5_SUMMARY_NOTE, simulated))
+    _e5_paper_tables(frame, out_dir, written["paper_table.md"],
+                     _note(f"Times over {size} training images: measured where the run trained on {size}, else its "
+                           f"own times x {size} / n_train, as the seed extrapolated its CPU epoch; such rows read "
+                           "'(extrapolated)'.", sizes, simulated), size)
+    figures.loss_curves({row["variant"]: row["metrics_csv"] for _, row in frame.iterrows()},
+                        out_dir / "mse_curves.png", written["mse_curves.png"], quantity="MSE",
+                        legend={row["variant"]: f"{row['variant']} ({titles.count(row['n_train'])} train images)"
+                                for _, row in frame.iterrows()})
+    figures.training_time_bars(out_dir / "summary.csv", out_dir / "training_time.png", written["training_time.png"],
+                               full_train_size)
+    figures.speedup_bars(out_dir / "summary.csv", out_dir / "speedup.png", written["speedup.png"], full_train_size)
+    written["reconstructions.png"] = _e5_reconstructions(evals[0], frame, out_dir / "reconstructions.png")
     return written
+
+
+def _e5_paper_tables(frame: pd.DataFrame, out_dir: Path, title: str, note: str, size: str) -> None:
+    """paper_table.csv (e5_paper_table, tidy) and paper_table.md: under `title` and `note`, its section 2.4 and 3.1
+    tables."""
+    paper = e5_paper_table(frame)
+    formats = {c: _times for c in ("speedup_vs_cpu", "speedup_vs_previous", "training_speedup_vs_cpu",
+                                   "incremental_speedup")} | {"seed_full_epoch_s": "{:.2f}"}  # as the seed prints them
+    epoch = tables.markdown_section(
+        f"Seed's section 2.4: time per epoch on {size} images", paper[list(E5_EPOCH_HEADERS)], formats,
+        E5_EPOCH_HEADERS, level=3,
+        note=_note("Speedup vs previous phase: the row above's epoch time over this row's ('-': first row). Seed's "
+                   "epoch time: seed 004's own (its GPU; its CPU epoch extrapolated from 1 000 images); '-': not in "
+                   "the seed."))
+    total = tables.markdown_section(
+        f"Seed's section 3.1: training time for all epochs on {size} images", paper[list(E5_TOTAL_HEADERS)],
+        formats, E5_TOTAL_HEADERS, level=3,
+        note=_note("Incremental speedup: the row above's training time over this row's. Memory: peak GPU memory of "
+                   "the training process; '-': not recorded (CPU, the CUDA simulator, older runs)."))
+    io.write_csv(out_dir / "paper_table.csv", paper)
+    io.write_text(out_dir / "paper_table.md", "\n".join([f"## {title}\n", f"{note.strip()}\n", epoch, total]))
+
+
+def _e5_reconstructions(eval_dir, frame: pd.DataFrame, out_png: Path) -> str:
+    """reconstructions.png from the evaluation of one run: the first test image of each class above its
+    reconstruction, columns titled by class (samples.npz from before it saved the classes: the first test images,
+    untitled). Returns its title."""
+    run = parse_run_path(_read_json(Path(eval_dir) / "eval.json")["run"])
+    path = Path(eval_dir) / "samples.npz"
+    if not path.is_file():
+        raise GpunnError(f"{path}: missing; run the evaluate step first")
+    with np.load(path, allow_pickle=False) as saved:
+        images, reconstructions = saved["images"], saved["reconstructions"]
+        names = None
+        if "labels" in saved and "class_names" in saved:
+            names = [str(saved["class_names"][int(label)]) for label in saved["labels"]]
+    shown = ("the first test image of each class (top) and its reconstruction" if names
+             else "the first test images (top) and their reconstructions")
+    title = titles.figure_title(f"E5: {shown} by {run.variant} (bottom), {titles.model_description(frame)} on "
+                                f"{run.dataset}")
+    figures.reconstruction_grid(images, reconstructions, out_png, title, max_columns=len(names) if names else 10,
+                                column_titles=names)
+    return title
 
 
 def e6_head(frame: pd.DataFrame) -> str:

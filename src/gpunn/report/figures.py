@@ -4,13 +4,16 @@
     epoch_lines              per-epoch cumulative training time, train loss or test accuracy, one panel per group
                              of runs (E4: a dataset, or a variant of the block-size study), one line per run
     confusion_matrix_figure  heatmap of a confusion matrix with counts (used by gpunn.svm)
-    reconstruction_grid      originals above autoencoder reconstructions
+    reconstruction_grid      originals above autoencoder reconstructions, columns titled by class
     sample_classifications   up to 25 test images titled "pred (true)", wrong ones in red
     epoch_time_bars          E1: time per epoch of each variant, bars on a log axis
     e2_heatmaps              E2 sweep: training time and test accuracy over hidden x batch, one panel per variant
     e2_phase_times           E2 sweep: forward and backward time against hidden size, one panel per batch size
     batch_timing             E3: samples/s, step, forward and backward time against batch size, one line per variant
     block_sweep              E3: kernel time against block size, one line per op, one panel per shape
+    training_time_bars       E5: training time for all epochs on the full training set per variant (log bars;
+                             extrapolated ones marked)
+    speedup_bars             E5: speedup over cpu-numpy per full-set epoch per variant (log bars)
 
 Variants keep one colour in every figure (their place in gpunn.report.tables.KNOWN_VARIANTS). In every figure
 with several lines, each line also has its own marker and line style, drawn from the widest line and largest
@@ -230,15 +233,19 @@ def _show(ax, image) -> None:
 
 
 # ------------------------------------------------------------------------------------------- figures
-def loss_curves(metrics_csvs: Mapping[str, str | Path], out_png, title: str) -> Path:
+def loss_curves(metrics_csvs: Mapping[str, str | Path], out_png, title: str, quantity: str = "loss",
+                legend: Mapping[str, str] | None = None) -> Path:
     """Train loss, test loss and (when any run has accuracies; the autoencoder's are empty) test accuracy per
     epoch, one panel each and one line per labelled run. Train and test get their own panels because every
-    run needs its own line style: runs that reproduce one another exactly would otherwise be hidden."""
+    run needs its own line style: runs that reproduce one another exactly would otherwise be hidden.
+    `quantity` names the loss on the axes and panel titles ("MSE"); `legend` gives a label's text in the legend
+    where it should say more than the label (a variant's training-set size); colours follow the labels."""
     if not metrics_csvs:
         raise GpunnError(f"{out_png}: loss_curves needs at least one metrics CSV")
     runs = {label: read_table(path, LOSS_COLUMNS, "per-epoch metrics CSV") for label, path in metrics_csvs.items()}
     has_acc = any(pd.to_numeric(f["test_accuracy"], errors="coerce").notna().any() for f in runs.values())
-    panels = [("train_loss", "loss", "train loss per epoch", 1.0), ("test_loss", "loss", "test loss per epoch", 1.0)]
+    panels = [("train_loss", quantity, f"train {quantity} per epoch", 1.0),
+              ("test_loss", quantity, f"test {quantity} per epoch", 1.0)]
     if has_acc:
         panels.append(("test_accuracy", "test accuracy (%)", "test accuracy per epoch", 100.0))
     fig, axes = plt.subplots(1, len(panels), figsize=(4.8 * len(panels) + 0.4, 4.6), squeeze=False,
@@ -261,8 +268,9 @@ def loss_curves(metrics_csvs: Mapping[str, str | Path], out_png, title: str) -> 
         ax.grid(alpha=0.3)
         _epoch_ticks(ax, lines)
     # one legend for all panels, below them: inside a panel it would cover the curves
-    fig.legend(handles.values(), handles.keys(), loc="outside lower center", ncols=min(len(handles), 4),
-               fontsize="small")
+    legend = dict(legend or {})
+    fig.legend(handles.values(), [legend.get(label, label) for label in handles], loc="outside lower center",
+               ncols=min(len(handles), 4 if not legend else 2), fontsize="small")
     fig.suptitle(title)
     return _save(fig, out_png)
 
@@ -406,18 +414,25 @@ def confusion_matrix_figure(matrix, class_names: Sequence[str], out_png, title: 
     return _save(fig, out_png)
 
 
-def reconstruction_grid(originals, reconstructions, out_png, title: str, max_columns: int = 10) -> Path:
-    """Originals (top row) above their reconstructions (bottom row), up to ``max_columns`` images."""
+def reconstruction_grid(originals, reconstructions, out_png, title: str, max_columns: int = 10,
+                        column_titles: Sequence[str] | None = None) -> Path:
+    """Originals (top row) above their reconstructions (bottom row), up to ``max_columns`` images; each column
+    headed by its entry of `column_titles` (the image's class) when given."""
     orig = _as_images(originals, f"{out_png} (originals)")
     recon = _as_images(reconstructions, f"{out_png} (reconstructions)")
     if orig.shape != recon.shape:
         raise GpunnError(
             f"{out_png}: originals {orig.shape} and reconstructions {recon.shape} must have the same shape")
+    if column_titles is not None and len(column_titles) != orig.shape[0]:
+        raise GpunnError(f"{out_png}: {len(column_titles)} column titles for {orig.shape[0]} images")
     n = min(orig.shape[0], max_columns)
-    fig, axes = plt.subplots(2, n, figsize=(1.3 * n + 0.8, 3.2), squeeze=False)
+    fig, axes = plt.subplots(2, n, figsize=(1.3 * n + 0.8, 3.2 + 0.3 * (column_titles is not None)),
+                             squeeze=False)
     for j in range(n):
         _show(axes[0, j], orig[j])
         _show(axes[1, j], recon[j])
+        if column_titles is not None:
+            axes[0, j].set_title(str(column_titles[j]), fontsize=9)
     axes[0, 0].set_ylabel("original")
     axes[1, 0].set_ylabel("reconstruction")
     fig.suptitle(title)
@@ -568,6 +583,102 @@ def epoch_time_bars(table_csv, out_png, title: str = "E1: time per epoch per var
     ax.set_title("speedup over cpu-serial under each bar's time" if "speedup_vs_cpu_serial" in frame else "",
                  fontsize=9)
     ax.grid(axis="y", alpha=0.3, which="both")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return _save(fig, out_png)
+
+
+E5_COLUMNS = ("variant", "full_train_time_s", "full_set_extrapolated", "speedup_vs_cpu_numpy")
+EXTRAPOLATED_HATCH = "xx"
+SIMULATED_HATCH = "//"
+
+
+def _flags(values) -> list[bool]:
+    """A boolean column read back from a CSV (True / 'True' / 1)."""
+    return [str(v).strip().lower() in ("true", "1") for v in values]
+
+
+def _count(n: int) -> str:
+    """50000 -> '50 000', as titles write sample counts."""
+    return f"{int(n):,}".replace(",", " ")
+
+
+def _duration(seconds: float) -> str:
+    """'593560 s (165 h)', '2359 s (39.3 min)', '12.0 s': seconds, and hours or minutes where they read better."""
+    text = f"{format_significant(seconds, 3)} s"
+    if seconds >= 2 * 3600:
+        return f"{text} ({format_significant(seconds / 3600, 3)} h)"
+    if seconds >= 120:
+        return f"{text} ({format_significant(seconds / 60, 3)} min)"
+    return text
+
+
+def _variant_bars(ax, frame: pd.DataFrame, column: str, label) -> np.ndarray:
+    """One bar per variant of `frame` (report order) of `column` on a log axis, annotated with label(row);
+    extrapolated bars cross-hatched and named so under the axis, simulated ones hatched. Returns the values."""
+    rows = [frame[frame["variant"] == v].iloc[0] for v in ordered_variants(frame["variant"])]
+    variants = [str(r["variant"]) for r in rows]
+    values = np.array([r[column] for r in rows], dtype=np.float64)
+    extrapolated = dict(zip(variants, _flags(r["full_set_extrapolated"] for r in rows)))
+    simulated = simulated_variants(frame)
+    colors = _variant_colors(variants)
+    positions = np.arange(len(variants))
+    shown = np.where(values > 0, values, np.nan)
+    ax.bar(positions, shown, color=[colors[v] for v in variants], edgecolor="white",
+           hatch=[EXTRAPOLATED_HATCH if extrapolated[v] else SIMULATED_HATCH if v in simulated else None
+                  for v in variants])
+    for x, row, value in zip(positions, rows, values):
+        if value > 0:
+            ax.annotate(label(row), (x, value), xytext=(0, 3), textcoords="offset points", ha="center",
+                        va="bottom", fontsize=8)
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(_PlainLogFormatter())
+    ax.yaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False))
+    ax.margins(y=0.3)  # room above the tallest bar for its label
+    ax.set_xticks(positions)
+    ax.set_xticklabels([_variant_label(v, simulated, "\n") + ("\n(extrapolated)" if extrapolated[v] else "")
+                        for v in variants], rotation=20, ha="right")
+    ax.grid(axis="y", alpha=0.3, which="both")
+    return values
+
+
+def training_time_bars(table_csv, out_png, title: str, full_train_size: int = 50000) -> Path:
+    """E5 (seed 004's section 3.2 'total training time'): each variant's training time for all its epochs over
+    `full_train_size` images as a bar on a log axis, annotated in seconds (and hours or minutes); a bar
+    extrapolated from a smaller training set is cross-hatched and labelled 'extrapolated'."""
+    frame = read_table(table_csv, E5_COLUMNS, "E5 summary table")
+    frame = _numeric(frame.assign(variant=frame["variant"].astype(str)), ["full_train_time_s"])
+    if not (frame["full_train_time_s"] > 0).any():
+        raise GpunnError(f"{table_csv}: E5 summary table has no positive full_train_time_s")
+    n = frame["variant"].nunique()
+    fig, ax = plt.subplots(figsize=(1.4 * n + 3.4, 4.6))
+    _variant_bars(ax, frame, "full_train_time_s",
+                  lambda row: _duration(row["full_train_time_s"])
+                  + ("\nextrapolated" if _flags([row["full_set_extrapolated"]])[0] else ""))
+    ax.set_ylabel(f"training time, all epochs on {_count(full_train_size)} images\n(s, log scale)")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return _save(fig, out_png)
+
+
+def speedup_bars(table_csv, out_png, title: str, full_train_size: int = 50000) -> Path:
+    """E5 (seed 004's section 3.2 'cumulative speedup'): each variant's speedup over cpu-numpy per epoch on
+    `full_train_size` images as a bar on a log axis, annotated '251x', with cpu-numpy's 1x as a dashed line;
+    without a cpu-numpy run the panel says so."""
+    frame = read_table(table_csv, E5_COLUMNS, "E5 summary table")
+    frame = _numeric(frame.assign(variant=frame["variant"].astype(str)), ["speedup_vs_cpu_numpy"])
+    n = frame["variant"].nunique()
+    fig, ax = plt.subplots(figsize=(1.4 * n + 3.4, 4.6))
+    if (frame["speedup_vs_cpu_numpy"] > 0).any():
+        _variant_bars(ax, frame, "speedup_vs_cpu_numpy",
+                      lambda row: f"{format_significant(row['speedup_vs_cpu_numpy'], 3)}x")
+        ax.axhline(1.0, color="0.3", linestyle="--", linewidth=1.0, zorder=0)
+        ax.set_ylabel(f"speedup over cpu-numpy per epoch\nof {_count(full_train_size)} images (log scale)")
+    else:
+        ax.text(0.5, 0.5, "no cpu-numpy run: no speedup over it to show", ha="center", va="center",
+                transform=ax.transAxes)
+        ax.set_xticks([])
+        ax.set_yticks([])
     fig.suptitle(title)
     fig.tight_layout()
     return _save(fig, out_png)

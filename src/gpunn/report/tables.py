@@ -158,6 +158,15 @@ def markdown_table(frame: pd.DataFrame, formats: Mapping[str, str | Callable] | 
     return "\n".join(lines) + "\n"
 
 
+def markdown_section(title: str, frame: pd.DataFrame, formats: Mapping[str, str | Callable] | None = None,
+                     headers: Mapping[str, str] | None = None, note: str | None = None, level: int = 2) -> str:
+    """A Markdown heading of `level` with `title`, the pipe table of `frame` (markdown_table) and an optional note."""
+    md = f"{'#' * level} {title}\n\n" + markdown_table(frame, formats, headers)
+    if note:
+        md += f"\n{note.strip()}\n"
+    return md
+
+
 def summary_table(rows: Sequence[Mapping], out_csv, out_md, title: str, columns: Sequence[str] | None = None,
                   formats: Mapping[str, str | Callable] | None = None, note: str | None = None,
                   headers: Mapping[str, str] | None = None) -> pd.DataFrame:
@@ -181,9 +190,7 @@ def summary_table(rows: Sequence[Mapping], out_csv, out_md, title: str, columns:
                 f"{out_csv}: summary table '{title}' asks for column(s) {', '.join(unknown)} that no row has; "
                 f"the rows have {', '.join(seen)}")
     frame = pd.DataFrame([{c: r.get(c) for c in columns} for r in rows], columns=columns)
-    md = f"## {title}\n\n" + markdown_table(frame, formats, headers)
-    if note:
-        md += f"\n{note.strip()}\n"
+    md = markdown_section(title, frame, formats, headers, note)
     write_csv(Path(out_csv), frame)
     write_text(Path(out_md), md)
     return frame
