@@ -311,3 +311,162 @@ def test_step_profile_times_every_launch_of_the_step():
         # gather, two GEMMs, softmax-CE; three GEMMs, SGD (gpu-graph: the same launches, eager)
         assert list(rows["phase"]).count("forward") == 4 and list(rows["phase"]).count("backward") == 4
         assert rows["launch"].iloc[-1] == "sgd_step"
+
+
+# --------------------------------------------------------------------------------------------- bench autoencoder
+AE_TINY = ["--channels", "4,3", "--image-size", "8"]  # the simulator runs the full width at about a step a day
+
+
+def test_bench_autoencoder_times_each_batch_size(tmp_path):
+    """`bench autoencoder`: one row per variant and batch size; --max-steps times part of a longer epoch and marks
+    the row extrapolated (CSV column and a '*' in the printed table); the GPU variant and cpu-numpy see the same
+    init, data and batch order, so their epoch losses agree."""
+    out = tmp_path / "autoencoder.csv"
+    done = subprocess.run([sys.executable, "-m", "gpunn.bench", "autoencoder", "--variants", "gpu-naive,cpu-numpy",
+                           "--samples", "4", "--batch", "2,1", "--max-steps", "2", "--epochs", "2", *AE_TINY,
+                           "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    frame = pd.read_csv(out)
+    assert list(frame.columns[:14]) == ["model", "variant", "sizes", "n", "batch", "epoch_s", "extrapolated",
+                                        "timed_samples", "samples_per_s", "ratio_to_torch_eager", "epochs",
+                                        "epoch_loss", "gpu_mem_mib", "gpu_mem_measure"]
+    frame = frame[~frame["variant"].str.startswith("torch-")]  # PyTorch's rows, where a GPU has torch
+    assert list(zip(frame["variant"], frame["batch"])) == [("gpu-naive", 2), ("cpu-numpy", 2), ("gpu-naive", 1),
+                                                          ("cpu-numpy", 1)]
+    assert (frame["model"] == "autoencoder").all() and (frame["n"] == 4).all() and (frame["epochs"] == 2).all()
+    assert (frame["sizes"] == "in_channels=3 image_size=8 channels=4x3").all()
+    # batch 2: 2 steps, the whole epoch; batch 1: 4 steps, the first 2 timed and scaled
+    assert list(frame["extrapolated"]) == [False, False, True, True]
+    assert list(frame["timed_samples"]) == [4, 4, 2, 2]
+    assert _positive_finite(frame["epoch_s"]) and np.allclose(frame["samples_per_s"], 4 / frame["epoch_s"])
+    for _, rows in frame.groupby("batch"):
+        assert rows["epoch_loss"].iloc[0] == pytest.approx(rows["epoch_loss"].iloc[1], rel=1e-5)
+    assert frame["gpu_mem_mib"].isna().all()  # CPU rows, and the simulator has no device memory
+    assert list(frame["device"]) == [provenance.gpu_name(), "cpu"] * 2
+    assert "* extrapolated: at batch 1, 2 of 4 samples timed per epoch" in done.stdout
+    table = [line.split() for line in done.stdout.splitlines() if line.split()[:1] in (["gpu-naive"], ["cpu-numpy"])]
+    assert [row[2].endswith("*") for row in table] == [False, False, True, True]
+
+
+def test_time_epochs_scales_partial_epochs_and_ratios_per_batch(monkeypatch):
+    """The arithmetic of the epoch table on fixed epoch times: median after the first epoch, scaled by steps when
+    --max-steps cut the epoch, ratios to PyTorch eager of the same batch size."""
+    from types import SimpleNamespace
+
+    from gpunn import timing
+
+    seen = []
+
+    def fake_gpunn(variant, model_name, sizes, x, y, batch, lr, epochs, seed=0):
+        seen.append((variant, batch, len(x), lr))
+        return timing.EpochTiming([99.0, 2.0, 4.0], 0.5, float("nan"), "")
+
+    def fake_torch(model, x, y, batch, lr, epochs, seed=0, graph=False):
+        return timing.EpochTiming([99.0, 1.0, 1.0] if graph else [99.0, 6.0, 6.0], float("nan"), 12.0,
+                                  "torch_max_allocated")
+
+    monkeypatch.setattr(timing, "gpunn_epoch_seconds", fake_gpunn)
+    monkeypatch.setattr(timing, "torch_epoch_seconds", fake_torch)
+    monkeypatch.setattr(timing, "_torch_on_gpu", lambda wanted, log: SimpleNamespace(
+        cuda=SimpleNamespace(empty_cache=lambda: None)))
+    lines = []
+    frame = timing.time_epochs("autoencoder", ["gpu-im2col"], n=10, batch=[5, 1], epochs=3, max_steps=4,
+                               log=lines.append, channels=(4, 3), image_size=8)
+    assert seen == [("gpu-im2col", 5, 10, 0.001), ("gpu-im2col", 1, 4, 0.001)]  # E5's learning rate by default
+    by = {(row.variant, row.batch): row for row in frame.itertuples()}
+    assert by["gpu-im2col", 5].epoch_s == 3.0 and not by["gpu-im2col", 5].extrapolated
+    assert by["gpu-im2col", 1].epoch_s == 3.0 * 10 / 4 and by["gpu-im2col", 1].timed_samples == 4
+    assert by["torch-eager", 1].epoch_s == 6.0 * 10 / 4 and by["torch-eager", 1].extrapolated
+    assert by["gpu-im2col", 5].ratio_to_torch_eager == pytest.approx(0.5)
+    assert by["gpu-im2col", 1].ratio_to_torch_eager == pytest.approx(0.5)
+    assert by["torch-cuda-graph", 5].ratio_to_torch_eager == pytest.approx(1 / 6)
+    assert by["torch-eager", 1].samples_per_s == pytest.approx(10 / 15)
+    assert by["torch-eager", 1].gpu_mem_mib == 12.0
+    assert any("torch_max_allocated: torch.cuda.max_memory_allocated" in line for line in lines)
+
+
+def test_bench_autoencoder_default_variants_are_the_gpu_ones():
+    from gpunn.backends.registry import variants_for
+    from gpunn.bench.__main__ import build_parser, epoch_variants
+
+    variants = epoch_variants(build_parser().parse_args(["autoencoder"]))
+    assert variants == variants_for("autoencoder", simulator=not ON_GPU, gpu=True)
+    assert "cpu-numpy" not in variants and {"gpu-naive", "gpu-tiled", "gpu-im2col"} <= set(variants)
+    assert ("gpu-graph" in variants) == ON_GPU
+    assert "cpu-numpy" in epoch_variants(build_parser().parse_args(["cnn"]))  # minutes per epoch there: kept
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--channels", "4"], "channels must have two entries"),
+    (["--image-size", "10"], "image_size must be a positive multiple of 4"),
+    (["--hidden", "8"], "--hidden sets the MLP's width"),
+])
+def test_bench_autoencoder_rejects_bad_sizes_in_one_line(tmp_path, capsys, argv, message):
+    out = tmp_path / "ae.csv"
+    assert bench_main(["autoencoder", "--variants", "cpu-numpy", "--samples", "4", *argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("gpunn.bench: error:") and message in err and "\n" not in err
+    assert not out.exists()
+
+
+@pytest.mark.skipif(ON_GPU, reason="the simulator's refusal")
+def test_bench_autoencoder_refuses_gpu_graph_under_the_simulator(tmp_path, capsys):
+    out = tmp_path / "ae.csv"
+    assert bench_main(["autoencoder", "--variants", "gpu-graph", "--samples", "4", *AE_TINY, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "gpu-graph captures CUDA graphs, which numba's CUDA simulator lacks" in err and "\n" not in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("model_name,sizes,sample", [
+    ("mlp", {"in_features": 13, "hidden": 7, "classes": 3}, (13,)),
+    ("cnn", {"in_channels": 2, "image_size": 9, "channels": (3, 5), "classes": 4}, (2, 9, 9)),
+    ("autoencoder", {}, (3, 32, 32)),  # the full-width network the benchmark times
+])
+def test_torch_trainer_takes_cpu_numpys_step(model_name, sizes, sample):
+    """The PyTorch reference starts from gpunn's weights and takes the same SGD step: same loss (the autoencoder's
+    MSE a mean over every element, cross-entropy a mean over the batch) and the same parameter update."""
+    torch = pytest.importorskip("torch")
+    from gpunn.backends.registry import make_backend
+    from gpunn.nn import build_model
+    from gpunn.timing import torch_flat_parameters, torch_trainer
+
+    lr = 0.01
+    model = build_model(model_name, **sizes, seed=3)
+    start = model.flat.copy()
+    net, step = torch_trainer(model, torch, lr)
+    assert np.array_equal(torch_flat_parameters(net, torch), start)
+    rng = np.random.default_rng(1)
+    x = rng.random((4, *sample), dtype=np.float32)
+    target = x if model_name == "autoencoder" else rng.integers(0, sizes["classes"], 4)
+    torch_target = torch.from_numpy(x) if model_name == "autoencoder" else torch.from_numpy(target.astype(np.int64))
+    torch_loss = float(step(torch.from_numpy(x), torch_target).detach())
+    backend = make_backend("cpu-numpy", model, model_name, lr)
+    ours = backend.train_step(x, target).loss
+    assert torch_loss == pytest.approx(ours, rel=1e-5)
+    ours_update = (start - backend.parameters()) / lr
+    torch_update = (start - torch_flat_parameters(net, torch)) / lr
+    assert np.abs(torch_update - ours_update).max() <= 1e-4 * np.abs(ours_update).max()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not ON_GPU, reason="needs a real GPU, not the CUDA simulator")
+def test_gpu_bench_autoencoder_rows_and_memory(tmp_path):
+    """On a GPU: every GPU variant (gpu-graph included) and, where torch has CUDA, both PyTorch rows at both batch
+    sizes of the full-width network, with a device-memory figure each (timings are not checked)."""
+    out = tmp_path / "autoencoder.csv"
+    done = subprocess.run([sys.executable, "-m", "gpunn.bench", "autoencoder", "--samples", "256", "--max-steps",
+                           "16", "--epochs", "2", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    frame = pd.read_csv(out)
+    gpu = frame[frame["variant"].str.startswith("gpu-")]
+    assert set(gpu["variant"]) == {"gpu-naive", "gpu-tiled", "gpu-im2col", "gpu-graph"}
+    assert set(frame["batch"]) == {64, 1} and list(frame["extrapolated"]) == list(frame["batch"] == 1)
+    assert (gpu["gpu_mem_measure"] == "device_in_use_delta").all() and (gpu["gpu_mem_mib"] > 0).all()
+    torch_rows = frame[frame["variant"].str.startswith("torch-")]
+    if len(torch_rows):
+        assert len(torch_rows) == 4 and (torch_rows["gpu_mem_mib"] > 0).all()
+        assert (frame.loc[frame["variant"] == "torch-eager", "ratio_to_torch_eager"] == 1).all()
+    # every GPU variant's loss after the same epochs from the same start agrees with the others'
+    for _, rows in gpu.groupby("batch"):
+        assert rows["epoch_loss"].max() == pytest.approx(rows["epoch_loss"].min(), rel=1e-3)

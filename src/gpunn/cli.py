@@ -76,7 +76,7 @@ def _gamma(text: str):
         raise argparse.ArgumentTypeError(f"expected 'scale', 'auto' or a positive number, got '{text}'") from None
 
 
-def _positive_int_list(text: str) -> list[int]:
+def positive_int_list(text: str) -> list[int]:
     try:
         values = [int(v) for v in text.replace(",", " ").split()]
     except ValueError:
@@ -236,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("time-batches", help="E3: MLP forward/backward/step time per batch size")
     p.add_argument("--variants", nargs="+", required=True)
-    p.add_argument("--batches", type=_positive_int_list, required=True, help="e.g. 1,8,32,128,512")
+    p.add_argument("--batches", type=positive_int_list, required=True, help="e.g. 1,8,32,128,512")
     p.add_argument("--hidden", type=int_at_least(1), default=256)
     p.add_argument("--features", type=int_at_least(1), default=784, help="inputs of the timed MLP (784: MNIST)")
     p.add_argument("--repeats", type=int_at_least(1), default=20)

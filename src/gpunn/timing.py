@@ -5,9 +5,16 @@ Random (not zero) inputs, a warm-up step first (numba compiles on first call), t
 inside their train_step and report the same StepTimes fields. Every row carries the provenance columns
 (gpunn.provenance.CSV_COLUMNS: device, thread counts, versions, commit) of the variant it times; callers run
 these functions under the machine-wide timing lock (gpunn.timing_lock).
+
+Below E3's batches: whole training epochs of a model per variant next to PyTorch (``time_epochs``, what
+``python -m gpunn.bench mlp|cnn|autoencoder`` runs) and each launch of one training step timed alone
+(``step_profile``, ``bench <model> --profile``).
 """
 
 from __future__ import annotations
+
+import math
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -51,41 +58,104 @@ def time_mlp_batches(variants, batch_sizes, hidden=256, in_features=784, classes
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Whole training epochs of a model (the E1/E4 target: 60 000 MNIST-shaped samples, batch 64), with PyTorch in
-# the same run, from the same initial weights, data and batch order.
+# Whole training epochs of a model (E1/E4: 60 000 MNIST-shaped samples at batch 64; E5: 50 000 CIFAR-shaped images
+# at batch 64 and 1), with PyTorch in the same run, from the same initial weights, data and batch order.
 
-EPOCH_COLUMNS = ["model", "variant", "sizes", "n", "batch", "epoch_s", "samples_per_s", "ratio_to_torch_eager",
-                 "epochs", *provenance.CSV_COLUMNS]
-# the models ``bench mlp`` / ``bench cnn`` time: their build_model sizes and one sample's shape (MNIST's)
+EPOCH_COLUMNS = ["model", "variant", "sizes", "n", "batch", "epoch_s", "extrapolated", "timed_samples",
+                 "samples_per_s", "ratio_to_torch_eager", "epochs", "epoch_loss", "gpu_mem_mib", "gpu_mem_measure",
+                 *provenance.CSV_COLUMNS]
+
+
+class EpochModel(NamedTuple):
+    """What ``bench <model>`` times by default."""
+
+    sizes: dict              # build_model sizes
+    samples: int             # samples per epoch: the real training set's size
+    batches: tuple           # batch sizes
+    cpu_variants: bool       # the default variant list includes the CPU ones (not where an epoch takes hours)
+    lr: float                # the experiment's learning rate (config/config.yaml): a diverged epoch is no timing
+
+
 EPOCH_MODELS = {
-    "mlp": ({"in_features": 784, "hidden": 256, "classes": 10}, (784,)),
-    "cnn": ({"in_channels": 1, "image_size": 28, "classes": 10}, (1, 28, 28)),
+    "mlp": EpochModel({"in_features": 784, "hidden": 256, "classes": 10}, 60000, (64,), True, 0.01),
+    "cnn": EpochModel({"in_channels": 1, "image_size": 28, "classes": 10}, 60000, (64,), True, 0.01),
+    # cpu-numpy runs a 50 000-image epoch in hours: only when asked for; E5's lr (0.01 diverges)
+    "autoencoder": EpochModel({"in_channels": 3, "image_size": 32, "channels": (256, 128)}, 50000, (64, 1), False,
+                              0.001),
+}
+
+# what gpu_mem_mib measures, per gpu_mem_measure
+MEMORY_MEASURES = {
+    "device_in_use_delta": "device memory in use after the variant's epochs minus before it was built (cuMemGetInfo "
+                           "free bytes; numba has no pool: the variant's buffers, resident data, graphs, and the "
+                           "kernel modules it loaded first: one shared with an earlier variant is not counted again)",
+    "torch_max_allocated": "torch.cuda.max_memory_allocated from before the data upload to after the epochs (tensors "
+                           "only: the caching allocator reserves more)",
 }
 
 
-def mnist_shaped_data(n: int, seed: int = 0, sample_shape=(784,), classes: int = 10):
-    """Random images in [0, 1) and labels of MNIST's shapes (never zeros: timing on zeros flatters kernels)."""
+class EpochTiming(NamedTuple):
+    seconds: list            # wall seconds of each epoch
+    loss: float              # mean loss of the last epoch (NaN: not read, PyTorch's rows)
+    memory_mib: float        # NaN where not measured (CPU variants, the simulator)
+    memory_measure: str      # a MEMORY_MEASURES key, "" where not measured
+
+
+def random_training_data(n: int, seed: int = 0, sample_shape=(784,), classes: int = 10):
+    """Random images in [0, 1) of one sample's shape (MNIST's, CIFAR's; not zeros: timing on zeros flatters
+    kernels) and labels in [0, classes). The images are drawn first, so `classes` does not change them."""
     rng = np.random.default_rng([seed, 7])
     return rng.random((n, *sample_shape), dtype=np.float32), rng.integers(0, classes, n)
 
 
-def gpunn_epoch_seconds(variant, model_name, sizes, x, y, batch, lr, epochs, seed=0) -> list[float]:
+def _free_device_bytes():
+    """Free device memory (cuMemGetInfo) once numba's pending frees are done; None under the simulator."""
+    import gc
+
+    from gpunn.device import simulator_enabled
+
+    if simulator_enabled():
+        return None
+    from numba import cuda
+
+    gc.collect()
+    context = cuda.current_context()
+    # numba frees device arrays lazily, in batches: flush the queue so that only live buffers count
+    pending = getattr(getattr(context, "memory_manager", None), "deallocations", None)
+    if pending is not None:
+        pending.clear()
+    return context.get_memory_info().free
+
+
+def gpunn_epoch_seconds(variant, model_name, sizes, x, y, batch, lr, epochs, seed=0) -> EpochTiming:
     """Wall seconds of each epoch of one variant, as gpunn.train runs it (the GPU work of the epoch is
-    finished when each figure is taken: every backend waits for its last loss)."""
+    finished when each figure is taken: every backend waits for its last loss), after a warm-up that compiles
+    every step shape. An epoch whose loss is not finite stops with a GpunnError: a host-loop variant stops such
+    an epoch early, so its time would not be an epoch's."""
     import time
 
     from gpunn.seeding import batch_order, batch_slices
 
+    gpu = VARIANTS[variant].gpu
+    free_before = _free_device_bytes() if gpu else None
     backend = make_backend(variant, build_model(model_name, **sizes, seed=seed), model_name, lr)
     backend.load_train_data(x, y)
     backend.warm_up({e - s for s, e in batch_slices(len(x), batch)})
     seconds = []
+    loss = float("nan")
     for epoch in range(epochs):
         order = batch_order(seed, epoch, len(x))
         start = time.perf_counter()
-        backend.train_epoch(order, batch)
+        result = backend.train_epoch(order, batch)
         seconds.append(time.perf_counter() - start)
-    return seconds
+        loss = result.loss
+        if not math.isfinite(loss):
+            raise GpunnError(f"{variant}: epoch {epoch + 1} at batch {batch} reached a non-finite loss ({loss}); "
+                             "the timing of a diverged epoch means nothing")
+    free_after = _free_device_bytes() if gpu else None
+    if free_before is None or free_after is None:
+        return EpochTiming(seconds, loss, float("nan"), "")
+    return EpochTiming(seconds, loss, (free_before - free_after) / 2**20, "device_in_use_delta")
 
 
 def torch_mirror(model, torch):
@@ -115,10 +185,40 @@ def torch_mirror(model, torch):
     return torch.nn.Sequential(*modules)
 
 
-def torch_epoch_seconds(model, x, y, batch, lr, epochs, seed=0, graph=False) -> list[float]:
-    """The same model (``torch_mirror``: same initial weights), data and batch order in PyTorch on the GPU
+def torch_flat_parameters(net, torch) -> np.ndarray:
+    """The parameters of a ``torch_mirror`` network as one float32 vector in gpunn's flat layout (layer order,
+    weight before bias, a Linear's weight transposed back to (in, out))."""
+    parts = []
+    for module in net:
+        if isinstance(module, (torch.nn.Linear, torch.nn.Conv2d)):
+            weight = module.weight.detach().cpu().numpy()
+            parts += [weight.T if isinstance(module, torch.nn.Linear) else weight, module.bias.detach().cpu().numpy()]
+    return np.concatenate([np.ascontiguousarray(p, dtype=np.float32).ravel() for p in parts])
+
+
+def torch_trainer(model, torch, lr, device="cpu"):
+    """(net, step): the ``torch_mirror`` of `model` on `device`, and step(xb, target), one plain-SGD step at `lr`
+    on a batch with gpunn's loss, so the update is cpu-numpy's: the autoencoder's MSE is the mean over every
+    element of the batch (torch.nn.MSELoss's default reduction; its target is its input), a classifier's
+    softmax cross-entropy the mean over the batch. step returns the loss tensor (no wait for the device)."""
+    net = torch_mirror(model, torch).to(device)
+    optimizer = torch.optim.SGD(net.parameters(), lr=lr)
+    loss_fn = torch.nn.MSELoss() if model.name == "autoencoder" else torch.nn.CrossEntropyLoss()
+
+    def step(xb, target):
+        optimizer.zero_grad(set_to_none=False)
+        loss = loss_fn(net(xb), target)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return net, step
+
+
+def torch_epoch_seconds(model, x, y, batch, lr, epochs, seed=0, graph=False) -> EpochTiming:
+    """The same model (``torch_trainer``: same initial weights and loss), data and batch order in PyTorch on the GPU
     (fp32: TF32 off for matmuls and cuDNN): eager, or with the training step captured once in a CUDA graph
-    and replayed (the partial last batch then runs eagerly)."""
+    and replayed (the partial last batch then runs eagerly). Peak tensor memory from before the data upload."""
     import time
 
     import torch
@@ -128,21 +228,19 @@ def torch_epoch_seconds(model, x, y, batch, lr, epochs, seed=0, graph=False) -> 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     dev = torch.device("cuda")
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
     data = torch.from_numpy(x).to(dev)
     labels = torch.from_numpy(np.asarray(y, dtype=np.int64)).to(dev)
-    net = torch_mirror(model, torch).to(dev)
-    optimizer = torch.optim.SGD(net.parameters(), lr=lr)
-    loss_fn = torch.nn.CrossEntropyLoss()
+    _, train_step = torch_trainer(model, torch, lr, dev)
+    autoencoder = model.name == "autoencoder"
 
     def step(index):
-        optimizer.zero_grad(set_to_none=False)
-        loss = loss_fn(net(data[index]), labels[index])
-        loss.backward()
-        optimizer.step()
-        return loss
+        xb = data[index]
+        return train_step(xb, xb if autoencoder else labels[index])
 
     replay = None
-    if graph:
+    if graph and len(x) >= batch:  # (no full batch: nothing to replay)
         index_static = torch.arange(batch, device=dev)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -157,6 +255,8 @@ def torch_epoch_seconds(model, x, y, batch, lr, epochs, seed=0, graph=False) -> 
         def replay(index):
             index_static.copy_(index)
             captured.replay()
+    else:
+        step(torch.arange(min(batch, len(x)), device=dev))  # warm-up: cuDNN's choices, first launches, not timed
 
     seconds = []
     n = len(x)
@@ -172,44 +272,98 @@ def torch_epoch_seconds(model, x, y, batch, lr, epochs, seed=0, graph=False) -> 
                 step(index)
         torch.cuda.synchronize()
         seconds.append(time.perf_counter() - start)
-    return seconds
+    return EpochTiming(seconds, float("nan"), torch.cuda.max_memory_allocated() / 2**20, "torch_max_allocated")
 
 
-def time_epochs(model_name, variants, n=60000, batch=64, lr=0.01, epochs=3, seed=0, torch_reference=True,
-                log=print, **sizes) -> pd.DataFrame:
+def _torch_on_gpu(wanted: bool, log):
+    """torch, when the PyTorch rows are wanted and torch with CUDA is importable; else None (and why, logged)."""
+    if not wanted:
+        return None
+    try:
+        import torch
+    except ImportError:
+        log("torch is not importable: no PyTorch reference rows")
+        return None
+    if not torch.cuda.is_available():
+        log("torch has no CUDA device: no PyTorch reference rows")
+        return None
+    return torch
+
+
+def time_epochs(model_name, variants, n=None, batch=64, lr=None, epochs=3, seed=0, torch_reference=True,
+                max_steps=None, log=print, **sizes) -> pd.DataFrame:
     """Median epoch time (epochs after the first) per variant of `model_name` (EPOCH_MODELS, `sizes` overriding
-    its sizes) on MNIST-shaped random data, plus PyTorch eager and CUDA-graph rows when torch and a GPU are
-    there; ratios to PyTorch eager from this same run."""
-    defaults, sample_shape = EPOCH_MODELS[model_name]
-    sizes = {**defaults, **sizes}
-    x, y = mnist_shaped_data(n, seed, sample_shape, sizes["classes"])
-    timed = {}
-    for variant in variants:
-        log(f"{model_name} {variant}: {epochs} epochs of {n} samples ...")
-        timed[variant] = gpunn_epoch_seconds(variant, model_name, sizes, x, y, batch, lr, epochs, seed)
-    if torch_reference:
-        try:
-            import torch
+    its sizes) and batch size (`batch`: one or a list) on random data of the model's input shape (n samples,
+    default the model's training-set size; lr default the model's), plus PyTorch eager and CUDA-graph rows when
+    torch and a GPU are there; ratios to PyTorch eager at the same batch size from this same run. Same data, init
+    and batch order for every variant.
 
-            if torch.cuda.is_available():
-                model = build_model(model_name, **sizes, seed=seed)
-                timed["torch-eager"] = torch_epoch_seconds(model, x, y, batch, lr, epochs, seed)
-                timed["torch-cuda-graph"] = torch_epoch_seconds(model, x, y, batch, lr, epochs, seed, graph=True)
-        except ImportError:
-            log("torch is not importable: no PyTorch reference rows")
+    `max_steps`: an epoch of more steps than that (batch 1: n steps) is timed over the first max_steps * batch
+    samples only (the same prefix and its own permutation for every variant) and its time scaled by
+    steps / max_steps; such rows have ``extrapolated`` true and ``timed_samples`` < n (their gpu_mem_mib is that
+    of the smaller loaded set). A printed table ends the run (``epoch_table``)."""
+    spec = EPOCH_MODELS[model_name]
+    sizes = {**spec.sizes, **sizes}
+    n = spec.samples if n is None else int(n)
+    lr = spec.lr if lr is None else float(lr)
+    batches = [int(b) for b in batch] if isinstance(batch, (list, tuple)) else [int(batch)]
+    sample_shape = build_model(model_name, **sizes).input_shape
+    x, y = random_training_data(n, seed, sample_shape, sizes.get("classes", 1))
+    torch = _torch_on_gpu(torch_reference, log)
     rows = []
-    for variant, seconds in timed.items():
-        epoch_s = float(np.median(seconds[1:] if len(seconds) > 1 else seconds))
-        rows.append({"model": model_name, "variant": variant, "sizes": _sizes_text(sizes), "n": n, "batch": batch,
-                     "epoch_s": epoch_s,
-                     "samples_per_s": n / epoch_s, "epochs": len(seconds), **provenance_columns(variant)})
+    for size in batches:
+        steps = -(-n // size)
+        timed_steps = min(steps, max_steps) if max_steps else steps
+        timed_n = n if timed_steps == steps else timed_steps * size
+        xs, ys = x[:timed_n], y[:timed_n]
+        timed = {}
+        for variant in variants:
+            log(f"{model_name} {variant}: {epochs} epochs of {timed_n} samples, batch {size} ...")
+            timed[variant] = gpunn_epoch_seconds(variant, model_name, sizes, xs, ys, size, lr, epochs, seed)
+        if torch is not None:
+            model = build_model(model_name, **sizes, seed=seed)
+            log(f"{model_name} PyTorch eager and CUDA graph: {epochs} epochs each of {timed_n} samples, "
+                f"batch {size} ...")
+            timed["torch-eager"] = torch_epoch_seconds(model, xs, ys, size, lr, epochs, seed)
+            timed["torch-cuda-graph"] = torch_epoch_seconds(model, xs, ys, size, lr, epochs, seed, graph=True)
+            torch.cuda.empty_cache()  # the next variants' memory figures start from an empty cache
+        for variant, timing in timed.items():
+            seconds = timing.seconds[1:] if len(timing.seconds) > 1 else timing.seconds
+            epoch_s = float(np.median(seconds)) * steps / timed_steps
+            rows.append({"model": model_name, "variant": variant, "sizes": _sizes_text(sizes), "n": n, "batch": size,
+                         "epoch_s": epoch_s, "extrapolated": timed_n < n, "timed_samples": timed_n,
+                         "samples_per_s": n / epoch_s, "epochs": len(timing.seconds), "epoch_loss": timing.loss,
+                         "gpu_mem_mib": timing.memory_mib, "gpu_mem_measure": timing.memory_measure,
+                         **provenance_columns(variant)})
     frame = pd.DataFrame(rows)
-    eager = frame.loc[frame["variant"] == "torch-eager", "epoch_s"]
-    frame["ratio_to_torch_eager"] = frame["epoch_s"] / float(eager.iloc[0]) if len(eager) else np.nan
+    frame["ratio_to_torch_eager"] = np.nan
+    for size in batches:
+        at = frame["batch"] == size
+        eager = frame.loc[at & (frame["variant"] == "torch-eager"), "epoch_s"]
+        if len(eager):
+            frame.loc[at, "ratio_to_torch_eager"] = frame.loc[at, "epoch_s"] / float(eager.iloc[0])
+    frame = frame[EPOCH_COLUMNS]
+    log(epoch_table(frame))
+    return frame
+
+
+def epoch_table(frame: pd.DataFrame) -> str:
+    """The printed summary of ``time_epochs``: variant, batch, s/epoch (marked when extrapolated), ratio to PyTorch
+    eager, images/s, GPU memory and what it measures, then the legend."""
+    lines = [f"{'variant':>16} {'batch':>5} {'s/epoch':>11} {'x eager':>8} {'images/s':>10} {'GPU MiB':>8}"
+             "  memory measure"]
     for row in frame.itertuples():
-        log(f"{row.variant:>16}: {row.epoch_s:8.4f} s/epoch  {row.samples_per_s:10.0f} samples/s"
-            f"  x{row.ratio_to_torch_eager:.3f} of torch eager")
-    return frame[EPOCH_COLUMNS]
+        mark = "*" if row.extrapolated else " "
+        ratio = "" if np.isnan(row.ratio_to_torch_eager) else f"{row.ratio_to_torch_eager:.3f}"
+        memory = "" if np.isnan(row.gpu_mem_mib) else f"{row.gpu_mem_mib:.0f}"
+        lines.append(f"{row.variant:>16} {row.batch:>5} {row.epoch_s:10.4f}{mark} {ratio:>8} {row.samples_per_s:10.0f}"
+                     f" {memory:>8}  {row.gpu_mem_measure}")
+    for row in frame[frame["extrapolated"]].drop_duplicates("batch").itertuples():
+        lines.append(f"* extrapolated: at batch {row.batch}, {row.timed_samples} of {row.n} samples timed per epoch, "
+                     f"the time scaled by the epoch's steps")
+    for measure in dict.fromkeys(m for m in frame["gpu_mem_measure"] if m):
+        lines.append(f"{measure}: {MEMORY_MEASURES[measure]}")
+    return "\n".join(lines)
 
 
 def _sizes_text(sizes: dict) -> str:
@@ -237,11 +391,9 @@ def step_profile(model_name, variants, batch=64, repeats=50, seed=0, log=print, 
     from gpunn.backends.gpu.policy import POLICIES
     from gpunn.bench.core import median_launch_ms, numba_clock
 
-    defaults, _ = EPOCH_MODELS[model_name]
-    sizes = {**defaults, **sizes}
-    sample_shape = ((sizes["in_features"],) if model_name == "mlp"
-                    else (sizes["in_channels"], sizes["image_size"], sizes["image_size"]))
-    x, y = mnist_shaped_data(batch, seed, sample_shape, sizes["classes"])
+    sizes = {**EPOCH_MODELS[model_name].sizes, **sizes}
+    sample_shape = build_model(model_name, **sizes).input_shape
+    x, y = random_training_data(batch, seed, sample_shape, sizes.get("classes", 1))
     rows = []
     for variant in variants:
         policy = dataclasses.replace(POLICIES[variant], graphs=False)

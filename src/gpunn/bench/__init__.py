@@ -3,7 +3,8 @@ first, then time every version x block size with CUDA events, one line each.
 
     python -m gpunn.bench {gemm,conv,pool,elementwise,softmax,reduce,sgd,all} [--out CSV] [--quick] [--repeats N]
                           [--blocks 32,64,...]
-    python -m gpunn.bench {mlp,cnn} [--variants gpu-fused,...] [--samples 60000] [--batch 64] [--epochs 3]
+    python -m gpunn.bench {mlp,cnn,autoencoder} [--variants gpu-fused,...] [--samples N] [--batch 64,1]
+                          [--epochs 3] [--max-steps N] [--hidden H | --channels C0,C1 --image-size S] [--profile]
 
 What is benchmarked
     gemm         every variant in ``gemm.VERSIONS`` (variants added there are picked up) on 4096^3, the
@@ -47,11 +48,17 @@ How
     and every CSV row ends with the provenance columns (gpunn.provenance.CSV_COLUMNS: device by name, thread
     counts, versions, commit).
 
-``mlp`` and ``cnn`` time whole training epochs of the model per variant (gpunn.timing.time_epochs: same random
-MNIST-shaped data, init and batch order for every variant; PyTorch eager and CUDA-graph epochs of the same
-network from the same initial weights (gpunn.timing.torch_mirror) in the same run when torch is importable,
-and each variant's ratio to PyTorch eager). Without --variants: every registered variant that trains the
-model, but the single-threaded serial baseline.
+``mlp``, ``cnn`` and ``autoencoder`` time whole training epochs of the model per variant and batch size
+(gpunn.timing.time_epochs: same random data of the real set's shapes, init and batch order for every variant:
+60 000 MNIST-shaped samples at batch 64; 50 000 CIFAR-shaped images at batches 64 and 1 for the autoencoder, whose
+MSE target is its input; PyTorch eager and CUDA-graph epochs of the same network, loss and initial weights
+(gpunn.timing.torch_trainer, fp32, TF32 off for matmuls and cuDNN) in the same run when torch has a GPU, and each
+variant's ratio to PyTorch eager at that batch size; GPU memory per variant, labelled with what it measures). A
+warm-up compiles first; the median epoch after the first is kept. Without --variants: every registered variant
+that trains the model, but the single-threaded serial baseline, and for the autoencoder only the GPU ones (cpu-numpy
+takes hours per 50 000-image epoch: ask for it with --variants and a small --samples). ``--max-steps N`` times
+at most N steps of an epoch (batch 1 of the autoencoder is 50 000 steps) and scales the time by the epoch's
+steps: those rows say ``extrapolated`` in the CSV and carry a ``*`` in the printed table.
 
 ``block_sweep`` is the E3 block-size sweep of the memory-bound kernels (``gpunn sweep-blocks``).
 

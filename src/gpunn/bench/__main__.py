@@ -20,10 +20,11 @@ from gpunn.bench import (
     op_problems,
     parse_blocks,
 )
-from gpunn.cli import OneLineErrorParser, int_at_least
+from gpunn.cli import OneLineErrorParser, int_at_least, positive_float, positive_int_list
 from gpunn.errors import GpunnError
 from gpunn.timing_lock import timing_lock
 from gpunn.backends.registry import VARIANTS, check_variant
+from gpunn.nn import build_model
 from gpunn.timing import EPOCH_MODELS
 
 
@@ -36,46 +37,91 @@ class BenchParser(OneLineErrorParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = BenchParser(prog="python -m gpunn.bench", description=bench.__doc__.split("\n\n")[0])
     parser.add_argument("op", choices=(*OPS, "all", *EPOCH_MODELS),
-                        help="an op family, all of them, or a model (mlp, cnn): whole training epochs per variant")
+                        help="an op family, all of them, or a model (mlp, cnn, autoencoder): whole training epochs "
+                             "per variant")
     parser.add_argument("--out", help="output CSV (default results/bench/<op>.csv, one per op with 'all')")
     parser.add_argument("--quick", action="store_true", help="tiny shapes, 2 repeats, blocks 32,64 (simulator tests)")
     parser.add_argument("--repeats", type=int_at_least(1),
                         help=f"timed launches per configuration (default {DEFAULT_REPEATS})")
     parser.add_argument("--blocks", help="block sizes, e.g. 32,64,128 (default 32,...,1024)")
     parser.add_argument("--seed", type=int_at_least(0), default=0)
-    mlp = parser.add_argument_group("mlp, cnn: training epochs of the model on MNIST-shaped random data (60 000 x "
-                                    "784 or 1x28x28), PyTorch eager and CUDA graph too, from the same weights")
-    mlp.add_argument("--variants", help="training variants (gpunn.backends.registry), comma-separated (default: "
-                                        "every variant that trains the model, but the single-threaded ones)")
-    mlp.add_argument("--samples", type=int_at_least(1), default=60000, help="training samples per epoch")
-    mlp.add_argument("--batch", type=int_at_least(1), default=64)
-    mlp.add_argument("--hidden", type=int_at_least(1), default=256, help="the MLP's hidden width")
-    mlp.add_argument("--epochs", type=int_at_least(1), default=3,
-                     help="epochs per variant; the median after the first is kept")
-    mlp.add_argument("--profile", action="store_true",
-                     help="instead of epochs: each launch of one training step of every GPU variant timed alone "
-                          "(GPU time, median of --repeats), written to results/bench/<model>_step.csv")
+    epochs = parser.add_argument_group(
+        "mlp, cnn, autoencoder: training epochs of the model on random data of its real shapes (MNIST's 60 000 x 784 "
+        "or 1x28x28; CIFAR-10's 50 000 x 3x32x32 for the autoencoder, whose target is its input), PyTorch eager and "
+        "CUDA graph too (fp32, TF32 off), from the same weights, data and batch order")
+    epochs.add_argument("--variants", help="training variants (gpunn.backends.registry), comma-separated (default: "
+                                           "every variant that trains the model, but the single-threaded ones; for "
+                                           "the autoencoder only the GPU ones: cpu-numpy takes hours per epoch)")
+    epochs.add_argument("--samples", type=int_at_least(1),
+                        help="training samples per epoch (default: the real set's, 60 000 or 50 000)")
+    epochs.add_argument("--batch", type=positive_int_list,
+                        help="batch sizes, comma-separated (default 64; autoencoder 64,1)")
+    epochs.add_argument("--max-steps", type=int_at_least(1),
+                        help="time at most this many steps per epoch: an epoch with more (batch 1: one step per "
+                             "sample) is timed over its first max-steps x batch samples and scaled by its steps; "
+                             "such rows are marked extrapolated (default: whole epochs)")
+    epochs.add_argument("--hidden", type=int_at_least(1), help="the MLP's hidden width (default 256)")
+    epochs.add_argument("--channels", type=positive_int_list,
+                        help="cnn, autoencoder: the convolutions' widths (default 16,32; 256,128)")
+    epochs.add_argument("--image-size", type=int_at_least(4),
+                        help="cnn, autoencoder: the images' side (default 28; 32)")
+    epochs.add_argument("--lr", type=positive_float,
+                        help="SGD learning rate (default the experiment's: 0.01; autoencoder 0.001, as E5's "
+                             "config: it diverges at 0.01, and a diverged epoch is an error, not a timing)")
+    epochs.add_argument("--epochs", type=int_at_least(1), default=3,
+                        help="epochs per variant and batch size; the median after the first is kept")
+    epochs.add_argument("--profile", action="store_true",
+                        help="instead of epochs: each launch of one training step of every GPU variant timed alone "
+                             "(GPU time, median of --repeats), written to results/bench/<model>_step.csv")
     return parser
 
 
 def epoch_variants(args) -> list[str]:
-    """--variants, each checked against the model; by default every registered variant that trains it,
-    but the single-threaded ones (the serial baseline takes minutes per epoch)."""
+    """--variants, each checked against the model; by default every registered variant that trains it, but the
+    single-threaded ones (the serial baseline takes minutes per epoch) and, for a model whose CPU epoch takes hours
+    (EpochModel.cpu_variants false: the autoencoder), the CPU ones. Under the simulator, without what it lacks."""
     if args.variants is None:
+        cpu = EPOCH_MODELS[args.op].cpu_variants
         return [name for name, entry in VARIANTS.items() if args.op in entry.models and not entry.single_thread
-                and (entry.simulator or not device.simulator_enabled())]
+                and (entry.gpu or cpu) and (entry.simulator or not device.simulator_enabled())]
     variants = [v for v in args.variants.split(",") if v] or [""]
     for variant in variants:
         check_variant(variant, args.op)
     return variants
 
 
+def model_sizes(args) -> dict:
+    """The build_model sizes the options override (--hidden for the MLP; --channels, --image-size for the
+    convolutional models), checked by building the model once: a bad size is one GpunnError line."""
+    sizes = {}
+    if args.hidden is not None:
+        if args.op != "mlp":
+            raise GpunnError(f"--hidden sets the MLP's width; {args.op} has --channels")
+        sizes["hidden"] = args.hidden
+    for key in ("channels", "image_size"):
+        value = getattr(args, key)
+        if value is None:
+            continue
+        if args.op == "mlp":
+            raise GpunnError(f"--{key.replace('_', '-')} is for cnn and autoencoder; the MLP has --hidden")
+        sizes[key] = tuple(value) if key == "channels" else value
+    try:
+        build_model(args.op, **{**EPOCH_MODELS[args.op].sizes, **sizes})
+    except ValueError as exc:
+        raise GpunnError(str(exc)) from None
+    return sizes
+
+
+def epoch_batches(args) -> list[int]:
+    return list(args.batch) if args.batch else list(EPOCH_MODELS[args.op].batches)
+
+
 def bench_epochs(args, variants) -> pd.DataFrame:
     from gpunn.timing import time_epochs
 
-    sizes = {"hidden": args.hidden} if args.op == "mlp" else {}
-    return time_epochs(args.op, variants, n=args.samples, batch=args.batch, epochs=args.epochs, seed=args.seed,
-                       torch_reference=not device.simulator_enabled(), **sizes)
+    return time_epochs(args.op, variants, n=args.samples, batch=epoch_batches(args), lr=args.lr, epochs=args.epochs,
+                       seed=args.seed, torch_reference=not device.simulator_enabled(), max_steps=args.max_steps,
+                       **model_sizes(args))
 
 
 def main(argv=None) -> int:
@@ -85,15 +131,17 @@ def main(argv=None) -> int:
         blocks = parse_blocks(args.blocks) if args.blocks else list(QUICK_BLOCKS if args.quick else DEFAULT_BLOCKS)
         repeats = args.repeats if args.repeats is not None else QUICK_REPEATS if args.quick else DEFAULT_REPEATS
         variants = epoch_variants(args) if args.op in EPOCH_MODELS else None
+        if variants is not None:
+            model_sizes(args)  # a bad size stops here, before the timing lock
         log_device_header()
         with timing_lock(f"python -m gpunn.bench {args.op}"):  # one timed job at a time on this machine
             if variants is not None and args.profile:
                 from gpunn.timing import step_profile
 
                 gpu = [v for v in variants if VARIANTS[v].gpu]
-                sizes = {"hidden": args.hidden} if args.op == "mlp" else {}
-                io.write_csv(args.out or f"results/bench/{args.op}_step.csv",
-                             step_profile(args.op, gpu, batch=args.batch, repeats=repeats, seed=args.seed, **sizes))
+                frames = [step_profile(args.op, gpu, batch=batch, repeats=repeats, seed=args.seed, **model_sizes(args))
+                          for batch in epoch_batches(args)]
+                io.write_csv(args.out or f"results/bench/{args.op}_step.csv", pd.concat(frames, ignore_index=True))
                 return 0
             if variants is not None:
                 io.write_csv(args.out or f"results/bench/{args.op}.csv", bench_epochs(args, variants))
