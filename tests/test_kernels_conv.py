@@ -298,6 +298,24 @@ def test_bias_grad_splits():
         assert C.bias_grad_splits(64, 16) == (C.SIMULATOR_BIAS_SPLITS, 32)
 
 
+# --------------------------------------------------------------------------------------------- v4 staged
+@pytest.mark.parametrize("cin, cout, h, w, padding", [(3, 5, 5, 6, 1), (5, 2, 7, 5, 0), (1, 3, 4, 7, 2)])
+@pytest.mark.parametrize("splits", [None, 1, 2])
+def test_staged_weight_gradient_narrow_input_or_output(cin, cout, h, w, padding, splits):
+    # a narrow input side (all planes staged, block per output channel), a narrow output side (one plane staged,
+    # block per input channel), padding wider than k - 1; 3 images in 1, 2 or (the simulator's default) 2 splits
+    assert run_backward_weight("staged", 3, cin, cout, h, w, 3, padding, block=32, splits=splits) < TOL
+
+
+def test_staged_weight_gradient_refuses_layers_without_a_narrow_side():
+    assert C.staged_fits(3, 256, 3, 1, 32, 32) and C.staged_fits(256, 3, 3, 1, 32, 32)
+    assert not C.staged_fits(16, 32, 3, 0, 26, 26) and not C.staged_fits(1, 16, 3, 0, 200, 200)
+    assert "staged" not in C.runnable_versions("backward_weight", (16, 32, 3, 0, 26, 26))
+    assert "staged" in C.runnable_versions("backward_weight", (3, 256, 3, 1, 32, 32))
+    with pytest.raises(ValueError, match="a 5 -> 6 layer on 4x4 inputs has no narrow side of at most 4 channels"):
+        run_backward_weight("staged", 1, 5, 6, 4, 4, 3, 1)
+
+
 # --------------------------------------------------------------------------------------------- layouts, replay
 def test_strided_weight_views_and_replay():
     """w and dw as non-contiguous views (columns of a wider parameter block); a bound launch replays on the
@@ -432,9 +450,13 @@ def test_every_version_gpu_sizes(padding):
     for variant in C.VERSIONS["backward_data"]:
         for block in _blocks(variant, (64, 256, 1024)):
             assert run_backward_data(variant, *GPU_SHAPE, 3, padding, mask=True, block=block, key=("gpu",)) < TOL
-    for variant in C.VERSIONS["backward_weight"]:
+    n, cin, cout, h, w = GPU_SHAPE
+    for variant in C.runnable_versions("backward_weight", (cin, cout, 3, padding, h, w)):
         for block in _blocks(variant, (64, 256, 1024)):
             assert run_backward_weight(variant, *GPU_SHAPE, 3, padding, block=block, key=("gpu",)) < 1e-4
+    for shape in ((8, 3, 37, 21, 19), (8, 37, 3, 21, 19)):  # the staged version's narrow input, narrow output
+        for block in (64, 256, 1024):
+            assert run_backward_weight("staged", *shape, 3, padding, block=block, key=("gpu",)) < 1e-4
     for variant in C.VERSIONS["bias_grad"]:
         rng = _rng("gpu bias", variant)
         dy = rand(rng, 64, 33, 26, 26)

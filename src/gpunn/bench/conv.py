@@ -97,7 +97,8 @@ def conv_case_problems(case: ConvCase, rng, passes=conv.PASSES) -> list[Problem]
     x_bytes, y_bytes, w_bytes = 4 * x.size, 4 * dy.size, 4 * weight.size
 
     def problem(pass_name, dims, output_names, expected, tolerance, bytes_moved, flops, bind, torch_ref):
-        return Problem(op=f"conv_{pass_name}", case=case.case, variants=conv.runnable_versions(pass_name),
+        layer = (cin, cout, k, p, h, w)
+        return Problem(op=f"conv_{pass_name}", case=case.case, variants=conv.runnable_versions(pass_name, layer),
                        dims=dims, shape_label=shape_label, n_elements=int(expected[0].size),
                        output_names=output_names, expected=tuple(expected), tolerance=tolerance,
                        bytes_moved=bytes_moved, flops=flops, bind=bind, torch_ref=torch_ref)

@@ -195,14 +195,15 @@ class Conv2dStage(Stage):
         start = self.offset + self.cout * self.cin * self.k * self.k
         return buf[start:start + self.cout]
 
-    def _version(self, binder, step: str):
-        """The pass's launcher under the policy (policy.conv_version: "auto" chooses by this layer's shape), given
-        the run's block size unless it runs a fixed block (the implicit-GEMM versions)."""
+    def _version(self, binder, step: str, x=None):
+        """The pass's launcher under the policy (policy.conv_version: "auto" chooses by this layer's shape and, given
+        its input x, size), given the run's block size unless it runs a fixed block (the implicit-GEMM versions)."""
         import functools
 
         from gpunn.kernels import conv
 
-        name = conv_version(binder.policy, step, self.cin, self.cout, self.k)
+        size = None if x is None else tuple(int(s) for s in x.shape[2:])
+        name = conv_version(binder.policy, step, self.cin, self.cout, self.k, self.padding, size)
         launcher = conv.VERSIONS[step][name]
         threads = {} if name == "implicit_gemm" else binder.threads
         return functools.partial(launcher, launch=False, **threads)
@@ -219,7 +220,7 @@ class Conv2dStage(Stage):
         if dx is not None:
             launches.append(self._version(binder, "backward_data")(dy, self.weight(p), dx, self.padding,
                                                                    relu_mask=mask))
-        launches.append(self._version(binder, "backward_weight")(x.view, dy, self.weight(g), self.padding))
+        launches.append(self._version(binder, "backward_weight", x.view)(x.view, dy, self.weight(g), self.padding))
         launches.append(self._version(binder, "bias_grad")(dy, self.bias(g)))
         return launches
 

@@ -116,6 +116,7 @@ AUTO_CONV = {"forward": "auto", "backward_data": "auto", "backward_weight": "aut
 AUTO_TILED_MAX_PRODUCT = 4096  # in x out channels up to which the shared-memory tiles beat the implicit GEMM
 AUTO_SKINNY_MAX = 4            # output channels up to which the implicit GEMM's skinny kernel wins
 AUTO_WGRAD_MIN = 1024          # weights below which the block-reduction weight gradient beats the GEMM
+AUTO_STAGED_MIN_WIDE = 64      # the wide side from which a narrow layer's staged weight gradient is chosen
 SGD_MODES = ("flat", "per_layer")
 COPY_MODES = ("sync", "pipelined")
 PIPELINE_DEPTH = 3  # host batch buffers of the pipelined copy: one being filled, one in flight, one in use
@@ -142,15 +143,18 @@ POLICY_MODELS = {
 }
 
 
-def conv_version(policy: Policy, step: str, in_channels: int, out_channels: int, k: int) -> str:
+def conv_version(policy: Policy, step: str, in_channels: int, out_channels: int, k: int, padding: int = 0,
+                 size: tuple[int, int] | None = None) -> str:
     """The conv version (gpunn.kernels.conv.VERSIONS[step]) of a layer in_channels -> out_channels, k x k, under
     `policy`: its named version, or for "auto" the fastest per shape in the H100 conv benchmark (issue-8 notes,
     batch 64, CNN and autoencoder shapes), all deterministic:
       forward / backward-data (a pass from ci to co channels: backward-data runs out -> in): shared-memory tiles
         while ci * co <= AUTO_TILED_MAX_PRODUCT and co > AUTO_SKINNY_MAX (cnn 1->16, 16->32, 32->16; ae 3->256),
         else the implicit GEMM (ae 256->128, and 256->3 on its skinny thread-per-row GEMM);
-      weight gradient: the deterministic block reduction where the GEMM is small (Cout*Cin*k*k < AUTO_WGRAD_MIN:
-        cnn conv1's 144 weights) or its M = Cout is skinny (ae 256->3), else the implicit GEMM;
+      weight gradient: for a layer with a narrow side (<= 4 channels) and a wide one (>= AUTO_STAGED_MIN_WIDE)
+        whose staged input planes fit in shared memory (`size`, the input's height and width, given), the staged
+        version (ae 3->256 and 256->3); else the deterministic block reduction where the GEMM is small
+        (Cout*Cin*k*k < AUTO_WGRAD_MIN: cnn conv1's 144 weights) or its M = Cout is skinny, else the implicit GEMM;
       bias gradient: the split reduction (v3)."""
     name = policy.conv[step]
     if name != "auto":
@@ -159,6 +163,11 @@ def conv_version(policy: Policy, step: str, in_channels: int, out_channels: int,
         ci, co = (in_channels, out_channels) if step == "forward" else (out_channels, in_channels)
         return "tiled" if ci * co <= AUTO_TILED_MAX_PRODUCT and co > AUTO_SKINNY_MAX else "implicit_gemm"
     if step == "backward_weight":
+        if size is not None and max(in_channels, out_channels) >= AUTO_STAGED_MIN_WIDE:
+            from gpunn.kernels.conv import staged_fits  # (numba: the policy module itself stays plain data)
+
+            if staged_fits(in_channels, out_channels, k, padding, *size):
+                return "staged"
         small = out_channels * in_channels * k * k < AUTO_WGRAD_MIN or out_channels <= AUTO_SKINNY_MAX
         return "deterministic" if small else "implicit_gemm"
     return "split"  # the bias gradient: split over images, partial sums added in a fixed order
