@@ -32,6 +32,8 @@ BAD_ARGUMENTS = [
     (["svm", "--features", "f", "--components", "0"], "svm", "--components"),
     (["svm", "--features", "f", "--train-subset", "-5"], "svm", "--train-subset"),
     (["svm", "--features", "f", "--test-subset", "-5"], "svm", "--test-subset"),
+    (["svm", "--features", "f", "--train-subset", "most"], "svm", "--train-subset"),
+    (["svm", "--features", "f", "--kernel-device", "tpu"], "svm", "--kernel-device"),
     (["features", "--run", "r", "--data", "d", "--train-limit", "-3"], "features", "--train-limit"),
     (["sweep-blocks", "--blocks", "32", "--shapes", "3x37", "--repeats", "0"], "sweep-blocks", "--repeats"),
     (["download", "mnist", "--timeout", "0"], "download", "--timeout"),

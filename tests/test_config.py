@@ -31,6 +31,7 @@ def load(raw, **kwargs):
 def test_defaults_fill_an_empty_config():
     config = load({})
     assert config["results_dir"] == "results" and config["machine"] == "cpu"
+    assert config["experiments"]["e6"]["train_subset"] == "auto" and config["experiments"]["e6"]["kernel_device"] == "auto"
     assert config["experiments"]["e1"]["batch"] == 64 and config["gpu"] == {"enabled": True, "simulator": False}
 
 
@@ -43,6 +44,8 @@ def test_defaults_fill_an_empty_config():
      ("gpu", "simulator"), True),
     ({"experiments": {"e6": {"gamma": "0.5"}}}, ("experiments", "e6", "gamma"), 0.5),
     ({"experiments": {"e6": {"gamma": "auto"}}}, ("experiments", "e6", "gamma"), "auto"),
+    ({"experiments": {"e6": {"train_subset": "5000"}}}, ("experiments", "e6", "train_subset"), 5000),
+    ({"experiments": {"e6": {"train_subset": "auto"}}}, ("experiments", "e6", "train_subset"), "auto"),
 ])
 def test_numbers_and_booleans_given_as_text_are_read(raw, key, value):
     config = load(raw)
@@ -76,6 +79,10 @@ def test_yaml_file_with_1e_minus_3(tmp_path):
     ({"experiments": {"e6": {"gamma": "banana"}}},
      "config key experiments.e6.gamma = 'banana'; choose one of scale, auto, a positive number"),
     ({"experiments": {"e6": {"method": "approx"}}}, "config key experiments.e6.method: 'approx' is not one of"),
+    ({"experiments": {"e6": {"train_subset": "most"}}},
+     "config key experiments.e6.train_subset = 'most'; choose one of auto, 0 (all rows), a row count"),
+    ({"experiments": {"e6": {"train_subset": -1}}}, "config key experiments.e6.train_subset: -1 is less than the minimum of 0"),
+    ({"experiments": {"e6": {"kernel_device": "tpu"}}}, "config key experiments.e6.kernel_device: 'tpu' is not one of"),
     ({"experiments": {"e6": {"variant": "gpu-fused"}}},
      "config key experiments.e6.variant = 'gpu-fused' is not one of experiments.e5.variants; choose one of cpu-numpy"),
     ({"experiments": {"e5": {"variant_epochs": {"gpu-fused": 2}}}},
@@ -118,7 +125,11 @@ def test_cpu_only_switch_drops_every_gpu_job():
     assert not any("block" in p for p in report_outputs(config, "e3"))
     assert config["experiments"]["e4"]["block_variants"] == []  # E4's block-size study: none, nor its report files
     assert not any("block" in p for p in report_outputs(config, "e4") + report_inputs(config, "e4")["runs"])
-    assert lines and "gpu-graph" in lines[0] and "block sweep" in lines[0]
+    assert lines and "gpu-graph" in lines[0] and "block sweep" in lines[0] and "E6" not in lines[0]
+    assert config["experiments"]["e6"]["kernel_device"] == "cpu"  # auto would find a GPU where there is one
+    lines = []
+    asked = load({"gpu": {"enabled": False}, "experiments": {"e6": {"kernel_device": "gpu"}}}, log=lines.append)
+    assert asked["experiments"]["e6"]["kernel_device"] == "cpu" and "E6's SVM kernel is computed on the CPU" in lines[0]
     assert load({"gpu": {"enabled": False}}, gpu_name=lambda: "NVIDIA H100")["machine"] == "cpu"
     shipped = yaml.safe_load((REPO / "config/cpu.yaml").read_text())
     assert load(shipped)["gpu"]["enabled"] is False

@@ -239,8 +239,10 @@ def test_rbf_kernel_blocks_and_symmetry():
         return np.exp(-g * ((p[:, None, :].astype(np.float64) - q[None, :, :]) ** 2).sum(-1))
 
     np.testing.assert_allclose(rbf_kernel_into(np.empty((23, 11)), a, b, g, block=5), direct(a, b), rtol=1e-12)
-    k = rbf_kernel_into(np.empty((23, 23)), a, None, g, block=4)  # blocks that do not divide n
+    lines = []
+    k = rbf_kernel_into(np.empty((23, 23)), a, None, g, block=4, log=lines.append, progress_every_s=0.0)  # 6 blocks
     np.testing.assert_allclose(k, direct(a, a), rtol=1e-12)
+    assert len(lines) == 5 and lines[0].startswith("svm: kernel on the cpu: row block 1/6 (4 of 23 rows)")
     np.testing.assert_array_equal(k, k.T)
     np.testing.assert_array_equal(np.diag(k), 1.0)
 
@@ -256,3 +258,213 @@ def test_class_absent_from_the_test_set(feature_files, tmp_path):
     per_class = pd.read_csv(tmp_path / "out" / "per_class.csv")
     assert per_class["n_test"].iloc[3] == 0 and np.isnan(per_class["accuracy"].iloc[3])
     assert pd.read_csv(tmp_path / "out" / "confusion.csv")[NAMES].to_numpy().sum() == keep.sum()
+
+
+# ------------------------------------------------------------------------------ the GPU kernel route (E6)
+def _tiny_problem(tmp_path, n_train=48, n_test=21, d=9, k=3, spread=2.5):
+    """Overlapping classes (many support vectors, a non-trivial decision), saved as the four .npy inputs."""
+    x, y = _blobs(n_train, d=d, k=k, seed=5, spread=spread)
+    xt, yt = _blobs(n_test, d=d, k=k, seed=6, spread=spread)
+    paths = {}
+    for key, arr in (("train_x", x), ("train_y", y), ("test_x", xt), ("test_y", yt)):
+        paths[key] = tmp_path / f"{key}.npy"
+        np.save(paths[key], arr)
+    return paths, (x, y, xt, yt)
+
+
+def _scaled(x, xt):
+    from sklearn.preprocessing import StandardScaler
+
+    scaler = StandardScaler().fit(x)
+    xs = scaler.transform(x)
+    return xs, scaler.transform(xt), 1.0 / (xs.shape[1] * xs.astype(np.float64).var())
+
+
+@pytest.mark.parametrize("symmetric", [True, False], ids=["train", "test_vs_train"])
+def test_gpu_kernel_equals_sklearn_in_row_blocks(symmetric):
+    """rbf_kernel_gpu_into: row blocks that do not divide the rows, only the blocks from the diagonal on when
+    symmetric, poisoned output, progress lines; equal to sklearn's float64 rbf_kernel."""
+    from sklearn.metrics.pairwise import rbf_kernel
+
+    from gpunn.svm import rbf_kernel_gpu_into
+
+    rng = np.random.default_rng(11 + symmetric)
+    a = rng.normal(size=(37, 19)).astype(np.float32)
+    b = None if symmetric else rng.normal(size=(23, 19)).astype(np.float32)
+    gamma = 1.0 / 19
+    out = np.full((37, 37 if symmetric else 23), np.nan)
+    lines = []
+    rbf_kernel_gpu_into(out, a, b, gamma, block_rows=16, log=lines.append, progress_every_s=0.0)
+    ref = rbf_kernel(a.astype(np.float64), None if symmetric else b.astype(np.float64), gamma=gamma)
+    assert np.isfinite(out).all()
+    assert np.abs(out - ref).max() / np.abs(ref).max() < 1e-6
+    np.testing.assert_allclose(out, ref, rtol=1e-6, atol=0)
+    assert [line.split(":")[2].split("(")[0].strip() for line in lines] == ["row block 1/3", "row block 2/3"]
+    if symmetric:
+        np.testing.assert_array_equal(out, out.T)
+        np.testing.assert_array_equal(np.diag(out), 1.0)
+
+
+def test_gpu_block_rows_follow_free_memory():
+    from gpunn.svm import gpu_block_rows
+
+    assert gpu_block_rows(50_000, float("inf")) == 5312  # 2 GiB of float64 rows, a multiple of the 64-row tile
+    assert gpu_block_rows(50_000, 1e9) == 1984  # 80 % of 1 GB
+    assert gpu_block_rows(100, 8 * 100 * 10 / 0.8) == 10  # below one tile: as many rows as fit
+    with pytest.raises(GpunnError, match="not enough"):
+        gpu_block_rows(50_000, 1e5)
+
+
+def test_gpu_route_trains_the_cpu_routes_model(tmp_path):
+    """kernel_device gpu (simulator here) and cpu: the same support vectors, predictions, accuracies, outputs."""
+    from gpunn.svm import _PrecomputedRbfSVC
+
+    paths, (x, y, xt, yt) = _tiny_problem(tmp_path)
+    xs, xts, gamma = _scaled(x, xt)
+    models = {dev: _PrecomputedRbfSVC(10.0, gamma, dev, lambda msg: None) for dev in ("cpu", "gpu")}
+    preds = {dev: (m.fit(xs, y), m.predict(xts)) for dev, m in models.items()}
+    np.testing.assert_array_equal(models["gpu"].support_, models["cpu"].support_)
+    np.testing.assert_allclose(models["gpu"].svc.dual_coef_, models["cpu"].svc.dual_coef_, rtol=1e-9, atol=1e-12)
+    for got, ref in zip(preds["gpu"], preds["cpu"]):
+        np.testing.assert_array_equal(got, ref)
+
+    results = {}
+    for dev in ("cpu", "gpu"):
+        lines = []
+        metrics = _run(paths, tmp_path / dev, kernel_device=dev, log=lines.append)
+        assert metrics["kernel_device"] == dev and metrics["kernel_precomputed"] is True
+        assert metrics["provenance"]["device"] == ("cuda-simulator" if dev == "gpu" else "cpu")
+        assert any(f"kernel matrix computed on the {dev}" in line for line in lines)
+        assert metrics["kernel_time_s"] >= 0 and metrics["predict_kernel_time_s"] >= 0
+        assert metrics["fit_time_s"] >= metrics["kernel_time_s"]
+        results[dev] = metrics
+    for key in ("train_accuracy", "test_accuracy", "n_support_vectors", "per_class_accuracy", "gamma_value"):
+        assert results["gpu"][key] == results["cpu"][key], key
+    assert results["cpu"]["n_support_vectors"] == models["cpu"].support_.size
+    assert (tmp_path / "gpu" / "confusion.csv").read_text() == (tmp_path / "cpu" / "confusion.csv").read_text()
+    assert 0.5 < results["gpu"]["test_accuracy"] < 1.0  # a non-trivial problem
+
+
+@pytest.mark.parametrize("dev", ["cpu", "gpu"])
+def test_support_columns_predict_as_the_full_test_kernel(tmp_path, dev):
+    """Only the support vectors' columns of the test kernel are computed (the rest left at zero): the same
+    predictions as SVC.predict on the full (n_test, n_train) kernel."""
+    from sklearn.metrics.pairwise import rbf_kernel
+
+    from gpunn.svm import _PrecomputedRbfSVC
+
+    x, y = _blobs(40, d=7, k=3, seed=3, spread=1.2)
+    xt, _ = _blobs(19, d=7, k=3, seed=4, spread=1.2)
+    xs, xts, gamma = _scaled(x, xt)
+    model = _PrecomputedRbfSVC(10.0, gamma, dev, lambda msg: None)
+    model.fit(xs, y)
+    assert 0 < model.support_.size < len(x)  # some columns really are left out
+    full = rbf_kernel(xts.astype(np.float64), xs.astype(np.float64), gamma=gamma)
+    np.testing.assert_array_equal(model.predict(xts, block=8), model.svc.predict(full))  # 3 blocks of rows
+
+
+def test_kernel_device_choices(feature_files, tmp_path):
+    from gpunn.device import simulator_enabled
+    from gpunn.svm import resolve_kernel_device
+
+    msg = _assert_fails(feature_files, tmp_path, "kernel_device", kernel_device="tpu")
+    assert "auto, cpu, gpu" in msg and "'tpu'" in msg
+    _assert_fails(feature_files, tmp_path, "kernel_device 'gpu'", kernel_device="gpu", method="nystroem")
+    _assert_fails(feature_files, tmp_path, "kernel_device 'gpu'", kernel_device="gpu", precompute_kernel=False)
+    assert resolve_kernel_device("cpu") == "cpu"
+    assert resolve_kernel_device("auto") == ("cpu" if simulator_enabled() else "gpu")  # never the simulator
+    metrics = _run(feature_files, tmp_path / "nys", method="nystroem", nystroem_components=50)
+    assert metrics["kernel_device"] == "cpu" and metrics["kernel_time_s"] is None
+
+
+def test_subset_runs_say_so(feature_files, tmp_path, monkeypatch):
+    from gpunn.report.experiments import make_report
+
+    lines = []
+    metrics = _run(feature_files, tmp_path / "sub", train_subset=80, class_names=NAMES, log=lines.append)
+    on_disk = json.loads((tmp_path / "sub" / "metrics.json").read_text())
+    for m in (metrics, on_disk):
+        assert m["subset"] is True and m["train_subset"] == 80 and m["n_train"] == 80 and m["n_train_total"] == 300
+        assert m["test_subset"] is None and m["n_test_total"] == 120
+    assert "svm[exact]: training on a stratified subset of 80 of 300 rows" in lines
+    assert "trained on a stratified subset of 80 of 300 rows" in lines[-1]
+    make_report("e6", tmp_path / "report", svm=[tmp_path / "sub"])
+    title = (tmp_path / "report" / "summary.md").read_text().splitlines()[0]
+    assert "80 train (a stratified subset of 300)" in title
+
+    full = _run(feature_files, tmp_path / "all", train_subset=0)
+    assert full["subset"] is False and full["train_subset"] is None and full["n_train"] == 300
+
+    # auto: all rows at most AUTO_TRAIN_SUBSET; above it, without a GPU kernel, that many, with the reason
+    lines = []
+    auto = _run(feature_files, tmp_path / "auto", train_subset="auto", kernel_device="cpu", log=lines.append)
+    assert auto["subset"] is False and any("train_subset auto: all 300 rows" in line for line in lines)
+    monkeypatch.setattr("gpunn.svm.AUTO_TRAIN_SUBSET", 100)
+    lines = []
+    auto = _run(feature_files, tmp_path / "auto100", train_subset="auto", kernel_device="cpu", log=lines.append)
+    assert auto["subset"] is True and auto["n_train"] == 100
+    assert any("train_subset auto: 100 of 300 rows: no GPU computes the kernel here" in line for line in lines)
+    _assert_fails(feature_files, tmp_path, "train_subset", train_subset="most")
+
+
+def test_train_subset_auto_rule(monkeypatch):
+    from gpunn import svm
+
+    monkeypatch.setattr(svm, "_physical_memory_bytes", lambda: 128 << 30)
+    assert svm.resolve_train_subset("auto", 50_000, "exact", "gpu", "auto")[0] is None  # 20 GB of 128 GB
+    n, why = svm.resolve_train_subset("auto", 50_000, "exact", "cpu", "auto")
+    assert n == 5000 and "kernel_device cpu" in why
+    assert svm.resolve_train_subset("auto", 50_000, "nystroem", "cpu", "auto")[0] is None
+    monkeypatch.setattr(svm, "_physical_memory_bytes", lambda: 24 << 30)
+    n, why = svm.resolve_train_subset("auto", 50_000, "exact", "gpu", "auto")
+    assert n == 5000 and "exceeds 40%" in why and "20.0 GB" in why
+    assert svm.resolve_train_subset(1234, 50_000, "exact", "gpu", "auto") == (1234, None)
+    assert svm.resolve_train_subset(0, 50_000, "exact", "cpu", "auto") == (None, None)
+
+
+def test_cli_passes_the_kernel_device_and_auto_subset(feature_files, tmp_path, capsys):
+    from gpunn import cli
+
+    features = tmp_path / "features"
+    features.mkdir()
+    for key, name in (("train_x", "train_features"), ("train_y", "train_labels"), ("test_x", "test_features"),
+                      ("test_y", "test_labels")):
+        (features / f"{name}.npy").write_bytes(feature_files[key].read_bytes())
+    assert cli.main(["svm", "--features", str(features), "--out", str(tmp_path / "out"), "--kernel-device", "cpu",
+                     "--train-subset", "auto"]) in (None, 0)
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["kernel_device"] == "cpu" and metrics["n_train"] == 300 and metrics["subset"] is False
+    assert "train_subset auto: all 300 rows" in capsys.readouterr().out
+
+
+@pytest.mark.gpu
+def test_gpu_route_at_e6_width(tmp_path):
+    """4 000 x 8 192 standardised float32 features: the GPU kernel equals sklearn's to 1e-6, and the GPU route's
+    SVM predicts exactly as the CPU BLAS route's."""
+    from sklearn.metrics.pairwise import rbf_kernel
+
+    from gpunn.svm import rbf_kernel_gpu_into
+
+    d, k = 8192, 10
+    means = np.random.default_rng(7).normal(size=(k, d)).astype(np.float32) * 0.05
+    rng = np.random.default_rng(8)
+    y, yt = rng.integers(0, k, 4000), rng.integers(0, k, 1000)
+    x = (means[y] + rng.normal(size=(4000, d)).astype(np.float32))
+    xt = (means[yt] + rng.normal(size=(1000, d)).astype(np.float32))
+    xs, xts, gamma = _scaled(x, xt)
+    out = np.full((4000, 4000), np.nan)
+    rbf_kernel_gpu_into(out, xs, None, gamma, block_rows=1024)
+    ref = rbf_kernel(xs.astype(np.float64), gamma=gamma)
+    assert np.abs(out - ref).max() / np.abs(ref).max() < 1e-6
+    np.testing.assert_allclose(out, ref, rtol=1e-6, atol=0)
+
+    paths = {}
+    for key, arr in (("train_x", x), ("train_y", y), ("test_x", xt), ("test_y", yt)):
+        paths[key] = tmp_path / f"{key}.npy"
+        np.save(paths[key], arr)
+    gpu = _run(paths, tmp_path / "gpu", kernel_device="gpu", train_subset=0)
+    cpu = _run(paths, tmp_path / "cpu", kernel_device="cpu", train_subset=0)
+    assert gpu["kernel_device"] == "gpu" and gpu["provenance"]["simulator"] is False
+    for key in ("train_accuracy", "test_accuracy", "n_support_vectors", "per_class_accuracy"):
+        assert gpu[key] == cpu[key], key
+    assert (tmp_path / "gpu" / "confusion.csv").read_text() == (tmp_path / "cpu" / "confusion.csv").read_text()

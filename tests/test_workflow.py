@@ -36,6 +36,8 @@ def test_default_dry_run_lists_every_stage(workflow_copy):
     assert "python -m gpunn time-batches --variants cpu-serial" in text  # E3
     assert "python -m gpunn features --run results/runs/gpu-box/cifar10/" in text  # E6, under the machine's name
     assert "python -m gpunn svm --features results/features/gpu-box/cifar10/" in text
+    svm_job = _job(text, "svm")  # E6 on a GPU machine: all rows, the kernel on the GPU, which the job reserves
+    assert "--train-subset auto" in svm_job and "--kernel-device auto" in svm_job and "gpu=1" in svm_job
     for experiment in ("e1", "e2", "e3", "e4", "e5", "e6"):
         assert f"python -m gpunn report {experiment} " in text
     assert "NUMBA_ENABLE_CUDASIM" not in text  # the full config runs GPU variants on a GPU
@@ -48,6 +50,26 @@ def test_default_dry_run_lists_every_stage(workflow_copy):
     assert "python -m gpunn features --run results/runs/gpu-box/cifar10/standard/autoencoder/gpu-graph/" in text
     # 6 E1 + 48 E2 + (10 + 8) E4 + 5 E5 training runs
     assert text.count("python -m gpunn train ") == 77
+
+
+def _job(text: str, rule: str) -> str:
+    """The dry-run block of the first job of `rule` (from its `rule NAME:` line to its shell command)."""
+    start = text.index(f"rule {rule}:")
+    return text[start:text.index("\n", text.index("Shell command:", start))]
+
+
+def test_svm_kernel_device_in_the_job(workflow_copy):
+    """The smoke config (simulator): auto is the CPU, no GPU reserved; kernel_device gpu runs the svm job under
+    the simulator with resource gpu=1."""
+    out = run_snakemake(workflow_copy, "-n", "-p", "--cores", "2", "--configfile", "config/smoke.yaml")
+    assert out.returncode == 0, out.stderr[-2000:]
+    job = _job(out.stdout + out.stderr, "svm")
+    assert "--kernel-device cpu" in job and "gpu=0" in job and "NUMBA_ENABLE_CUDASIM" not in job
+    out = run_snakemake(workflow_copy, "-n", "-p", "--cores", "2", "--configfile", "config/smoke.yaml",
+                        "--config", "experiments={e6: {kernel_device: gpu}}")
+    assert out.returncode == 0, out.stderr[-2000:]
+    job = _job(out.stdout + out.stderr, "svm")
+    assert "--kernel-device gpu" in job and "gpu=1" in job and "NUMBA_ENABLE_CUDASIM=1 python -m gpunn svm" in job
 
 
 def test_target_rules_list_the_experiments(workflow_copy):

@@ -76,6 +76,16 @@ def _gamma(text: str):
         raise argparse.ArgumentTypeError(f"expected 'scale', 'auto' or a positive number, got '{text}'") from None
 
 
+def _train_subset(text: str):
+    """'auto' or an integer >= 0 (0: all rows)."""
+    if text == "auto":
+        return text
+    try:
+        return int_at_least(0)(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or an integer >= 0 (0: all rows), got '{text}'") from None
+
+
 def positive_int_list(text: str) -> list[int]:
     try:
         values = [int(v) for v in text.replace(",", " ").split()]
@@ -133,7 +143,7 @@ def _cmd_svm(args):
     run_svm(features / "train_features.npy", features / "train_labels.npy", features / "test_features.npy",
             features / "test_labels.npy", args.out, train_subset=args.train_subset or None,
             test_subset=args.test_subset or None, method=args.method, C=args.C, gamma=args.gamma,
-            nystroem_components=args.components, seed=args.seed,
+            nystroem_components=args.components, seed=args.seed, kernel_device=args.kernel_device,
             class_names=args.class_names.split(",") if args.class_names else None, log=_log)
 
 
@@ -221,8 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("svm", help="StandardScaler + RBF SVM on encoder features")
     p.add_argument("--features", required=True, help="directory with {train,test}_{features,labels}.npy")
     p.add_argument("--out", required=True)
-    p.add_argument("--train-subset", type=int_at_least(0, " (0: all)"), default=0,
-                   help="stratified training subset size (0: all)")
+    p.add_argument("--train-subset", type=_train_subset, default="auto",
+                   help="stratified training subset size (0: all; auto, the default: all rows when the GPU "
+                        "computes the kernel and its float64 matrix fits in memory, else 5000)")
     p.add_argument("--test-subset", type=int_at_least(0, " (0: all)"), default=0,
                    help="stratified test subset size (0: all)")
     p.add_argument("--method", choices=("exact", "nystroem"), default="exact",
@@ -230,6 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--C", type=positive_float, default=10.0)
     p.add_argument("--gamma", type=_gamma, default="scale", help="'scale', 'auto' or a positive number")
     p.add_argument("--components", type=int_at_least(1), default=2000, help="Nystroem components")
+    p.add_argument("--kernel-device", choices=("auto", "cpu", "gpu"), default="auto",
+                   help="where the exact route's precomputed RBF kernel is computed (auto: the GPU when a real "
+                        "one is present, else CPU BLAS; gpu under NUMBA_ENABLE_CUDASIM=1 for tiny sizes only)")
     p.add_argument("--seed", type=int_at_least(0), default=0)
     p.add_argument("--class-names", default="", help="comma-separated class names")
     p.set_defaults(func=_cmd_svm)

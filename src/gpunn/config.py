@@ -189,6 +189,9 @@ def _check_registries(config: dict) -> None:
     if exps["e6"]["variant"] not in exps["e5"]["variants"]:
         raise _choice_error("experiments.e6.variant", exps["e6"]["variant"], exps["e5"]["variants"],
                             " is not one of experiments.e5.variants")
+    subset = exps["e6"]["train_subset"]
+    if isinstance(subset, str) and subset != "auto":
+        raise _choice_error("experiments.e6.train_subset", subset, ["auto", "0 (all rows)", "a row count"])
     gamma = exps["e6"]["gamma"]
     if isinstance(gamma, str) and gamma not in ("scale", "auto"):
         raise _choice_error("experiments.e6.gamma", gamma, ["scale", "auto", "a positive number"])
@@ -210,7 +213,11 @@ def e6_auto_variant(e5_variants) -> str | None:
 
 
 def _drop_gpu_jobs(config: dict, log: Callable[[str], None]) -> None:
-    """gpu.enabled false: every GPU variant leaves every experiment, and E3's kernel block sweep is not run."""
+    """gpu.enabled false: every GPU variant leaves every experiment, E3's kernel block sweep is not run, and
+    E6 computes its SVM kernel on the CPU (kernel_device auto or gpu becomes cpu)."""
+    e6 = config["experiments"]["e6"]
+    gpu_kernel = e6["kernel_device"] == "gpu"
+    e6["kernel_device"] = "cpu"
     dropped = set()
     for exp in EXPERIMENT_MODELS:
         kept = [v for v in config["experiments"][exp]["variants"] if not variants.uses_gpu(v)]
@@ -221,9 +228,11 @@ def _drop_gpu_jobs(config: dict, log: Callable[[str], None]) -> None:
     study = config["experiments"]["e4"]
     dropped.update(study["block_variants"])
     study["block_variants"] = []
-    if dropped:
-        log(f"gpunn: gpu.enabled is false: not running {', '.join(sorted(dropped))} nor E3's block sweep "
-            "nor E4's block-size study")
+    if dropped or gpu_kernel:
+        log(f"gpunn: gpu.enabled is false: not running {', '.join(sorted(dropped)) or 'any GPU variant'} nor "
+            "E3's block sweep nor E4's block-size study" + (", and E6's SVM kernel is computed on the CPU "
+                                                           "(experiments.e6.kernel_device: gpu ignored)"
+                                                           if gpu_kernel else ""))
 
 
 def detect_gpu_name(timeout_s: float = 10.0) -> str | None:

@@ -4,11 +4,17 @@ Two routes:
 
 * ``method="exact"``: ``StandardScaler -> SVC(kernel="rbf", C, gamma)``, the setting of the paper (which
   ran it with cuML on a GPU). libsvm evaluates each kernel value as a D-long dot product, one at a time, so
-  its cost grows like n_train^2 * n_features and, on a CPU, only a subset of the 50 000 training rows is
-  practical (``train_subset``). When the float64 n_train x n_train kernel matrix fits in memory
-  (``precompute_kernel``), it is computed once with BLAS and SVC is trained on it with
-  ``kernel="precomputed"``: the same model (same dual problem, solver and one-vs-one voting, kernel values
-  equal up to float rounding), many times faster.
+  its cost grows like n_train^2 * n_features. When the float64 n_train x n_train kernel matrix fits in memory
+  (``precompute_kernel``), it is computed once and SVC is trained on it with ``kernel="precomputed"``: the
+  same model (same dual problem, solver and one-vs-one voting, kernel values equal up to float rounding),
+  many times faster. Where that kernel is computed is ``kernel_device``: ``"gpu"`` by our float64 RBF GEMM
+  (gpunn.kernels.gemm_rbf, ``rbf_kernel_gpu_into``: row blocks sized to the GPU's free memory, streamed
+  into the host matrix), ``"cpu"`` by NumPy's BLAS (``rbf_kernel_into``), ``"auto"`` the GPU when a real one
+  is present (never the simulator), else the CPU. Predictions need only the support vectors' columns of the
+  test kernel (libsvm reads nothing else, see ``_PrecomputedRbfSVC.predict``). Without a GPU, only a subset
+  of the 50 000 training rows is practical (``train_subset``; ``"auto"``: all rows when the GPU computes the
+  kernel and its matrix fits in memory, else a stratified 5 000, with the reason logged); a subset run says
+  so in its log, its metrics.json (``subset``, ``train_subset``, ``n_train_total``) and its figure title.
 * ``method="nystroem"``: an APPROXIMATION for the full set on a CPU: ``StandardScaler -> Nystroem(rbf,
   gamma, n_components) -> LinearSVC(C)``. The gamma is the numeric value ``gamma="scale"`` would give on
   the scaled training features, ``1 / (n_features * X_scaled.var())``, so both routes use the same kernel.
@@ -37,6 +43,7 @@ import pandas as pd
 from gpunn import provenance
 from gpunn.errors import GpunnError
 from gpunn.io import write_csv, write_json
+from gpunn.report.titles import count
 from gpunn.timing_lock import timing_lock
 
 METHODS = ("exact", "nystroem")
@@ -49,6 +56,13 @@ _TEST_STREAM = 1
 _SVC_CACHE_MB = 1024
 # "auto" precomputes the exact kernel matrix when its float64 copy takes at most this share of the memory.
 _KERNEL_MEMORY_FRACTION = 0.4
+# Where the precomputed kernel is computed (resolve_kernel_device), and train_subset "auto"'s subset size.
+KERNEL_DEVICES = ("auto", "cpu", "gpu")
+AUTO_TRAIN_SUBSET = 5000
+# GPU row blocks: at most this much float64 output per block (device buffer and host staging copy alike;
+# 2 GiB is 5 300 rows of a 50 000-wide kernel) and this share of the free device memory.
+_GPU_BLOCK_BYTES = 2 << 30
+_GPU_MEMORY_FRACTION = 0.8
 
 
 # --------------------------------------------------------------------------------------------- inputs
@@ -175,20 +189,115 @@ def _physical_memory_bytes() -> int:
         return 8 << 30
 
 
+def kernel_bytes(n_train: int) -> int:
+    """Bytes of the float64 n_train x n_train kernel matrix."""
+    return 8 * int(n_train) * int(n_train)
+
+
 def kernel_fits_in_memory(n_train: int, fraction: float = _KERNEL_MEMORY_FRACTION) -> bool:
     """Whether the float64 n_train x n_train kernel matrix takes at most `fraction` of the physical memory."""
-    return 8.0 * n_train * n_train <= fraction * _physical_memory_bytes()
+    return kernel_bytes(n_train) <= fraction * _physical_memory_bytes()
+
+
+def _gb(nbytes: float) -> str:
+    return f"{nbytes / 1e9:.1f} GB"
+
+
+def _gpu_present() -> bool:
+    """A real CUDA GPU is usable here (the simulator does not count: "auto" never picks it)."""
+    from gpunn import device
+
+    if device.simulator_enabled():
+        return False
+    from numba import cuda
+
+    return bool(cuda.is_available())
+
+
+def resolve_kernel_device(kernel_device: str) -> str:
+    """'gpu' or 'cpu': where the precomputed RBF kernel is computed. 'auto' is the GPU when a real one is
+    present (not numba's simulator), else the CPU; 'gpu' needs a GPU or the simulator (tiny sizes only)."""
+    if kernel_device not in KERNEL_DEVICES:
+        raise GpunnError(f"svm kernel_device must be one of {', '.join(KERNEL_DEVICES)}, got {kernel_device!r}")
+    if kernel_device == "auto":
+        return "gpu" if _gpu_present() else "cpu"
+    if kernel_device == "gpu":
+        from gpunn import device
+
+        device.require_gpu("svm kernel_device 'gpu'")
+    return kernel_device
+
+
+def resolve_train_subset(train_subset, n_total: int, method: str, kernel_device: str,
+                         precompute_kernel) -> tuple[int | None, str | None]:
+    """The training subset size (None: all rows) and, for ``"auto"``, why. ``kernel_device`` is resolved.
+
+    "auto" takes all rows for the Nystroem route (made for the full set) and for the exact route when the GPU
+    computes the kernel and its float64 matrix fits in memory (``kernel_fits_in_memory``); otherwise a
+    stratified ``AUTO_TRAIN_SUBSET`` rows (libsvm or a CPU BLAS kernel on 50 000 x 8 192 takes hours on a
+    small machine; set 0 for all rows where the CPU and memory allow)."""
+    if train_subset is None or train_subset == 0:
+        return None, None
+    if train_subset != "auto":
+        if isinstance(train_subset, bool) or not isinstance(train_subset, (int, np.integer)) or train_subset < 0:
+            raise GpunnError(f"svm train_subset must be 'auto', 0 (all rows) or a positive row count, "
+                             f"got {train_subset!r}")
+        return int(train_subset), None
+    if method == "nystroem":
+        return None, "the Nystroem route is made for the full set"
+    matrix = f"its float64 {n_total} x {n_total} matrix ({_gb(kernel_bytes(n_total))})"
+    if kernel_device == "gpu" and precompute_kernel is not False and kernel_fits_in_memory(n_total):
+        return None, f"the GPU computes the kernel and {matrix} fits in memory"
+    if n_total <= AUTO_TRAIN_SUBSET:
+        return None, f"all {n_total} rows are at most {AUTO_TRAIN_SUBSET}"
+    if kernel_device != "gpu":
+        why = "no GPU computes the kernel here (kernel_device cpu)"
+    elif precompute_kernel is False:
+        why = "the kernel is not precomputed (precompute_kernel false)"
+    else:
+        why = (f"{matrix} exceeds {_KERNEL_MEMORY_FRACTION:.0%} of this machine's memory "
+               f"({_gb(_physical_memory_bytes())})")
+    return AUTO_TRAIN_SUBSET, why
+
+
+def _mirror_diagonal_block(out: np.ndarray, start: int, stop: int) -> None:
+    """Symmetric kernel: rows [start, stop) hold columns [start, n); fill the columns' mirror below them
+    (rows [stop, n) of columns [start, stop)) and make the diagonal block exactly symmetric, with 1 on the
+    diagonal (the distance of a row to itself is 0; the expanded formula leaves rounding there)."""
+    out[stop:, start:stop] = out[start:stop, stop:].T
+    diag = out[start:stop, start:stop]
+    lower = np.tril_indices(stop - start, -1)
+    diag[lower] = diag.T[lower]  # the GEMM block itself is symmetric only up to rounding
+    np.fill_diagonal(diag, 1.0)
+
+
+class _Progress:
+    """A progress line (row blocks done / total) at most every `every_s` seconds, none after the last block."""
+
+    def __init__(self, log, what: str, blocks: int, rows: int, every_s: float):
+        self.log, self.what, self.blocks, self.rows, self.every_s = log, what, blocks, rows, every_s
+        self.t0 = self.last = time.perf_counter()
+
+    def done(self, block: int, rows_done: int) -> None:
+        now = time.perf_counter()
+        if self.log is not None and now - self.last >= self.every_s and block < self.blocks:
+            self.log(f"svm: {self.what}: row block {block}/{self.blocks} ({rows_done} of {self.rows} rows) "
+                     f"after {now - self.t0:.0f} s")
+            self.last = now
 
 
 def rbf_kernel_into(out: np.ndarray, a: np.ndarray, b: np.ndarray | None, gamma: float,
-                    block: int = 2048) -> np.ndarray:
+                    block: int = 2048, log: Callable[[str], None] | None = None, what: str = "kernel",
+                    progress_every_s: float = 15.0) -> np.ndarray:
     """exp(-gamma * ||a_i - b_j||^2) into the float64 array `out` (len(a) x len(b)), row block by row block,
     with float64 BLAS products: the same kernel libsvm evaluates, at GEMM speed. ``b=None`` means b = a: only
-    the blocks on and above the diagonal are computed, the rest is mirrored (half the arithmetic)."""
+    the blocks on and above the diagonal are computed, the rest is mirrored (half the arithmetic). A progress
+    line goes to `log` every `progress_every_s` seconds."""
     symmetric = b is None
     b64 = np.asarray(a if symmetric else b, dtype=np.float64)
     b_sq = np.einsum("ij,ij->i", b64, b64)
-    for start in range(0, a.shape[0], block):
+    progress = _Progress(log, f"{what} on the cpu", math.ceil(a.shape[0] / block), a.shape[0], progress_every_s)
+    for done, start in enumerate(range(0, a.shape[0], block), 1):
         stop = min(start + block, a.shape[0])
         first = start if symmetric else 0
         a64 = b64[start:stop] if symmetric else np.asarray(a[start:stop], dtype=np.float64)
@@ -202,32 +311,114 @@ def rbf_kernel_into(out: np.ndarray, a: np.ndarray, b: np.ndarray | None, gamma:
         rows *= -gamma
         np.exp(rows, out=rows)
         if symmetric:
-            out[stop:, start:stop] = out[start:stop, stop:].T
-            diag = out[start:stop, start:stop]
-            lower = np.tril_indices(stop - start, -1)
-            diag[lower] = diag.T[lower]  # the GEMM block itself is symmetric only up to rounding
-            np.fill_diagonal(diag, 1.0)  # exactly: the distance to itself is 0
+            _mirror_diagonal_block(out, start, stop)
+        progress.done(done, stop)
+    return out
+
+
+def gpu_block_rows(n_cols: int, free_bytes: float, max_block_bytes: int = _GPU_BLOCK_BYTES) -> int:
+    """Rows of one GPU row block of a kernel with `n_cols` columns: at most `max_block_bytes` of float64
+    output (the device buffer and the host staging copy are that size) and `_GPU_MEMORY_FRACTION` of the
+    free device memory, a multiple of the GEMM's 64-row tile when larger than one tile."""
+    from gpunn.kernels.gemm_rbf import R_BM
+
+    budget = max_block_bytes  # the simulator reports infinite free memory
+    if math.isfinite(free_bytes):
+        budget = min(max_block_bytes, _GPU_MEMORY_FRACTION * free_bytes)
+    rows = int(budget // (8 * n_cols))
+    if rows < 1:
+        raise GpunnError(f"svm: the GPU has {_gb(free_bytes)} free, not enough for one {n_cols}-wide float64 "
+                         "kernel row; use a smaller train_subset or kernel_device cpu")
+    return rows // R_BM * R_BM if rows > R_BM else rows
+
+
+def rbf_kernel_gpu_into(out: np.ndarray, a: np.ndarray, b: np.ndarray | None, gamma: float,
+                        block_rows: int | None = None, variant: str | None = None,
+                        log: Callable[[str], None] | None = None, what: str = "kernel",
+                        progress_every_s: float = 15.0) -> np.ndarray:
+    """``rbf_kernel_into`` on the GPU: the same float64 kernel (gpunn.kernels.gemm_rbf, equal to it and to
+    scikit-learn's rbf_kernel up to float64 rounding), into the host float64 array `out`.
+
+    The operands are uploaded once as float64 with their squared norms computed on the device; the output
+    is computed in row blocks of `block_rows` rows (default ``gpu_block_rows``: sized from the free GPU
+    memory, at most ``_GPU_BLOCK_BYTES``), each copied into `out` before the next. ``b=None`` (b = a): row
+    block [s, e) computes only columns [s, n), the rest is mirrored on the host, as ``rbf_kernel_into`` does.
+    A progress line (blocks done / total) goes to `log` every `progress_every_s` seconds."""
+    from numba import cuda
+
+    from gpunn.kernels import gemm_rbf
+
+    symmetric = b is None
+    m, n = a.shape[0], (a if symmetric else b).shape[0]
+    if out.shape != (m, n) or out.dtype != np.float64 or not out.flags.c_contiguous:
+        raise ValueError(f"rbf_kernel_gpu_into: out must be a C-contiguous float64 ({m}, {n}) array")
+    n_features = a.shape[1]
+    need = 8 * n_features * (n + (0 if symmetric else m)) + 8 * (m + n)
+    free = float(cuda.current_context().get_memory_info()[0])
+    if need + 8 * n > _GPU_MEMORY_FRACTION * free:
+        raise GpunnError(f"svm: the float64 features of the {what} take {_gb(need)} of GPU memory, "
+                         f"{_gb(free)} free; use a smaller train_subset or kernel_device cpu")
+    d_b = cuda.to_device(np.ascontiguousarray(a if symmetric else b, dtype=np.float64))
+    d_a = d_b if symmetric else cuda.to_device(np.ascontiguousarray(a, dtype=np.float64))
+    b_sq = cuda.device_array(n, dtype=np.float64)
+    gemm_rbf.row_sq_norms(d_b, b_sq)
+    a_sq = b_sq
+    if not symmetric:
+        a_sq = cuda.device_array(m, dtype=np.float64)
+        gemm_rbf.row_sq_norms(d_a, a_sq)
+    if block_rows is None:
+        block_rows = gpu_block_rows(n, float(cuda.current_context().get_memory_info()[0]))
+    rows = max(1, min(int(block_rows), m))
+    buffer = cuda.device_array(rows * n, dtype=np.float64)
+    staging = np.empty(rows * n, dtype=np.float64) if symmetric else None
+    starts = range(0, m, rows)
+    progress = _Progress(log, f"{what} on the gpu", len(starts), m, progress_every_s)
+    for done, start in enumerate(starts, 1):
+        stop = min(start + rows, m)
+        first = start if symmetric else 0
+        shape = (stop - start, n - first)
+        block = buffer[:shape[0] * shape[1]].reshape(shape)
+        gemm_rbf.rbf_gemm(d_a[start:stop], d_b[first:], block, a_sq[start:stop], b_sq[first:], gamma,
+                          variant=variant or gemm_rbf.DEFAULT_VARIANT)
+        if symmetric:  # out[start:stop, start:] is not contiguous: through a contiguous staging copy
+            host = staging[:shape[0] * shape[1]].reshape(shape)
+            block.copy_to_host(host)
+            out[start:stop, first:] = host
+            _mirror_diagonal_block(out, start, stop)
+        else:
+            block.copy_to_host(out[start:stop])
+        progress.done(done, stop)
     return out
 
 
 class _PrecomputedRbfSVC:
-    """SVC(kernel="rbf") trained on a kernel matrix computed with BLAS (kernel="precomputed"): the same dual
-    problem, the same libsvm solver and one-vs-one voting, so the same model as SVC on the raw features up to
-    float rounding of the kernel values, but each kernel evaluation is a lookup instead of a D-long dot product.
-    Costs 8 * n_train^2 bytes of memory."""
+    """SVC(kernel="rbf") trained on a precomputed kernel matrix (kernel="precomputed"), computed on the GPU
+    (``rbf_kernel_gpu_into``) or with CPU BLAS (``rbf_kernel_into``): the same dual problem, the same libsvm
+    solver and one-vs-one voting, so the same model as SVC on the raw features up to float rounding of the
+    kernel values, but each kernel evaluation is a lookup instead of a D-long dot product.
+    Costs 8 * n_train^2 bytes of host memory."""
 
-    def __init__(self, C: float, gamma_value: float):
+    def __init__(self, C: float, gamma_value: float, kernel_device: str, log):
         from sklearn.svm import SVC
 
         self.gamma_value = gamma_value
+        self.kernel_device = kernel_device
+        self.log = log
         self.svc = SVC(kernel="precomputed", C=C, cache_size=_SVC_CACHE_MB)
 
-    def fit(self, xs_train: np.ndarray, y: np.ndarray, log) -> np.ndarray:
+    def _kernel(self, out, a, b, what):
+        if self.kernel_device == "gpu":
+            return rbf_kernel_gpu_into(out, a, b, self.gamma_value, log=self.log, what=what)
+        return rbf_kernel_into(out, a, b, self.gamma_value, log=self.log, what=what)
+
+    def fit(self, xs_train: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Fit on scaled features; returns the training predictions (the kernel matrix is at hand here)."""
         n = xs_train.shape[0]
         t0 = time.perf_counter()
-        kernel = rbf_kernel_into(np.empty((n, n), dtype=np.float64), xs_train, None, self.gamma_value)
-        log(f"svm[exact]: {n} x {n} kernel matrix computed in {time.perf_counter() - t0:.2f} s")
+        kernel = self._kernel(np.empty((n, n), dtype=np.float64), xs_train, None, "train kernel")
+        self.kernel_time = time.perf_counter() - t0
+        self.log(f"svm[exact]: {n} x {n} kernel matrix computed on the {self.kernel_device} in "
+                 f"{self.kernel_time:.2f} s")
         self.svc.fit(kernel, y)
         self.support_ = self.svc.support_
         self._xs_train = xs_train
@@ -237,17 +428,22 @@ class _PrecomputedRbfSVC:
         return pred
 
     def predict(self, xs: np.ndarray, block: int = 2048) -> np.ndarray:
-        # libsvm reads only the support-vector columns, but the precomputed test kernel must be n_train wide:
-        # fill just those columns and leave the others at zero.
+        """Predictions from the test-vs-support-vector kernel (n_test x n_sv, the only columns computed).
+
+        SVC with kernel="precomputed" takes an (n_test, n_train) kernel, but libsvm reads only the columns of
+        the support vectors (its precomputed kernel looks up column ``support_[k]`` for support vector k), so
+        the other columns are left at zero. Equal to predicting from the full test kernel (tested)."""
         sv = self.svc.support_
-        xs_sv = self._xs_train[sv]
+        t0 = time.perf_counter()
+        k_sv = self._kernel(np.empty((xs.shape[0], sv.size), dtype=np.float64), xs, self._xs_train[sv],
+                            "test kernel")
+        self.predict_kernel_time = time.perf_counter() - t0
+        full = np.zeros((min(block, xs.shape[0]), self._xs_train.shape[0]), dtype=np.float64)
         out = []
         for start in range(0, xs.shape[0], block):
-            part = xs[start:start + block]
-            k_sv = rbf_kernel_into(np.empty((part.shape[0], sv.size)), part, xs_sv, self.gamma_value)
-            k = np.zeros((part.shape[0], self._xs_train.shape[0]), dtype=np.float64)
-            k[:, sv] = k_sv
-            out.append(self.svc.predict(k))
+            stop = min(start + block, xs.shape[0])
+            full[:stop - start, sv] = k_sv[start:stop]  # the non-support columns stay zero throughout
+            out.append(self.svc.predict(full[:stop - start]))
         return np.concatenate(out)
 
 
@@ -283,7 +479,7 @@ def run_svm(
     test_x_path,
     test_y_path,
     out_dir,
-    train_subset: int | None = None,
+    train_subset: int | str | None = None,
     test_subset: int | None = None,
     method: str = "exact",
     C: float = 10.0,
@@ -293,14 +489,18 @@ def run_svm(
     class_names: Sequence[str] | None = None,
     log: Callable[[str], None] = print,
     precompute_kernel: bool | str = "auto",
+    kernel_device: str = "auto",
 ) -> dict:
     """Fit an RBF SVM on encoder features and write metrics.json, per_class.csv, confusion.csv, confusion.png.
 
-    ``precompute_kernel`` (method "exact" only): True computes the n_train x n_train RBF kernel matrix with
-    BLAS and trains ``SVC(kernel="precomputed")`` on it (the same model, many times faster for wide features,
-    8 * n_train^2 bytes of memory); False lets libsvm evaluate the kernel itself; "auto" precomputes when the
-    matrix takes at most 40 % of the physical memory. ``fit_time_s`` includes the kernel computation,
-    ``predict_time_s`` the test kernel.
+    ``train_subset``: None or 0 (all rows), a row count (a stratified subset), or "auto" (``resolve_train_subset``:
+    all rows when the GPU computes the kernel and it fits in memory, or for the Nystroem route; else
+    ``AUTO_TRAIN_SUBSET``). ``precompute_kernel`` (method "exact" only): True computes the n_train x n_train
+    RBF kernel matrix and trains ``SVC(kernel="precomputed")`` on it (the same model, many times faster for
+    wide features, 8 * n_train^2 bytes of memory); False lets libsvm evaluate the kernel itself; "auto"
+    precomputes when the matrix takes at most 40 % of the physical memory. ``kernel_device`` ("auto", "cpu",
+    "gpu", ``resolve_kernel_device``) says where the precomputed kernel is computed. ``fit_time_s`` includes
+    the kernel computation (``kernel_time_s``), ``predict_time_s`` the test kernel (``predict_kernel_time_s``).
 
     Returns the metrics dict (also written to ``out_dir/metrics.json``).
     """
@@ -310,6 +510,12 @@ def run_svm(
         raise GpunnError(f"svm C must be positive, got {C!r}")
     if precompute_kernel not in (True, False, "auto"):
         raise GpunnError(f"svm precompute_kernel must be true, false or 'auto', got {precompute_kernel!r}")
+    if kernel_device not in KERNEL_DEVICES:
+        raise GpunnError(f"svm kernel_device must be one of {', '.join(KERNEL_DEVICES)}, got {kernel_device!r}")
+    if kernel_device == "gpu" and (method != "exact" or precompute_kernel is False):
+        raise GpunnError("svm kernel_device 'gpu' computes the precomputed kernel of method 'exact'; "
+                         f"method {method!r} with precompute_kernel {precompute_kernel!r} computes none: "
+                         "use kernel_device auto or cpu")
     out_dir = Path(out_dir)
 
     # ---- validate everything before any work or output
@@ -327,10 +533,23 @@ def run_svm(
     if np.unique(tr_y).size < 2:
         raise GpunnError(f"{train_y_path}: the training labels hold a single class; an SVM needs at least two")
 
-    tr_rows = stratified_subset(tr_y, train_subset, seed, _TRAIN_STREAM)
+    # where the kernel is computed (the device is probed once, here), and how many training rows follow from it
+    device_name = resolve_kernel_device(kernel_device) if method == "exact" else "cpu"
+    n_train_total, n_test_total = tr_x.shape[0], te_x.shape[0]
+    train_n, why = resolve_train_subset(train_subset, n_train_total, method, device_name, precompute_kernel)
+    if why is not None:
+        chosen = f"{count(train_n)} of {count(n_train_total)} rows" if train_n and train_n < n_train_total \
+            else f"all {count(n_train_total)} rows"
+        log(f"svm[{method}]: train_subset auto: {chosen}: {why}")
+    tr_rows = stratified_subset(tr_y, train_n, seed, _TRAIN_STREAM)
     te_rows = stratified_subset(te_y, test_subset, seed, _TEST_STREAM)
-    x_train = _materialise(tr_x, None if tr_rows.size == tr_x.shape[0] else tr_rows, train_x_path)
-    x_test = _materialise(te_x, None if te_rows.size == te_x.shape[0] else te_rows, test_x_path)
+    train_is_subset, test_is_subset = tr_rows.size < n_train_total, te_rows.size < n_test_total
+    if train_is_subset:
+        log(f"svm[{method}]: training on a stratified subset of {count(tr_rows.size)} of {count(n_train_total)} rows")
+    if test_is_subset:
+        log(f"svm[{method}]: testing on a stratified subset of {count(te_rows.size)} of {count(n_test_total)} rows")
+    x_train = _materialise(tr_x, None if not train_is_subset else tr_rows, train_x_path)
+    x_test = _materialise(te_x, None if not test_is_subset else te_rows, test_x_path)
     y_train, y_test = tr_y[tr_rows], te_y[te_rows]
     del tr_x, te_x
 
@@ -341,8 +560,15 @@ def run_svm(
     from sklearn.preprocessing import StandardScaler
 
     n_train, n_test, n_features = x_train.shape[0], x_test.shape[0], x_train.shape[1]
-    precompute = method == "exact" and (
-        precompute_kernel is True or (precompute_kernel == "auto" and kernel_fits_in_memory(n_train)))
+    fits = kernel_fits_in_memory(n_train)
+    precompute = method == "exact" and (precompute_kernel is True or (precompute_kernel == "auto" and fits))
+    if device_name == "gpu" and not precompute:
+        if kernel_device == "gpu":
+            raise GpunnError(
+                f"svm kernel_device 'gpu': the float64 {n_train} x {n_train} kernel matrix "
+                f"({_gb(kernel_bytes(n_train))}) exceeds {_KERNEL_MEMORY_FRACTION:.0%} of this machine's memory "
+                f"({_gb(_physical_memory_bytes())}); use a smaller train_subset")
+        device_name = "cpu"  # auto: libsvm evaluates the kernel itself, on the CPU
     scaler = StandardScaler().fit(x_train)
     xs_train = scaler.transform(x_train)
     gamma_value = resolve_gamma(gamma, xs_train)
@@ -357,20 +583,22 @@ def run_svm(
             log(f"svm[nystroem]: n_components lowered from {nystroem_components} to n_train = {n_train}")
         extra = f", {n_components} Nystroem components"
     elif precompute:
-        extra = ", kernel matrix precomputed"
+        extra = f", kernel matrix precomputed on the {device_name}"
     log(f"svm[{method}]: fitting on {n_train} x {n_features} ({classes.size} classes, C={C}, "
         f"gamma={gamma!r} = {gamma_value:.4g}{extra}); testing on {n_test}")
 
     # the inputs are loaded and checked; fit and predict are timed: one timed job at a time on this machine
+    kernel_time = predict_kernel_time = None
     with timing_lock(f"gpunn svm {method} on {n_train} x {n_features}", log) as lock:
         t0 = time.perf_counter()
         if precompute:
-            model = _PrecomputedRbfSVC(C, gamma_value)
-            pred_train = model.fit(xs_train, y_train, log)
+            model = _PrecomputedRbfSVC(C, gamma_value, device_name, log)
+            pred_train = model.fit(xs_train, y_train)
             fit_time = time.perf_counter() - t0 - model.train_predict_time
             t0 = time.perf_counter()
             pred_test = model.predict(scaler.transform(x_test))
             predict_time = time.perf_counter() - t0
+            kernel_time, predict_kernel_time = model.kernel_time, model.predict_kernel_time
         else:
             if method == "exact":
                 model = _fit_exact(x_train, y_train, C, gamma)
@@ -399,18 +627,26 @@ def run_svm(
         "gamma_value": gamma_value,
         "nystroem_components": n_components,
         "kernel_precomputed": bool(precompute),
+        "kernel_device": device_name,
         "seed": int(seed),
         "n_train": int(n_train),
         "n_test": int(n_test),
+        "subset": bool(train_is_subset),
+        "train_subset": int(n_train) if train_is_subset else None,
+        "n_train_total": int(n_train_total),
+        "test_subset": int(n_test) if test_is_subset else None,
+        "n_test_total": int(n_test_total),
         "n_features": int(n_features),
         "n_classes": int(classes.size),
         "train_accuracy": train_acc,
         "test_accuracy": test_acc,
         "fit_time_s": fit_time,
         "predict_time_s": predict_time,
+        "kernel_time_s": kernel_time,
+        "predict_kernel_time_s": predict_kernel_time,
         "per_class_accuracy": {name: acc for name, acc in zip(names, per_class_acc)},
         "timing_lock_wait_s": lock.waited_s,
-        "provenance": provenance.collect(uses_gpu=False),
+        "provenance": provenance.collect(uses_gpu=precompute and device_name == "gpu"),
     }
     if method == "exact":
         metrics["n_support_vectors"] = int((model if precompute else model[-1]).support_.size)
@@ -431,7 +667,9 @@ def run_svm(
     confusion_matrix_figure(
         matrix, names, out_dir / "confusion.png",
         f"SVM ({method}{', approximate' if method != 'exact' else ''}): test accuracy {100 * test_acc:.2f} % "
-        f"(n_train={n_train})")
+        f"(n_train={n_train}{f', a stratified subset of {n_train_total}' if train_is_subset else ''})")
     write_json(out_dir / "metrics.json", metrics)
-    log(f"svm[{method}]: train accuracy {100 * train_acc:.2f} %, test accuracy {100 * test_acc:.2f} %")
+    log(f"svm[{method}]: train accuracy {100 * train_acc:.2f} %, test accuracy {100 * test_acc:.2f} %"
+        + (f" (trained on a stratified subset of {count(n_train)} of {count(n_train_total)} rows)"
+           if train_is_subset else ""))
     return metrics

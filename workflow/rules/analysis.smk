@@ -29,7 +29,8 @@ rule features:
 
 
 rule svm:
-    """StandardScaler + SVC(rbf) (or the documented Nystroem approximation) on encoder features."""
+    """StandardScaler + SVC(rbf) (or the documented Nystroem approximation) on encoder features; the exact
+    route's precomputed kernel on the GPU when experiments.e6.kernel_device says so (resource gpu=1 then)."""
     input:
         FEATURES,
     output:
@@ -44,14 +45,17 @@ rule svm:
         out=folder_of("output"),
         e6=config["experiments"]["e6"],
         class_names=lambda wc: ",".join(DATASETS[wc.dataset].class_names),
+        kernel_device=svm_kernel_device(),
+        env=gpu_env(svm_kernel_device() == "gpu"),
     threads: config["threads"]
     resources:
         timing=1,
+        gpu=svm_uses_gpu(),
     conda:
         ENV_FILE
     shell:
-        "python -m gpunn svm --features {params.features} --out {params.out}"
+        "{params.env}python -m gpunn svm --features {params.features} --out {params.out}"
         " --train-subset {params.e6[train_subset]} --test-subset {params.e6[test_subset]}"
         " --method {params.e6[method]} --C {params.e6[C]} --gamma {params.e6[gamma]}"
-        " --components {params.e6[components]} --seed {params.e6[seed]} --class-names {params.class_names:q}"
-        " 2>&1 | tee {log}"
+        " --components {params.e6[components]} --seed {params.e6[seed]} --kernel-device {params.kernel_device}"
+        " --class-names {params.class_names:q} 2>&1 | tee {log}"

@@ -9,7 +9,7 @@ import sys
 _SRC = os.path.join(workflow.basedir, "src")
 sys.path.insert(0, _SRC)
 
-from gpunn.config import load_config, load_schema
+from gpunn.config import CPU_MACHINE, SIMULATOR_MACHINE, load_config, load_schema
 from gpunn.data.registry import DATASETS
 from gpunn.errors import GpunnError
 from gpunn.runspec import RUN_PATTERN as RUN
@@ -68,6 +68,22 @@ def cpu_threads(wildcards):
 
 def uses_gpu(wildcards):
     return 1 if variant_uses_gpu(wildcards.variant) else 0
+
+
+def svm_kernel_device():
+    """E6's kernel_device as the svm job gets it: auto stays auto (the job looks for a real GPU itself), except
+    under gpu.simulator, where it is cpu (auto never picks the simulator; kernel_device: gpu runs there).
+    gpu.enabled false has made it cpu already (gpunn.config)."""
+    device = config["experiments"]["e6"]["kernel_device"]
+    return "cpu" if device == "auto" and config["gpu"]["simulator"] else device
+
+
+def svm_uses_gpu():
+    """Resource gpu of the svm job: 1 when it computes its kernel on the GPU, i.e. kernel_device gpu, or auto
+    when this config's machine is a GPU (detected or named; not cpu, not the simulator)."""
+    device = svm_kernel_device()
+    on_gpu_machine = config["machine"] not in (CPU_MACHINE, SIMULATOR_MACHINE)
+    return 1 if device == "gpu" or (device == "auto" and on_gpu_machine) else 0
 
 
 def gpu_env(gpu_job):

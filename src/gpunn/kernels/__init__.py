@@ -3,6 +3,8 @@ launcher each, a dispatcher, and the CPU reference in the same file).
 
 * ``gemm``: ``C = op(A) @ op(B)`` (+ bias, + ReLU, or a ReLU-backward mask): naive, 16x16 shared-memory
   tiles, register-blocked 64x64 and 128x128 tiles.
+* ``gemm_rbf``: the float64 member of the GEMM family, ``A @ B^T`` with an RBF epilogue (E6's SVM kernel
+  matrix, equal to scikit-learn's ``rbf_kernel`` to rounding) and the squared row norms it needs.
 * ``conv``: stride-1 convolution forward, backward-data, backward-weight and bias gradient: direct, shared-
   memory tiles with halo, implicit-im2col GEMM.
 * ``pool``: 2x2 max pool (forward with argmax; atomic and gather backward) and nearest 2x upsampling.

@@ -69,6 +69,11 @@ engine's rule is ``gpunn.backends.gpu.policy.gemm_splits``).
 
 ``gemm(a, b, out, variant=...)`` dispatches through ``VERSIONS``; ``gemm_reference`` is the float64 NumPy
 reference the kernels are validated against.
+
+The family's float64 member lives next door, in ``gpunn.kernels.gemm_rbf``: ``A @ B^T`` of two row-major
+sample matrices, accumulated in float64, with an RBF epilogue (``exp(-gamma * max(|a_i|^2 + |b_j|^2 -
+2 a_i.b_j, 0))``; naive, 16x16 tiles, a 64x64 register-blocked version), E6's SVM kernel matrix. It has its
+own kernels because everything here is float32 and built around operand mappings it does not need.
 """
 
 from __future__ import annotations

@@ -614,11 +614,14 @@ def _e5_reconstructions(eval_dir, frame: pd.DataFrame, out_png: Path) -> str:
 
 
 def e6_head(frame: pd.DataFrame) -> str:
-    """'E6: SVM (RBF, exact) on 128 autoencoder features, 1 000 train / 500 test' from the svm metrics."""
+    """'E6: SVM (RBF, exact) on 128 autoencoder features, 1 000 train / 500 test' from the svm metrics;
+    '1 000 train (a stratified subset of 50 000)' when the training set was a subset."""
     methods = titles.join_words(titles.distinct(frame["method"])) if "method" in frame else "?"
+    train = f"{titles.one_or_set(frame['n_train'], titles.count)} train"
+    if "subset" in frame and frame["subset"].fillna(False).astype(bool).any():
+        train += f" (a stratified subset of {titles.one_or_set(frame['n_train_total'], titles.count)})"
     return (f"E6: SVM (RBF, {methods}) on {titles.one_or_set(frame['n_features'], titles.count)} autoencoder "
-            f"features, {titles.one_or_set(frame['n_train'], titles.count)} train / "
-            f"{titles.one_or_set(frame['n_test'], titles.count)} test")
+            f"features, {train} / {titles.one_or_set(frame['n_test'], titles.count)} test")
 
 
 def report_e6(svm, out_dir, **_) -> dict[str, str]:
@@ -628,7 +631,9 @@ def report_e6(svm, out_dir, **_) -> dict[str, str]:
         fields = titles.device_fields(metrics.get("provenance"))
         rows.append({"method": metrics.get("method"), "device": fields["device"]})
         rows[-1].update({key: metrics.get(key) for key in ("C", "gamma", "n_train", "n_test", "n_features",
-                                                           "train_accuracy", "test_accuracy", "fit_time_s")})
+                                                           "subset", "n_train_total", "kernel_device",
+                                                           "train_accuracy", "test_accuracy", "kernel_time_s",
+                                                           "fit_time_s", "predict_time_s")})
         per_class = metrics.get("per_class_accuracy", {})
         rows[-1].update({f"{name}_accuracy": acc for name, acc in per_class.items()})
         rows[-1]["simulator"], rows[-1]["cpu"] = fields["simulator"], fields["cpu"]

@@ -1,0 +1,141 @@
+"""The float64 RBF GEMM (gpunn.kernels.gemm_rbf) against scikit-learn's rbf_kernel and the float64 reference.
+
+Under the CUDA simulator the shapes are tiny and not multiples of any tile (each simulated thread is a Python
+thread: a 64x64 tile of the register-blocked version is 256 of them); outputs and norms are poisoned with NaN
+so unwritten elements fail, and every test draws fresh random inputs from its own seed. The ``gpu``-marked
+test repeats the checks at E6's width on a GPU (``pytest -m gpu``).
+"""
+
+import zlib
+
+import numpy as np
+import pytest
+from numba import cuda
+from sklearn.metrics.pairwise import rbf_kernel
+
+from gpunn.kernels import gemm_rbf as R
+from gpunn.kernels.launch import Launch
+
+TOL = 1e-6  # E6's requirement; float64 accumulation lands near 1e-15
+# (M, N, K): odd, not multiples of any tile, K above and below the tiles' K steps, one tile boundary each way
+SHAPES = [(5, 7, 1), (65, 3, 17), (3, 66, 17)]
+SMALL_NAIVE_BLOCK = (8, 4)  # few threads per launch under the simulator
+
+
+def _rng(*key):
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
+
+
+def _nan(shape):
+    return cuda.to_device(np.full(shape, np.nan))
+
+
+def _rel_err(got, ref):
+    return float(np.abs(got - ref).max() / np.abs(ref).max())
+
+
+def _gpu_rbf(a, b, gamma, variant, symmetric=False, **kw):
+    """The kernel of host a vs b on the device, every output and norm poisoned with NaN first."""
+    da = cuda.to_device(a)
+    db = da if symmetric else cuda.to_device(b)
+    a_sq, b_sq = _nan(a.shape[0]), _nan(b.shape[0])
+    R.row_sq_norms(da, a_sq)
+    R.row_sq_norms(db, b_sq)
+    out = _nan((a.shape[0], b.shape[0]))
+    if variant == "naive":
+        kw.setdefault("block", SMALL_NAIVE_BLOCK)
+    launch = R.rbf_gemm(da, db, out, a_sq, b_sq, gamma, variant=variant, **kw)
+    assert isinstance(launch, Launch)
+    got = out.copy_to_host()
+    assert np.isfinite(got).all(), f"{variant}: unwritten (NaN) outputs"
+    return got
+
+
+def _features(rng, m, k):
+    """Standardised-looking features and the 'scale' gamma of such features (1 / (K var))."""
+    return rng.standard_normal((m, k)), 1.0 / k
+
+
+@pytest.mark.parametrize("symmetric", [False, True], ids=["a_vs_b", "a_vs_a"])
+@pytest.mark.parametrize("variant", list(R.VERSIONS))
+def test_every_variant_equals_sklearn_rbf_kernel(variant, symmetric):
+    rng = _rng(variant, symmetric)
+    a, gamma = _features(rng, 37, 19)
+    b = a if symmetric else rng.standard_normal((23, 19))
+    got = _gpu_rbf(a, b, gamma, variant, symmetric)
+    ref = rbf_kernel(a, b, gamma=gamma)  # float64, what SVC(kernel="rbf") evaluates
+    assert _rel_err(got, ref) < TOL
+    np.testing.assert_allclose(got, ref, rtol=TOL, atol=0)  # element by element too: small values included
+    assert _rel_err(got, R.rbf_reference(a, b, gamma)) < 1e-13
+    if symmetric:
+        np.testing.assert_allclose(np.diag(got), 1.0, rtol=1e-14)
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_register_blocked_version_at_tile_edges(m, n, k):
+    rng = _rng("edges", m, n, k)
+    a, gamma = _features(rng, m, k)
+    b = rng.standard_normal((n, k)) + 0.3
+    got = _gpu_rbf(a, b, gamma * 0.7, R.DEFAULT_VARIANT)
+    assert _rel_err(got, R.rbf_reference(a, b, gamma * 0.7)) < 1e-13
+
+
+def test_far_apart_rows_give_zero_and_rounding_never_exceeds_one():
+    """Distances are clamped at 0 (a rounding-negative distance must not give a value above 1), and very
+    distant rows underflow to exactly 0 as in scikit-learn."""
+    rng = _rng("clamp")
+    a = rng.standard_normal((9, 5)) * 1e3
+    b = np.vstack([a[:4], a[:2] + 1e6])  # identical rows (distance 0 up to rounding) and far ones
+    got = _gpu_rbf(a, b, 0.5, R.DEFAULT_VARIANT)
+    assert got.max() <= 1.0 and np.all(got[:, 4:] == 0.0)
+    np.testing.assert_allclose(got, rbf_kernel(a, b, gamma=0.5), rtol=TOL, atol=1e-300)
+
+
+def test_row_sq_norms_against_the_reference():
+    rng = _rng("norms")
+    x = rng.standard_normal((37, 19))
+    out = _nan(37)
+    R.row_sq_norms(cuda.to_device(x), out, threads=16)  # a grid of 3 blocks, the last one partly idle
+    np.testing.assert_allclose(out.copy_to_host(), R.row_sq_norms_reference(x), rtol=1e-14)
+
+
+def test_bad_operands_are_refused():
+    a = cuda.to_device(np.zeros((4, 3)))
+    b = cuda.to_device(np.zeros((5, 3)))
+    out, a_sq, b_sq = cuda.to_device(np.zeros((4, 5))), cuda.to_device(np.zeros(4)), cuda.to_device(np.zeros(5))
+    with pytest.raises(ValueError, match="float64"):
+        R.rbf_gemm(cuda.to_device(np.zeros((4, 3), np.float32)), b, out, a_sq, b_sq, 1.0)
+    with pytest.raises(ValueError, match="host NumPy array"):
+        R.rbf_gemm(np.zeros((4, 3)), b, out, a_sq, b_sq, 1.0)
+    with pytest.raises(ValueError, match="same number of columns"):
+        R.rbf_gemm(a, cuda.to_device(np.zeros((5, 2))), out, a_sq, b_sq, 1.0)
+    with pytest.raises(ValueError, match=r"out must be \(4, 5\)"):
+        R.rbf_gemm(a, b, cuda.to_device(np.zeros((5, 4))), a_sq, b_sq, 1.0)
+    with pytest.raises(ValueError, match="a_sq must be"):
+        R.rbf_gemm(a, b, out, b_sq, b_sq, 1.0)
+    with pytest.raises(ValueError, match="gamma"):
+        R.rbf_gemm(a, b, out, a_sq, b_sq, 0.0)
+    with pytest.raises(ValueError, match="unknown variant"):
+        R.rbf_gemm(a, b, out, a_sq, b_sq, 1.0, variant="cublas")
+    with pytest.raises(ValueError, match="block must be 256"):
+        R.rbf_gemm(a, b, out, a_sq, b_sq, 1.0, variant="regblock64", block=128)
+    with pytest.raises(ValueError, match="block must be"):
+        R.rbf_gemm(a, b, out, a_sq, b_sq, 1.0, variant="naive", block=(0, 4))
+    with pytest.raises(ValueError, match="out must be"):
+        R.row_sq_norms(a, b_sq)
+
+
+@pytest.mark.gpu
+def test_e6_width_on_the_gpu():
+    """Every version at E6's feature width, odd row counts, against scikit-learn's float64 kernel."""
+    rng = _rng("gpu")
+    a = rng.standard_normal((1031, 8192)).astype(np.float32).astype(np.float64)
+    b = rng.standard_normal((517, 8192)).astype(np.float32).astype(np.float64)
+    gamma = 1.0 / 8192
+    ref = rbf_kernel(a, b, gamma=gamma)
+    for variant in R.VERSIONS:
+        got = _gpu_rbf(a, b, gamma, variant, block=(16, 16)) if variant == "naive" else _gpu_rbf(a, b, gamma, variant)
+        assert _rel_err(got, ref) < TOL, variant
+        np.testing.assert_allclose(got, ref, rtol=TOL, atol=0)
+    got = _gpu_rbf(a, a, gamma, R.DEFAULT_VARIANT, symmetric=True)
+    assert _rel_err(got, rbf_kernel(a, gamma=gamma)) < TOL
