@@ -726,6 +726,30 @@ def weight_grad_splits(n_images, slices, splits=None):
 
 
 @functools.cache
+def _tree_rows(threads, rows, count):
+    """A device function tree(buf, acc, j0, t) reducing the per-thread sums acc[j0 .. j0 + rows) (those below
+    `count`) over a block of `threads` threads, side by side in the shared buf (rows x threads): log2(threads)
+    barriers for `rows` sums instead of per sum. Sum j0 + j ends in buf[j * threads]; every thread calls it."""
+    T = np.uint32(threads)
+
+    @cuda.jit(device=True)
+    def tree(buf, acc, j0, t):
+        for j in range(rows):
+            if j0 + j < count:
+                buf[uint32(uint32(j) * T + t)] = acc[j0 + j]
+        cuda.syncthreads()
+        s = threads // 2
+        while s > 0:
+            if t < s:
+                for j in range(rows):
+                    buf[uint32(uint32(j) * T + t)] += buf[uint32(uint32(j) * T + t + uint32(s))]
+            cuda.syncthreads()
+            s //= 2
+
+    return tree
+
+
+@functools.cache
 def _wgrad(k, pad, threads, reduction, store):
     kk_n = k * k
     warps = threads // WARP
@@ -741,6 +765,7 @@ def _wgrad(k, pad, threads, reduction, store):
     KK = np.uint32(kk_n)
     T = np.uint32(threads)
     NW = np.uint32(warps)
+    tree = _tree_rows(threads, rows, kk_n)
 
     # one store per specialisation, chosen here rather than by branches inside (out is 4-D or 2-D)
     if store == "partial":
@@ -818,17 +843,7 @@ def _wgrad(k, pad, threads, reduction, store):
             # `rows` of the k*k sums reduced side by side per tree (all of them for k = 3 and up to 1024
             # threads): log2(T) barriers per tree instead of per sum; thread j writes sum j0 + j.
             for j0 in range(0, kk_n, rows):
-                for j in range(rows):
-                    if j0 + j < kk_n:
-                        buf[uint32(uint32(j) * T + t)] = acc[j0 + j]
-                cuda.syncthreads()
-                s = threads // 2
-                while s > 0:
-                    if t < s:
-                        for j in range(rows):
-                            buf[uint32(uint32(j) * T + t)] += buf[uint32(uint32(j) * T + t + uint32(s))]
-                    cuda.syncthreads()
-                    s //= 2
+                tree(buf, acc, j0, t)
                 if t < uint32(rows) and j0 + t < kk_n:
                     write(out, split, co, ci, slice_, uint32(j0 + t), buf[uint32(t * T)])
                 if several_trees:
@@ -978,6 +993,7 @@ def _wgrad_staged(k, pad, threads, narrow, narrow_in, height, width):
     T = np.uint32(threads)
     KK = np.uint32(kk_n)
     STAGE = np.uint32(stage_n)
+    tree = _tree_rows(threads, rows, acc_n)
 
     @_jit_for(threads)
     def conv_wgrad_staged_kernel(x, dy, partials, per):
@@ -1029,17 +1045,7 @@ def _wgrad_staged(k, pad, threads, narrow, narrow_in, height, width):
             cuda.syncthreads()  # the next image overwrites xs
             n = uint32(n + _U1)
         for j0 in range(0, acc_n, rows):
-            for j in range(rows):
-                if j0 + j < acc_n:
-                    buf[uint32(uint32(j) * T + t)] = acc[j0 + j]
-            cuda.syncthreads()
-            s = threads // 2
-            while s > 0:
-                if t < s:
-                    for j in range(rows):
-                        buf[uint32(uint32(j) * T + t)] += buf[uint32(uint32(j) * T + t + uint32(s))]
-                cuda.syncthreads()
-                s //= 2
+            tree(buf, acc, j0, t)
             j = uint32(j0 + t)
             if t < uint32(rows) and j < uint32(acc_n):
                 # accumulator j is (c, kk): weight (co, ci, kk) with the narrow channel c on its side
