@@ -372,7 +372,7 @@ def test_time_epochs_scales_partial_epochs_and_ratios_per_batch(monkeypatch):
     lines = []
     frame = timing.time_epochs("autoencoder", ["gpu-im2col"], n=10, batch=[5, 1], epochs=3, max_steps=4,
                                log=lines.append, channels=(4, 3), image_size=8)
-    assert seen == [("gpu-im2col", 5, 10, 0.001), ("gpu-im2col", 1, 4, 0.001)]  # E5's learning rate by default
+    assert seen == [("gpu-im2col", 5, 10, 0.002), ("gpu-im2col", 1, 4, 0.002)]  # E5's learning rate by default
     by = {(row.variant, row.batch): row for row in frame.itertuples()}
     assert by["gpu-im2col", 5].epoch_s == 3.0 and not by["gpu-im2col", 5].extrapolated
     assert by["gpu-im2col", 1].epoch_s == 3.0 * 10 / 4 and by["gpu-im2col", 1].timed_samples == 4

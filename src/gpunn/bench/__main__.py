@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     epochs.add_argument("--image-size", type=int_at_least(4),
                         help="cnn, autoencoder: the images' side (default 28; 32)")
     epochs.add_argument("--lr", type=positive_float,
-                        help="SGD learning rate (default the experiment's: 0.01; autoencoder 0.001, as E5's "
+                        help="SGD learning rate (default the experiment's: 0.01; autoencoder 0.002, as E5's "
                              "config: it diverges at 0.01, and a diverged epoch is an error, not a timing)")
     epochs.add_argument("--epochs", type=int_at_least(1), default=3,
                         help="epochs per variant and batch size; the median after the first is kept")
