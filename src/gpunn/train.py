@@ -13,7 +13,9 @@ Outputs of a run directory, all written atomically at the end:
                    threads, versions, commit; gpunn.provenance) and the seconds it waited for the timing
                    lock ("timing_lock_wait_s": the timed part runs under gpunn.timing_lock), and for GPU variants
                    the most device memory the run allocated ("peak_gpu_memory_bytes", gpunn.device.MemoryPeak,
-                   sampled after each epoch and evaluation; null on the CPU and under the simulator)
+                   sampled after each epoch and evaluation: training buffers, resident data and the evaluation's
+                   forward buffers for batches of EVAL_BATCH; null on the CPU and under the simulator; the full
+                   autoencoder under gpu-graph: 5.0 GB on an H100, 1.9 GB of it training)
     weights.npz    the flat parameter buffer, its layout and the spec (gpunn.weights)
 The run's arrays come from gpunn.rundata, its initial model from gpunn.weights.new_model.
 """
