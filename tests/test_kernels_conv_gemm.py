@@ -429,16 +429,18 @@ def test_split_k_forward_and_backward_data(version, splits):
 
 
 def test_underfilled_splits_rule(monkeypatch):
-    """Split only outputs whose tiles fill at most half the SMs (the H100 measurements in
-    gemm.underfilled_splits)."""
+    """Split outputs whose tiles fill at most half the SMs to about 2 blocks per SM, in two those that fill at most
+    one wave, none beyond (the H100 measurements in gemm.underfilled_splits)."""
     monkeypatch.setattr(G.device, "simulator_enabled", lambda: False)
     monkeypatch.setattr(G, "_multiprocessors", lambda: 132)
     # autoencoder 128->128 at 8x8, batch 64: 4096 x 128 output, 32 tiles of 128x128; K = 1152 -> 4 splits
     assert G.underfilled_splits("regblock128", G.GemmProblem(64 * 8 * 8, 128, 128 * 9)) == 4
     # 256->128 at 16x16 backward data: 16384 x 256, 256 tiles fill the SMs -> no split; its forward, 128
-    # tiles, is no clear win either (see the docstring) -> no split
+    # tiles (at most one block per SM) -> 2 splits (see the docstring)
     assert G.underfilled_splits("regblock128", G.GemmProblem(64 * 16 * 16, 256, 128 * 9)) == 1
-    assert G.underfilled_splits("regblock128", G.GemmProblem(64 * 16 * 16, 128, 256 * 9)) == 1
+    assert G.underfilled_splits("regblock128", G.GemmProblem(64 * 16 * 16, 128, 256 * 9)) == 2
+    # the weight gradient of 256->128 at 16x16 (18 tiles, K = 16384) asks for 4 blocks per SM
+    assert G.auto_splits(64 * 16 * 16, 18, 132, waves=G.WGRAD_SPLIT_WAVES) == 30
     # CNN conv1 forward: K = 9 leaves nothing to split
     assert G.underfilled_splits("regblock", G.GemmProblem(64 * 26 * 26, 16, 9)) == 1
     assert G.underfilled_splits("regblock", G.GemmProblem(64, 16, 9)) == 1

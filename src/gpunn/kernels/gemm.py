@@ -1172,6 +1172,8 @@ OUTPUT_TILES = {"naive": (16, 16), "tiled16": (TILE, TILE), "regblock": (BM, BN)
 SPLIT_WAVES = 2  # automatic split count: about this many blocks per SM ...
 SPLIT_MIN_K = 256  # ... but at least this many K indices per split (partial traffic and the sum's cost)
 SKINNY_BLOCKS_PER_SM = 48  # the skinny version's split target (underfilled_splits)
+ONE_WAVE_SPLITS = 2  # underfilled_splits where the tiles fill between half the SMs and one wave
+WGRAD_SPLIT_WAVES = 4  # a convolution weight gradient's automatic split count: blocks per SM (conv_gemm)
 SIMULATOR_SPLITS = 2  # automatic split count under the simulator (tests use tiny K; SM counts mean nothing)
 MAX_SPLITS = 65535  # grid z limit
 SPLIT_SUM_THREADS = 128
@@ -1249,14 +1251,24 @@ def underfilled_splits(variant: str, problem: GemmProblem) -> int:
     SKINNY_BLOCKS_PER_SM blocks per SM, in chunks of at least one K step. H100, batch 64, 512 row blocks,
     K = 2304 (256->3 forward at 32x32, and the 3-channel input gradient of 3->256): 1 split 0.30 ms, 2 0.25,
     4 0.23, 8 0.21, 12 0.21; K = 144 (the 1-channel input gradient of 1->16 at 28x28): 1 split 0.023 ms, 5
-    chunks of 32 0.018. 1 under the simulator (its tests ask for splits explicitly)."""
+    chunks of 32 0.018. 1 under the simulator (its tests ask for splits explicitly).
+
+    Between half the SMs and one wave of tiles (one 128x128 block per SM at most), ONE_WAVE_SPLITS = 2: the
+    autoencoder's 256->128 forward and 128->256 input gradient at 16x16 (128 tiles of 128x128, K = 2304): 1 split
+    0.447 / 0.429 ms, 2 splits 0.390 / 0.375, 3 0.505 / 0.405, 4 0.399 / 0.382 (H100, batch 64; an earlier run
+    also had 2 splits ahead, 0.39 against 0.45, and 3 behind); at 256 tiles (256->128 input gradient, 128->256
+    forward) 1 split stays best (0.341 / 0.370 ms, 2 splits 0.431 / 0.438)."""
     if device.simulator_enabled():
         return 1
     tiles = output_tiles(variant, problem.m, problem.n)
     multiprocessors = _multiprocessors()
     if variant == "skinny":  # as many chunks as K has K steps, at most
         return max(1, min(_cdiv(SKINNY_BLOCKS_PER_SM * multiprocessors, tiles), _cdiv(problem.k, SK_KC)))
-    return auto_splits(problem.k, tiles, multiprocessors) if 2 * tiles <= multiprocessors else 1
+    if 2 * tiles <= multiprocessors:
+        return auto_splits(problem.k, tiles, multiprocessors)
+    if tiles <= multiprocessors:  # one block per SM at most: two splits give each SM a second block
+        return max(1, min(ONE_WAVE_SPLITS, problem.k // SPLIT_MIN_K))
+    return 1
 
 
 @functools.cache
