@@ -132,20 +132,4 @@ def test_conv_models_gradients_match_cpu(model_name, policy):
     assert rel_err(gpu.predict(x), ref.predict(x)) < 1e-5
 
 
-# the autoencoder has every conv-model stage (conv, pool, upsample, the MSE head); the CNN's softmax-CE head and
-# Linear after a Flatten are covered by its gradient test and by the MLP's resident tests (simulator budget)
-@pytest.mark.parametrize("model_name", ["autoencoder"])
-def test_conv_models_resident_epoch_matches_cpu(model_name):
-    """gpu-fused keeps the data resident: one epoch of 3 samples in batches of 2 (a partial last batch)."""
-    from gpunn.seeding import batch_order
-
-    ref, gpu = tiny_pair(model_name, "gpu-fused", lr=0.2)
-    x, target = tiny_images(model_name, 3)
-    labels = None if model_name == "autoencoder" else target
-    ref.load_train_data(x, labels)
-    gpu.load_train_data(x, labels)
-    order = batch_order(3, 0, len(x))
-    ref_result, gpu_result = ref.train_epoch(order, 2), gpu.train_epoch(order, 2)
-    assert gpu_result.steps == ref_result.steps == 2
-    assert gpu_result.loss == pytest.approx(ref_result.loss, rel=1e-5)
-    assert rel_err(gpu.parameters(), ref.parameters()) < 1e-5
+# the conv models' resident epochs: gpu-im2col's in tests/test_gpu_autoencoder.py and tests/test_gpu_cnn.py

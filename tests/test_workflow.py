@@ -46,8 +46,10 @@ def test_default_dry_run_lists_every_stage(workflow_copy):
     assert "python -m gpunn train fashion_mnist/standard/cnn/gpu-im2col/w16-32_b64_lr0.01_e5_s0 " in text
     assert "python -m gpunn train mnist/standard/cnn/gpu-naive/w16-32_b64_lr0.01_e5_s0_t1024 " in text
     assert "fashion_mnist/standard/cnn/gpu-naive/w16-32_b64_lr0.01_e5_s0_t" not in text
-    # E6 encodes with the fastest GPU variant's run
+    # E6 encodes with the fastest GPU variant's run, whose reconstructions E5's report shows
     assert "python -m gpunn features --run results/runs/gpu-box/cifar10/standard/autoencoder/gpu-graph/" in text
+    assert "python -m gpunn evaluate --run results/runs/gpu-box/cifar10/standard/autoencoder/gpu-graph/" in text
+    assert "python -m gpunn evaluate --run results/runs/gpu-box/cifar10/standard/autoencoder/cpu-numpy/" not in text
     # 6 E1 + 48 E2 + (10 + 8) E4 + 5 E5 training runs
     assert text.count("python -m gpunn train ") == 77
 

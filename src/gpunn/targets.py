@@ -190,11 +190,17 @@ FEATURE_FILES = tuple(f"{part}_{kind}.npy" for part in ("train", "test") for kin
 def shown_runs(config: dict, experiment: str) -> list[RunSpec]:
     """The runs whose evaluation an experiment's report shows (E1, E4, E5): the first listed variant, the
     reference, per dataset (its sample figure); E4's among its main runs only, so that a block study on a
-    dataset of its own adds no sample figure."""
+    dataset of its own adds no sample figure. E5's reconstructions are those of the run E6 encodes with
+    (experiments.e6.variant: by default the fastest GPU variant, trained on the full set like the paper's), or,
+    when E5 does not train that variant, of its first."""
     if experiment not in ("e1", "e4", "e5"):
         return []
+    runs = e4_main_runs(config) if experiment == "e4" else experiment_runs(config, experiment)
+    if experiment == "e5":
+        encoder = [spec for spec in runs if spec.variant == config["experiments"]["e6"]["variant"]]
+        runs = encoder + runs
     shown = {}
-    for spec in e4_main_runs(config) if experiment == "e4" else experiment_runs(config, experiment):
+    for spec in runs:
         shown.setdefault(spec.dataset, spec)
     return list(shown.values())
 
