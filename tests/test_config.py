@@ -42,6 +42,8 @@ def test_defaults_fill_an_empty_config():
     ({"experiments": {"e2": {"hidden": ["16", "32"]}}}, ("experiments", "e2", "hidden"), [16, 32]),
     ({"gpu": {"simulator": "true"}, "experiments": {e: {"variants": ["cpu-numpy"]} for e in ("e1", "e4", "e5")}},
      ("gpu", "simulator"), True),
+    ({"experiments": {"e5": {"variant_epochs": {"gpu-naive": "2"}}}}, ("experiments", "e5", "variant_epochs"),
+     {"gpu-naive": 2}),  # --config experiments='{e5: {variant_epochs: {gpu-naive: 2}}}'
     ({"experiments": {"e6": {"gamma": "0.5"}}}, ("experiments", "e6", "gamma"), 0.5),
     ({"experiments": {"e6": {"gamma": "auto"}}}, ("experiments", "e6", "gamma"), "auto"),
     ({"experiments": {"e6": {"train_subset": "5000"}}}, ("experiments", "e6", "train_subset"), 5000),

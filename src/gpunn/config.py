@@ -81,7 +81,9 @@ def coerce(value: Any, node: dict) -> Any:
     """`value` with every string that stands where the schema wants a number or boolean converted."""
     if isinstance(value, dict):
         props = node.get("properties", {})
-        return {k: coerce(v, props.get(k, {})) for k, v in value.items()}
+        extra = node.get("additionalProperties")  # a mapping's values (e5.variant_epochs): one schema for all
+        extra = extra if isinstance(extra, dict) else {}
+        return {k: coerce(v, props.get(k, extra)) for k, v in value.items()}
     if isinstance(value, list):
         items = node.get("items", {})
         return [coerce(v, items) for v in value]
