@@ -3,6 +3,7 @@ experiment reports E1-E3 built from synthetic run folders and timing CSVs (table
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import matplotlib.image as mpimg
@@ -1111,7 +1112,8 @@ def test_e5_report_speedups_per_full_set_epoch_memory_and_paper_tables(tmp_path)
     assert list(summary["variant"]) == variants
     assert list(summary.columns) == ["variant", "device", "dataset", "n_train", "n_test", "batch", "lr", "epochs",
                                      "parameters", "time_per_epoch_s", "train_time_s", "full_epoch_s",
-                                     "full_train_time_s", "full_set_extrapolated", "speedup_vs_cpu_numpy",
+                                     "full_train_time_s", "full_set_extrapolated", "all_epochs",
+                                     "train_time_extrapolated", "speedup_vs_cpu_numpy",
                                      "speedup_vs_gpu_naive", "final_train_mse", "test_mse", "peak_gpu_memory_mib",
                                      "simulator"]
     assert list(summary["n_train"]) == [1000] + [50000] * 4
@@ -1174,6 +1176,30 @@ def test_e5_report_speedups_per_full_set_epoch_memory_and_paper_tables(tmp_path)
     assert _title_line(out / "summary.md") == f"{head}, per variant, {timed}"
     assert _title_line(out / "paper_table.md") == f"{head}, laid out as in the seed's sections 2.4 and 3.1, {timed}"
     assert written["training_time.png"].endswith(f"\n{timed}") and "timed on" not in written["mse_curves.png"]
+
+
+def test_e5_training_time_of_a_run_timed_over_fewer_epochs_is_scaled_to_all_epochs(tmp_path):
+    """experiments.e5.variant_epochs: gpu-naive timed over 1 epoch while the others train E5_EPOCHS; the 3.1
+    table's training time for all epochs is its epoch time x E5_EPOCHS, marked extrapolated (its epoch is not)."""
+    runs, evals = _e5_results(tmp_path, {v: E5_RUNS[v] for v in ("cpu-numpy", "gpu-naive", "gpu-graph")})
+    naive = runs[1]
+    summary = json.loads((naive / "metrics.json").read_text())
+    short = dataclasses.replace(RunSpec.from_dict(summary["spec"]), epochs=1)
+    io.write_json(naive / "metrics.json", {**summary, "spec": short.to_dict(), "total_train_time_s": 1000.0})
+    out = tmp_path / "report"
+    make_report("e5", out, runs=runs, evals=evals)
+    table = pd.read_csv(out / "summary.csv").set_index("variant")
+    assert table.loc["gpu-naive", "full_epoch_s"] == pytest.approx(1000.0)
+    assert table.loc["gpu-naive", "full_train_time_s"] == pytest.approx(E5_EPOCHS * 1000.0)
+    assert list(table["all_epochs"]) == [E5_EPOCHS] * 3
+    assert list(table["train_time_extrapolated"]) == [True, True, False]  # cpu-numpy: a subset; gpu-naive: 1 epoch
+    assert list(table["full_set_extrapolated"]) == [True, False, False]
+    paper = pd.read_csv(out / "paper_table.csv").set_index("variant")
+    assert paper.loc["gpu-naive", "implementation"] == "GPU naive"  # its epoch is measured ...
+    assert paper.loc["gpu-naive", "phase"] == "GPU naive (extrapolated)"  # ... its 3-epoch time is not
+    assert paper.loc["gpu-graph", "phase"] == "GPU graph (ours, not in the paper)"
+    assert "the training time for all 3 epochs of a run timed over fewer is its epoch time x that many" in (
+        out / "paper_table.md").read_text()
 
 
 def test_e5_figures_mse_time_speedup_and_one_reconstruction_per_class(tmp_path, monkeypatch):

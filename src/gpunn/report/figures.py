@@ -613,13 +613,14 @@ def _duration(seconds: float) -> str:
     return text
 
 
-def _variant_bars(ax, frame: pd.DataFrame, column: str, label) -> np.ndarray:
+def _variant_bars(ax, frame: pd.DataFrame, column: str, label, flag: str = "full_set_extrapolated") -> np.ndarray:
     """One bar per variant of `frame` (report order) of `column` on a log axis, annotated with label(row);
-    extrapolated bars cross-hatched and named so under the axis, simulated ones hatched. Returns the values."""
+    extrapolated bars (column `flag`) cross-hatched and named so under the axis, simulated ones hatched. Returns
+    the values."""
     rows = [frame[frame["variant"] == v].iloc[0] for v in ordered_variants(frame["variant"])]
     variants = [str(r["variant"]) for r in rows]
     values = np.array([r[column] for r in rows], dtype=np.float64)
-    extrapolated = dict(zip(variants, _flags(r["full_set_extrapolated"] for r in rows)))
+    extrapolated = dict(zip(variants, _flags(r[flag] for r in rows)))
     simulated = simulated_variants(frame)
     colors = _variant_colors(variants)
     positions = np.arange(len(variants))
@@ -645,16 +646,18 @@ def _variant_bars(ax, frame: pd.DataFrame, column: str, label) -> np.ndarray:
 def training_time_bars(table_csv, out_png, title: str, full_train_size: int = 50000) -> Path:
     """E5 (seed 004's section 3.2 'total training time'): each variant's training time for all its epochs over
     `full_train_size` images as a bar on a log axis, annotated in seconds (and hours or minutes); a bar
-    extrapolated from a smaller training set is cross-hatched and labelled 'extrapolated'."""
+    extrapolated from a smaller training set or from fewer epochs is cross-hatched and labelled 'extrapolated'."""
     frame = read_table(table_csv, E5_COLUMNS, "E5 summary table")
     frame = _numeric(frame.assign(variant=frame["variant"].astype(str)), ["full_train_time_s"])
     if not (frame["full_train_time_s"] > 0).any():
         raise GpunnError(f"{table_csv}: E5 summary table has no positive full_train_time_s")
     n = frame["variant"].nunique()
     fig, ax = plt.subplots(figsize=(1.4 * n + 3.4, 4.6))
+    # the training time is extrapolated from fewer epochs too (summary tables from before that have no such column)
+    flag = "train_time_extrapolated" if "train_time_extrapolated" in frame else "full_set_extrapolated"
     _variant_bars(ax, frame, "full_train_time_s",
-                  lambda row: _duration(row["full_train_time_s"])
-                  + ("\nextrapolated" if _flags([row["full_set_extrapolated"]])[0] else ""))
+                  lambda row: _duration(row["full_train_time_s"]) + ("\nextrapolated" if _flags([row[flag]])[0] else ""),
+                  flag)
     ax.set_ylabel(f"training time, all epochs on {_count(full_train_size)} images\n(s, log scale)")
     fig.suptitle(title)
     fig.tight_layout()
