@@ -72,11 +72,19 @@ class MemoryPeak:
 
     @staticmethod
     def _in_use() -> int | None:
+        import gc
+
         from numba import cuda
 
         if simulator_enabled() or not cuda.is_available():
             return None
-        free, total = cuda.current_context().get_memory_info()
+        gc.collect()
+        context = cuda.current_context()
+        # numba frees device arrays lazily, in batches: run the queued frees so that only live buffers count
+        pending = getattr(getattr(context, "memory_manager", None), "deallocations", None)
+        if pending is not None:
+            pending.clear()
+        free, total = context.get_memory_info()
         return int(total - free)
 
     def sample(self) -> None:

@@ -108,25 +108,6 @@ def random_training_data(n: int, seed: int = 0, sample_shape=(784,), classes: in
     return rng.random((n, *sample_shape), dtype=np.float32), rng.integers(0, classes, n)
 
 
-def _free_device_bytes():
-    """Free device memory (cuMemGetInfo) once numba's pending frees are done; None under the simulator."""
-    import gc
-
-    from gpunn.device import simulator_enabled
-
-    if simulator_enabled():
-        return None
-    from numba import cuda
-
-    gc.collect()
-    context = cuda.current_context()
-    # numba frees device arrays lazily, in batches: flush the queue so that only live buffers count
-    pending = getattr(getattr(context, "memory_manager", None), "deallocations", None)
-    if pending is not None:
-        pending.clear()
-    return context.get_memory_info().free
-
-
 def gpunn_epoch_seconds(variant, model_name, sizes, x, y, batch, lr, epochs, seed=0) -> EpochTiming:
     """Wall seconds of each epoch of one variant, as gpunn.train runs it (the GPU work of the epoch is
     finished when each figure is taken: every backend waits for its last loss), after a warm-up that compiles
@@ -136,8 +117,9 @@ def gpunn_epoch_seconds(variant, model_name, sizes, x, y, batch, lr, epochs, see
 
     from gpunn.seeding import batch_order, batch_slices
 
-    gpu = VARIANTS[variant].gpu
-    free_before = _free_device_bytes() if gpu else None
+    from gpunn.device import MemoryPeak
+
+    memory = MemoryPeak() if VARIANTS[variant].gpu else None
     backend = make_backend(variant, build_model(model_name, **sizes, seed=seed), model_name, lr)
     backend.load_train_data(x, y)
     backend.warm_up({e - s for s, e in batch_slices(len(x), batch)})
@@ -152,10 +134,10 @@ def gpunn_epoch_seconds(variant, model_name, sizes, x, y, batch, lr, epochs, see
         if not math.isfinite(loss):
             raise GpunnError(f"{variant}: epoch {epoch + 1} at batch {batch} reached a non-finite loss ({loss}); "
                              "the timing of a diverged epoch means nothing")
-    free_after = _free_device_bytes() if gpu else None
-    if free_before is None or free_after is None:
+    if memory is None or memory.peak_bytes is None:
         return EpochTiming(seconds, loss, float("nan"), "")
-    return EpochTiming(seconds, loss, (free_before - free_after) / 2**20, "device_in_use_delta")
+    memory.sample()
+    return EpochTiming(seconds, loss, memory.peak_bytes / 2**20, "device_in_use_delta")
 
 
 def torch_mirror(model, torch):
