@@ -73,6 +73,15 @@ def test_loss_curves(tmp_path):
     assert mpimg.imread(tmp_path / "ae.png").shape[1] < wide
 
 
+def test_loss_axis_scale():
+    from gpunn.report.figures import loss_axis_scale
+    # E5's shape: cpu-numpy's one epoch over 1 000 images at 0.33 beside 20 GPU epochs from 0.04 to 0.009
+    assert loss_axis_scale([0.33, 0.039, 0.0196, 0.0091]) == "log"
+    assert loss_axis_scale([0.84, 0.40, 0.22, np.nan]) == "linear"  # within one decade: linear, NaN ignored
+    assert loss_axis_scale([0.5, 0.0, 0.01]) == "linear"  # a zero has no logarithm
+    assert loss_axis_scale([]) == "linear"
+
+
 def test_loss_curves_bad_input(tmp_path):
     with pytest.raises(GpunnError, match="missing.csv"):
         loss_curves({"x": tmp_path / "missing.csv"}, tmp_path / "o.png", "t")

@@ -155,6 +155,9 @@ def _titled_with_coincidences(ax, title: str, lines: Mapping[str, tuple]) -> Non
                  fontsize="medium")
 
 
+LOSS_LOG_DECADES = 1.0  # loss panels spanning more than this many decades get a log y axis
+
+
 def _readable_y_span(ax, values, rel: float = MIN_RELATIVE_SPAN) -> None:
     """Keep a linear y axis at least `rel` of its values wide: float rounding between variants (1e-8 relative)
     would otherwise fill the panel, labelled '1e-8+2.304391', as if it were a difference."""
@@ -168,6 +171,17 @@ def _readable_y_span(ax, values, rel: float = MIN_RELATIVE_SPAN) -> None:
     if hi - lo < 2 * half:
         center = (lo + hi) / 2
         ax.set_ylim(center - half, center + half)
+
+
+def loss_axis_scale(values, decades: float = LOSS_LOG_DECADES) -> str:
+    """'log' for losses spanning more than `decades` decades (all positive), else 'linear'. A short run's first
+    loss (E5's cpu-numpy epoch over 1 000 images: 0.33) would otherwise flatten 20 epochs of 0.04 -> 0.009 into
+    one line along the bottom."""
+    finite = np.asarray(values, dtype=np.float64)
+    finite = finite[np.isfinite(finite)]
+    if finite.size == 0 or finite.min() <= 0:
+        return "linear"
+    return "log" if np.log10(finite.max() / finite.min()) > decades else "linear"
 
 
 def series_styles(n: int) -> list[dict]:
@@ -253,6 +267,9 @@ def loss_curves(metrics_csvs: Mapping[str, str | Path], out_png, title: str, qua
     colors = _variant_colors(list(runs))
     styles = dict(zip(runs, series_styles(len(runs))))
     handles = {}
+    # train and test loss share one scale: the same quantity should not read linear in one panel, log in the next
+    loss_scale = loss_axis_scale(np.concatenate([pd.to_numeric(f[c], errors="coerce").to_numpy(np.float64)
+                                                 for f in runs.values() for c in ("train_loss", "test_loss")]))
     for ax, (column, ylabel, panel_title, scale) in zip(axes[0], panels):
         lines = {}
         for label, frame in runs.items():
@@ -264,7 +281,11 @@ def loss_curves(metrics_csvs: Mapping[str, str | Path], out_png, title: str, qua
         ax.set_xlabel("epoch")
         ax.set_ylabel(ylabel)
         _titled_with_coincidences(ax, panel_title, lines)
-        _readable_y_span(ax, np.concatenate([np.asarray(y, dtype=np.float64) for _, y in lines.values()] or [[]]))
+        panel_values = np.concatenate([np.asarray(y, dtype=np.float64) for _, y in lines.values()] or [[]])
+        if column != "test_accuracy" and loss_scale == "log":
+            ax.set_yscale("log")
+        else:
+            _readable_y_span(ax, panel_values)
         ax.grid(alpha=0.3)
         _epoch_ticks(ax, lines)
     # one legend for all panels, below them: inside a panel it would cover the curves
