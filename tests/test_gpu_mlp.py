@@ -2,7 +2,8 @@
 
 Under the simulator (no GPU here) on tiny odd shapes: 13 inputs, 7 hidden units, 5 classes, batches of 8
 over 19 samples, so every epoch ends with a partial batch of 3; batch 1 as well. On a GPU (-m gpu) the same
-comparisons run at the real MLP shapes.
+comparisons run at the real MLP shapes. Both loss reductions (RunSpec.reduction): the gradient of the batch mean
+and of the batch sum, each against cpu-numpy with the same reduction.
 """
 
 import os
@@ -35,9 +36,9 @@ def tiny_data(n=19, seed=1, sizes=SIZES):
     return x, y
 
 
-def backends(variant, lr=0.5, seed=3, sizes=SIZES):
-    ref = CpuNumpyBackend(build_model("mlp", seed=seed, **sizes), "mlp", lr)
-    gpu = make_backend(variant, build_model("mlp", seed=seed, **sizes), "mlp", lr)
+def backends(variant, lr=0.5, seed=3, sizes=SIZES, reduction="mean"):
+    ref = CpuNumpyBackend(build_model("mlp", seed=seed, **sizes), "mlp", lr, reduction)
+    gpu = make_backend(variant, build_model("mlp", seed=seed, **sizes), "mlp", lr, reduction=reduction)
     np.testing.assert_array_equal(gpu.parameters(), ref.parameters())  # same init
     return ref, gpu
 
@@ -52,10 +53,11 @@ def train_epoch(backend, x, y, batch, epoch, seed=3):
 
 
 @pytest.mark.parametrize("variant", GPU_VARIANTS)
-@pytest.mark.parametrize("rows", [1, 3, 8])
-def test_gradients_match_cpu(variant, rows):
+# the sum at an odd batch only: at batch 1 the two reductions are one gradient, and the simulator is slow
+@pytest.mark.parametrize("rows, reduction", [(1, "mean"), (3, "mean"), (8, "mean"), (3, "sum")])
+def test_gradients_match_cpu(variant, rows, reduction):
     x, y = tiny_data(rows, seed=rows)
-    ref, gpu = backends(variant)
+    ref, gpu = backends(variant, reduction=reduction)
     expected = cpu_gradients(ref, x, y)
     assert np.abs(expected).max() > 0
     assert rel_err(gpu.gradients(x, y), expected) < 1e-5
@@ -65,7 +67,9 @@ def test_gradients_match_cpu(variant, rows):
 
 @pytest.mark.parametrize("variant", GPU_VARIANTS)
 def test_one_epoch_parameters_match_cpu(variant):
-    """One epoch of 19 samples in batches of 8 (a partial last batch of 3): parameters within 1e-4."""
+    """One epoch of 19 samples in batches of 8 (a partial last batch of 3): parameters within 1e-4. (The sum
+    reduction's programs are those of test_gradients_match_cpu, bound per batch shape like these: its epochs are
+    left to -m gpu, the simulator's time to the cheaper checks.)"""
     x, y = tiny_data()
     ref, gpu = backends(variant)
     ref.load_train_data(x, y)
@@ -119,17 +123,55 @@ def test_gpu_variant_rejects_other_models():
         make_backend("gpu-tiled", build_model("cnn", channels=(2, 3)), "cnn", 0.1)
 
 
+CNN_SIZES = {"in_channels": 1, "image_size": 6, "channels": (2, 3), "classes": 5}
+
+
+# one GPU variant: test_gradients_match_cpu holds every other to cpu-numpy with the same reduction
+@pytest.mark.parametrize("model_name, variant", [("mlp", "cpu-numpy"), ("mlp", "cpu-serial"), ("mlp", "gpu-naive"),
+                                                 ("cnn", "cpu-numpy")])
+def test_sum_step_is_the_mean_step_at_lr_times_batch(model_name, variant):
+    """What `sum` means: the gradient of the summed losses is B times the batch mean's, so one step at lr moves
+    the parameters as one step of the mean at lr x B. B = 5 (odd: the mean's 1/5 is rounded, so this is no bit
+    identity). The CNN's GPU variants share the MLP's softmax-CE head (its scale is their only difference)."""
+    sizes = SIZES if model_name == "mlp" else CNN_SIZES
+    rng = np.random.default_rng(11)
+    x = rng.random((5, *((13,) if model_name == "mlp" else (1, 6, 6))), dtype=np.float32)
+    y = rng.integers(0, 5, 5)
+    init = build_model(model_name, seed=3, **sizes).flat.copy()
+    moved, losses = {}, {}
+    for reduction, lr in (("mean", 0.1 * len(x)), ("sum", 0.1)):
+        backend = make_backend(variant, build_model(model_name, seed=3, **sizes), model_name, lr, reduction=reduction)
+        losses[reduction] = backend.train_step(x, y).loss
+        moved[reduction] = backend.parameters() - init
+    assert losses["sum"] == losses["mean"]  # the reported loss is the per-sample mean in both
+    assert np.abs(moved["mean"]).max() > 1e-3  # the step moved the parameters: the comparison is not vacuous
+    assert rel_err(moved["sum"], moved["mean"]) < 1e-5
+
+
+@pytest.mark.parametrize("variant", ["cpu-numpy", "gpu-naive"])
+def test_the_autoencoder_refuses_the_sum_reduction(variant):
+    model = build_model("autoencoder", in_channels=1, image_size=4, channels=(2, 2))
+    with pytest.raises(GpunnError) as error:
+        make_backend(variant, model, "autoencoder", 0.1, reduction="sum")
+    assert str(error.value) == ("loss reduction sum (_rsum) is for the classifiers (mlp, cnn); the autoencoder's MSE "
+                                "loss trains with the batch mean only: drop _rsum from the run path")
+    with pytest.raises(GpunnError, match=r"^loss reduction 'avg' is not one of mean, sum$"):
+        make_backend(variant, build_model("mlp", **SIZES), "mlp", 0.1, reduction="avg")
+
+
 @pytest.mark.gpu
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
 @pytest.mark.parametrize("variant", GPU_VARIANTS + ["gpu-graph"])
-def test_real_shapes_on_gpu(variant):
+def test_real_shapes_on_gpu(variant, reduction):
     """784-256-10 at E1's lr 0.01 on 3 000 random images, batch 64 (a partial last batch of 56), compiled
-    kernels with FMA: gradients to float32 rounding, two epochs' parameters within 1e-4.
+    kernels with FMA: gradients to float32 rounding, two epochs' parameters within 1e-4. The sum at lr 0.01 / 64,
+    the same steps.
 
     (At lr 0.05 on these random labels training turns chaotic: even cpu-serial and cpu-numpy, two CPU
     summation orders, end 1e-2 apart after two epochs; at 0.01 they agree to 2e-7.)"""
     sizes = {"in_features": 784, "hidden": 256, "classes": 10}
     x, y = tiny_data(3000, sizes=sizes)
-    ref, gpu = backends(variant, lr=0.01, sizes=sizes)
+    ref, gpu = backends(variant, lr=0.01 if reduction == "mean" else 0.01 / 64, sizes=sizes, reduction=reduction)
     assert rel_err(gpu.gradients(x[:64], y[:64]), cpu_gradients(ref, x[:64], y[:64])) < 1e-5
     ref.load_train_data(x, y)
     gpu.load_train_data(x, y)

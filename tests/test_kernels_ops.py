@@ -135,22 +135,23 @@ def test_softmax_rows(rng, shape, block):
     assert rel_err(got, F.softmax(x.astype(np.float64))) < TOL
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum"])  # dlogits of the batch's mean or summed loss
 @pytest.mark.parametrize("shape,block", [((1, 10), 8), ((3, 10), 16), ((5, 21), 8)])
-def test_softmax_ce_grad_and_loss_mean(rng, shape, block):
+def test_softmax_ce_grad_and_loss_mean(rng, shape, block, reduction):
     b, c = shape
     logits = rand(rng, b, c, scale=3.0)
     labels = rng.integers(0, c, size=b).astype(np.int32)
     dlogits, losses = poisoned(b, c), poisoned(b)
     sm.softmax_ce_grad(
-        cuda.to_device(logits), cuda.to_device(labels), dlogits, losses, block=block
+        cuda.to_device(logits), cuda.to_device(labels), dlogits, losses, block=block, reduction=reduction
     )
-    ref_d, ref_l = sm.softmax_ce_grad_ref(logits, labels)
+    ref_d, ref_l = sm.softmax_ce_grad_ref(logits, labels, reduction)
     assert rel_err(dlogits.copy_to_host(), ref_d) < TOL
-    assert rel_err(losses.copy_to_host(), ref_l) < TOL
+    assert rel_err(losses.copy_to_host(), ref_l) < TOL  # the per-row losses do not depend on the reduction
     # and against the project's CPU op (float64 path)
     mean, probs = F.softmax_cross_entropy(logits.astype(np.float64), labels)
     assert (
-        rel_err(dlogits.copy_to_host(), F.softmax_cross_entropy_backward(probs, labels))
+        rel_err(dlogits.copy_to_host(), F.softmax_cross_entropy_backward(probs, labels, reduction))
         < TOL
     )
     out = poisoned(1)
@@ -187,6 +188,8 @@ def test_softmax_shape_errors():
             x,
             cuda.to_device(np.ones(3, np.float32)),
         )
+    with pytest.raises(ValueError, match="softmax_ce_grad: reduction must be one of mean, sum, got 'avg'"):
+        sm.softmax_ce_grad(x, lab, x, cuda.to_device(np.ones(3, np.float32)), reduction="avg")
     with pytest.raises(ValueError, match="softmax_ce_grad.*labels must be int32"):
         sm.softmax_ce_grad(
             x,

@@ -116,6 +116,10 @@ def test_softmax_cross_entropy_values_and_stability():
     d = F.softmax_cross_entropy_backward(probs, labels)
     onehot = np.eye(3)[labels]
     np.testing.assert_allclose(d, (probs - onehot) / 2)
+    # the gradient of the summed per-sample losses: no 1/N
+    np.testing.assert_allclose(F.softmax_cross_entropy_backward(probs, labels, "sum"), probs - onehot)
+    with pytest.raises(ValueError, match="softmax_cross_entropy_backward: reduction must be one of mean, sum"):
+        F.softmax_cross_entropy_backward(probs, labels, "avg")
     l32, p32 = F.softmax_cross_entropy(logits.astype(np.float32), labels)
     assert p32.dtype == np.float32 and np.isfinite(l32)
 

@@ -12,8 +12,8 @@ def max_rel(a, b):
     return float(np.max(np.abs(a.astype(np.float64) - b)) / np.max(np.abs(b)))
 
 
-def numpy_step(model, opt, x, y):
-    ce = SoftmaxCrossEntropy()
+def numpy_step(model, opt, x, y, reduction="mean"):
+    ce = SoftmaxCrossEntropy(reduction)
     logits = model.forward(x)
     loss = ce.forward(logits, y)
     model.backward(ce.backward(), input_grad=False)
@@ -21,18 +21,19 @@ def numpy_step(model, opt, x, y):
     return logits, loss
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum"])  # the gradient of the batch's mean or summed loss
 @pytest.mark.parametrize("sizes,batch", [((784, 256, 10), 64), ((50, 32, 7), 13), ((20, 8, 3), 1)])
-def test_one_step_matches_numpy(sizes, batch):
+def test_one_step_matches_numpy(sizes, batch, reduction):
     n_in, hidden, classes = sizes
     rng = np.random.default_rng(0)
     model = mlp(n_in, hidden, classes, seed=1)
     flat0 = model.flat.copy()
-    serial = SerialMLP(flat0.copy(), n_in, hidden, classes)
+    serial = SerialMLP(flat0.copy(), n_in, hidden, classes, reduction)
     x = rng.random((batch, n_in), dtype=np.float32)
     y = rng.integers(0, classes, batch)
     lr = 0.1
 
-    logits_np, loss_np = numpy_step(model, SGD(model.parameters(), lr), x, y)
+    logits_np, loss_np = numpy_step(model, SGD(model.parameters(), lr), x, y, reduction)
     logits_s = serial.forward(x).copy()
     loss_s = serial.backward_and_step(y, lr)
 
@@ -92,6 +93,8 @@ def test_bad_inputs_raise():
         SerialMLP(good[:-1].copy(), 10, 6, 3)
     with pytest.raises(ValueError, match="float32"):
         SerialMLP(good.astype(np.float64), 10, 6, 3)
+    with pytest.raises(ValueError, match="SerialMLP: reduction must be one of mean, sum, got 'avg'"):
+        SerialMLP(good.copy(), 10, 6, 3, reduction="avg")
     serial = SerialMLP(good.copy(), 10, 6, 3)
     with pytest.raises(ValueError, match="shape"):
         serial.forward(np.zeros((4, 9), np.float32))

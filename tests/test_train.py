@@ -62,18 +62,21 @@ def test_mlp_run_outputs_and_reload(digits, tmp_path):
     assert len(np.load(tmp_path / "eval" / "predictions.npy")) == 360
 
 
-def test_same_seed_same_run_and_serial_matches_numpy(digits, tmp_path):
+# the loss gradient of the batch mean, or (E1's second run of each variant) of the batch sum at lr / batch: the same steps
+@pytest.mark.parametrize("hparams, reduction", [("w16_b10_lr0.05_e1_s3", "mean"), ("w16_b10_lr0.005_e1_s3_rsum", "sum")])
+def test_same_seed_same_run_and_serial_matches_numpy(digits, tmp_path, hparams, reduction):
     """Both CPU variants start from the same init and see the same batches: after an epoch their
     parameters agree to float32 rounding (different summation order only)."""
     flats = {}
     for variant in ("cpu-numpy", "cpu-serial"):
-        spec = parse_run_path(f"digits8/standard/mlp/{variant}/w16_b10_lr0.05_e1_s3")
+        spec = parse_run_path(f"digits8/standard/mlp/{variant}/{hparams}")
         train_run(spec, digits, tmp_path / variant, log=lambda _: None)
         flats[variant] = load_trained(tmp_path / variant)[1].flat.copy()
+        assert json.loads((tmp_path / variant / "metrics.json").read_text())["spec"]["reduction"] == reduction
     ref = flats["cpu-numpy"]
     assert np.max(np.abs(flats["cpu-serial"] - ref)) / np.max(np.abs(ref)) < 1e-4
     again = tmp_path / "again"
-    train_run(parse_run_path("digits8/standard/mlp/cpu-numpy/w16_b10_lr0.05_e1_s3"), digits, again, log=lambda _: None)
+    train_run(parse_run_path(f"digits8/standard/mlp/cpu-numpy/{hparams}"), digits, again, log=lambda _: None)
     assert np.array_equal(load_trained(again)[1].flat, ref)
 
 

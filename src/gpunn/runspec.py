@@ -3,9 +3,10 @@
     <dataset>/<split>/<model>/<variant>/<hparams>
 
 with hparams like `w256_b64_lr0.01_e10_s0` (model widths, batch size, learning rate, epochs, seed), an
-optional `_n1000` (train on the first 1000 samples of the split) and an optional `_t256` (threads per block of
+optional `_n1000` (train on the first 1000 samples of the split), an optional `_t256` (threads per block of
 the kernels that take one, for the GPU variants whose registry entry says `blocks`; absent: each kernel's own
-default). GPU variants and sweeps are new values
+default) and an optional `_rsum` (the loss gradient is the sum over the batch instead of the mean,
+gpunn.nn.functional.REDUCTIONS; absent: the mean). GPU variants and sweeps are new values
 of these fields, so the pipeline needs no new plumbing for them.
 
 This module is the one statement of that grammar; everything else imports it:
@@ -22,6 +23,7 @@ from dataclasses import asdict, dataclass
 
 from gpunn.data.registry import DATASETS
 from gpunn.errors import GpunnError
+from gpunn.nn.functional import DEFAULT_REDUCTION, REDUCTIONS
 
 MODELS = ("mlp", "cnn", "autoencoder")
 SPLITS = ("standard", "e2")
@@ -35,7 +37,9 @@ RUN_PATTERN = "/".join(f"{{{field}}}" for field in PATH_FIELDS)  # {dataset}/{sp
 
 # The hparams text; its named groups are the RunSpec fields it holds.
 _HPARAMS_REGEX = (r"w(?P<widths>\d+(?:-\d+)*)_b(?P<batch>\d+)_lr(?P<lr>[0-9.eE+-]+)_e(?P<epochs>\d+)_s(?P<seed>\d+)"
-                  r"(?:_n(?P<subset>\d+))?(?:_t(?P<block>\d+))?")
+                  r"(?:_n(?P<subset>\d+))?(?:_t(?P<block>\d+))?(?:_r(?P<reduction>[a-z]+))?")
+# (any word after _r: a reduction that is not one of REDUCTIONS is refused by RunSpec with one line naming them,
+# instead of the path not matching at all)
 _HPARAMS = re.compile(_HPARAMS_REGEX)
 
 # What each path field may hold, as Snakemake wildcard constraints (it wraps each in a named group of its own,
@@ -62,6 +66,9 @@ class RunSpec:
     seed: int
     subset: int = 0  # 0: the whole training split
     block: int = 0   # threads per block of the kernels that take one (0: each kernel's default)
+    # the loss gradient over the batch: "mean" or "sum" (REDUCTIONS); the path leaves the default mean out, so
+    # every run path from before names the same run
+    reduction: str = DEFAULT_REDUCTION
 
     def __post_init__(self):
         if self.model not in MODELS:
@@ -82,11 +89,15 @@ class RunSpec:
         if self.block and self.block not in BLOCK_SIZES:
             raise GpunnError(f"block size {self.block} (_t{self.block}) is not one of "
                              f"{', '.join(map(str, BLOCK_SIZES))} threads per block")
+        if self.reduction not in REDUCTIONS:
+            raise GpunnError(f"loss reduction '{self.reduction}' (_r{self.reduction}) is not one of "
+                             f"{', '.join(REDUCTIONS)}; write _rsum for the batch sum, nothing for the mean")
 
     @property
     def hparams(self) -> str:
         text = f"w{format_widths(self.widths)}_b{self.batch}_lr{format_float(self.lr)}_e{self.epochs}_s{self.seed}"
-        return text + (f"_n{self.subset}" if self.subset else "") + (f"_t{self.block}" if self.block else "")
+        return (text + (f"_n{self.subset}" if self.subset else "") + (f"_t{self.block}" if self.block else "")
+                + (f"_r{self.reduction}" if self.reduction != DEFAULT_REDUCTION else ""))
 
     @property
     def path(self) -> str:
@@ -136,8 +147,13 @@ def parse_hparams(text: str) -> dict:
     match = _HPARAMS.fullmatch(text)
     if not match:
         raise GpunnError(
-            f"cannot read hyperparameters '{text}': expected e.g. w256_b64_lr0.01_e10_s0 (optionally _n1000, then _t256)"
+            f"cannot read hyperparameters '{text}': expected e.g. w256_b64_lr0.01_e10_s0 (optionally _n1000, then "
+            "_t256, then _rsum)"
         )
+    if match["reduction"] == DEFAULT_REDUCTION:
+        # one path per run: the default is written as no suffix, so `_rmean` would name a second folder for it
+        raise GpunnError(f"cannot read hyperparameters '{text}': the mean reduction is the default, leave out "
+                         f"_r{DEFAULT_REDUCTION}")
     try:
         lr = float(match["lr"])
     except ValueError:
@@ -150,6 +166,7 @@ def parse_hparams(text: str) -> dict:
         "seed": int(match["seed"]),
         "subset": int(match["subset"] or 0),
         "block": int(match["block"] or 0),
+        "reduction": match["reduction"] or DEFAULT_REDUCTION,
     }
 
 

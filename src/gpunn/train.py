@@ -5,8 +5,9 @@ evaluates on the test split (gpunn.evaluate), and records train loss, test loss,
 wall time and its forward/backward split.
 Outputs of a run directory, all written atomically at the end:
     metrics.csv    one row per epoch
-    metrics.json   the run spec, data sizes, final figures, the testing time ("test_time_s": the whole test set
-                   through the trained model's forward pass after the last epoch, in batches of
+    metrics.json   the run spec (its fields, the loss reduction among them, and its path), data sizes, final
+                   figures, the testing time ("test_time_s": the whole test set through the trained model's
+                   forward pass after the last epoch, in batches of
                    gpunn.evaluate.EVAL_BATCH, outputs copied back to the host: the seeds' testing time; a GPU
                    variant compiles those kernels before the first epoch), where the run came from
                    ("provenance": device,
@@ -33,6 +34,7 @@ from gpunn.backends.registry import make_backend, uses_gpu
 from gpunn.data.prepare import load_prepared
 from gpunn.epochs import check_finite, train_epochs
 from gpunn.evaluate import EVAL_BATCH, predict, test_metrics
+from gpunn.nn.functional import DEFAULT_REDUCTION
 from gpunn.rundata import RunData, run_data
 from gpunn.runspec import RunSpec
 from gpunn.seeding import batch_slices
@@ -89,7 +91,7 @@ def _train_epochs(spec: RunSpec, data: RunData, log, progress_every_s: float):
     in bytes or None)."""
     model = new_model(spec, data.image_shape, data.num_classes)
     memory = MemoryPeak() if uses_gpu(spec.variant) else None
-    backend = make_backend(spec.variant, model, spec.model, spec.lr, block=spec.block)
+    backend = make_backend(spec.variant, model, spec.model, spec.lr, block=spec.block, reduction=spec.reduction)
     autoencoder = spec.model == "autoencoder"
     n_train = len(data.x_train)
     slices = batch_slices(n_train, spec.batch)
@@ -97,6 +99,7 @@ def _train_epochs(spec: RunSpec, data: RunData, log, progress_every_s: float):
         f"train {spec.path}: {n_train} train / {len(data.x_test)} test samples, "
         f"{model.num_parameters} parameters, {len(slices)} batches per epoch"
         + (f", {spec.block} threads per block" if spec.block else "")
+        + (f", loss gradient of the batch {spec.reduction}" if spec.reduction != DEFAULT_REDUCTION else "")
     )
 
     if uses_gpu(spec.variant) and not simulator_enabled():

@@ -7,21 +7,25 @@ import time
 import numpy as np
 
 from gpunn.nn import SGD, MSELoss, SoftmaxCrossEntropy
+from gpunn.nn.functional import DEFAULT_REDUCTION
 
 from .base import Backend, StepTimes
+from .registry import check_reduction_setting
 
 
-def make_loss(model_name: str):
-    """The loss head of a model: MSE for the autoencoder (its target is its input), softmax-CE otherwise."""
-    return MSELoss() if model_name == "autoencoder" else SoftmaxCrossEntropy()
+def make_loss(model_name: str, reduction: str = DEFAULT_REDUCTION):
+    """The loss head of a model: MSE for the autoencoder (its target is its input; batch mean only:
+    check_reduction_setting refuses another reduction), softmax-CE with the gradient's `reduction` otherwise."""
+    return MSELoss() if model_name == "autoencoder" else SoftmaxCrossEntropy(reduction)
 
 
 class CpuNumpyBackend(Backend):
     name = "cpu-numpy"
 
-    def __init__(self, model, model_name: str, lr: float):
+    def __init__(self, model, model_name: str, lr: float, reduction: str = DEFAULT_REDUCTION):
         super().__init__(model, model_name, lr)
-        self.loss = make_loss(model_name)
+        check_reduction_setting(model_name, reduction)
+        self.loss = make_loss(model_name, reduction)
         self.optimizer = SGD(model.parameters(), lr)
 
     def train_step(self, xb: np.ndarray, target: np.ndarray) -> StepTimes:

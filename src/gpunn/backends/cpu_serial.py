@@ -7,6 +7,7 @@ import time
 import numpy as np
 
 from gpunn.nn import Linear
+from gpunn.nn.functional import DEFAULT_REDUCTION
 
 from .base import Backend, StepTimes
 
@@ -14,14 +15,15 @@ from .base import Backend, StepTimes
 class CpuSerialBackend(Backend):
     name = "cpu-serial"
 
-    def __init__(self, model, model_name: str, lr: float):
+    def __init__(self, model, model_name: str, lr: float, reduction: str = DEFAULT_REDUCTION):
         from gpunn.nn.serial import SerialMLP  # imports numba: only when this variant is asked for
 
         super().__init__(model, model_name, lr)
         first, second = (layer for layer in model.layers if isinstance(layer, Linear))
         in_features, hidden = first.in_features, first.out_features
         classes = second.out_features
-        self.serial = SerialMLP(model.flat, in_features, hidden, classes)
+        self.serial = SerialMLP(model.flat, in_features, hidden, classes, reduction)
+        self.reduction = reduction
         self._shape = (in_features, hidden, classes)
 
     def warm_up(self, batch_sizes) -> None:
@@ -29,7 +31,7 @@ class CpuSerialBackend(Backend):
         from gpunn.nn.serial import SerialMLP
 
         in_features, hidden, classes = self._shape
-        warm = SerialMLP(self.model.flat.copy(), in_features, hidden, classes)
+        warm = SerialMLP(self.model.flat.copy(), in_features, hidden, classes, self.reduction)
         sample = np.full((1, in_features), 0.5, dtype=np.float32)
         warm.forward(sample)
         warm.backward_and_step(np.zeros(1, dtype=np.int64), self.lr)

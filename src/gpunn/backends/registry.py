@@ -17,7 +17,8 @@ same init and batch order (gpunn.seeding).
                    autoencoder)
 
 The GPU variants are one engine (gpunn.backends.gpu.engine) run under different policies
-(gpunn.backends.gpu.policy): a variant is data, not code.
+(gpunn.backends.gpu.policy): a variant is data, not code. Every variant takes a run's loss reduction
+(RunSpec.reduction: the gradient of the batch mean or sum; the sum for the classifiers only).
 """
 
 from __future__ import annotations
@@ -25,12 +26,17 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 from gpunn.errors import GpunnError
+from gpunn.nn.functional import DEFAULT_REDUCTION, REDUCTIONS
 
 from .gpu.policy import POLICIES, POLICY_MODELS  # plain data: importing it loads no numba
 
+# models whose loss gradient may be the batch sum (RunSpec.reduction "sum"): the classifiers, whose softmax
+# cross-entropy head takes the scale in every variant; the autoencoder's MSE head keeps the batch mean
+SUM_REDUCTION_MODELS = ("mlp", "cnn")
+
 
 class Variant(NamedTuple):
-    factory: Callable         # (model, model_name, lr, block) -> Backend
+    factory: Callable         # (model, model_name, lr, block, reduction) -> Backend
     models: tuple[str, ...]   # models it can train
     gpu: bool                 # runs on the CUDA device (needs a GPU or numba's simulator)
     simulator: bool = True    # can run under numba's CUDA simulator (gpu-graph captures CUDA graphs, which it lacks)
@@ -38,23 +44,23 @@ class Variant(NamedTuple):
     blocks: bool = False      # takes a run's block size (threads per block of its kernels; RunSpec.block)
 
 
-def _cpu_numpy(model, model_name: str, lr: float, block: int = 0):
+def _cpu_numpy(model, model_name: str, lr: float, block: int = 0, reduction: str = DEFAULT_REDUCTION):
     from .cpu_numpy import CpuNumpyBackend
 
-    return CpuNumpyBackend(model, model_name, lr)
+    return CpuNumpyBackend(model, model_name, lr, reduction)
 
 
-def _cpu_serial(model, model_name: str, lr: float, block: int = 0):
+def _cpu_serial(model, model_name: str, lr: float, block: int = 0, reduction: str = DEFAULT_REDUCTION):
     from .cpu_serial import CpuSerialBackend
 
-    return CpuSerialBackend(model, model_name, lr)
+    return CpuSerialBackend(model, model_name, lr, reduction)
 
 
 def _gpu(name: str) -> Callable:
-    def factory(model, model_name: str, lr: float, block: int = 0):
+    def factory(model, model_name: str, lr: float, block: int = 0, reduction: str = DEFAULT_REDUCTION):
         from .gpu.engine import GpuEngine  # imports numba.cuda: only when a GPU variant is asked for
 
-        return GpuEngine(model, model_name, lr, POLICIES[name].with_block(block))
+        return GpuEngine(model, model_name, lr, POLICIES[name].with_block(block), reduction)
 
     return factory
 
@@ -107,11 +113,24 @@ def check_block_setting(variant: str, block: int) -> None:
                          f"the variants that take one are {takes}")
 
 
-def make_backend(variant: str, model, model_name: str, lr: float, block: int = 0):
-    """The backend of `variant` for `model`; `block` (threads per block, 0: defaults) for the variants that take one."""
+def check_reduction_setting(model_name: str, reduction: str) -> None:
+    """A one-line GpunnError when a run asks for a loss reduction that is unknown or that `model_name` lacks
+    (called by the backends that build a loss head for any model: cpu-numpy and the GPU engine)."""
+    if reduction not in REDUCTIONS:
+        raise GpunnError(f"loss reduction '{reduction}' is not one of {', '.join(REDUCTIONS)}")
+    if reduction != DEFAULT_REDUCTION and model_name not in SUM_REDUCTION_MODELS:
+        raise GpunnError(f"loss reduction {reduction} (_r{reduction}) is for the classifiers "
+                         f"({', '.join(SUM_REDUCTION_MODELS)}); the {model_name}'s MSE loss trains with the batch "
+                         f"{DEFAULT_REDUCTION} only: drop _r{reduction} from the run path")
+
+
+def make_backend(variant: str, model, model_name: str, lr: float, block: int = 0,
+                 reduction: str = DEFAULT_REDUCTION):
+    """The backend of `variant` for `model`; `block` (threads per block, 0: defaults) for the variants that take one;
+    `reduction`: the loss gradient is the batch mean ("mean") or sum ("sum", classifiers only)."""
     entry = check_variant(variant, model_name)
     check_block_setting(variant, block)
-    return entry.factory(model, model_name, lr, block)
+    return entry.factory(model, model_name, lr, block, reduction)  # each backend checks the reduction
 
 
 def takes_block(variant: str) -> bool:

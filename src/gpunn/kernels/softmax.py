@@ -1,4 +1,4 @@
-"""Row softmax and the fused softmax + cross-entropy gradient, with the batch-mean loss reduction.
+"""Row softmax and the fused softmax + cross-entropy gradient, with the batch-mean (or batch-sum) loss reduction.
 
 Variants (one block per row, `block` threads, block a power of two; rows longer than the block are
 covered by strided loops, thread t handling columns t, t + block, ...):
@@ -6,8 +6,9 @@ covered by strided loops, thread t handling columns t, t + block, ...):
     1 softmax_rows     out = softmax(x) row by row: shared-memory tree reductions for the row max and the
                        row sum of exp(x - max) (stable: the max is subtracted before exp)
     2 softmax_ce_grad  fused softmax + cross-entropy backward for (B, C) logits and int32 labels:
-                       dlogits = (softmax - onehot(label)) / B and per-row loss = logsumexp - logit[label]
-                       (computed as log(sum exp(s)) - s[label] with s = logit - rowmax), into a (B,) buffer
+                       dlogits = (softmax - onehot(label)) * scale and per-row loss = logsumexp - logit[label]
+                       (computed as log(sum exp(s)) - s[label] with s = logit - rowmax), into a (B,) buffer;
+                       scale = 1/B for the gradient of the batch mean, 1 for the batch sum (`reduction`)
       loss_mean        mean of the (B,) per-row losses into a (1,) device array: one block, fixed-order
                        tree reduction, so the result is bitwise deterministic
 
@@ -22,6 +23,8 @@ import math
 
 import numpy as np
 from numba import cuda, float32
+
+from gpunn.nn.functional import DEFAULT_REDUCTION, check_reduction
 
 from .launch import Launch, bind, check_array, check_block
 
@@ -95,9 +98,8 @@ def _row_kernels(block: int):
             out[row, j] = math.exp(x[row, j] - rowmax) * inv
 
     @cuda.jit
-    def softmax_ce_grad_kernel(logits, labels, dlogits, losses, counter, stride):
+    def softmax_ce_grad_kernel(logits, labels, dlogits, losses, counter, stride, scale):
         buf = cuda.shared.array(block, float32)
-        rows = logits.shape[0]
         cols = logits.shape[1]
         row = cuda.blockIdx.x
         t = cuda.threadIdx.x
@@ -108,12 +110,11 @@ def _row_kernels(block: int):
             at = (counter[0] * stride) % losses.shape[0] + row
             losses[at] = math.log(total) - (logits[row, label] - rowmax)
         inv_total = float32(1.0) / total
-        inv_rows = float32(1.0) / float32(rows)
         for j in range(t, cols, block):
             p = math.exp(logits[row, j] - rowmax) * inv_total
             if j == label:
                 p -= float32(1.0)
-            dlogits[row, j] = p * inv_rows
+            dlogits[row, j] = p * scale
 
     return softmax_rows_kernel, softmax_ce_grad_kernel
 
@@ -153,9 +154,11 @@ def softmax_rows(x, out, block: int = 128, stream=0, launch: bool = True) -> Lau
 
 
 def softmax_ce_grad(
-    logits, labels, dlogits, losses, block: int = 128, stream=0, launch: bool = True, counter=None, stride: int = 0
+    logits, labels, dlogits, losses, block: int = 128, stream=0, launch: bool = True, counter=None, stride: int = 0,
+    reduction: str = DEFAULT_REDUCTION,
 ) -> Launch:
-    """Variant 2: dlogits (B, C) = (softmax(logits) - onehot(labels)) / B, and the per-row CE losses.
+    """Variant 2: dlogits (B, C) = (softmax(logits) - onehot(labels)) / B, and the per-row CE losses; with
+    `reduction="sum"` dlogits = softmax(logits) - onehot(labels), the gradient of the summed losses.
 
     labels are int32 in [0, C) (not range-checked on the device: an out-of-range label reads out of bounds).
     By default losses is (B,). For training loops that keep the whole epoch on the device, losses may be an
@@ -183,7 +186,17 @@ def softmax_ce_grad(
             "(need logits and dlogits (B, C), labels and losses (B,))"
         )
     _, kernel = _row_kernels(block)
-    return bind(kernel, rows, block, (logits, labels, dlogits, losses, counter, np.int32(stride)), stream, launch, op)
+    scale = grad_scale(op, reduction, rows)
+    return bind(kernel, rows, block, (logits, labels, dlogits, losses, counter, np.int32(stride), scale), stream,
+                launch, op)
+
+
+def grad_scale(op: str, reduction: str, rows: int) -> np.float32:
+    """What a loss head multiplies its per-row gradient by: 1/rows for the batch mean (rounded as the kernel did
+    when it divided on the device, float32 1 / float32 rows, so mean runs keep their bits), 1 for the sum."""
+    if check_reduction(op, reduction) == "sum":
+        return np.float32(1.0)
+    return np.float32(1.0) / np.float32(rows)
 
 
 def epoch_losses_args(op: str, losses, counter, stride: int, rows: int):
@@ -234,8 +247,9 @@ def softmax_ref(x) -> np.ndarray:
     return e / e.sum(axis=1, keepdims=True)
 
 
-def softmax_ce_grad_ref(logits, labels):
-    """(dlogits (B, C), per-row losses (B,)) in float64, same formulas as gpunn.nn.functional."""
+def softmax_ce_grad_ref(logits, labels, reduction: str = DEFAULT_REDUCTION):
+    """(dlogits (B, C), per-row losses (B,)) in float64, same formulas as gpunn.nn.functional (dlogits of the batch
+    mean, or with `reduction="sum"` of the batch sum)."""
     logits = np.asarray(logits, np.float64)
     labels = np.asarray(labels).astype(np.intp)
     rows = logits.shape[0]
@@ -245,7 +259,7 @@ def softmax_ce_grad_ref(logits, labels):
     losses = np.log(total) - shifted[np.arange(rows), labels]
     d = e / total[:, None]
     d[np.arange(rows), labels] -= 1.0
-    return d / rows, losses
+    return (d / rows if check_reduction("softmax_ce_grad_ref", reduction) == "mean" else d), losses
 
 
 def loss_mean_ref(losses) -> np.ndarray:

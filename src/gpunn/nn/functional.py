@@ -7,7 +7,9 @@ These are the ground truth the GPU kernels are validated against, op by op. Conv
   share a dtype (a mismatch raises instead of silently promoting to float64).
 * No hidden state: whatever backward needs is returned by forward (a `cache`, an `argmax`) or passed again.
 * Losses are means (over the batch for cross-entropy, over all elements for MSE), so their gradients and
-  every parameter gradient derived from them are batch means.
+  every parameter gradient derived from them are batch means. The cross-entropy gradient can instead be the
+  batch SUM (`reduction="sum"`, REDUCTIONS): the reported loss stays the per-sample mean, only the gradient
+  drops its 1/N (a step N times larger at the same lr; what seed 000's CPU numbers look like).
 * Bad shapes (wrong rank, mismatched sizes, zero-sized dimensions) raise `ValueError` naming the op and
   the shapes.
 """
@@ -24,6 +26,9 @@ __all__ = [
     "softmax",
     "softmax_cross_entropy",
     "softmax_cross_entropy_backward",
+    "REDUCTIONS",
+    "DEFAULT_REDUCTION",
+    "check_reduction",
     "conv2d_output_size",
     "conv2d_forward",
     "conv2d_backward",
@@ -36,7 +41,21 @@ __all__ = [
 ]
 
 
+# How a loss's gradient combines the samples of a batch: "mean" divides by the batch size (the default, what
+# every variant did first), "sum" does not. The run setting RunSpec.reduction (`_rsum`) and the config's
+# experiments.e1.reductions take these values.
+REDUCTIONS = ("mean", "sum")
+DEFAULT_REDUCTION = "mean"
+
+
 # --------------------------------------------------------------------------------------------- checks
+def check_reduction(op: str, reduction) -> str:
+    """`reduction`, or a ValueError naming `op` when it is not one of REDUCTIONS."""
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"{op}: reduction must be one of {', '.join(REDUCTIONS)}, got {reduction!r}")
+    return reduction
+
+
 def _float_array(op: str, name: str, a, ndim: int | None = None) -> np.ndarray:
     a = np.asarray(a)
     if a.dtype.kind != "f":
@@ -139,15 +158,18 @@ def softmax_cross_entropy(logits, labels):
     return float(per_sample.mean()), probs
 
 
-def softmax_cross_entropy_backward(probs, labels) -> np.ndarray:
-    """d(mean loss)/d(logits) = (probs - onehot(labels)) / N."""
+def softmax_cross_entropy_backward(probs, labels, reduction: str = DEFAULT_REDUCTION) -> np.ndarray:
+    """d(loss)/d(logits) = (probs - onehot(labels)) / N for the mean over the batch (`reduction="mean"`), or
+    probs - onehot(labels) for the sum of the per-sample losses (`"sum"`)."""
     op = "softmax_cross_entropy_backward"
+    check_reduction(op, reduction)
     probs = _float_array(op, "probs", probs, 2)
     n, c = probs.shape
     labels = _labels(op, labels, n, c)
     d = probs.copy()
     d[np.arange(n), labels] -= probs.dtype.type(1)
-    d /= probs.dtype.type(n)
+    if reduction == "mean":
+        d /= probs.dtype.type(n)
     return d
 
 

@@ -284,9 +284,12 @@ class Flatten(Module):
 
 # --------------------------------------------------------------------------------------------- losses
 class SoftmaxCrossEntropy:
-    """Mean softmax cross-entropy over the batch. `forward(logits, labels) -> float`, `backward() -> dlogits`."""
+    """Mean softmax cross-entropy over the batch. `forward(logits, labels) -> float`, `backward() -> dlogits`.
+    `reduction` (F.REDUCTIONS) is what the gradient is of: the batch mean (default) or the batch sum of the
+    per-sample losses; forward reports the mean either way."""
 
-    def __init__(self):
+    def __init__(self, reduction: str = F.DEFAULT_REDUCTION):
+        self.reduction = F.check_reduction("SoftmaxCrossEntropy", reduction)
         self._cache = None
         self.probs: np.ndarray | None = None
 
@@ -302,13 +305,13 @@ class SoftmaxCrossEntropy:
         if self._cache is None:
             raise RuntimeError("SoftmaxCrossEntropy.backward called before forward")
         probs, labels = self._cache
-        return F.softmax_cross_entropy_backward(probs, labels)
+        return F.softmax_cross_entropy_backward(probs, labels, self.reduction)
 
     @staticmethod
-    def forward_and_grad(logits, labels):
+    def forward_and_grad(logits, labels, reduction: str = F.DEFAULT_REDUCTION):
         """(mean loss, dlogits) in one call, as in the project plan's loop."""
         loss, probs = F.softmax_cross_entropy(logits, labels)
-        return loss, F.softmax_cross_entropy_backward(probs, labels)
+        return loss, F.softmax_cross_entropy_backward(probs, labels, reduction)
 
 
 class MSELoss:

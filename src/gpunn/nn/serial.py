@@ -7,15 +7,17 @@ parameter buffer of `gpunn.nn.models.mlp`:
     flat = [W1 (in, hidden) row-major | b1 (hidden) | W2 (hidden, classes) row-major | b2 (classes)]
 
 Same math as the NumPy reference (cpu-numpy): h = relu(x W1 + b1), logits = h W2 + b2, mean softmax
-cross-entropy, batch-mean gradients ((probs - onehot) / B), then `p -= float32(lr) * grad` for every
-parameter. Only the summation order differs (numpy's BLAS blocks its sums), so one step agrees to float32
-rounding. The kernels compile on first use, once per process (cache=False; nothing is written to disk).
+cross-entropy, batch-mean gradients ((probs - onehot) / B; with `reduction="sum"` those of the batch sum,
+probs - onehot), then `p -= float32(lr) * grad` for every parameter. Only the summation order differs (numpy's
+BLAS blocks its sums), so one step agrees to float32 rounding. The kernels compile on first use, once per process (cache=False; nothing is written to disk).
 """
 
 from __future__ import annotations
 
 import numba
 import numpy as np
+
+from .functional import DEFAULT_REDUCTION, check_reduction
 
 __all__ = ["SerialMLP", "mlp_num_parameters"]
 
@@ -55,9 +57,10 @@ def _forward(x, w1, b1, w2, b2, h, logits):
 
 
 @numba.jit(**_JIT)
-def _backward_and_step(x, y, h, logits, w2, flat, grad, gw1, gb1, gw2, gb2, dlogits, dh, lr):
-    """Mean cross-entropy of the batch, its batch-mean gradients into `grad` (the flat gradient buffer,
-    viewed as gw1, gb1, gw2, gb2), then flat -= lr * grad. Returns the mean loss (float64)."""
+def _backward_and_step(x, y, h, logits, w2, flat, grad, gw1, gb1, gw2, gb2, dlogits, dh, lr, mean):
+    """Mean cross-entropy of the batch, its gradients into `grad` (the flat gradient buffer, viewed as gw1,
+    gb1, gw2, gb2): of the batch mean when `mean`, else of the batch sum; then flat -= lr * grad. Returns the
+    mean loss (float64)."""
     batch, n_in = x.shape
     n_hidden = h.shape[1]
     n_classes = logits.shape[1]
@@ -68,7 +71,7 @@ def _backward_and_step(x, y, h, logits, w2, flat, grad, gw1, gb1, gw2, gb2, dlog
     for t in range(grad.size):
         grad[t] = zero
 
-    # softmax + cross-entropy; dlogits = (probs - onehot) / B
+    # softmax + cross-entropy; dlogits = (probs - onehot) / B, or probs - onehot for the batch sum
     loss = 0.0
     for n in range(batch):
         m = logits[n, 0]
@@ -85,8 +88,9 @@ def _backward_and_step(x, y, h, logits, w2, flat, grad, gw1, gb1, gw2, gb2, dlog
         label = y[n]
         loss += np.float64(np.log(total)) - np.float64(logits[n, label] - m)
         dlogits[n, label] -= one
-        for k in range(n_classes):
-            dlogits[n, k] = dlogits[n, k] / fbatch
+        if mean:
+            for k in range(n_classes):
+                dlogits[n, k] = dlogits[n, k] / fbatch
 
     # output layer: gw2 = h^T dlogits, gb2 = sum_n dlogits
     for n in range(batch):
@@ -127,9 +131,12 @@ def _backward_and_step(x, y, h, logits, w2, flat, grad, gw1, gb1, gw2, gb2, dlog
 class SerialMLP:
     """The serial baseline of `mlp(in_features, hidden, classes)`, operating in place on `flat_params`
     (1-D float32, C-contiguous, the layout of `mlp()`'s `flat`; NOT copied: pass `model.flat.copy()` to
-    keep the NumPy model unchanged)."""
+    keep the NumPy model unchanged). `reduction` (gpunn.nn.functional.REDUCTIONS): the gradient of the batch
+    mean (default) or of the batch sum of the per-sample losses."""
 
-    def __init__(self, flat_params: np.ndarray, in_features: int, hidden: int, classes: int):
+    def __init__(self, flat_params: np.ndarray, in_features: int, hidden: int, classes: int,
+                 reduction: str = DEFAULT_REDUCTION):
+        self.mean_over_batch = check_reduction("SerialMLP", reduction) == "mean"
         self.in_features, self.hidden, self.classes = int(in_features), int(hidden), int(classes)
         if min(self.in_features, self.hidden, self.classes) < 1:
             raise ValueError(f"SerialMLP: sizes must be positive, got {in_features}, {hidden}, {classes}")
@@ -182,8 +189,8 @@ class SerialMLP:
         return logits
 
     def backward_and_step(self, yb: np.ndarray, lr: float) -> float:
-        """Mean cross-entropy of the last forward's batch against labels yb; batch-mean gradients; one SGD
-        step of every parameter (in place on flat). Returns the loss."""
+        """Mean cross-entropy of the last forward's batch against labels yb; its gradients (batch mean or sum,
+        the constructor's `reduction`); one SGD step of every parameter (in place on flat). Returns the loss."""
         if self._x is None:
             raise RuntimeError("SerialMLP.backward_and_step called before forward")
         batch = self._batch
@@ -195,6 +202,7 @@ class SerialMLP:
         loss = _backward_and_step(
             self._x, yb, self._h[:batch], self._logits[:batch], self.w2, self.flat, self.grad,
             self.gw1, self.gb1, self.gw2, self.gb2, self._dlogits[:batch], self._dh[:batch], np.float32(lr),
+            self.mean_over_batch,
         )  # fmt: skip
         self._x = None  # the activations no longer match the updated parameters
         return float(loss)

@@ -31,9 +31,11 @@ import numpy as np
 
 from gpunn.device import require_gpu, simulator_enabled
 from gpunn.errors import GpunnError
+from gpunn.nn.functional import DEFAULT_REDUCTION
 from gpunn.seeding import batch_slices
 
 from ..base import Backend, EpochResult, StepTimes
+from ..registry import check_reduction_setting
 from .layers import HEADS, Act, Binder, LinearStage, head_of, plan
 from .policy import PIPELINE_DEPTH, Policy
 
@@ -68,7 +70,8 @@ class _Pipeline:
 
 
 class GpuEngine(Backend):
-    def __init__(self, model, model_name: str, lr: float, policy: Policy):
+    def __init__(self, model, model_name: str, lr: float, policy: Policy, reduction: str = DEFAULT_REDUCTION):
+        check_reduction_setting(model_name, reduction)
         require_gpu(f"variant {policy.name}")
         if policy.graphs and simulator_enabled():
             raise GpunnError(f"variant {policy.name} captures CUDA graphs, which numba's CUDA simulator lacks; "
@@ -93,7 +96,8 @@ class GpuEngine(Backend):
         self.head = HEADS[head_of(model_name)]
         self.params = cuda.to_device(model.flat)
         self.grads = cuda.to_device(np.zeros_like(model.flat))
-        self.binder = Binder(policy, self.params, self.grads, self.lr)
+        # the loss head's gradient is of the batch mean or sum (`reduction`; the autoencoder's mse head: the mean only)
+        self.binder = Binder(policy, self.params, self.grads, self.lr, reduction)
         self.predict_binder = Binder(predict_policy, self.params, self.grads, self.lr)
         self.counter = cuda.to_device(np.zeros(1, dtype=np.int32))  # the step of the resident epoch
         self.stream = 0  # where copies, launches and events go (a graph policy has its own stream)

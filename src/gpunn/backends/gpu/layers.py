@@ -25,6 +25,7 @@ import numpy as np
 
 from gpunn.errors import GpunnError
 from gpunn.nn import Conv2d, Flatten, Linear, MaxPool2d, ReLU, Upsample
+from gpunn.nn.functional import DEFAULT_REDUCTION
 
 from .policy import Policy, conv_version, gemm_splits, gemm_version
 
@@ -41,13 +42,15 @@ class Act:
 
 
 class Binder:
-    """What stages bind their launches with: the policy, the flat parameter and gradient buffers, the lr."""
+    """What stages bind their launches with: the policy, the flat parameter and gradient buffers, the lr, and the
+    loss reduction the head's gradient is of (batch "mean" or "sum": the run's, RunSpec.reduction)."""
 
-    def __init__(self, policy: Policy, params, grads, lr: float):
+    def __init__(self, policy: Policy, params, grads, lr: float, reduction: str = DEFAULT_REDUCTION):
         self.policy = policy
         self.params = params
         self.grads = grads
         self.lr = lr
+        self.reduction = reduction
 
     def gemm(self, a, b, out, **kw):
         from gpunn.kernels import gemm
@@ -279,7 +282,7 @@ def softmax_ce_head(binder, out, labels, target, dout, losses, counter, stride) 
     from gpunn.kernels import softmax
 
     return [softmax.softmax_ce_grad(out, labels, dout, losses, block=binder.policy.ce_block, counter=counter,
-                                    stride=stride, launch=False)]
+                                    stride=stride, launch=False, reduction=binder.reduction)]
 
 
 def mse_head(binder, out, labels, target, dout, losses, counter, stride) -> list:
