@@ -93,6 +93,10 @@ def test_yaml_file_with_1e_minus_3(tmp_path):
     ({"experiments": {"e5": {"variant_epochs": {"gpu-naive": 0}}}},
      "config key experiments.e5.variant_epochs.gpu-naive: 0 is less than the minimum of 1"),
     ({"experiments": {"e1": {"batch": 0}}}, "config key experiments.e1.batch: 0 is less than the minimum of 1"),
+    ({"experiments": {"e1": {"reductions": ["mean", "avg"]}}},
+     "config key experiments.e1.reductions.1: 'avg' is not one of ['mean', 'sum']"),
+    ({"experiments": {"e1": {"reductions": ["sum", "sum"]}}}, "config key experiments.e1.reductions: ['sum', 'sum'] has "
+                                                              "non-unique elements"),
     ({"data": {"timeout_s": "soon"}}, "config key data.timeout_s: 'soon' is not of type 'number'"),
     ({"gpu": {"simulator": True}}, "experiments.e1.variants = 'gpu-graph' cannot run under the CUDA simulator"),
     ({"turbo": 1}, "config key turbo is unknown; known keys here: results_dir, machine, threads"),

@@ -369,6 +369,53 @@ def test_e1_report_without_a_baseline_gives_nan_not_a_crash(tmp_path):
     _assert_png(out / "epoch_time.png")
 
 
+def test_e1_report_with_both_loss_reductions(tmp_path, monkeypatch):
+    """E1 trains every variant with the batch-mean and the batch-sum gradient: a row each with its reduction,
+    compared with the baselines of its own reduction, and named 'variant (reduction)' in the figures."""
+    from gpunn.report import experiments, figures
+    from gpunn.report.tables import run_labels
+
+    results = tmp_path / "results"
+    fields = {"dataset": "mnist", "split": "standard", "model": "mlp", "widths": (256,), "batch": 64, "lr": 0.01,
+              "epochs": 4, "seed": 0}
+    truth = {("gpu-naive", "mean"): (2.4, 0.9795), ("gpu-naive", "sum"): (2.5, 0.9702),  # (train s, accuracy)
+             ("cpu-numpy", "mean"): (12.0, 0.9790), ("cpu-numpy", "sum"): (10.0, 0.9700)}
+    runs = [_write_run(results, RunSpec(variant=v, reduction=r, **fields), t, 0.4 * t, 0.5 * t, accuracy,
+                       provenance=_cpu_and_simulated(v)) for (v, r), (t, accuracy) in truth.items()]
+    evals = [_write_eval(results, RunSpec(variant="gpu-naive", **fields))]
+    curves = {}
+    draw_curves = figures.loss_curves
+
+    def recorded_loss_curves(runs_by_label, *args, **kwargs):  # what the loss figure is asked to draw
+        curves.update(labels=list(runs_by_label), variants=kwargs["variants"])
+        return draw_curves(runs_by_label, *args, **kwargs)
+
+    monkeypatch.setattr(experiments.figures, "loss_curves", recorded_loss_curves)
+    out = tmp_path / "report"
+    written = make_report("e1", out, runs=runs, evals=evals)
+    _assert_written(out, "e1")
+    table = pd.read_csv(out / "summary.csv")
+    assert list(zip(table["variant"], table["reduction"])) == [("cpu-numpy", "mean"), ("cpu-numpy", "sum"),
+                                                               ("gpu-naive", "mean"), ("gpu-naive", "sum")]
+    for _, row in table.iterrows():
+        train_s, accuracy = truth[(row["variant"], row["reduction"])]
+        numpy_s, numpy_accuracy = truth[("cpu-numpy", row["reduction"])]
+        assert row["speedup_vs_cpu_numpy"] == pytest.approx(numpy_s / train_s)
+        assert row["accuracy_diff_vs_cpu_numpy_pp"] == pytest.approx(100 * (accuracy - numpy_accuracy))
+    assert list(table["accuracy_matches_cpu_numpy"]) == [True, True, True, True]  # +0.05 and +0.02 pp
+    header, md_rows = _md_rows(out / "summary.md")
+    assert header[:2] == ["variant", "reduction"]
+    assert [row[:2] for row in md_rows] == [["cpu-numpy", "mean"], ["cpu-numpy", "sum"], ["gpu-naive", "mean"],
+                                            ["gpu-naive", "sum"]]
+    assert list(run_labels(table)) == ["cpu-numpy (mean)", "cpu-numpy (sum)", "gpu-naive (mean)", "gpu-naive (sum)"]
+    assert curves["labels"] == ["gpu-naive (mean)", "gpu-naive (sum)", "cpu-numpy (mean)", "cpu-numpy (sum)"]
+    assert curves["variants"]["cpu-numpy (sum)"] == "cpu-numpy"  # in cpu-numpy's colour
+    assert "per variant and loss reduction" in written["summary.md"]
+    # one reduction: the labels, titles and the figures stay those of the variants alone
+    assert list(run_labels(table[table["reduction"] == "mean"])) == ["cpu-numpy", "gpu-naive"]
+    assert list(run_labels(table.drop(columns="reduction"))) == list(table["variant"])  # a summary from before
+
+
 E2_HIDDEN = (32, 64)
 E2_BATCH = (32, 128)
 E2_FACTOR = {"cpu-serial": 100.0, "cpu-numpy": 8.0, "gpu-naive": 2.0, "gpu-tiled": 1.0}  # time scale per variant

@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from gpunn.errors import GpunnError
+from gpunn.nn.functional import REDUCTIONS
 from gpunn.runspec import PATH_FIELDS, WILDCARD_CONSTRAINTS, RunSpec, parse_hparams, parse_run_path
 from gpunn.targets import EXPERIMENTS, experiment_runs
 from snakemake_helpers import run_snakemake
@@ -50,8 +51,9 @@ def test_default_dry_run_lists_every_stage(workflow_copy):
     assert "python -m gpunn features --run results/runs/gpu-box/cifar10/standard/autoencoder/gpu-graph/" in text
     assert "python -m gpunn evaluate --run results/runs/gpu-box/cifar10/standard/autoencoder/gpu-graph/" in text
     assert "python -m gpunn evaluate --run results/runs/gpu-box/cifar10/standard/autoencoder/cpu-numpy/" not in text
-    # 6 E1 + 48 E2 + (10 + 8) E4 + 5 E5 training runs
-    assert text.count("python -m gpunn train ") == 77
+    assert "python -m gpunn train mnist/standard/mlp/gpu-graph/w256_b64_lr0.01_e10_s0_rsum " in text  # E1's sums
+    # 6 x 2 E1 (mean and sum) + 48 E2 + (10 + 8) E4 + 5 E5 training runs
+    assert text.count("python -m gpunn train ") == 83
 
 
 def _job(text: str, rule: str) -> str:
@@ -91,6 +93,12 @@ def test_bad_config_key_is_rejected(workflow_copy, tmp_path):
     assert line == "gpunn: config error: config key experiments.e1.batch: 0 is less than the minimum of 1"
 
 
+def test_schema_reductions_are_the_codes():
+    schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
+    reductions = schema["properties"]["experiments"]["properties"]["e1"]["properties"]["reductions"]
+    assert tuple(reductions["items"]["enum"]) == REDUCTIONS and tuple(reductions["default"]) == REDUCTIONS
+
+
 def test_every_schema_key_has_default_and_description():
     schema = yaml.safe_load((REPO / "workflow/schemas/config.schema.yaml").read_text())
 
@@ -108,7 +116,10 @@ def test_default_config_has_the_papers_settings():
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     config.setdefault("splits", {})
     e1 = experiment_runs(config, "e1")
-    assert {r.variant for r in e1} == {"cpu-numpy", "cpu-serial", "gpu-naive", "gpu-tiled", "gpu-fused", "gpu-graph"}
+    # every variant with the batch-mean and the batch-sum gradient (seed 000's CPU-GPU accuracy gap)
+    assert [(r.variant, r.reduction) for r in e1] == [
+        (v, reduction) for v in ("cpu-numpy", "cpu-serial", "gpu-naive", "gpu-tiled", "gpu-fused", "gpu-graph")
+        for reduction in ("mean", "sum")]
     assert all((r.widths, r.batch, r.lr, r.epochs) == ((256,), 64, 0.01, 10) for r in e1)
     e2 = experiment_runs(config, "e2")
     assert len(e2) == 4 * 3 * 4
@@ -127,6 +138,22 @@ def test_run_path_round_trip():
     assert spec.path == "cifar10/standard/autoencoder/cpu-numpy/w256-128_b32_lr0.001_e20_s0_n1000"
     assert parse_run_path("results/runs/" + spec.path) == spec
     assert RunSpec.from_dict(spec.to_dict()) == spec
+    assert spec.reduction == "mean" and spec.to_dict()["reduction"] == "mean"  # the default: no suffix
+
+
+def test_sum_reduction_in_the_run_path():
+    spec = RunSpec("mnist", "standard", "mlp", "gpu-fused", (256,), 64, 0.01, 10, 0, 100, block=0, reduction="sum")
+    assert spec.path == "mnist/standard/mlp/gpu-fused/w256_b64_lr0.01_e10_s0_n100_rsum"
+    assert parse_run_path(spec.path) == spec and RunSpec.from_dict(spec.to_dict()) == spec
+    assert spec.to_dict()["reduction"] == "sum"  # as metrics.json and weights.npz record it
+    assert parse_hparams("w16-32_b8_lr0.3_e1_s0_t32_rsum")["reduction"] == "sum"  # after the block size
+    assert re.fullmatch(WILDCARD_CONSTRAINTS["hparams"], "w256_b64_lr0.01_e10_s0_n100_rsum")
+    with pytest.raises(GpunnError, match="the mean reduction is the default, leave out _rmean"):
+        parse_hparams("w256_b64_lr0.01_e10_s0_rmean")  # one path per run
+    with pytest.raises(GpunnError) as error:
+        parse_run_path("mnist/standard/mlp/cpu-numpy/w256_b64_lr0.01_e10_s0_ravg")
+    assert str(error.value) == ("loss reduction 'avg' (_ravg) is not one of mean, sum; write _rsum for the batch "
+                                "sum, nothing for the mean")
 
 
 def test_wildcard_constraints_match_every_run_path_of_the_config():
@@ -152,7 +179,7 @@ def test_bad_hparams_name_the_expected_form(text):
 
 @pytest.mark.parametrize("change, message", [
     ({"model": "rnn"}, "unknown model"), ({"widths": (16, 32)}, "takes 1 width"), ({"batch": 0}, "batch must be"),
-    ({"lr": 0.0}, "learning rate"), ({"split": "x"}, "unknown split"),
+    ({"lr": 0.0}, "learning rate"), ({"split": "x"}, "unknown split"), ({"reduction": "Sum"}, "loss reduction 'Sum'"),
 ])
 def test_bad_run_specs(change, message):
     fields = dict(dataset="mnist", split="standard", model="mlp", variant="cpu-numpy", widths=(8,), batch=4,

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpunn.backends.registry import uses_gpu
+from gpunn.nn.functional import DEFAULT_REDUCTION
 from gpunn.runspec import RunSpec
 
 EXPERIMENTS = ("e1", "e2", "e3", "e4", "e5", "e6")
@@ -90,9 +91,10 @@ def _as_list(value):
 def experiment_runs(config: dict, experiment: str) -> list[RunSpec]:
     """Training runs of one experiment (E3 times steps without training runs; E6 uses an E5 run)."""
     exp = config["experiments"][experiment]
-    if experiment == "e1":
+    if experiment == "e1":  # every variant once per loss reduction (the first reduction's run of each first)
         return [RunSpec(exp["dataset"], "standard", "mlp", v, (exp["hidden"],), exp["batch"], exp["lr"],
-                        exp["epochs"], exp["seed"], exp["subset"]) for v in exp["variants"]]
+                        exp["epochs"], exp["seed"], exp["subset"], reduction=r)
+                for v in exp["variants"] for r in exp.get("reductions", [DEFAULT_REDUCTION])]
     if experiment == "e2":
         return [RunSpec(exp["dataset"], "e2", "mlp", v, (h,), b, exp["lr"], exp["epochs"], exp["seed"])
                 for v in exp["variants"] for h in _as_list(exp["hidden"]) for b in _as_list(exp["batch"])]

@@ -1,8 +1,8 @@
 """Report of each experiment E1..E6: a summary table (CSV + Markdown) and its figures, built from the
 outputs of finished runs. Paper numbers for comparison are in ../shared/ANCHORS.md and the README.
 
-    e1  MLP per variant: time, time per epoch, accuracy, speedups, accuracy difference to cpu-numpy;
-        loss curves; time per epoch (bars); sample predictions
+    e1  MLP per variant and loss reduction (mean, sum): time, time per epoch, accuracy, speedups and accuracy
+        difference to cpu-numpy of the same reduction; loss curves; time per epoch (bars); sample predictions
     e2  MLP hidden x batch sweep on the e2 split: train / forward / backward time, accuracy, speedups
         (tidy summary, and the papers' wide layout in paper_table); heatmaps; forward / backward time lines
     e3  MLP forward / backward / step time and samples/s per batch size and variant; with --blocks, the kernels'
@@ -74,7 +74,7 @@ def _run_row(summary: dict) -> dict:
         "epochs": spec.epochs, "seed": spec.seed, "n_train": summary["n_train"], "n_test": summary["n_test"],
         "parameters": summary["num_parameters"], "train_time_s": summary["total_train_time_s"],
         "time_per_epoch_s": summary["mean_epoch_time_s"], "test_time_s": summary.get("test_time_s"),
-        "block": spec.block, "forward_time_s": summary["forward_time_s"],
+        "block": spec.block, "reduction": spec.reduction, "forward_time_s": summary["forward_time_s"],
         "backward_time_s": summary["backward_time_s"], "final_train_loss": summary["final_train_loss"],
         "test_loss": summary["final_test_loss"], "test_accuracy": summary["final_test_accuracy"],
         **titles.device_fields(summary.get("provenance")),
@@ -156,14 +156,6 @@ def _note(*lines: str | None) -> str:
     return "\n\n".join(line for line in lines if line)
 
 
-def _curves(run_dirs, label_fields, out_png, title) -> None:
-    labelled = {}
-    for run_dir in run_dirs:
-        row = run_row(run_dir)
-        labelled[" ".join(str(row[f]) for f in label_fields)] = Path(run_dir) / "metrics.csv"
-    figures.loss_curves(labelled, out_png, title)
-
-
 def _samples_figure(eval_dir, out_png, title) -> None:
     path = Path(eval_dir) / "samples.npz"
     if not path.is_file():
@@ -176,24 +168,36 @@ def _samples_figure(eval_dir, out_png, title) -> None:
                                            [str(c) for c in saved["class_names"]], out_png, title)
 
 
+REDUCTION_NOTE = ("reduction: the loss gradient of the batch mean (mean) or of the summed per-sample losses (sum, "
+                  "a step batch times larger at the same lr); each run is compared with the baselines trained with "
+                  "its reduction. Losses are per-sample means either way.")
+
+
 def report_e1(runs, evals, out_dir, **_) -> dict[str, str]:
-    frame = pd.DataFrame([run_row(r) for r in runs])
-    frame = _sorted(add_baseline_comparisons(frame, keys=("dataset", "widths", "batch")), ["variant"])
-    cols = ["variant", "device", "dataset", "widths", "batch", "lr", "epochs", "train_time_s", "time_per_epoch_s",
-            "test_accuracy", "speedup_vs_cpu_serial", "speedup_vs_cpu_numpy", "accuracy_diff_vs_cpu_numpy_pp",
-            "accuracy_matches_cpu_numpy", "simulator"]
+    """Every variant once per loss reduction (experiments.e1.reductions): each run compared with the baselines of
+    its own reduction, and named 'variant (reduction)' in the figures where runs differ in it."""
+    frame = pd.DataFrame([run_row(r) for r in runs]).assign(metrics_csv=[Path(r) / "metrics.csv" for r in runs])
+    frame = frame.assign(label=tables.run_labels(frame))
+    curves = dict(zip(frame["label"], frame["metrics_csv"]))  # in the runs' order, as the config lists them
+    variant_of = dict(zip(frame["label"], frame["variant"]))
+    frame = _sorted(add_baseline_comparisons(frame, keys=("dataset", "widths", "batch", "reduction")),
+                    ["variant", "reduction"], appearance=["reduction"])
+    cols = ["variant", "reduction", "device", "dataset", "widths", "batch", "lr", "epochs", "train_time_s",
+            "time_per_epoch_s", "test_accuracy", "speedup_vs_cpu_serial", "speedup_vs_cpu_numpy",
+            "accuracy_diff_vs_cpu_numpy_pp", "accuracy_matches_cpu_numpy", "simulator"]
     timing = titles.timing_parts(frame)
+    per = "per variant" + (" and loss reduction" if frame["reduction"].nunique() > 1 else "")
     written = {
-        "summary.md": titles.table_title(titles.runs_head("E1", frame, "per variant"), timing),
-        "loss_curves.png": titles.figure_title(titles.runs_head("E1", frame, "training per variant")),
+        "summary.md": titles.table_title(titles.runs_head("E1", frame, per), timing),
+        "loss_curves.png": titles.figure_title(titles.runs_head("E1", frame, f"training {per}")),
         "epoch_time.png": titles.figure_title(titles.runs_head("E1", frame, "time per epoch"), timing),
         "samples.png": f"E1: sample test classifications, {titles.model_description(frame)} on "
                        f"{titles.join_words(titles.distinct(frame['dataset']))}",
     }
     tables.summary_table(frame.to_dict("records"), out_dir / "summary.csv", out_dir / "summary.md",
                          written["summary.md"], columns=cols, formats=COMPARISON_FORMATS,
-                         note=_note(COMPARISON_NOTE, titles.simulated_note(frame)))
-    _curves(runs, ["variant"], out_dir / "loss_curves.png", written["loss_curves.png"])
+                         note=_note(COMPARISON_NOTE, REDUCTION_NOTE, titles.simulated_note(frame)))
+    figures.loss_curves(curves, out_dir / "loss_curves.png", written["loss_curves.png"], variants=variant_of)
     figures.epoch_time_bars(out_dir / "summary.csv", out_dir / "epoch_time.png", written["epoch_time.png"])
     _samples_figure(evals[0], out_dir / "samples.png", written["samples.png"])
     return written

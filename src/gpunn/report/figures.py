@@ -46,6 +46,7 @@ from gpunn.report.tables import (  # noqa: E402
     format_significant,
     ordered_variants,
     read_table,
+    run_labels,
 )
 
 DPI = 120
@@ -205,8 +206,9 @@ def simulated_variants(frame: pd.DataFrame) -> set[str]:
     return {str(v) for v in frame.loc[flags, "variant"]}
 
 
-def _variant_label(variant: str, simulated: set[str], sep: str = " ") -> str:
-    return f"{variant}{sep}{SIMULATED_LABEL}" if variant in simulated else variant
+def _variant_label(label: str, simulated: set[str], sep: str = " ", variant: str | None = None) -> str:
+    """`label` marked as simulated when its variant (the label itself unless given) ran under the simulator."""
+    return f"{label}{sep}{SIMULATED_LABEL}" if (label if variant is None else variant) in simulated else label
 
 
 def _as_images(images, what: str) -> np.ndarray:
@@ -248,12 +250,13 @@ def _show(ax, image) -> None:
 
 # ------------------------------------------------------------------------------------------- figures
 def loss_curves(metrics_csvs: Mapping[str, str | Path], out_png, title: str, quantity: str = "loss",
-                legend: Mapping[str, str] | None = None) -> Path:
+                legend: Mapping[str, str] | None = None, variants: Mapping[str, str] | None = None) -> Path:
     """Train loss, test loss and (when any run has accuracies; the autoencoder's are empty) test accuracy per
     epoch, one panel each and one line per labelled run. Train and test get their own panels because every
     run needs its own line style: runs that reproduce one another exactly would otherwise be hidden.
     `quantity` names the loss on the axes and panel titles ("MSE"); `legend` gives a label's text in the legend
-    where it should say more than the label (a variant's training-set size); colours follow the labels."""
+    where it should say more than the label (a variant's training-set size); colours follow the labels, or the
+    variant each label's run is of where `variants` says so (E1's 'cpu-numpy (sum)' in cpu-numpy's colour)."""
     if not metrics_csvs:
         raise GpunnError(f"{out_png}: loss_curves needs at least one metrics CSV")
     runs = {label: read_table(path, LOSS_COLUMNS, "per-epoch metrics CSV") for label, path in metrics_csvs.items()}
@@ -264,7 +267,9 @@ def loss_curves(metrics_csvs: Mapping[str, str | Path], out_png, title: str, qua
         panels.append(("test_accuracy", "test accuracy (%)", "test accuracy per epoch", 100.0))
     fig, axes = plt.subplots(1, len(panels), figsize=(4.8 * len(panels) + 0.4, 4.6), squeeze=False,
                              layout="constrained")
-    colors = _variant_colors(list(runs))
+    variant_of = {label: (variants or {}).get(label, label) for label in runs}
+    palette = _variant_colors(list(dict.fromkeys(variant_of.values())))
+    colors = {label: palette[variant_of[label]] for label in runs}
     styles = dict(zip(runs, series_styles(len(runs))))
     handles = {}
     # train and test loss share one scale: the same quantity should not read linear in one panel, log in the next
@@ -573,19 +578,24 @@ def e2_heatmaps(table_csv, out_png, title: str = "E2: MLP hidden size x batch si
 
 
 def epoch_time_bars(table_csv, out_png, title: str = "E1: time per epoch per variant") -> Path:
-    """Mean time per training epoch of each variant as a bar on a log axis, annotated in seconds and, where the
-    table has it, with the speedup over cpu-serial; simulated variants' bars are hatched and labelled so."""
+    """Mean time per training epoch of each variant (and, where the table has runs of more than the batch-mean
+    loss reduction, of each variant and reduction: tables.run_labels) as a bar on a log axis, annotated in seconds
+    and, where the table has it, with the speedup over cpu-serial; simulated variants' bars are hatched and
+    labelled so."""
     frame = read_table(table_csv, E1_COLUMNS, "E1 summary table")
     frame = _numeric(frame.assign(variant=frame["variant"].astype(str)), ["time_per_epoch_s"])
-    variants = ordered_variants(frame["variant"])
-    rows = [frame[frame["variant"] == v].iloc[0] for v in variants]
+    frame = frame.assign(label=run_labels(frame))
+    rank = {v: i for i, v in enumerate(ordered_variants(frame["variant"]))}
+    frame = frame.sort_values("variant", key=lambda col: col.map(rank), kind="stable")  # reductions as listed
+    rows = [frame[frame["label"] == label].iloc[0] for label in dict.fromkeys(frame["label"])]
+    variants = [r["variant"] for r in rows]
     times = np.array([r["time_per_epoch_s"] for r in rows], dtype=np.float64)
     if not (times > 0).any():
         raise GpunnError(f"{table_csv}: E1 summary table has no positive time_per_epoch_s")
-    colors = _variant_colors(variants)
+    colors = _variant_colors(list(dict.fromkeys(variants)))
     simulated = simulated_variants(frame)
-    fig, ax = plt.subplots(figsize=(1.3 * len(variants) + 3.0, 4.2))
-    positions = np.arange(len(variants))
+    fig, ax = plt.subplots(figsize=(1.3 * len(rows) + 3.0, 4.2))
+    positions = np.arange(len(rows))
     ax.bar(positions, np.where(times > 0, times, np.nan), color=[colors[v] for v in variants],
            hatch=["//" if v in simulated else None for v in variants], edgecolor="white")
     for x, row, t in zip(positions, rows, times):
@@ -599,7 +609,8 @@ def epoch_time_bars(table_csv, out_png, title: str = "E1: time per epoch per var
     ax.set_yscale("log")
     ax.margins(y=0.25)  # room above the tallest bar for its label
     ax.set_xticks(positions)
-    ax.set_xticklabels([_variant_label(v, simulated, "\n") for v in variants], rotation=20, ha="right")
+    ax.set_xticklabels([_variant_label(r["label"], simulated, "\n", r["variant"]) for r in rows], rotation=20,
+                       ha="right")
     ax.set_ylabel("time per epoch (s, log scale)")
     ax.set_title("speedup over cpu-serial under each bar's time" if "speedup_vs_cpu_serial" in frame else "",
                  fontsize=9)

@@ -13,7 +13,8 @@ Formatting rules of the Markdown (the CSV keeps the raw numbers):
 in the Markdown only (the CSV keeps the column names, the formats follow them).
 
 ``read_table`` reads any CSV input of a report (per-epoch metrics, summaries, timings) with one-line errors;
-``ordered_variants`` gives the order in which every table and figure lists the training variants.
+``ordered_variants`` gives the order in which every table and figure lists the training variants, ``run_labels``
+the name of each run in a figure (its variant, and its loss reduction where runs differ in it).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import pandas as pd
 
 from gpunn.errors import GpunnError
 from gpunn.io import write_csv, write_text
+from gpunn.nn.functional import DEFAULT_REDUCTION
 
 MISSING = "-"
 _TIME_SUFFIXES = ("_s", "_ms", "_us")
@@ -45,6 +47,19 @@ def variant_rank(variant: str) -> int:
 def ordered_variants(names) -> list[str]:
     """The distinct variant names among `names` in report order (KNOWN_VARIANTS, then the rest by name)."""
     return sorted({str(n) for n in names}, key=lambda v: (variant_rank(v), v))
+
+
+def run_labels(frame: pd.DataFrame) -> pd.Series:
+    """Each row's name in a figure: its variant, and its loss reduction in brackets ('cpu-numpy (sum)') when the
+    rows hold a reduction other than the batch mean (E1 trains every variant with both); rows without a
+    `reduction` column (tables written before it) are the mean's."""
+    variants = frame["variant"].astype(str)
+    if "reduction" not in frame:
+        return variants
+    reductions = frame["reduction"].fillna(DEFAULT_REDUCTION).astype(str)
+    if (reductions == DEFAULT_REDUCTION).all():
+        return variants
+    return variants + " (" + reductions + ")"
 
 
 def read_table(path, columns: Sequence[str], what: str) -> pd.DataFrame:
