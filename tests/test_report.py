@@ -1161,7 +1161,7 @@ def test_e5_report_speedups_per_full_set_epoch_memory_and_paper_tables(tmp_path)
     written = make_report("e5", out, runs=runs, evals=evals)
     _assert_written(out, "e5")
     assert set(written) == {"summary.md", "paper_table.md", "mse_curves.png", "training_time.png", "speedup.png",
-                            "reconstructions.png"}
+                            "reconstructions.png", "paper_vs_ours.md"}
 
     summary = pd.read_csv(out / "summary.csv")
     variants = list(E5_RUNS)

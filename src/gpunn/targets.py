@@ -154,9 +154,10 @@ def report_outputs(config: dict, experiment: str) -> list[str]:
     exp = config["experiments"][experiment]
     sweep = experiment == "e3" and block_sweep_enabled(config)
     study = experiment == "e4" and bool(e4_block_runs(config))
+    # paper_vs_ours: the seed's numbers beside ours (gpunn.report.paper_vs_ours), for every experiment
     tables = ["summary"] + {"e2": ["paper_table"], "e3": ["blocks"] if sweep else [],
                             "e4": ["paper_table"] + (["blocks"] if study else []),
-                            "e5": ["paper_table"]}.get(experiment, [])
+                            "e5": ["paper_table"]}.get(experiment, []) + ["paper_vs_ours"]
     figures = {
         "e1": ["loss_curves.png", "epoch_time.png", "samples.png"],
         "e2": ["heatmaps.png", "forward_backward.png"],

@@ -1,5 +1,6 @@
 """Report of each experiment E1..E6: a summary table (CSV + Markdown) and its figures, built from the
-outputs of finished runs. Paper numbers for comparison are in ../shared/ANCHORS.md and the README.
+outputs of finished runs, and paper_vs_ours (CSV + Markdown): the seed's numbers (gpunn.report.papers) beside ours
+(gpunn.report.paper_vs_ours).
 
     e1  MLP per variant and loss reduction (mean, sum): time, time per epoch, accuracy, speedups and accuracy
         difference to cpu-numpy of the same reduction; loss curves; time per epoch (bars); sample predictions
@@ -35,7 +36,7 @@ import pandas as pd
 
 from gpunn import io
 from gpunn.errors import GpunnError
-from gpunn.report import figures, tables, titles
+from gpunn.report import figures, paper_vs_ours, papers, tables, titles
 from gpunn.report.tables import format_significant, ordered_variants
 from gpunn.runspec import RunSpec, format_widths, parse_run_path
 
@@ -168,6 +169,10 @@ def _samples_figure(eval_dir, out_png, title) -> None:
                                            [str(c) for c in saved["class_names"]], out_png, title)
 
 
+def _metrics_paths(runs) -> list[Path]:
+    return [Path(r) / "metrics.csv" for r in runs]
+
+
 REDUCTION_NOTE = ("reduction: the loss gradient of the batch mean (mean) or of the summed per-sample losses (sum, "
                   "a step batch times larger at the same lr); each run is compared with the baselines trained with "
                   "its reduction. Losses are per-sample means either way.")
@@ -176,7 +181,7 @@ REDUCTION_NOTE = ("reduction: the loss gradient of the batch mean (mean) or of t
 def report_e1(runs, evals, out_dir, **_) -> dict[str, str]:
     """Every variant once per loss reduction (experiments.e1.reductions): each run compared with the baselines of
     its own reduction, and named 'variant (reduction)' in the figures where runs differ in it."""
-    frame = pd.DataFrame([run_row(r) for r in runs]).assign(metrics_csv=[Path(r) / "metrics.csv" for r in runs])
+    frame = pd.DataFrame([run_row(r) for r in runs]).assign(metrics_csv=_metrics_paths(runs))
     frame = frame.assign(label=tables.run_labels(frame))
     curves = dict(zip(frame["label"], frame["metrics_csv"]))  # in the runs' order, as the config lists them
     variant_of = dict(zip(frame["label"], frame["variant"]))
@@ -200,6 +205,8 @@ def report_e1(runs, evals, out_dir, **_) -> dict[str, str]:
     figures.loss_curves(curves, out_dir / "loss_curves.png", written["loss_curves.png"], variants=variant_of)
     figures.epoch_time_bars(out_dir / "summary.csv", out_dir / "epoch_time.png", written["epoch_time.png"])
     _samples_figure(evals[0], out_dir / "samples.png", written["samples.png"])
+    written["paper_vs_ours.md"] = paper_vs_ours.report(
+        "e1", paper_vs_ours.rows_for("e1", paper_vs_ours.OursE1(frame)), out_dir, titles.runs_head("E1", frame))
     return written
 
 
@@ -264,6 +271,8 @@ def report_e2(runs, out_dir, **_) -> dict[str, str]:
     figures.e2_heatmaps(out_dir / "summary.csv", out_dir / "heatmaps.png", written["heatmaps.png"])
     figures.e2_phase_times(out_dir / "summary.csv", out_dir / "forward_backward.png",
                            written["forward_backward.png"])
+    written["paper_vs_ours.md"] = paper_vs_ours.report("e2", paper_vs_ours.rows_for("e2", paper_vs_ours.OursE2(frame)),
+                                                       out_dir, head)
     return written
 
 
@@ -323,6 +332,7 @@ def report_e3(timings, out_dir, blocks=(), **_) -> dict[str, str]:
                          written["summary.md"], columns=[c for c in E3_SUMMARY_COLUMNS if c in frame],
                          note=titles.simulated_note(frame))
     figures.batch_timing(out_dir / "summary.csv", out_dir / "batch_timing.png", written["batch_timing.png"])
+    written["paper_vs_ours.md"] = paper_vs_ours.report("e3", paper_vs_ours.e3_rows(frame), out_dir, head)
     if not blocks:  # the block-size sweep is optional by hand; the workflow always passes it
         return written
     sweep = _read_csvs(blocks, figures.BLOCK_COLUMNS, "block-size sweep CSV")
@@ -347,9 +357,12 @@ E4_SUMMARY_COLUMNS = ("dataset", "variant", "device", "widths", "n_train", "n_te
                       "parameters", "train_time_s", "time_per_epoch_s", "test_time_s", "final_train_loss",
                       "test_accuracy", "speedup_vs_cpu_numpy", "speedup_vs_gpu_naive", "accuracy_diff_vs_cpu_numpy_pp",
                       "accuracy_matches_cpu_numpy", "simulator")
-# seed 001's Tables 3-6 (one per dataset and version, a row per GPU) as one tidy table: CSV column -> its heading
-E4_PAPER_HEADERS = {"dataset": "Dataset", "variant": "Variant", "device": "Device", "train_time_s": "Training Time [s]",
-                    "test_time_s": "Testing Time [s]", "test_accuracy": "Test Accuracy", "simulator": "Simulator"}
+# seed 001's Tables 3-6 (one per dataset and version, a row per GPU) as one tidy table: CSV column -> its heading,
+# the measured columns headed as the seed's Table 3 heads them
+E4_PAPER_HEADERS = {"dataset": "Dataset", "variant": "Variant", "device": "Device",
+                    **dict(zip(("train_time_s", "test_time_s", "test_accuracy"),
+                               papers.column_labels(papers.SEED_E4, papers.E4_CUDA_TABLES[0]))),
+                    "simulator": "Simulator"}
 E4_BLOCK_COLUMNS = ("dataset", "variant", "block", "device", "time_per_epoch_s", "train_time_s", "final_train_loss",
                     "test_accuracy", "accuracy_diff_vs_cpu_numpy_pp", "accuracy_matches_cpu_numpy", "simulator")
 TEST_TIME_NOTE = ("test_time_s: the whole test set through the trained model's forward pass once after training (the "
@@ -368,7 +381,7 @@ def report_e4(runs, evals, out_dir, **_) -> dict[str, str]:
     """The main runs (every variant on every dataset at the kernels' default block) in summary, paper_table,
     cumulative_time and loss_curves; the block-size study's runs (RunSpec.block > 0), where there are any, in
     blocks, block_time and block_loss."""
-    frame = pd.DataFrame([run_row(r) for r in runs]).assign(metrics_csv=[Path(r) / "metrics.csv" for r in runs])
+    frame = pd.DataFrame([run_row(r) for r in runs]).assign(metrics_csv=_metrics_paths(runs))
     _one_run_each(frame, "E4", ("dataset", "block"))
     if not (frame["block"] == 0).any():
         raise GpunnError("E4 report: every run sets a block size; the report needs the main runs (no _t<threads>)")
@@ -407,6 +420,9 @@ def report_e4(runs, evals, out_dir, **_) -> dict[str, str]:
         _samples_figure(eval_dir, out_dir / name, written[name])
     if (frame["block"] > 0).any():
         written.update(_e4_block_study(frame[frame["block"] > 0], main, out_dir))
+    ours = paper_vs_ours.OursE4(main, frame[frame["block"] > 0])
+    written["paper_vs_ours.md"] = paper_vs_ours.report("e4", paper_vs_ours.rows_for("e4", ours, paper_vs_ours.e4_keep),
+                                                       out_dir, titles.runs_head("E4", main))
     return written
 
 
@@ -447,11 +463,13 @@ E5_SUMMARY_COLUMNS = ("variant", "device", "dataset", "n_train", "n_test", "batc
                       "time_per_epoch_s", "train_time_s", "full_epoch_s", "full_train_time_s", "full_set_extrapolated",
                       "all_epochs", "train_time_extrapolated", "speedup_vs_cpu_numpy", "speedup_vs_gpu_naive", "final_train_mse", "test_mse",
                       "peak_gpu_memory_mib", "simulator")
+# seed 004's section 2.4 table: every phase's epoch time over 50 000 images (the CPU's extrapolated from 1 000)
+_E5_SEED_EPOCHS = papers.paper_values("e5", "epoch_time", source=papers.E5_EPOCH_TABLE)
 # seed 004's phases 2.1-2.4 by the variant that reproduces each, in its tables' order; gpu-graph is ours
-E5_PHASES = {"cpu-numpy": "CPU", "gpu-naive": "GPU naive", "gpu-tiled": "GPU optimized v1",
-             "gpu-im2col": "GPU optimized v2", "gpu-graph": "GPU graph (ours, not in the paper)"}
-# seed 004's own epoch times over 50 000 images (its section 2.4 table; the CPU's extrapolated from 1 000)
-E5_SEED_EPOCH_S = {"cpu-numpy": 29678.00, "gpu-naive": 991.63, "gpu-tiled": 517.18, "gpu-im2col": 117.97}
+E5_PHASES = {**{entry.ours[0]: entry.phase for entry in _E5_SEED_EPOCHS},
+             "gpu-graph": "GPU graph (ours, not in the paper)"}
+# seed 004's own epoch times, by the variant that reproduces each phase
+E5_SEED_EPOCH_S = {entry.ours[0]: entry.value for entry in _E5_SEED_EPOCHS}
 E5_EPOCH_HEADERS = {"implementation": "Implementation", "variant": "Variant", "full_epoch_s": "Epoch time (s)",
                     "speedup_vs_cpu": "Speedup vs CPU", "speedup_vs_previous": "Speedup vs previous phase",
                     "seed_full_epoch_s": "Seed's epoch time (s)"}
@@ -541,7 +559,7 @@ def report_e5(runs, evals, out_dir, full_train_size: int = E5_FULL_TRAIN, **_) -
     """Summary (per variant: times, their full-set epoch, measured or extrapolated, speedups per full-set epoch,
     MSE, peak GPU memory), paper_table (seed 004's section 2.4 and 3.1 tables), mse_curves, reconstructions (the
     first test image of each class), training_time and speedup (its section 3.2 figures)."""
-    frame = pd.DataFrame([run_row(r) for r in runs]).assign(metrics_csv=[Path(r) / "metrics.csv" for r in runs])
+    frame = pd.DataFrame([run_row(r) for r in runs]).assign(metrics_csv=_metrics_paths(runs))
     if frame["dataset"].nunique() > 1:
         raise GpunnError(f"E5 report: runs on {titles.join_words(titles.distinct(frame['dataset']))}; its tables "
                          "compare the variants on one dataset")
@@ -587,6 +605,8 @@ def report_e5(runs, evals, out_dir, full_train_size: int = E5_FULL_TRAIN, **_) -
                                full_train_size)
     figures.speedup_bars(out_dir / "summary.csv", out_dir / "speedup.png", written["speedup.png"], full_train_size)
     written["reconstructions.png"] = _e5_reconstructions(evals[0], frame, out_dir / "reconstructions.png")
+    written["paper_vs_ours.md"] = paper_vs_ours.report("e5", paper_vs_ours.rows_for("e5", paper_vs_ours.OursE5(frame)),
+                                                       out_dir, titles.runs_head("E5", frame))
     return written
 
 
@@ -661,6 +681,8 @@ def report_e6(svm, out_dir, **_) -> dict[str, str]:
     written = {"summary.md": titles.table_title(e6_head(frame), titles.timing_parts(frame))}
     tables.summary_table([{k: v for k, v in r.items() if k != "cpu"} for r in rows], out_dir / "summary.csv",
                          out_dir / "summary.md", written["summary.md"])
+    written["paper_vs_ours.md"] = paper_vs_ours.report("e6", paper_vs_ours.rows_for("e6", paper_vs_ours.OursE6(frame)),
+                                                       out_dir, e6_head(frame))
     return written
 
 

@@ -1,0 +1,214 @@
+"""paper_vs_ours.csv / .md of each report (gpunn.report.paper_vs_ours): the seed's numbers beside ours from small
+fake runs (the builders of tests/test_report.py): speedups over each side's own CPU baseline, accuracy differences
+in points, '-' and a note where our run is missing, the simulator named, E1's runs picked by their reduction."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from test_report import (
+    E4_RUNS,
+    E5_RUNS,
+    ON_CPU,
+    ON_H100,
+    _cpu_and_simulated,
+    _e1_results,
+    _e2_runs,
+    _e4_results,
+    _e5_results,
+    _e5_spec,
+    _write_timings,
+)
+
+from gpunn import io
+from gpunn.errors import GpunnError
+from gpunn.report import paper_vs_ours
+from gpunn.report.experiments import make_report
+from gpunn.report.paper_vs_ours import OursE1, OursE2, rows_for
+
+
+def _rows(out, table=None) -> pd.DataFrame:
+    frame = pd.read_csv(out / "paper_vs_ours.csv")
+    assert list(frame.columns) == list(paper_vs_ours.COLUMNS)
+    return frame if table is None else frame[frame["table"] == table]
+
+
+def _one(frame: pd.DataFrame, **cells) -> pd.Series:
+    for column, value in cells.items():
+        frame = frame[frame[column] == value]
+    assert len(frame) == 1, cells
+    return frame.iloc[0]
+
+
+def _md_row(md: str, *cells: str) -> list[str]:
+    """The cells of the first Markdown table line holding all of `cells`."""
+    line = next(line for line in md.splitlines() if line.startswith("|") and all(f"| {c} " in line for c in cells))
+    return [cell.strip() for cell in line.strip("|").split("|")]
+
+
+MEASURED = "2.5 Experimental Results: Measured Performance"
+
+
+def test_e1_speedups_accuracy_points_and_a_missing_baseline(tmp_path):
+    runs, evals = _e1_results(tmp_path, ["cpu-numpy", "gpu-naive"], where=lambda v: ON_CPU if v == "cpu-numpy"
+                              else ON_H100)
+    out = tmp_path / "report"
+    written = make_report("e1", out, runs=runs, evals=evals)
+    assert written["paper_vs_ours.md"].endswith("the paper's numbers (seed 000) beside ours")
+    table = _rows(out, MEASURED)
+    # no cpu-serial run: the CPU row is our cpu-numpy (12 s), PHASES' second choice
+    cpu = _one(table, row="Total training time", column="CPU", unit="s")
+    assert (cpu["variant"], cpu["our_device"], cpu["ours"]) == ("cpu-numpy", "cpu (AMD EPYC 9454)", 12.0)
+    gpu = _one(table, row="Total training time", column="GPU", unit="ms")
+    assert gpu["ours"] == pytest.approx(2400.0) and gpu["ratio"] == pytest.approx(2400.0 / 2247.11)
+    assert gpu["paper_speedup"] == pytest.approx(298617.53 / 2247.11)  # the paper's CPU over its GPU
+    assert gpu["our_speedup"] == pytest.approx(12.0 / 2.4)  # ours over ours
+    assert gpu["speedup_ratio"] == pytest.approx(5.0 / (298617.53 / 2247.11))
+    assert gpu["our_device"] == "NVIDIA H100 80GB HBM3" and gpu["paper_device"] == "NVIDIA Tesla T4"
+    accuracy = _one(table, row="Test accuracy", column="GPU")
+    assert accuracy["diff_pp"] == pytest.approx(97.95 - 93.86) and pd.isna(accuracy["ratio"])
+    text = _rows(out)
+    assert _one(text, column="speedup vs CPU")["ours"] == pytest.approx(5.0)
+    late = _one(text, row="GPU", column="train_loss, epoch 10")  # our runs trained 4 epochs
+    assert pd.isna(late["ours"]) and "our run trained 4 epochs" in late["note"]
+    md = (out / "paper_vs_ours.md").read_text()
+    for label in ("Total training time", "Avg. time per epoch", "Test accuracy", "### " + MEASURED):
+        assert label in md
+    cells = _md_row(md, "Test accuracy", "GPU")
+    assert cells[3:6] == ["93.86", "97.95", "-"] and "+4.09" in cells
+
+
+def _e1_frame(reduction=True) -> pd.DataFrame:
+    """E1's summary rows as report_e1 builds them: cpu-serial summed and averaged, gpu-naive averaged."""
+    rows = [("cpu-serial", "sum", 300.0, 0.9793), ("cpu-serial", "mean", 310.0, 0.9400),
+            ("gpu-naive", "mean", 2.5, 0.98)]
+    frame = pd.DataFrame([{"variant": v, "reduction": r, "train_time_s": t, "time_per_epoch_s": t / 10,
+                           "test_accuracy": a, "final_train_loss": 0.1, "epochs": 10, "dataset": "mnist", "batch": 64,
+                           "device": "cpu" if v.startswith("cpu") else "NVIDIA H100 80GB HBM3", "simulator": False}
+                          for v, r, t, a in rows])
+    return frame if reduction else frame.drop(columns="reduction")
+
+
+def test_e1_compares_the_cpu_row_with_the_sum_run_and_the_gpu_row_with_the_mean_run():
+    table = pd.DataFrame(rows_for("e1", OursE1(_e1_frame())))
+    cpu = _one(table, row="Total training time", column="CPU", unit="s")
+    assert (cpu["ours"], cpu["variant"]) == (300.0, "cpu-serial (reduction sum)")
+    gpu = _one(table, row="Total training time", column="GPU", unit="s")
+    assert gpu["ours"] == 2.5 and gpu["our_speedup"] == pytest.approx(300.0 / 2.5)  # over the sum run, as the paper
+    assert _one(table, row="Test accuracy", column="CPU")["diff_pp"] == pytest.approx(0.0)
+    # before the reduction setting existed every run averaged: the CPU row takes it and says so
+    table = pd.DataFrame(rows_for("e1", OursE1(_e1_frame(reduction=False).iloc[1:])))
+    cpu = _one(table, row="Total training time", column="CPU", unit="s")
+    assert cpu["ours"] == 310.0 and "loss gradient is the batch mean; the paper's CPU one is the sum" in cpu["note"]
+
+
+def test_e1_labels_simulated_numbers(tmp_path):
+    runs, evals = _e1_results(tmp_path, ["cpu-serial", "gpu-naive"], where=_cpu_and_simulated)
+    out = tmp_path / "report"
+    make_report("e1", out, runs=runs, evals=evals)
+    gpu = _one(_rows(out, MEASURED), row="Avg. time per epoch", column="GPU")
+    assert gpu["our_device"] == "cuda-simulator" and bool(gpu["simulator"])
+    assert "simulator: its timing is not meaningful" in gpu["note"]
+    assert "ran under numba's CUDA simulator" in (out / "paper_vs_ours.md").read_text()
+
+
+def test_e2_cells_speedups_and_missing_cells(tmp_path):
+    runs = _e2_runs(tmp_path, ["cpu-serial", "gpu-naive"], skip={("gpu-naive", 64, 128)})
+    out = tmp_path / "report"
+    make_report("e2", out, runs=runs)
+    table = _rows(out)
+    assert len(table) == 4 * 3 * 4 * 4 + 4  # every number of the seed's 12 tables, and its text's
+    naive = _one(table, table="Naive Parallel Implementation, Batch size 32", row="Training time (s)",
+                 column="32 nodes")
+    assert naive["ours"] == pytest.approx(2.0 * 2)  # E2_FACTOR 2 x hidden 32 / 32 x 64 / batch 32
+    assert naive["paper_speedup"] == pytest.approx(53.7502 / 4.08057)
+    assert naive["our_speedup"] == pytest.approx(100.0 / 4.0)
+    missing = _one(table, table="Naive Parallel Implementation, Batch size 128", row="Training time (s)",
+                   column="64 nodes")
+    assert pd.isna(missing["ours"]) and "not run here: gpu-naive at batch 128, hidden 64" in missing["note"]
+    device_memory = _one(table, table="Parallel Optimization #1: Unified Memory Optimization, Batch size 32",
+                         row="Test accuracy", column="32 nodes")
+    assert pd.isna(device_memory["ours"]) and "gpunn has no counterpart" in device_memory["note"]
+    md = (out / "paper_vs_ours.md").read_text()
+    assert _md_row(md, "Training time (s)", "64 nodes", "2.01787")[4] == "-"  # opt. #1, batch 64: no counterpart
+
+
+def test_e3_places_our_speedups_in_the_plans_range(tmp_path):
+    out = tmp_path / "report"
+    make_report("e3", out, timings=_write_timings(tmp_path / "timing", where=lambda v: ON_H100))
+    table = _rows(out, "Benchmarking Plan")
+    assert set(table["paper_text"]) == {"5-50"} and table["ratio"].isna().all()
+    for _, row in table.iterrows():
+        assert row["note"].endswith(("within the paper's range", "below the paper's range", "above the paper's range"))
+    tolerance = _one(_rows(out), quantity="relative_error")
+    assert pd.isna(tolerance["ours"]) and "not measured by the pipeline" in tolerance["note"]
+
+
+def test_e4_tables_speedups_over_each_sides_cpu_and_the_block_result(tmp_path):
+    runs, evals = _e4_results(tmp_path)
+    out = tmp_path / "report"
+    make_report("e4", out, runs=runs, evals=evals)
+    table = _rows(out)
+    a40 = _one(table, table="Table 3", row="A40", column="Training Time [s]")
+    assert a40["ours"] == 24.0 and a40["paper_speedup"] == pytest.approx(159.26 / 23.47)  # Table 1, 4 workers
+    assert a40["our_speedup"] == pytest.approx(180.0 / 24.0)  # our cpu-numpy on mnist
+    fashion = _one(table, table="Table 6", row="V100", column="Training Time[s]")
+    assert fashion["paper_speedup"] == pytest.approx(188.44 / 8.47) and fashion["our_speedup"] == pytest.approx(40.0)
+    accuracy = _one(table, table="Table 4", row="RTX6000", column="Test Accuracy")
+    assert accuracy["diff_pp"] == pytest.approx(100 * E4_RUNS[("mnist", "gpu-optimized")][1] - 98.08)
+    assert set(table.loc[table["table"] == "Table 1", "row"]) == {"CPU"}  # PyTorch's CUDA rows are not ours
+    pytorch = _one(table, column="speedup vs PyTorch CPU", row="PyTorch CUDA")
+    assert pd.isna(pytorch["ours"]) and pd.isna(pytorch["variant"]) and "no counterpart" in pytorch["note"]
+    headline = _one(table, table="4.2 Cuda results", column="speedup vs naive")
+    assert headline["ours"] == pytest.approx(24.0 / 6.0) and headline["ratio"] == pytest.approx(4.0 / 4.5)
+    block = _one(table, column="train_loss, block 1024")  # the block study ran on fashion_mnist: noted
+    assert block["ours"] == pytest.approx(2.303) and "ours: fashion_mnist" in block["note"]
+    md = (out / "paper_vs_ours.md").read_text()
+    assert "### Table 3" in md and "### Table 6" in md and "| RTX 6000 " in md and "| RTX6000 " in md
+
+
+def test_e5_phase_tables_memory_and_a_variant_not_run(tmp_path):
+    runs, evals = _e5_results(tmp_path, {v: E5_RUNS[v] for v in ("cpu-numpy", "gpu-naive", "gpu-im2col")})
+    out = tmp_path / "report"
+    make_report("e5", out, runs=runs, evals=evals)
+    table = _rows(out, "Phase 2.4: Performance Comparison Table")
+    cpu = _one(table, row="CPU (Extrapolated)", column="Epoch Time (s)")
+    assert cpu["ours"] == pytest.approx(30000.0) and "extrapolated" in cpu["note"]  # 600 s x 50 000 / 1 000
+    v2 = _one(table, row="GPU Optimized v2 (2.4)", column="Speedup (vs. CPU)")
+    assert (v2["paper"], v2["ours"]) == (251.57, pytest.approx(250.0))
+    previous = _one(table, row="GPU Optimized v2 (2.4)", column="Speedup (vs. Prev Phase)")
+    assert pd.isna(previous["ours"]) and "not run here: gpu-tiled" in previous["note"]  # its previous phase
+    epoch = _one(table, row="GPU Optimized v2 (2.4)", column="Epoch Time (s)")
+    assert epoch["paper_speedup"] == pytest.approx(29678.0 / 117.97) and epoch["our_speedup"] == pytest.approx(250.0)
+    totals = _rows(out, "3.1 Performance Comparison Across All Phases")
+    vram = _one(totals, row="GPU Naive", column="Memory (RAM/VRAM): VRAM")
+    assert vram["ours"] == pytest.approx(120.0) and vram["ratio"] == pytest.approx(120.0 / 116)
+    assert "does not record host memory" in _one(totals, row="GPU Naive", column="Memory (RAM/VRAM): RAM")["note"]
+    assert "batch 32" in vram["note"]  # the seed trained one image per step
+    md = (out / "paper_vs_ours.md").read_text()
+    assert _md_row(md, "GPU Optimized v1 (2.3)", "Epoch Time (s)")[4] == "-"
+
+
+def test_e6_accuracies_time_and_range(tmp_path):
+    spec = _e5_spec("gpu-graph", 0)
+    svm = tmp_path / "svm" / spec.path
+    io.write_json(svm / "metrics.json", {
+        "method": "exact", "C": 10.0, "gamma": "scale", "n_train": 50000, "n_test": 10000, "n_features": 8192,
+        "kernel_device": "gpu", "train_accuracy": 0.9, "test_accuracy": 0.7, "fit_time_s": 77.4, "provenance": ON_H100,
+        "per_class_accuracy": {"cat": 0.5}})
+    out = tmp_path / "report"
+    make_report("e6", out, svm=[svm])
+    table = _rows(out)
+    test = _one(table, column="test_accuracy")
+    assert test["diff_pp"] == pytest.approx(70.0 - 67.56) and test["our_device"] == "NVIDIA H100 80GB HBM3"
+    fit = _one(table, column="fit_time")
+    assert fit["ratio"] == pytest.approx(77.4 / 46) and "kernel computed on the gpu" in fit["note"]
+    assert "above the paper's range" in _one(table, column="expected_accuracy")["note"]
+
+
+def test_a_summary_without_a_needed_column_is_one_clear_error():
+    frame = _e1_frame().drop(columns="train_time_s")
+    with pytest.raises(GpunnError, match="^E1 paper_vs_ours: our summary lacks column.s. train_time_s; it has"):
+        OursE1(frame)
+    with pytest.raises(GpunnError, match="^E2 paper_vs_ours: our summary lacks column.s. hidden, forward_time_s"):
+        OursE2(_e1_frame())
