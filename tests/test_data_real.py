@@ -143,7 +143,7 @@ def test_real_mnist_e1_through_the_pipeline_offline(workflow_copy):
 
     config = {"results_dir": "results/real", "threads": 1, "data": {"mirror_dir": str(REAL)},
               "experiments": {"e1": {"dataset": "mnist", "hidden": 32, "batch": 32, "lr": 0.1, "epochs": 1,
-                                     "subset": 2000, "variants": ["cpu-numpy"]},
+                                     "subset": 2000, "variants": ["cpu-numpy"], "reductions": ["mean"]},
                               **{e: {"enabled": False} for e in ("e2", "e3", "e4", "e5", "e6")}}}
     (workflow_copy / "real.yaml").write_text(yaml.safe_dump(config))
     out = run_snakemake(workflow_copy, "e1", "--cores", "1", "--configfile", "real.yaml")
