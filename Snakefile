@@ -20,10 +20,16 @@ include: "workflow/rules/analysis.smk"
 include: "workflow/rules/report.smk"
 
 
+# snakemake --report: its first page is the entry page (report_index's index.rst) once built
+report: report_front_page()
+
+
 rule all:
+    """Every enabled experiment, then the report's entry page, <results_dir>/report/<machine>/index.md."""
     localrule: True
     input:
         target_inputs(enabled_experiments(config)),
+        index_outputs(config),
 
 
 rule e1:

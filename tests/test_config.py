@@ -147,7 +147,8 @@ def test_e5_report_files():
     outputs = report_outputs(load({}), "e5")
     assert [p.rsplit("/", 1)[1] for p in outputs] == [
         "summary.csv", "summary.md", "paper_table.csv", "paper_table.md", "paper_vs_ours.csv", "paper_vs_ours.md",
-        "mse_curves.png", "reconstructions.png", "training_time.png", "speedup.png"]
+        "mse_curves.png", "reconstructions.png", "training_time.png", "speedup.png",
+        "mse_curves.pdf", "reconstructions.pdf", "training_time.pdf", "speedup.pdf", "provenance.json"]
 
 
 def test_e4_report_files_follow_the_block_study():
@@ -158,13 +159,16 @@ def test_e4_report_files_follow_the_block_study():
     assert all(p.startswith("results/smoke/report/cudasim/e4/") for p in outputs)
     assert [p.rsplit("/", 1)[1] for p in outputs] == [
         "summary.csv", "summary.md", "paper_table.csv", "paper_table.md", "blocks.csv", "blocks.md",
-        "paper_vs_ours.csv", "paper_vs_ours.md", "cumulative_time.png", "loss_curves.png", "samples_digits8_mini.png", "block_time.png", "block_loss.png"]
+        "paper_vs_ours.csv", "paper_vs_ours.md", "cumulative_time.png", "loss_curves.png", "samples_digits8_mini.png",
+        "block_time.png", "block_loss.png", "cumulative_time.pdf", "loss_curves.pdf", "samples_digits8_mini.pdf",
+        "block_time.pdf", "block_loss.pdf", "provenance.json"]
     block_runs = [p for p in report_inputs(smoke, "e4")["runs"] if "_t" in p.rsplit("/", 2)[1]]
     assert [p.split("/")[-2].rsplit("_", 1)[1] for p in block_runs] == ["t32"]
     assert all("/gpu-naive/" in p for p in block_runs)
     # a block study on a dataset the main runs do not use: its runs are inputs, but it has no sample figure
     apart = load({"experiments": {"e4": {"datasets": ["fashion_mnist"], "block_dataset": "mnist"}}})
-    assert [p.rsplit("/", 1)[1] for p in report_outputs(apart, "e4") if "samples" in p] == ["samples_fashion_mnist.png"]
+    assert [p.rsplit("/", 1)[1] for p in report_outputs(apart, "e4") if "samples" in p] == [
+        "samples_fashion_mnist.png", "samples_fashion_mnist.pdf"]
     assert [p.split("/")[3] for p in report_inputs(apart, "e4")["evals"]] == ["fashion_mnist"]
     assert any(p.split("/")[3] == "mnist" for p in report_inputs(apart, "e4")["runs"])
 

@@ -18,7 +18,7 @@ from gpunn.backends.registry import GPU_MLP_VARIANTS, uses_gpu
 def test_cpu_record_has_exactly_the_documented_keys():
     prov = provenance.collect(uses_gpu=False)
     assert tuple(prov) == provenance.PROVENANCE_KEYS
-    assert prov["device"] == "cpu" and prov["simulator"] is False
+    assert prov["device"] == "cpu" and prov["simulator"] is False and prov["driver"] is None
     assert prov["numpy"] == metadata.version("numpy") and prov["numba"] == metadata.version("numba")
     assert prov["numba_threads"] == config.NUMBA_NUM_THREADS
     assert prov["hostname"] and isinstance(prov["cpu"], str)
@@ -32,6 +32,25 @@ def test_cpu_record_has_exactly_the_documented_keys():
 def test_gpu_work_under_the_simulator_says_so():
     prov = provenance.collect(uses_gpu=True)
     assert prov["device"] == "cuda-simulator" and prov["simulator"] is True
+    assert prov["driver"] is None  # the simulator has no driver to name
+
+
+def test_driver_version_reads_the_kernel_module_line(tmp_path, monkeypatch):
+    """The NVIDIA kernel module's version comes from its /proc line; with no such file and no CUDA driver, None."""
+    version_file = tmp_path / "version"
+    version_file.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Tue Jun 3 2025\n"
+                            "GCC version:  gcc version 12.2.0\n")
+    monkeypatch.setattr(provenance, "_simulator_enabled", lambda: False)
+    monkeypatch.setattr(provenance, "NVIDIA_DRIVER_FILE", str(version_file))
+    provenance.driver_version.cache_clear()
+    try:
+        assert provenance.driver_version().startswith("NVIDIA 580.159.04")
+        monkeypatch.setattr(provenance, "NVIDIA_DRIVER_FILE", str(tmp_path / "absent"))
+        provenance.driver_version.cache_clear()
+        found = provenance.driver_version()
+        assert found is None or found.startswith("CUDA ")  # only a real CUDA driver could answer here
+    finally:
+        provenance.driver_version.cache_clear()
 
 
 def test_cpu_record_never_imports_numba_cuda():

@@ -43,6 +43,8 @@ def _assert_png(path):
     assert image.ndim == 3 and image.shape[0] > 50 and image.shape[1] > 50
     assert image.std() > 0.01
     assert not list(path.parent.glob(f".{path.name}.*"))  # no temporary left behind
+    pdf = path.with_suffix(".pdf")  # every figure also as PDF, for papers
+    assert pdf.read_bytes()[:5] == b"%PDF-" and pdf.stat().st_size > 1000
 
 
 def _epoch_csv(path, with_accuracy=True, epochs=5, offset=0.0):

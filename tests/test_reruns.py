@@ -31,8 +31,8 @@ CONFIG = {
         **{e: {"enabled": False} for e in ("e3", "e4", "e5", "e6")},
     },
 }
-E1_CHAIN = {"train", "evaluate", "report_e1", "all"}
-E2_CHAIN = {"train", "report_e2", "all"}
+E1_CHAIN = {"train", "evaluate", "report_e1", "report_index", "all"}
+E2_CHAIN = {"train", "report_e2", "report_index", "all"}
 
 
 def _snakemake(workdir, *args, config="small.yaml"):

@@ -78,9 +78,26 @@ def test_every_stage_left_its_outputs(smoke):
         assert (report / "summary.md").read_text().count("\n|") >= len(table)
         for name in figures:
             assert (report / f"{name}.png").read_bytes()[:8] == PNG_SIGNATURE
+            assert (report / f"{name}.pdf").read_bytes()[:5] == b"%PDF-"
+        assert json.loads((report / "provenance.json").read_text())["sources"]
     # E5's cpu-numpy trains on 500 images: the seed's tables show its epoch extrapolated to 50 000
     e5_paper = pd.read_csv(results / "report" / MACHINE / "e5" / "paper_table.csv")
     assert list(e5_paper["implementation"]) == ["CPU (extrapolated)"]
+
+
+def test_the_entry_page_covers_every_experiment(smoke):
+    """report/<machine>/index.md: every experiment's headline rows (the simulated ones labelled), links to its
+    tables and figures, and the provenance of the runs."""
+    results, _, _ = smoke
+    page = (results / "report" / MACHINE / "index.md").read_text()
+    for experiment in ("E1", "E2", "E3", "E4", "E5", "E6"):
+        assert f"\n| {experiment} | " in page and f"### {experiment}: " in page
+    assert "not run:" not in page  # the smoke config runs every experiment
+    assert "| cuda-simulator |" in page and "not meaningful" in page
+    assert "(e5/reconstructions.png) ([PDF](e5/reconstructions.pdf)): " in page
+    assert "## Provenance" in page and "| 0.30.4 |" in page  # numba-cuda's version, as pinned
+    summary = pd.read_csv(results / "report" / MACHINE / "index.csv")
+    assert set(summary["experiment"]) == {"E1", "E2", "E3", "E4", "E5", "E6"}
 
 
 def test_cpu_models_learn_on_smoke_data(smoke):
@@ -155,3 +172,8 @@ def test_snakemake_report_bundles_the_figures(smoke):
         names = bundle.namelist()
     for figure in ("loss_curves.png", "heatmaps.png", "batch_timing.png", "reconstructions.png", "confusion.png"):
         assert any(name.endswith(figure) for name in names), figure
+    with zipfile.ZipFile(workdir / "report.zip") as bundle:
+        page = bundle.read("report/report.html").decode()
+    # its front page is the entry page's summary table, each figure has its own caption naming the seed figure
+    assert "CPU test accuracy" in page and "Provenance" in page
+    assert "seed 001&#39;s Figure 1" in page or "seed 001's Figure 1" in page

@@ -14,6 +14,9 @@ machine-wide timing lock (gpunn.timing_lock) and record where their results came
     gpunn time-batches --variants V.. --batches B.. --out CSV
     gpunn sweep-blocks --blocks 32,64,.. --shapes 64x256,.. --repeats N --out CSV
     gpunn report EXP --out DIR [--runs ..] [--evals ..] [--timings ..] [--svm ..] [--blocks ..]
+    gpunn index --out DIR --ran E.. [--not-run E=WHY ..] [--note TEXT ..]
+                                               the entry page over the experiments' reports in DIR
+    gpunn captions --out DIR                   the figures' caption files for snakemake --report
 """
 
 from __future__ import annotations
@@ -183,6 +186,26 @@ def _cmd_report(args):
                 blocks=args.blocks)
 
 
+def _cmd_index(args):
+    from gpunn.report import index
+
+    not_run = {}
+    for item in args.not_run:
+        experiment, sep, why = item.partition("=")
+        if not sep or not why:
+            raise GpunnError(f"--not-run '{item}': write EXPERIMENT=REASON, e.g. e5='experiments.e5.enabled is false'")
+        not_run[experiment] = why
+    paths = index.write(args.out, args.ran, not_run, notes=args.note, machine=args.machine)
+    _log(f"wrote {paths['index.md']} ({len(args.ran)} experiment report(s), {len(not_run)} not run)")
+
+
+def _cmd_captions(args):
+    from gpunn.report import captions
+
+    written = captions.write_rst(args.out)
+    _log(f"wrote {len(written)} caption files into {args.out}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(prog="gpunn", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=OneLineErrorParser)
@@ -273,6 +296,19 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{option}", nargs="*", default=[])
     p.add_argument("--blocks", nargs="*", default=[], help="E3: block-size sweep CSV(s) (results/timing/e3/blocks.csv)")
     p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser("index", help="the report's entry page (index.md, .csv, .rst) over the experiments' reports")
+    p.add_argument("--out", required=True, help="the machine's report folder, holding e1/ .. e6/")
+    p.add_argument("--ran", nargs="*", default=[], help="experiments whose report folders to read (e1 .. e6)")
+    p.add_argument("--not-run", nargs="*", default=[], metavar="E=WHY",
+                   help="experiments that did not run, with the reason (e5='experiments.e5.enabled is false')")
+    p.add_argument("--note", nargs="*", default=[], help="lines stated under the summary table")
+    p.add_argument("--machine", default="", help="the machine's name, for the page title")
+    p.set_defaults(func=_cmd_index)
+
+    p = sub.add_parser("captions", help="write the report figures' caption files (reStructuredText)")
+    p.add_argument("--out", required=True, help="folder, e.g. workflow/report/captions")
+    p.set_defaults(func=_cmd_captions)
     return parser
 
 

@@ -21,10 +21,10 @@ from importlib import metadata
 from pathlib import Path
 
 # every key of collect()'s record, in this order
-PROVENANCE_KEYS = ("device", "simulator", "cpu", "hostname", "blas_threads", "numba_threads", "python", "numpy",
+PROVENANCE_KEYS = ("device", "driver", "simulator", "cpu", "hostname", "blas_threads", "numba_threads", "python", "numpy",
                    "numba", "numba_cuda", "snakemake", "commit")
 # the subset repeated on every row of a timing CSV (columns() gives them)
-CSV_COLUMNS = ("device", "simulator", "blas_threads", "numba_threads", "numpy", "numba", "numba_cuda",
+CSV_COLUMNS = ("device", "driver", "simulator", "blas_threads", "numba_threads", "numpy", "numba", "numba_cuda",
                "snakemake", "commit")
 SIMULATOR_DEVICE = "cuda-simulator"
 CPU_DEVICE = "cpu"
@@ -38,10 +38,12 @@ def collect(uses_gpu: bool) -> dict:
     """The provenance record of work done in this process: a flat, JSON-serialisable dict with the keys
     ``PROVENANCE_KEYS``. ``uses_gpu`` says whether the work ran on the CUDA device (a GPU variant or kernel);
     ``device`` is then the GPU's name, or "cuda-simulator" under numba's CUDA simulator, and "cpu" otherwise;
-    ``simulator`` is true only for GPU work that ran under the simulator."""
+    ``simulator`` is true only for GPU work that ran under the simulator; ``driver`` names the GPU driver of real
+    GPU work (driver_version), None otherwise."""
     simulator = bool(uses_gpu) and _simulator_enabled()
     return {
         "device": (SIMULATOR_DEVICE if simulator else gpu_name()) if uses_gpu else CPU_DEVICE,
+        "driver": driver_version() if uses_gpu and not simulator else None,
         "simulator": simulator,
         **_host_record(),
     }
@@ -69,6 +71,36 @@ def gpu_name() -> str:
         return "unavailable"
     name = cuda.get_current_device().name
     return name.decode() if isinstance(name, bytes) else str(name)
+
+
+NVIDIA_DRIVER_FILE = "/proc/driver/nvidia/version"
+
+
+@functools.lru_cache(maxsize=1)
+def driver_version() -> str | None:
+    """The GPU driver as 'NVIDIA 580.159.04, CUDA 13.0': the kernel module's version (NVIDIA_DRIVER_FILE, Linux)
+    and the CUDA driver API version it implements; either part alone when only it is known, None without a real
+    GPU (or under the simulator)."""
+    if _simulator_enabled():
+        return None
+    parts = []
+    try:
+        with open(NVIDIA_DRIVER_FILE, encoding="utf-8", errors="replace") as fh:
+            words = fh.readline().split()  # "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  <date>"
+        module = next((w for w in words if w[:1].isdigit() and w.count(".") >= 1), None)
+        if module:
+            parts.append(f"NVIDIA {module}")
+    except OSError:
+        pass
+    try:
+        from numba import cuda
+
+        if cuda.is_available():
+            major, minor = cuda.cudadrv.driver.driver.get_version()
+            parts.append(f"CUDA {major}.{minor}")
+    except Exception:  # noqa: BLE001  (a driver that cannot answer leaves the part out; the record still counts)
+        pass
+    return ", ".join(parts) or None
 
 
 @functools.lru_cache(maxsize=1)

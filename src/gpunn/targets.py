@@ -147,18 +147,13 @@ def block_sweep_enabled(config: dict) -> bool:
     return bool(config.get("gpu", {}).get("enabled", True))
 
 
-def report_outputs(config: dict, experiment: str) -> list[str]:
-    """The files a report step writes (the experiment's target files): E3's block tables and figure only with
-    its kernel block sweep, E4's only with a block-size study (e4_block_runs)."""
-    base = Layout.of(config).report_dir(experiment)
+def report_figures(config: dict, experiment: str) -> list[str]:
+    """The PNG figures of an experiment's report, by file name: E3's block figure only with its kernel block
+    sweep, E4's only with a block-size study (e4_block_runs). Each has a PDF twin (report_outputs)."""
     exp = config["experiments"][experiment]
     sweep = experiment == "e3" and block_sweep_enabled(config)
     study = experiment == "e4" and bool(e4_block_runs(config))
-    # paper_vs_ours: the seed's numbers beside ours (gpunn.report.paper_vs_ours), for every experiment
-    tables = ["summary"] + {"e2": ["paper_table"], "e3": ["blocks"] if sweep else [],
-                            "e4": ["paper_table"] + (["blocks"] if study else []),
-                            "e5": ["paper_table"]}.get(experiment, []) + ["paper_vs_ours"]
-    figures = {
+    return {
         "e1": ["loss_curves.png", "epoch_time.png", "samples.png"],
         "e2": ["heatmaps.png", "forward_backward.png"],
         "e3": ["batch_timing.png"] + (["block_sweep.png"] if sweep else []),
@@ -167,8 +162,56 @@ def report_outputs(config: dict, experiment: str) -> list[str]:
         "e5": ["mse_curves.png", "reconstructions.png", "training_time.png", "speedup.png"],
         "e6": [],
     }[experiment]
+
+
+REPORT_PROVENANCE = "provenance.json"  # every report: where its numbers came from (gpunn.report.sources)
+
+
+def report_outputs(config: dict, experiment: str) -> list[str]:
+    """The files a report step writes (the experiment's target files): its tables (CSV + Markdown), its figures
+    as PNG then as PDF, and provenance.json. E3's block tables only with its kernel block sweep, E4's only with
+    a block-size study."""
+    base = Layout.of(config).report_dir(experiment)
+    sweep = experiment == "e3" and block_sweep_enabled(config)
+    study = experiment == "e4" and bool(e4_block_runs(config))
+    # paper_vs_ours: the seed's numbers beside ours (gpunn.report.paper_vs_ours), for every experiment
+    tables = ["summary"] + {"e2": ["paper_table"], "e3": ["blocks"] if sweep else [],
+                            "e4": ["paper_table"] + (["blocks"] if study else []),
+                            "e5": ["paper_table"]}.get(experiment, []) + ["paper_vs_ours"]
+    figures = report_figures(config, experiment)
     table_files = [f"{base}/{table}.{ext}" for table in tables for ext in ("csv", "md")]
-    return table_files + [f"{base}/{name}" for name in figures]
+    return (table_files + [f"{base}/{name}" for name in figures]
+            + [f"{base}/{name[:-len('.png')]}.pdf" for name in figures] + [f"{base}/{REPORT_PROVENANCE}"])
+
+
+INDEX_FILES = ("index.md", "index.csv", "index.rst")
+
+
+def index_args(config: dict) -> list[str]:
+    """The `gpunn index` arguments of a config (unquoted, one per list item): the experiments that ran, why the
+    others did not, and the config facts that leave rows empty or make timings meaningless."""
+    ran = enabled_experiments(config)
+    args = ["--machine", Layout.of(config).machine, "--ran", *ran]
+    skipped = [f"{e}=experiments.{e}.enabled is false in this config" for e in EXPERIMENTS if e not in ran]
+    if skipped:
+        args += ["--not-run", *skipped]
+    notes = []
+    gpu = config.get("gpu", {})
+    if not gpu.get("enabled", True):
+        notes.append("gpu.enabled is false (the CPU-only reproduction): no GPU variant and no kernel block sweep "
+                     "ran, so their rows read '-'.")
+    elif gpu.get("simulator", False):
+        notes.append("gpu.simulator is true: the GPU variants ran under numba's CUDA simulator on tiny data.")
+    if notes:
+        args += ["--note", *notes]
+    return args
+
+
+def index_outputs(config: dict) -> list[str]:
+    """The report's entry page (gpunn.report.index): index.md beside the experiments' folders, its summary table
+    as index.csv, and index.rst, the front page of `snakemake --report`."""
+    root = Layout.of(config).measured("report")
+    return [f"{root}/{name}" for name in INDEX_FILES]
 
 
 def experiment_data(config: dict, experiment: str) -> list[tuple[str, str]]:

@@ -2,6 +2,7 @@
 # input functions and the integrity checks that decide what must be remade.
 
 import os
+import shlex
 import sys
 
 # The workflow and its jobs use the gpunn package of this checkout, installed or not (e.g. jobs in a
@@ -11,6 +12,7 @@ sys.path.insert(0, _SRC)
 
 from gpunn.config import CPU_MACHINE, SIMULATOR_MACHINE, load_config, load_schema
 from gpunn.data.registry import DATASETS
+from gpunn.report import captions as figure_captions
 from gpunn.errors import GpunnError
 from gpunn.runspec import RUN_PATTERN as RUN
 from gpunn.runspec import WILDCARD_CONSTRAINTS, format_run_path
@@ -23,6 +25,8 @@ from gpunn.targets import (
     experiment_data,
     export_download_options,
     export_source_path,
+    index_args,
+    index_outputs,
     missing_intermediates,
     raw_outputs,
     report_inputs,
@@ -139,12 +143,25 @@ def report_args(inputs):
 
 
 def report_files(experiment):
-    """Targets of the report: tables as plain outputs, figures marked for `snakemake --report`."""
+    """Targets of the report: tables, PDFs and provenance.json as plain outputs, the PNG figures marked for
+    `snakemake --report`, in the experiment's category, each with its own caption (gpunn.report.captions,
+    generated into workflow/report/captions/) and its seed figure as a label."""
     files = []
     for path in report_outputs(config, experiment):
-        files.append(report(path, caption="../report/figure.rst", category=experiment.upper()) if path.endswith(".png") else path)
+        if path.endswith(".png"):
+            name = os.path.basename(path)
+            path = report(path, caption=f"../report/captions/{figure_captions.rst_name(experiment, name)}",
+                          category=experiment.upper(),
+                          labels={"figure": name, "mirrors": figure_captions.caption(experiment, name).seed})
+        files.append(path)
     return files
 
+
+def report_front_page():
+    """The first page of `snakemake --report`: index.rst of the report_index job, the papers' numbers beside ours
+    with their provenance, once written; until then the static description saying how to build it."""
+    built = os.path.abspath(index_outputs(config)[-1])  # results_dir is relative to the working directory
+    return built if os.path.exists(built) else "workflow/report/workflow.rst"
 
 def invalidate_changed_downloads(experiments):
     """A raw file that no longer matches its manifest (edited, replaced, truncated) makes that manifest a lie:
@@ -184,3 +201,4 @@ def target_inputs(experiments):
             set_aside_edited(experiments)
     files = [f for e in experiments for f in report_outputs(config, e)]
     return files + missing_intermediates(config, experiments)
+

@@ -1,5 +1,6 @@
-# Stage 4: per-experiment summary tables (CSV + Markdown) and figures under <results_dir>/report/<machine>/<eN>/.
-# One rule per experiment (report_e1 .. report_e6), since each has its own inputs and figures.
+# Stage 4: per-experiment summary tables (CSV + Markdown) and figures (PNG + PDF) under
+# <results_dir>/report/<machine>/<eN>/, one rule per experiment (report_e1 .. report_e6), since each has its own
+# inputs and figures; then the entry page over them, <results_dir>/report/<machine>/index.md (report_index).
 
 
 for _experiment in EXPERIMENTS:
@@ -21,3 +22,23 @@ for _experiment in EXPERIMENTS:
             ENV_FILE
         shell:
             "python -m gpunn report {params.experiment} --out {params.out} {params.args} 2>&1 | tee {log}"
+
+
+rule report_index:
+    """The entry page over every enabled experiment's report (gpunn.report.index): index.md with the papers'
+    headline numbers beside ours and links to every table and figure, index.csv (its summary table) and
+    index.rst (the front page of `snakemake --report`)."""
+    localrule: True
+    input:
+        [f for e in enabled_experiments(config) for f in report_outputs(config, e)],
+    output:
+        index_outputs(config),
+    log:
+        f"{R}/logs/report/{M}/index.log",
+    params:
+        out=folder_of("output"),
+        args=" ".join(shlex.quote(a) for a in index_args(config)),
+    conda:
+        ENV_FILE
+    shell:
+        "python -m gpunn index --out {params.out} {params.args} 2>&1 | tee {log}"

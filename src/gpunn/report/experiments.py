@@ -21,13 +21,13 @@ outputs of finished runs, and paper_vs_ours (CSV + Markdown): the seed's numbers
 
 Titles are built from the rows shown (gpunn.report.titles): model widths, dataset, split sizes, batch and
 epochs as run, the device that timed them and, for anything timed under the CUDA simulator, a warning that its
-timings are not meaningful. Every table with timings has `device` and `simulator` columns. make_report returns
-the title of every table and figure it wrote, by file name.
+timings are not meaningful. Every table with timings has `device` and `simulator` columns; every figure is written as
+PNG and as PDF. Each report ends with provenance.json (gpunn.report.sources): the devices, drivers, package
+versions and commits of its inputs. make_report returns the title of every table and figure it wrote, by file name.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -36,19 +36,13 @@ import pandas as pd
 
 from gpunn import io
 from gpunn.errors import GpunnError
-from gpunn.report import figures, paper_vs_ours, papers, tables, titles
+from gpunn.report import figures, paper_vs_ours, papers, sources, tables, titles
 from gpunn.report.tables import format_significant, ordered_variants
 from gpunn.runspec import RunSpec, format_widths, parse_run_path
+from gpunn.targets import REPORT_PROVENANCE
 
 
-def _read_json(path) -> dict:
-    path = Path(path)
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise GpunnError(f"{path}: missing; run the step that makes it first") from None
-    except json.JSONDecodeError as exc:
-        raise GpunnError(f"{path}: not valid JSON ({exc}); delete it and rerun its step") from None
+_read_json = sources.read_json  # one reader, one error line, for every report input
 
 
 def run_row(run_dir) -> dict:
@@ -697,5 +691,9 @@ def make_report(experiment: str, out_dir, runs=(), evals=(), timings=(), svm=(),
         raise GpunnError(f"unknown experiment '{experiment}': choose one of {', '.join(REPORTS)}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    return REPORTS[experiment](runs=list(runs), evals=list(evals), timings=list(timings), svm=list(svm),
-                               blocks=list(blocks), out_dir=out_dir, **options)
+    written = REPORTS[experiment](runs=list(runs), evals=list(evals), timings=list(timings), svm=list(svm),
+                                  blocks=list(blocks), out_dir=out_dir, **options)
+    # last, so that a report whose tables or figures failed has no provenance.json either (the index needs it)
+    sources.write(out_dir / REPORT_PROVENANCE, experiment,
+                  sources.collect(runs=runs, svm=svm, timings=timings, blocks=blocks))
+    return written

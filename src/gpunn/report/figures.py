@@ -1,4 +1,5 @@
-"""Report figures (matplotlib, Agg backend). Every function writes one PNG atomically and returns its path.
+"""Report figures (matplotlib, Agg backend). Every function writes one PNG, and the same figure as a PDF beside it
+(pdf_twin: for papers), atomically, and returns the PNG's path.
 
     loss_curves              per-epoch train / test loss of several runs, and test accuracy when present
     epoch_lines              per-epoch cumulative training time, train loss or test accuracy, one panel per group
@@ -67,11 +68,21 @@ BLOCK_COLUMNS = ("op", "block", "rows", "cols", "ms", "gb_per_s", "device")
 
 
 # ------------------------------------------------------------------------------------------- helpers
+def pdf_twin(out_png) -> Path:
+    """The PDF written beside a figure's PNG: the PNG is for the report and the screen, the PDF (vector, fonts
+    embedded) for papers."""
+    return Path(out_png).with_suffix(".pdf")
+
+
 def _save(fig, out_png) -> Path:
+    """Write the figure as `out_png` and as its pdf_twin, each atomically (a failure leaves neither half-written)."""
     out_png = Path(out_png)
     try:
         with atomic_path(out_png) as tmp:
             fig.savefig(tmp, format="png", dpi=DPI, bbox_inches="tight")
+        with atomic_path(pdf_twin(out_png)) as tmp:
+            # no creation date: the same figure gives the same bytes, so reruns are comparable
+            fig.savefig(tmp, format="pdf", bbox_inches="tight", metadata={"CreationDate": None})
     finally:
         plt.close(fig)
     return out_png

@@ -262,6 +262,13 @@ def _row(entry: PaperValue, ours: float | None) -> dict:
             "our_device": None, "simulator": None}
 
 
+def row_key(entry: PaperValue) -> dict:
+    """The columns that find an entry's row in paper_vs_ours.csv: table, row, column, quantity, unit and the
+    paper's text (as _row writes them)."""
+    row = _row(entry, None)
+    return {key: row[key] for key in ("table", "row", "column", "quantity", "unit", "paper_text")}
+
+
 def _label(entry: PaperValue) -> str:
     """A text entry's column label: its quantity and what sets it apart ('train_loss, epoch 2')."""
     parts = [entry.quantity + (f" vs {entry.versus}" if entry.versus else "")]

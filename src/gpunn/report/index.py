@@ -1,0 +1,332 @@
+"""The report's entry page: index.md beside the experiments' report folders (report/<machine>/index.md), its
+summary table as index.csv, and index.rst, the same page as the front page of `snakemake --report`.
+
+It opens with one "paper vs ours" table across the experiments: each experiment's headline numbers (HEADLINES:
+its accuracies and its speedup, as the seed states them) beside ours, taken from the experiment's
+paper_vs_ours.csv, with both devices named. An experiment that did not run (disabled in the config) is one row
+saying so, and a headline whose run did not happen (no GPU, a variant not configured) keeps the reason that
+paper_vs_ours gives, so that a missing number is never mistaken for a failure. Then, per experiment, links to
+its tables and figures (PNG and PDF) with the figures' captions (gpunn.report.captions), and last the device,
+driver, package versions and commits that produced the numbers (each report's provenance.json,
+gpunn.report.sources).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from gpunn import io
+from gpunn.errors import GpunnError
+from gpunn.report import captions, sources
+from gpunn.report.paper_vs_ours import ACCURACY_QUANTITIES, row_key
+from gpunn.report.papers import E5_EPOCH_TABLE, SEEDS, PaperValue, paper_value
+from gpunn.report.tables import format_significant
+from gpunn.targets import EXPERIMENTS, REPORT_PROVENANCE
+
+EXPERIMENT_TITLES = {
+    "e1": "MLP 784-256-10 on MNIST, CPU against GPU",
+    "e2": "MLP hidden size x batch size sweep",
+    "e3": "MLP step time per batch size, kernel block sizes",
+    "e4": "CNN on MNIST and Fashion-MNIST",
+    "e5": "Convolutional autoencoder on CIFAR-10",
+    "e6": "RBF SVM on the autoencoder's encoder features",
+}
+# tables of a report folder, in the order the page lists them (others follow by name)
+TABLE_ORDER = ("summary.md", "paper_vs_ours.md", "paper_table.md", "blocks.md", "gap.md")
+
+
+@dataclass(frozen=True)
+class Headline:
+    """One number of a seed shown on the entry page: `select` picks its PaperValue (papers.paper_value)."""
+
+    experiment: str
+    label: str
+    quantity: str
+    select: dict = field(default_factory=dict)
+    # paper_vs_ours.csv columns that find its row (None: all of paper_vs_ours.row_key); where several rows match
+    # (E3: one per GPU variant and large batch) the one with the largest value of ours stands for it
+    match: tuple[str, ...] | None = None
+
+    def entry(self) -> PaperValue:
+        return paper_value(self.experiment, self.quantity, **self.select)
+
+
+HEADLINES = (
+    Headline("e1", "CPU test accuracy", "test_accuracy", {"phase": "CPU"}),
+    Headline("e1", "GPU test accuracy", "test_accuracy", {"phase": "GPU"}),
+    Headline("e1", "GPU speedup over the CPU", "speedup", {"phase": "GPU"}),
+    Headline("e2", "tiled GPU test accuracy, hidden 256, batch 128", "test_accuracy",
+             {"phase": "Optimization #2", "hidden": 256, "batch": 128}),
+    Headline("e2", "tiled GPU speedup over serial, hidden 256, batch 128", "speedup", {"phase": "Optimization #2"}),
+    Headline("e3", "expected GPU speedup over NumPy (ours: the best step-time speedup, batch >= 128)",
+             "expected_speedup", {}, match=("table", "row", "quantity")),
+    Headline("e4", "optimized test accuracy, MNIST (A40)", "test_accuracy", {"source": "Table 4", "row": "A40"}),
+    Headline("e4", "optimized test accuracy, Fashion-MNIST (A40)", "test_accuracy",
+             {"source": "Table 6", "row": "A40"}),
+    Headline("e4", "optimized speedup over naive (A40)", "speedup", {"source": "4.2 Cuda results"}),
+    Headline("e5", "fastest GPU epoch (s, 50 000 images)", "epoch_time",
+             {"source": E5_EPOCH_TABLE, "phase": "GPU optimized v2"}),
+    Headline("e5", "fastest GPU speedup over the CPU, per epoch", "speedup",
+             {"source": E5_EPOCH_TABLE, "phase": "GPU optimized v2", "versus": "CPU"}),
+    Headline("e6", "SVM train accuracy", "train_accuracy", {}),
+    Headline("e6", "SVM test accuracy", "test_accuracy", {}),
+    Headline("e6", "SVM fit time (s)", "fit_time", {}),
+)
+INDEX_COLUMNS = ("experiment", "seed", "headline", "paper", "ours", "comparison", "paper_device", "variant",
+                 "our_device", "simulator", "note")
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value)) or value == ""
+
+
+def _number(value) -> str:
+    return "-" if _missing(value) else format_significant(float(value))
+
+
+def _comparison(entry: PaperValue, row: pd.Series) -> str:
+    """How ours compares: accuracies by their difference in points, a time by the two speedups over each side's
+    own CPU, a paper speedup by ours over it; a range by where ours falls (paper_vs_ours's note)."""
+    if _missing(row.get("ours")):
+        return "-"
+    if entry.quantity in ACCURACY_QUANTITIES and not _missing(row.get("diff_pp")):
+        return f"{round(float(row['diff_pp']), 2) + 0.0:+.2f} pp"  # + 0.0: no '-0.00' for a rounding residue
+    if not _missing(row.get("paper_speedup")) and not _missing(row.get("our_speedup")):
+        return (f"speedup over own CPU: paper {_number(row['paper_speedup'])}x, "
+                f"ours {_number(row['our_speedup'])}x")
+    if not _missing(row.get("ratio")):
+        return f"ours / paper {_number(row['ratio'])}x"
+    return "-"
+
+
+def _with_unit(text: str, unit: str) -> str:
+    """'132.7x', '97.93 %', '46 s', and a fraction bare ('0.776042')."""
+    return {"x": f"{text}x", "fraction": text}.get(unit, f"{text} {unit}")
+
+
+def _paper_text(entry: PaperValue) -> str:
+    return _with_unit(entry.text + (f"-{entry.upper_text}" if entry.upper_text is not None else ""), entry.unit)
+
+
+def _ours_text(entry: PaperValue, row: pd.Series) -> str:
+    """Ours in the paper's unit; an accuracy to as many decimals as the paper prints."""
+    if _missing(row.get("ours")):
+        return "-"
+    if entry.quantity in ACCURACY_QUANTITIES:
+        return _with_unit(f"{float(row['ours']):.{entry.decimals}f}", entry.unit)
+    return _with_unit(_number(row["ours"]), entry.unit)
+
+
+def _paper_rows(report_root: Path, experiment: str) -> pd.DataFrame:
+    path = report_root / experiment / "paper_vs_ours.csv"
+    try:
+        # the key columns as text: '1.00' must not become 1.0
+        return pd.read_csv(path, dtype={c: str for c in ("table", "row", "column", "quantity", "unit", "paper_text")})
+    except FileNotFoundError:
+        raise GpunnError(f"{path}: missing; build {experiment.upper()}'s report first "
+                         f"(snakemake report_{experiment})") from None
+    except pd.errors.EmptyDataError:
+        raise GpunnError(f"{path}: empty; delete it and rerun report_{experiment}") from None
+
+
+def headline_rows(report_root, ran: list[str], not_run: dict[str, str]) -> list[dict]:
+    """The summary table: each headline of an experiment that ran, from its paper_vs_ours.csv; one row per
+    experiment that did not (with the reason in `not_run`)."""
+    report_root = Path(report_root)
+    rows = []
+    for experiment in EXPERIMENTS:
+        seed = SEEDS[experiment].split("_")[0]
+        if experiment not in ran:
+            reason = not_run.get(experiment, "not run in this configuration")
+            rows.append({"experiment": experiment.upper(), "seed": seed, "headline": "-", "paper": "-", "ours": "-",
+                         "comparison": "-", "note": f"not run: {reason}"})
+            continue
+        table = _paper_rows(report_root, experiment)
+        for headline in (h for h in HEADLINES if h.experiment == experiment):
+            entry = headline.entry()
+            key = {k: v for k, v in row_key(entry).items() if headline.match is None or k in headline.match}
+            match = table
+            for column, value in key.items():
+                match = match[match[column].astype(str) == str(value)]
+            if len(match) > 1 and match["ours"].notna().any():
+                match = match.sort_values("ours", ascending=False, na_position="last")
+            if match.empty:
+                raise GpunnError(f"{report_root / experiment / 'paper_vs_ours.csv'}: no row for the paper's "
+                                 f"'{headline.label}' ({', '.join(map(str, key.values()))}); rerun report_{experiment}")
+            row = match.iloc[0]
+            rows.append({
+                "experiment": experiment.upper(), "seed": seed, "headline": headline.label,
+                "paper": _paper_text(entry), "ours": _ours_text(entry, row), "comparison": _comparison(entry, row),
+                "paper_device": entry.hardware,
+                "variant": "-" if _missing(row.get("variant")) else row["variant"],
+                "our_device": "-" if _missing(row.get("our_device")) else row["our_device"],
+                "simulator": bool(row.get("simulator")) if not _missing(row.get("simulator")) else False,
+                "note": "" if _missing(row.get("note")) else str(row["note"]),
+            })
+    return [{column: row.get(column, "-") for column in INDEX_COLUMNS} for row in rows]
+
+
+def provenance_records(report_root, ran: list[str]) -> list[dict]:
+    """The distinct provenance records of the experiments' reports, each with the experiments that used it."""
+    merged: dict[tuple, dict] = {}
+    for experiment in ran:
+        found = sources.read(Path(report_root) / experiment / REPORT_PROVENANCE)
+        for record in found["sources"]:
+            key = tuple(str(record.get(k)) for k in sources.RECORD_KEYS)
+            entry = merged.setdefault(key, {**{k: record.get(k) for k in sources.RECORD_KEYS},
+                                            "experiments": [], "used_by": set()})
+            if experiment.upper() not in entry["experiments"]:
+                entry["experiments"].append(experiment.upper())
+            entry["used_by"].update(record.get("used_by", []))
+    return [{**entry, "used_by": sorted(entry["used_by"])} for entry in merged.values()]
+
+
+def _experiment_files(report_root: Path, experiment: str) -> tuple[list[str], list[str]]:
+    folder = report_root / experiment
+    names = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    tables = [n for n in TABLE_ORDER if n in names] + [n for n in names if n.endswith(".md") and n not in TABLE_ORDER]
+    order = [figure for e, figure in captions.CAPTIONS if e == experiment]  # the report's own order
+    figures = sorted((n for n in names if n.endswith(".png")),
+                     key=lambda n: (order.index(captions.caption_key(experiment, n)[1]), n))
+    return tables, figures
+
+
+def _md_cell(value) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
+    lines = ["| " + " | ".join(title for _, title in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_md_cell(row.get(key, "")) for key, _ in columns) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+SUMMARY_COLUMNS = [("experiment", "Experiment"), ("seed", "Seed"), ("headline", "Headline"), ("paper", "Paper"),
+                   ("ours", "Ours"), ("comparison", "Ours vs paper"), ("paper_device", "Paper's device"),
+                   ("variant", "Our variant"), ("our_device", "Our device"), ("note", "Note")]
+PROVENANCE_COLUMNS = [("device", "Device"), ("driver", "Driver"), ("simulator", "Simulator"), ("cpu", "CPU"),
+                      ("python", "Python"), ("numpy", "NumPy"), ("numba", "numba"), ("numba_cuda", "numba-cuda"),
+                      ("snakemake", "Snakemake"), ("commit", "Commit"), ("experiments", "Experiments")]
+
+
+def _provenance_cells(records: list[dict]) -> list[dict]:
+    return [{**r, "experiments": ", ".join(r["experiments"]),
+             **{k: ("-" if _missing(r.get(k)) else r[k]) for k in sources.RECORD_KEYS}} for r in records]
+
+
+def _devices_line(records: list[dict]) -> str:
+    devices = list(dict.fromkeys(str(r["device"]) for r in records))
+    commits = list(dict.fromkeys(str(r.get("commit")) for r in records))
+    return (f"Numbers from {', '.join(devices) or 'no runs'}; code at commit{'s' if len(commits) > 1 else ''} "
+            f"{', '.join(commits) or '-'} (details under Provenance).")
+
+
+def _simulated_line(rows: list[dict]) -> str | None:
+    if any(r.get("simulator") is True for r in rows):
+        return ("Rows whose device is cuda-simulator ran under numba's CUDA simulator on the CPU: their times and "
+                "speedups are not meaningful; their accuracies and losses are.")
+    return None
+
+
+def markdown(report_root, ran, not_run, notes=(), machine: str = "") -> str:
+    report_root = Path(report_root)
+    rows = headline_rows(report_root, ran, not_run)
+    records = provenance_records(report_root, ran)
+    parts = [f"# gpunn report{f' ({machine})' if machine else ''}: the papers' numbers beside ours", "",
+             _devices_line(records), ""]
+    parts += ["## Paper vs ours", "",
+              "Each experiment's headline numbers as its seed prints them, beside ours from the same setting where we "
+              "ran it. Accuracies compare by their difference in points; times only through speedups over each "
+              "side's own CPU baseline (a T4 is not an H100); a paper's speedup against ours over our own runs. "
+              "'-' with a note: not run here, and why (never a failure). Every number of every seed: each "
+              "experiment's paper_vs_ours.md.", "", _md_table(rows, SUMMARY_COLUMNS), ""]
+    extra = [line for line in (*notes, _simulated_line(rows)) if line]
+    if extra:
+        parts += [f"- {line}" for line in extra] + [""]
+    gap = report_root / "e1" / "gap.md"
+    if "e1" in ran and gap.is_file():
+        parts += ["## E1's accuracy gap", "", _first_paragraph(gap.read_text()),
+                  "", "Details: [e1/gap.md](e1/gap.md).", ""]
+    parts += ["## Experiments", ""]
+    for experiment in EXPERIMENTS:
+        seed = SEEDS[experiment].split("_")[0]
+        parts += [f"### {experiment.upper()}: {EXPERIMENT_TITLES[experiment]} (seed {seed})", ""]
+        if experiment not in ran:
+            parts += [f"Not run: {not_run.get(experiment, 'not run in this configuration')}.", ""]
+            continue
+        tables, figures = _experiment_files(report_root, experiment)
+        parts += ["Tables: " + ", ".join(f"[{n[:-3]}]({experiment}/{n})" for n in tables) + ".", ""]
+        for name in figures:
+            pdf = name[:-4] + ".pdf"
+            pdf_link = f" ([PDF]({experiment}/{pdf}))" if (report_root / experiment / pdf).is_file() else ""
+            parts.append(f"- [{name}]({experiment}/{name}){pdf_link}: {captions.caption(experiment, name).text()}")
+        parts.append("")
+    parts += ["## Provenance", "",
+              "Every device, driver, package version and commit the reports' inputs were produced with (from each "
+              "run's metrics.json and the timing CSVs; '-dirty': uncommitted changes; driver '-': not a GPU run).",
+              "", _md_table(_provenance_cells(records), PROVENANCE_COLUMNS), ""]
+    return "\n".join(parts)
+
+
+def _first_paragraph(text: str) -> str:
+    """The first paragraph of a Markdown file that is not a heading or a table."""
+    for block in text.split("\n\n"):
+        block = block.strip()
+        if block and not block.startswith(("#", "|")):
+            return block
+    return ""
+
+
+def _rst_table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
+    def cell(value) -> str:
+        text = " ".join(str(value).split()) or "-"
+        return text.replace("*", "\\*").replace("`", "'").replace("|", "/")
+
+    lines = [".. list-table::", "   :header-rows: 1", ""]
+    for i, values in enumerate([[t for _, t in columns]] + [[row.get(k, "") for k, _ in columns] for row in rows]):
+        for j, value in enumerate(values):
+            lines.append(f"   {'* -' if j == 0 else '  -'} {cell(value)}")
+    return "\n".join(lines)
+
+
+def rst(report_root, ran, not_run, notes=(), machine: str = "") -> str:
+    """The entry page for `snakemake --report`: the summary table and the provenance; the figures are in the
+    report's categories (one per experiment), each with its caption."""
+    report_root = Path(report_root)
+    rows = headline_rows(report_root, ran, not_run)
+    records = provenance_records(report_root, ran)
+    title = f"gpunn: the papers' numbers beside ours{f' ({machine})' if machine else ''}"
+    parts = [title, "=" * len(title), "", _devices_line(records), "",
+             "Each experiment's headline numbers as its seed prints them, beside ours. Every figure is in the "
+             "experiment's category below, with a caption saying which seed figure it mirrors; every table is in "
+             f"``report/{machine or '<machine>'}/<experiment>/`` (``index.md`` links them all).", "",
+             _rst_table(rows, SUMMARY_COLUMNS), ""]
+    parts += [f"* {line}" for line in (*notes, _simulated_line(rows)) if line]
+    gap = report_root / "e1" / "gap.md"
+    if "e1" in ran and gap.is_file():
+        parts += ["", "E1's accuracy gap: " + " ".join(_first_paragraph(gap.read_text()).split()).replace("`", "'")]
+    parts += ["", "Provenance", "----------", "", _rst_table(_provenance_cells(records), PROVENANCE_COLUMNS), ""]
+    # Snakemake renders this page as a Jinja template: nothing in it may read as a Jinja tag
+    return "\n".join(parts).replace("{{", "{ {").replace("{%", "{ %")
+
+
+def write(out_dir, ran, not_run=None, notes=(), machine: str = "") -> dict[str, Path]:
+    """Write index.md, index.csv and index.rst into `out_dir` (report/<machine>/, holding the experiments'
+    report folders); every file is written only after all three are built."""
+    out_dir = Path(out_dir)
+    not_run = dict(not_run or {})
+    unknown = [e for e in [*ran, *not_run] if e not in EXPERIMENTS]
+    if unknown:
+        raise GpunnError(f"index: unknown experiment(s) {', '.join(unknown)}; choose from {', '.join(EXPERIMENTS)}")
+    page = markdown(out_dir, ran, not_run, notes, machine)
+    front = rst(out_dir, ran, not_run, notes, machine)
+    table = pd.DataFrame(headline_rows(out_dir, ran, not_run), columns=list(INDEX_COLUMNS))
+    paths = {name: out_dir / name for name in ("index.md", "index.csv", "index.rst")}
+    io.write_text(paths["index.md"], page)
+    io.write_csv(paths["index.csv"], table)
+    io.write_text(paths["index.rst"], front)
+    return paths

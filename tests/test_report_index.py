@@ -1,0 +1,169 @@
+"""The report's entry page (gpunn.report.index), each report's provenance.json (gpunn.report.sources) and the
+figures' captions (gpunn.report.captions): built from synthetic run folders, checked cell by cell."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from gpunn.cli import main as cli_main
+from gpunn.config import load_config
+from gpunn.errors import GpunnError
+from gpunn.report import captions, index, sources
+from gpunn.report.experiments import make_report
+from gpunn.targets import EXPERIMENTS, index_args, report_figures
+from test_report import _cpu_and_h100, _cpu_and_simulated, _e1_results, _provenance
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _e1_report(tmp_path, where=_cpu_and_h100):
+    runs, evals = _e1_results(tmp_path, ["cpu-serial", "cpu-numpy", "gpu-naive", "gpu-fused"], where=where)
+    root = tmp_path / "report"
+    make_report("e1", root / "e1", runs=runs, evals=evals)
+    return root
+
+
+def _md_row(text: str, *first_cells: str) -> list[str]:
+    """The cells of the Markdown table row that starts with `first_cells`."""
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells[: len(first_cells)] == list(first_cells):
+            return cells
+    raise AssertionError(f"no row {first_cells}")
+
+
+# ----------------------------------------------------------------------------------------------- provenance
+def test_report_provenance_merges_the_inputs_records(tmp_path):
+    root = _e1_report(tmp_path)
+    found = sources.read(root / "e1" / "provenance.json")
+    assert found["experiment"] == "e1"
+    by_device = {record["device"]: record for record in found["sources"]}
+    assert set(by_device) == {"cpu", "NVIDIA H100 80GB HBM3"}
+    assert by_device["cpu"]["used_by"] == ["cpu-numpy", "cpu-serial"] and by_device["cpu"]["count"] == 2
+    assert by_device["NVIDIA H100 80GB HBM3"]["used_by"] == ["gpu-fused", "gpu-naive"]
+    assert set(by_device["cpu"]) == {*sources.RECORD_KEYS, "used_by", "count"}
+
+
+def test_report_provenance_of_runs_recorded_before_provenance(tmp_path):
+    root = _e1_report(tmp_path, where=None)
+    (record,) = sources.read(root / "e1" / "provenance.json")["sources"]
+    assert record["device"] == "unknown" and record["commit"] is None and record["count"] == 4
+
+
+def test_report_provenance_reads_timing_csv_columns(tmp_path):
+    csv = tmp_path / "gpu-fused.csv"
+    prov = _provenance("NVIDIA H200")
+    pd.DataFrame([{"batch": b, "step_ms": 1.0, **{k: prov.get(k) for k in sources.RECORD_KEYS if k in prov}}
+                  for b in (1, 8)]).to_csv(csv, index=False)
+    (record,) = sources.collect(timings=[csv])
+    assert record["device"] == "NVIDIA H200" and record["used_by"] == ["e3 timing gpu-fused"] and record["count"] == 1
+
+
+# ----------------------------------------------------------------------------------------------- index
+def test_index_headlines_beside_the_papers_and_not_run_experiments(tmp_path):
+    root = _e1_report(tmp_path)
+    not_run = {e: f"experiments.{e}.enabled is false in this config" for e in EXPERIMENTS if e != "e1"}
+    paths = index.write(root, ["e1"], not_run, notes=["a stated note"], machine="nvidia-h100")
+    page = paths["index.md"].read_text()
+    # seed 000's CPU row compares with cpu-serial (its CPU phase), the GPU row with gpu-naive
+    cpu = _md_row(page, "E1", "000", "CPU test accuracy")
+    assert cpu[3:6] == ["97.93 %", "97.93 %", "+0.00 pp"] and cpu[7] == "cpu-serial"
+    gpu = _md_row(page, "E1", "000", "GPU test accuracy")
+    assert gpu[3:6] == ["93.86 %", "97.95 %", "+4.09 pp"] and gpu[8] == "NVIDIA H100 80GB HBM3"
+    speedup = _md_row(page, "E1", "000", "GPU speedup over the CPU")
+    assert speedup[3] == "132.7x" and speedup[4] == "125x"  # cpu-serial 300 s over gpu-naive 2.4 s
+    for experiment in ("E2", "E3", "E4", "E5", "E6"):
+        row = _md_row(page, experiment)
+        assert row[2] == "-" and row[-1] == f"not run: experiments.{experiment.lower()}.enabled is false in this config"
+    assert "- a stated note" in page and "cuda-simulator" not in page
+    # links to every table and figure of the report that ran, each figure with its caption and its PDF
+    for name in ("summary.md", "paper_vs_ours.md"):
+        assert f"(e1/{name})" in page
+    for figure in ("loss_curves.png", "epoch_time.png", "samples.png"):
+        assert f"[{figure}](e1/{figure}) ([PDF](e1/{figure[:-4]}.pdf)): {captions.caption('e1', figure).text()}" in page
+    # the provenance: both devices, their versions and the experiments that used them
+    h100 = _md_row(page, "NVIDIA H100 80GB HBM3")
+    assert h100[-1] == "E1"
+    table = pd.read_csv(paths["index.csv"])
+    assert list(table.columns) == list(index.INDEX_COLUMNS)
+    assert len(table) == 3 + 5 and table["experiment"].tolist()[:3] == ["E1"] * 3
+    front = paths["index.rst"].read_text()
+    assert "CPU test accuracy" in front and ".. list-table::" in front and "Provenance" in front
+    assert "{{" not in front and "{%" not in front  # Snakemake renders it as a Jinja template
+
+
+def test_index_labels_simulated_rows(tmp_path):
+    root = _e1_report(tmp_path, where=_cpu_and_simulated)
+    page = index.write(root, ["e1"])["index.md"].read_text()
+    assert _md_row(page, "E1", "000", "GPU test accuracy")[8] == "cuda-simulator"
+    assert "ran under numba's CUDA simulator on the CPU: their times and speedups are not meaningful" in page
+
+
+def test_index_without_a_report_names_the_missing_file(tmp_path):
+    with pytest.raises(GpunnError, match=r"e4/paper_vs_ours.csv: missing; build E4's report first"):
+        index.write(tmp_path, ["e4"])
+    root = _e1_report(tmp_path)
+    (root / "e1" / "provenance.json").unlink()
+    with pytest.raises(GpunnError, match=r"provenance.json: missing"):
+        index.write(root, ["e1"])
+    assert not (root / "index.md").exists()  # nothing half-written
+    with pytest.raises(GpunnError, match="unknown experiment"):
+        index.write(root, ["e7"])
+
+
+def test_index_cli_and_its_argument_errors(tmp_path, capsys):
+    root = _e1_report(tmp_path)
+    assert cli_main(["index", "--out", str(root), "--ran", "e1", "--not-run", "e2=a reason", "--machine", "m"]) == 0
+    assert _md_row((root / "index.md").read_text(), "E2")[-1] == "not run: a reason"
+    assert cli_main(["index", "--out", str(root), "--ran", "e1", "--not-run", "e2"]) == 2
+    assert "write EXPERIMENT=REASON" in capsys.readouterr().err
+
+
+def test_every_headline_names_one_paper_value():
+    for headline in index.HEADLINES:
+        entry = headline.entry()  # paper_value raises unless exactly one entry matches
+        assert entry.experiment == headline.experiment and entry.quantity == headline.quantity
+    assert {h.experiment for h in index.HEADLINES} == set(EXPERIMENTS)
+
+
+def test_index_args_say_why_experiments_and_gpu_rows_are_missing():
+    raw = yaml.safe_load((REPO / "config/cpu.yaml").read_text())
+    raw.setdefault("experiments", {}).setdefault("e5", {})["enabled"] = False
+    cpu = load_config(raw, log=lambda line: None, gpu_name=lambda: None)
+    args = index_args(cpu)
+    assert args[args.index("--ran") + 1: args.index("--not-run")] == ["e1", "e2", "e3", "e4", "e6"]
+    assert "e5=experiments.e5.enabled is false in this config" in args
+    assert any(a.startswith("gpu.enabled is false") for a in args)
+
+
+# ----------------------------------------------------------------------------------------------- captions
+@pytest.mark.parametrize("config_file", ["config.yaml", "smoke.yaml", "cpu.yaml"])
+def test_every_report_figure_has_a_caption_and_a_caption_file(config_file):
+    config = load_config(yaml.safe_load((REPO / "config" / config_file).read_text()), log=lambda line: None,
+                         gpu_name=lambda: None)
+    for experiment in EXPERIMENTS:
+        for figure in report_figures(config, experiment):
+            found = captions.caption(experiment, figure)
+            assert found.shows.endswith(".") and found.seed.startswith("seed ")
+            assert (REPO / "workflow/report/captions" / captions.rst_name(experiment, figure)).is_file()
+
+
+def test_caption_files_are_generated_from_the_registry(tmp_path):
+    """workflow/report/captions/ is exactly what `python -m gpunn captions` writes (regenerate it after editing
+    gpunn.report.captions)."""
+    written = captions.write_rst(tmp_path)
+    committed = REPO / "workflow/report/captions"
+    assert sorted(p.name for p in written) == sorted(p.name for p in committed.glob("*.rst"))
+    for path in written:
+        assert path.read_text() == (committed / path.name).read_text(), path.name
+
+
+def test_a_figure_without_a_caption_is_named():
+    with pytest.raises(GpunnError, match="no caption for e1 figure 'new_figure.png'"):
+        captions.caption("e1", "new_figure.png")
+    assert captions.rst_name("e4", "samples_fashion_mnist.png") == "e4_samples.rst"
