@@ -633,7 +633,7 @@ def test_missing_run_and_eval_files_name_the_file(tmp_path):
         make_report("e2", tmp_path / "r4", runs=runs)
 
 
-def test_new_figures_draw_every_variant(tmp_path):
+def test_new_figures_draw_every_variant(tmp_path, monkeypatch):
     rows = [dict(variant=v, time_per_epoch_s=t, speedup_vs_cpu_serial=30.0 / t)
             for v, t in (("gpu-graph", 0.01), ("cpu-serial", 30.0), ("gpu-naive", 0.3), ("my-variant", 1.0))]
     pd.DataFrame(rows).to_csv(tmp_path / "e1.csv", index=False)
@@ -646,7 +646,14 @@ def test_new_figures_draw_every_variant(tmp_path):
                backward_time_s=0.5 * f * h, test_accuracy=0.9) for v, f in E2_FACTOR.items()
           for h in (32, 64, 128, 256) for b in (32, 64, 128)]
     pd.DataFrame(e2).to_csv(tmp_path / "e2.csv", index=False)
+    saved = _capture_figures(monkeypatch)
     _assert_png(e2_phase_times(tmp_path / "e2.csv", tmp_path / "e2.png"))
+    # rows training, forward, backward; one column per batch size; one line per variant, on one log scale
+    assert [title.split(",")[0] for title in saved[-1]["panels"]] == [
+        phase for phase in ("training", "forward", "backward") for _ in (32, 64, 128)]
+    assert saved[-1]["panels"][0].startswith("training, batch 32") and set(saved[-1]["yscale"]) == {"log"}
+    serial_train = [r["train_time_s"] for r in e2 if r["variant"] == "cpu-serial" and r["batch"] == 32]
+    assert list(saved[-1]["ydata"][0][0]) == pytest.approx(serial_train)
 
     single_shape = tmp_path / "one_shape.csv"
     pd.read_csv(_write_blocks(tmp_path / "b.csv")).query("rows == 64").to_csv(single_shape, index=False)

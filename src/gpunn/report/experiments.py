@@ -5,7 +5,8 @@ outputs of finished runs, and paper_vs_ours (CSV + Markdown): the seed's numbers
     e1  MLP per variant and loss reduction (mean, sum): time, time per epoch, accuracy, speedups and accuracy
         difference to cpu-numpy of the same reduction; loss curves; time per epoch (bars); sample predictions
     e2  MLP hidden x batch sweep on the e2 split: train / forward / backward time, accuracy, speedups
-        (tidy summary, and the papers' wide layout in paper_table); heatmaps; forward / backward time lines
+        (tidy summary, and the papers' wide layout in paper_table); heatmaps; training, forward and
+        backward time against hidden size
     e3  MLP forward / backward / step time and samples/s per batch size and variant; with --blocks, the kernels'
         time per block size (blocks table: the fastest block per op and shape; block_sweep figure)
     e4  CNN on MNIST and Fashion-MNIST: training / testing time, accuracy, speedups over cpu-numpy and gpu-naive,
@@ -256,7 +257,8 @@ def report_e2(runs, out_dir, **_) -> dict[str, str]:
         "summary.md": titles.table_title(head, timing),
         "paper_table.md": titles.table_title(f"{head}, laid out as in the paper", timing),
         "heatmaps.png": titles.figure_title(f"{head}: training time and test accuracy", timing),
-        "forward_backward.png": titles.figure_title(f"{head}: forward and backward time", timing),
+        "forward_backward.png": titles.figure_title(f"{head}: training time and its forward and backward parts "
+                                                    "against hidden size", timing),
     }
     tables.summary_table(frame.to_dict("records"), out_dir / "summary.csv", out_dir / "summary.md",
                          written["summary.md"], columns=cols, formats=COMPARISON_FORMATS,

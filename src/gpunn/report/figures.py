@@ -8,7 +8,8 @@
     sample_classifications   up to 25 test images titled "pred (true)", wrong ones in red
     epoch_time_bars          E1: time per epoch of each variant, bars on a log axis
     e2_heatmaps              E2 sweep: training time and test accuracy over hidden x batch, one panel per variant
-    e2_phase_times           E2 sweep: forward and backward time against hidden size, one panel per batch size
+    e2_phase_times           E2 sweep: training, forward and backward time against hidden size, one panel per
+                             batch size
     batch_timing             E3: samples/s, step, forward and backward time against batch size, one line per variant
     block_sweep              E3: kernel time against block size, one line per op, one panel per shape
     training_time_bars       E5: training time for all epochs on the full training set per variant (log bars;
@@ -719,22 +720,28 @@ def speedup_bars(table_csv, out_png, title: str, full_train_size: int = 50000) -
     return _save(fig, out_png)
 
 
-def e2_phase_times(table_csv, out_png, title: str = "E2: forward and backward time against hidden size") -> Path:
-    """Forward (top row) and backward (bottom row) time summed over training, against hidden size, one column of
-    panels per batch size and one line per variant; log axes shared by all panels, so phases compare directly."""
+def e2_phase_times(table_csv, out_png,
+                   title: str = "E2: training, forward and backward time against hidden size") -> Path:
+    """Training time (top row: seed 002's figure, training time against hidden size per batch size and variant),
+    then its forward and backward parts (the rows below), each summed over training, against hidden size; one
+    column of panels per batch size and one line per variant. Log axes shared by all panels, so batch sizes and
+    phases compare directly."""
     frame = read_table(table_csv, E2_COLUMNS, "E2 sweep table")
     frame = _numeric(frame.assign(variant=frame["variant"].astype(str)),
-                     ["hidden", "batch", "forward_time_s", "backward_time_s"])
+                     ["hidden", "batch", "train_time_s", "forward_time_s", "backward_time_s"])
     variants = ordered_variants(frame["variant"])
     colors = _variant_colors(variants)
     styles = dict(zip(variants, series_styles(len(variants))))
     simulated = simulated_variants(frame)
     hiddens = sorted(frame["hidden"].dropna().unique())
     batches = sorted(frame["batch"].dropna().unique())
-    fig, axes = plt.subplots(2, len(batches), figsize=(4.0 * len(batches) + 0.8, 7.6), squeeze=False,
-                             sharex=True, sharey=True, layout="constrained")
+    phases = (("train_time_s", "training", "training time (s)"),
+              ("forward_time_s", "forward", "forward time over training (s)"),
+              ("backward_time_s", "backward", "backward time over training (s)"))
+    fig, axes = plt.subplots(len(phases), len(batches), figsize=(4.0 * len(batches) + 0.8, 3.8 * len(phases)),
+                             squeeze=False, sharex=True, sharey=True, layout="constrained")
     handles = {}
-    for row, (column, phase) in enumerate((("forward_time_s", "forward"), ("backward_time_s", "backward"))):
+    for row, (column, phase, ylabel) in enumerate(phases):
         for k, batch in enumerate(batches):
             ax = axes[row, k]
             lines = {}
@@ -747,10 +754,10 @@ def e2_phase_times(table_csv, out_png, title: str = "E2: forward and backward ti
             _log2_ticks(ax, hiddens)
             _titled_with_coincidences(ax, f"{phase}, batch {int(batch)}", lines)
             ax.grid(alpha=0.3, which="both")
-            if row == 1:
+            if row == len(phases) - 1:
                 ax.set_xlabel("hidden units")
             if k == 0:
-                ax.set_ylabel(f"{phase} time over training (s)")
+                ax.set_ylabel(ylabel)
     fig.legend(handles.values(), [_variant_label(v, simulated) for v in handles], loc="outside lower center",
                ncols=min(len(handles), 4), fontsize="small")
     fig.suptitle(title)
