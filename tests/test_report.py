@@ -800,7 +800,14 @@ def _write_eval_json(eval_dir, spec: RunSpec):
     io.write_json(eval_dir / "eval.json", {"run": spec.path, "n_test": 500})
 
 
-def test_e4_e5_e6_titles_come_from_the_outputs(tmp_path):
+def _write_confusion(svm_dir, matrix, names, columns=None):
+    """The svm step's confusion.csv: a 'true' column of class names, then the counts per predicted class."""
+    frame = pd.DataFrame(matrix, columns=columns or names)
+    frame.insert(0, "true", names)
+    io.write_csv(svm_dir / "confusion.csv", frame)
+
+
+def test_e4_e5_e6_titles_come_from_the_outputs(tmp_path, monkeypatch):
     results = tmp_path / "results"
     runs, evals = [], []
     for dataset, n_train, n_test in (("digits28", 1400, 360), ("synthetic_mnist_small", 1400, 500)):
@@ -843,9 +850,19 @@ def test_e4_e5_e6_titles_come_from_the_outputs(tmp_path):
     io.write_json(svm / "metrics.json", {
         "method": "exact", "C": 10.0, "gamma": "scale", "n_train": 1000, "n_test": 500, "n_features": 2048,
         "train_accuracy": 0.99, "test_accuracy": 0.5, "fit_time_s": 1.5, "per_class_accuracy": {"cat": 0.5}})
+    _write_confusion(svm, [[125, 75, 50], [50, 100, 0], [25, 50, 25]], ["cat", "dog", "bird"])
+    saved = _capture_figures(monkeypatch)
     written = make_report("e6", tmp_path / "e6", svm=[svm])
-    assert _title_line(tmp_path / "e6" / "summary.md") == (
-        "E6: SVM (RBF, exact) on 2 048 autoencoder features, 1 000 train / 500 test")
+    _assert_written(tmp_path / "e6", "e6")
+    head = "E6: SVM (RBF, exact) on 2 048 autoencoder features, 1 000 train / 500 test"
+    assert _title_line(tmp_path / "e6" / "summary.md") == head
+    assert written["confusion.png"].replace("\n", " ") == (
+        f"{head}: confusion matrix on the test set, test accuracy 50.00 %")
+    assert saved[-1]["xticks"][0] == ["cat", "dog", "bird"]  # the counts of confusion.csv, by class
+    assert saved[-1]["texts"][0] == ["125", "75", "50", "50", "100", "0", "25", "50", "25"]
+    _write_confusion(svm, [[1, 0], [0, 1]], ["cat", "dog"], columns=["dog", "cat"])
+    with pytest.raises(GpunnError, match="confusion.csv: its columns after 'true' must be the classes cat, dog"):
+        make_report("e6", tmp_path / "e6b", svm=[svm])
     e6 = pd.read_csv(tmp_path / "e6" / "summary.csv")
     assert list(e6.columns[:2]) == ["method", "device"] and e6["device"].item() == "unknown"
 

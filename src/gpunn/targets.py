@@ -165,7 +165,7 @@ def report_outputs(config: dict, experiment: str) -> list[str]:
         "e4": ["cumulative_time.png", "loss_curves.png"] + [f"samples_{d}.png" for d in exp.get("datasets", [])]
               + (["block_time.png", "block_loss.png"] if study else []),
         "e5": ["mse_curves.png", "reconstructions.png", "training_time.png", "speedup.png"],
-        "e6": [],
+        "e6": ["confusion.png"],
     }[experiment]
     table_files = [f"{base}/{table}.{ext}" for table in tables for ext in ("csv", "md")]
     return table_files + [f"{base}/{name}" for name in figures]

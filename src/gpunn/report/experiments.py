@@ -18,7 +18,8 @@ outputs of finished runs, and paper_vs_ours (CSV + Markdown): the seed's numbers
         CPU's, speedups over cpu-numpy and gpu-naive per full-set epoch, train / test MSE, peak GPU memory
         (summary; paper_table in its sections 2.4 and 3.1 layout); train and test MSE per epoch; the first test
         image of each class and its reconstruction; training time and speedup per variant (its section 3.2)
-    e6  SVM on encoder features: accuracy, per-class accuracy, fit time; confusion matrix (by the svm step)
+    e6  SVM on encoder features: accuracy, per-class accuracy, fit time; the confusion matrix of the first SVM
+        run (from the svm step's confusion.csv)
 
 Titles are built from the rows shown (gpunn.report.titles): model widths, dataset, split sizes, batch and
 epochs as run, the device that timed them and, for anything timed under the CUDA simulator, a warning that its
@@ -685,7 +686,24 @@ def report_e6(svm, out_dir, **_) -> dict[str, str]:
                          out_dir / "summary.md", written["summary.md"])
     written["paper_vs_ours.md"] = paper_vs_ours.report("e6", paper_vs_ours.rows_for("e6", paper_vs_ours.OursE6(frame)),
                                                        out_dir, e6_head(frame))
+    written["confusion.png"] = _e6_confusion(svm[0], frame.iloc[0], e6_head(frame), out_dir / "confusion.png")
     return written
+
+
+def _e6_confusion(svm_dir, row: pd.Series, head: str, out_png: Path) -> str:
+    """confusion.png regenerated from the svm step's confusion.csv (a 'true' column of class names, then one column
+    of counts per predicted class, written beside its metrics.json), titled with `head` and the test accuracy of
+    `row` (that run's metrics). Returns its title."""
+    path = Path(svm_dir) / "confusion.csv"
+    confusion = tables.read_table(path, ("true",), "SVM confusion matrix CSV")
+    names = [str(name) for name in confusion["true"]]
+    if [str(c) for c in confusion.columns[1:]] != names:
+        raise GpunnError(f"{path}: its columns after 'true' must be the classes {', '.join(names)} in that order, got "
+                         f"{', '.join(map(str, confusion.columns[1:]))}; rerun the svm step")
+    accuracy = "" if pd.isna(row["test_accuracy"]) else f", test accuracy {100 * float(row['test_accuracy']):.2f} %"
+    title = titles.figure_title(f"{head}: confusion matrix on the test set{accuracy}")
+    figures.confusion_matrix_figure(confusion.iloc[:, 1:].to_numpy(), names, out_png, title)
+    return title
 
 
 REPORTS = {"e1": report_e1, "e2": report_e2, "e3": report_e3, "e4": report_e4, "e5": report_e5, "e6": report_e6}

@@ -3,7 +3,7 @@
     loss_curves              per-epoch train / test loss of several runs, and test accuracy when present
     epoch_lines              per-epoch cumulative training time, train loss or test accuracy, one panel per group
                              of runs (E4: a dataset, or a variant of the block-size study), one line per run
-    confusion_matrix_figure  heatmap of a confusion matrix with counts (used by gpunn.svm)
+    confusion_matrix_figure  heatmap of a confusion matrix with counts (gpunn.svm, and the E6 report)
     reconstruction_grid      originals above autoencoder reconstructions, columns titled by class
     sample_classifications   up to 25 test images titled "pred (true)", wrong ones in red
     epoch_time_bars          E1: time per epoch of each variant, bars on a log axis
