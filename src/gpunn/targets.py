@@ -148,8 +148,8 @@ def block_sweep_enabled(config: dict) -> bool:
 
 
 def report_outputs(config: dict, experiment: str) -> list[str]:
-    """The files a report step writes (the experiment's target files): E3's block tables and figure only with
-    its kernel block sweep, E4's only with a block-size study (e4_block_runs)."""
+    """The files a report step writes (the experiment's target files; E1's gap.md beside its figures): E3's block
+    tables and figure only with its kernel block sweep, E4's only with a block-size study (e4_block_runs)."""
     base = Layout.of(config).report_dir(experiment)
     exp = config["experiments"][experiment]
     sweep = experiment == "e3" and block_sweep_enabled(config)
@@ -159,7 +159,8 @@ def report_outputs(config: dict, experiment: str) -> list[str]:
                             "e4": ["paper_table"] + (["blocks"] if study else []),
                             "e5": ["paper_table"]}.get(experiment, []) + ["paper_vs_ours"]
     figures = {
-        "e1": ["loss_curves.png", "epoch_time.png", "samples.png"],
+        # gap.md: seed 000's CPU-GPU accuracy gap tested (experiments.e1_gap_sentence and its runs)
+        "e1": ["loss_curves.png", "epoch_time.png", "samples.png", "reduction_gap.png", "gap.md"],
         "e2": ["heatmaps.png", "forward_backward.png"],
         "e3": ["batch_timing.png"] + (["block_sweep.png"] if sweep else []),
         "e4": ["cumulative_time.png", "loss_curves.png"] + [f"samples_{d}.png" for d in exp.get("datasets", [])]

@@ -1,6 +1,8 @@
 """Report figures (matplotlib, Agg backend). Every function writes one PNG atomically and returns its path.
 
     loss_curves              per-epoch train / test loss of several runs, and test accuracy when present
+    epoch_series             named per-epoch series on one axis with named reference points (E1: train loss of
+                             the CPU and GPU runs under each loss reduction beside seed 000's)
     epoch_lines              per-epoch cumulative training time, train loss or test accuracy, one panel per group
                              of runs (E4: a dataset, or a variant of the block-size study), one line per run
     confusion_matrix_figure  heatmap of a confusion matrix with counts (gpunn.svm, and the E6 report)
@@ -298,6 +300,58 @@ def loss_curves(metrics_csvs: Mapping[str, str | Path], out_png, title: str, qua
     legend = dict(legend or {})
     fig.legend(handles.values(), [legend.get(label, label) for label in handles], loc="outside lower center",
                ncols=min(len(handles), 4 if not legend else 2), fontsize="small")
+    fig.suptitle(title)
+    return _save(fig, out_png)
+
+
+REFERENCE_MARKERS = ("*", "P", "X", "h")  # reference points: large, filled, unlike any series' marker
+
+
+def epoch_series(series: Mapping[str, tuple], out_png, title: str, ylabel: str,
+                 references: Mapping[str, tuple] | None = None, variants: Mapping[str, str] | None = None) -> Path:
+    """Per-epoch values of several named series ({label: (epochs, values)}) as lines on one axis, and named
+    reference points ({label: (epochs, values)}: a paper's numbers) as large filled markers in black over them,
+    so that our curves and the paper's points compare at a glance. The y axis is logarithmic where all the values
+    span more than a decade (loss_axis_scale). Colours follow each label's variant where `variants` says so (E1's
+    'cpu-numpy (sum)' in cpu-numpy's colour), else the label."""
+    if not series:
+        raise GpunnError(f"{out_png}: epoch_series needs at least one series")
+    references = dict(references or {})
+    variant_of = {label: (variants or {}).get(label, label) for label in series}
+    palette = _variant_colors(list(dict.fromkeys(variant_of.values())))
+    styles = dict(zip(series, series_styles(len(series))))
+    fig, ax = plt.subplots(figsize=(7.2, 5.0), layout="constrained")
+    lines, drawn = {}, []
+    for label, (epochs, values) in series.items():
+        epochs, values = np.asarray(epochs, dtype=np.float64), np.asarray(values, dtype=np.float64)
+        ax.plot(epochs, values, color=palette[variant_of[label]], label=label, **styles[label])
+        lines[label] = (epochs, values)
+        drawn.append(values)
+    for i, (label, (epochs, values)) in enumerate(references.items()):
+        values = np.asarray(values, dtype=np.float64)
+        ax.plot(epochs, values, REFERENCE_MARKERS[i % len(REFERENCE_MARKERS)], color="black", markersize=15,
+                markeredgecolor="white", markeredgewidth=1.0, linestyle="none", label=label,
+                zorder=3 + len(series))
+        drawn.append(values)
+    values = np.concatenate(drawn)
+    if loss_axis_scale(values) == "log":
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(_PlainLogFormatter())
+        ax.yaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False))
+        ylabel = f"{ylabel}, log scale"
+    else:
+        _readable_y_span(ax, values)
+    groups = coinciding_groups(_on_common_x(lines))
+    if groups:  # name the series drawn over one another, as every figure does
+        ax.set_title(textwrap.fill(f"({coincide_note(groups)})", width=COINCIDE_NOTE_WIDTH, break_on_hyphens=False),
+                     fontsize="medium")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3, which="both")
+    _epoch_ticks(ax, {**lines, **{label: (np.asarray(e, dtype=np.float64), v) for label, (e, v)
+                                  in references.items()}})
+    # below the axis, as in loss_curves: inside it would cover the curves
+    fig.legend(loc="outside lower center", ncols=2, fontsize="small")
     fig.suptitle(title)
     return _save(fig, out_png)
 
