@@ -17,6 +17,7 @@ from test_report import (
     _e4_results,
     _e5_results,
     _e5_spec,
+    _write_confusion,
     _write_timings,
 )
 
@@ -196,6 +197,7 @@ def test_e6_accuracies_time_and_range(tmp_path):
         "method": "exact", "C": 10.0, "gamma": "scale", "n_train": 50000, "n_test": 10000, "n_features": 8192,
         "kernel_device": "gpu", "train_accuracy": 0.9, "test_accuracy": 0.7, "fit_time_s": 77.4, "provenance": ON_H100,
         "per_class_accuracy": {"cat": 0.5}})
+    _write_confusion(svm, [[7, 3], [3, 7]], ["cat", "dog"])
     out = tmp_path / "report"
     make_report("e6", out, svm=[svm])
     table = _rows(out)

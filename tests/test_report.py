@@ -1,5 +1,6 @@
 """Report figures (non-empty, non-blank PNGs), summary tables (CSV round trip, Markdown formatting) and the
-experiment reports E1-E3 built from synthetic run folders and timing CSVs (tables checked cell by cell)."""
+experiment reports E1-E6 built from synthetic run folders, timing CSVs and SVM outputs (tables checked cell by cell;
+E1's verdict on seed 000's CPU-GPU gap for each case the data can show)."""
 
 from __future__ import annotations
 
@@ -340,7 +341,7 @@ def _e1_results(tmp_path, variants, where=None, spec_fields=None, **sizes):
 def test_e1_report_speedups_accuracy_difference_and_figures(tmp_path):
     runs, evals = _e1_results(tmp_path, ["gpu-fused", "cpu-numpy", "gpu-naive", "cpu-serial"])
     out = tmp_path / "report"
-    make_report("e1", out, runs=runs, evals=evals)
+    written = make_report("e1", out, runs=runs, evals=evals)
     _assert_written(out, "e1")
     table = pd.read_csv(out / "summary.csv")
     assert list(table["variant"]) == ["cpu-serial", "cpu-numpy", "gpu-naive", "gpu-fused"]  # baselines first
@@ -355,6 +356,11 @@ def test_e1_report_speedups_accuracy_difference_and_figures(tmp_path):
     assert list(table["accuracy_matches_cpu_numpy"]) == [True, True, True, False]
     md = (out / "summary.md").read_text()
     assert "| gpu-naive " in md and "125x" in md and "+0.05" in md and "-0.50" in md and "0.1 pp" in md
+    # mean runs only (E1_RUNS): the gap cannot be tested, and the gap figure says what it lacks
+    cannot = ("Seed 000's 4.1-point CPU-GPU accuracy gap cannot be tested here: E1 ran only with reduction mean; "
+              "set experiments.e1.reductions to [mean, sum].")
+    assert cannot in md and cannot in (out / "gap.md").read_text()
+    assert written["reduction_gap.png"].replace("\n", " ").endswith("and seed 000's (missing: the sum runs)")
 
 
 def test_e1_report_without_a_baseline_gives_nan_not_a_crash(tmp_path):
@@ -413,9 +419,133 @@ def test_e1_report_with_both_loss_reductions(tmp_path, monkeypatch):
     assert curves["labels"] == ["gpu-naive (mean)", "gpu-naive (sum)", "cpu-numpy (mean)", "cpu-numpy (sum)"]
     assert curves["variants"]["cpu-numpy (sum)"] == "cpu-numpy"  # in cpu-numpy's colour
     assert "per variant and loss reduction" in written["summary.md"]
+    # the sum runs lost accuracy here (-0.90 and -0.93 points): the verdict says the data does not support the gap
+    verdict = ("Under either reduction our CPU (cpu-numpy) and GPU (gpu-naive) runs agree within 0.05 points (mean: "
+               "97.90 % vs 97.95 %; sum: 97.00 % vs 97.02 %), but sum minus mean is -0.90 points on the CPU and -0.93 "
+               "on the GPU, not the seed's +4.1: these runs do not show the loss reduction behind the seed's CPU-GPU "
+               "gap.")
+    assert verdict in (out / "summary.md").read_text()
+    gap = (out / "gap.md").read_text()
+    assert gap.startswith(f"## {written['gap.md']}\n\n{verdict}\n")
+    assert [row[:3] for row in _md_rows(out / "gap.md")[1]] == [
+        ["CPU", "cpu-numpy", "mean"], ["CPU", "cpu-numpy", "sum"], ["GPU", "gpu-naive", "mean"],
+        ["GPU", "gpu-naive", "sum"]]
+    assert "(missing" not in written["reduction_gap.png"]
     # one reduction: the labels, titles and the figures stay those of the variants alone
     assert list(run_labels(table[table["reduction"] == "mean"])) == ["cpu-numpy", "gpu-naive"]
     assert list(run_labels(table.drop(columns="reduction"))) == list(table["variant"])  # a summary from before
+
+
+def _gap_frame(accuracies, reductions=True):
+    """E1's summary as summary.csv holds it (what e1_gap_sentence reads): {(variant, reduction): accuracy};
+    without `reductions`, a summary from before the reduction column."""
+    frame = pd.DataFrame([{"variant": v, "reduction": r, "test_accuracy": a} for (v, r), a in accuracies.items()])
+    return frame if reductions else frame.drop(columns="reduction")
+
+
+# seed 000's gap as our H100 runs showed it: CPU and GPU agree under either reduction, the sum gains 4.2 points
+GAP_SUPPORTED = {("cpu-numpy", "mean"): 0.9404, ("cpu-numpy", "sum"): 0.9824, ("gpu-graph", "mean"): 0.9405,
+                 ("gpu-graph", "sum"): 0.9826}
+SUPPORTED_SENTENCE = (
+    "Under either reduction our CPU (cpu-numpy) and GPU (gpu-graph) runs agree within 0.02 points (mean: 94.04 % vs "
+    "94.05 %; sum: 98.24 % vs 98.26 %), while sum vs mean differs by 4.2 points: the seed's 4.1-point CPU-GPU gap "
+    "follows the loss reduction, not the device.")
+CANNOT = "Seed 000's 4.1-point CPU-GPU accuracy gap cannot be tested here: "
+
+
+def test_e1_gap_sentence_supporting_not_supporting_and_untestable():
+    from gpunn.report.experiments import e1_gap_sentence
+
+    assert e1_gap_sentence(_gap_frame(GAP_SUPPORTED)) == SUPPORTED_SENTENCE
+    # exactly 0.1 points apart (counts / n) is within the tolerance, as in the summary's accuracy_matches_cpu_numpy
+    edge = e1_gap_sentence(_gap_frame({**GAP_SUPPORTED, ("gpu-graph", "mean"): 0.9414}))
+    assert edge.startswith("Under either reduction our CPU (cpu-numpy) and GPU (gpu-graph) runs agree within 0.10 "
+                           "points (mean: 94.04 % vs 94.14 %;") and edge.endswith("not the device.")
+    # the GPU loses 1 point under the mean: the device matters, whatever the reduction does
+    assert e1_gap_sentence(_gap_frame({**GAP_SUPPORTED, ("gpu-graph", "mean"): 0.9304})) == (
+        "Under reduction mean our CPU (cpu-numpy) and GPU (gpu-graph) runs differ by more than 0.1 points (mean: "
+        "94.04 % vs 93.04 %; sum: 98.24 % vs 98.26 %): the device changes the accuracy here, so these runs do not "
+        "show the seed's 4.1-point CPU-GPU gap following the loss reduction alone (sum minus mean: +4.71 points).")
+    # the devices agree, and so do the reductions: nothing explains a gap
+    same = {("cpu-numpy", r): 0.9404 for r in ("mean", "sum")} | {("gpu-graph", r): 0.9405 for r in ("mean", "sum")}
+    assert e1_gap_sentence(_gap_frame(same)) == (
+        "Under either reduction our CPU (cpu-numpy) and GPU (gpu-graph) runs agree within 0.01 points (mean: 94.04 % "
+        "vs 94.05 %; sum: 94.04 % vs 94.05 %), but sum minus mean is +0.00 points on the CPU and +0.00 on the GPU, "
+        "not the seed's +4.1: these runs do not show the loss reduction behind the seed's CPU-GPU gap.")
+    # a reduction gain well short of the seed's gap is not claimed to explain it
+    small = {**GAP_SUPPORTED, ("cpu-numpy", "sum"): 0.9504, ("gpu-graph", "sum"): 0.9505}
+    assert e1_gap_sentence(_gap_frame(small)).endswith(
+        "while sum vs mean differs by only 1.00 points: the device does not explain the seed's 4.1-point CPU-GPU "
+        "gap, and the loss reduction explains less than half of it here.")
+
+    mean_only = {key: a for key, a in GAP_SUPPORTED.items() if key[1] == "mean"}
+    for frame in (_gap_frame(mean_only), _gap_frame(mean_only, reductions=False)):  # the smoke config; an old table
+        assert e1_gap_sentence(frame) == (
+            f"{CANNOT}E1 ran only with reduction mean; set experiments.e1.reductions to [mean, sum].")
+    no_gpu = {key: a for key, a in GAP_SUPPORTED.items() if key[0] == "cpu-numpy"}
+    assert e1_gap_sentence(_gap_frame(no_gpu)) == (
+        f"{CANNOT}no GPU variant ran (E1 ran cpu-numpy); add gpu-naive (or another GPU variant) to "
+        "experiments.e1.variants.")
+    no_cpu = {key: a for key, a in GAP_SUPPORTED.items() if key[0] == "gpu-graph"}
+    assert e1_gap_sentence(_gap_frame(no_cpu)).startswith(f"{CANNOT}no CPU baseline ran (E1 ran gpu-graph)")
+    one_missing = {key: a for key, a in GAP_SUPPORTED.items() if key != ("gpu-graph", "sum")}
+    assert e1_gap_sentence(_gap_frame(one_missing)).startswith(
+        f"{CANNOT}no run of gpu-graph with reduction sum among the report's inputs")
+
+
+def test_e1_gap_runs_prefer_the_seeds_designs():
+    """Seed 000's CPU is cpu-serial (else cpu-numpy), its GPU gpu-naive (else the first GPU variant in report
+    order); a variant that ran with both reductions wins over a preferred one that ran with one."""
+    from gpunn.report.experiments import e1_gap_runs
+
+    def chosen(variants, partial=()):
+        frame = _gap_frame({(v, r): 0.9 for v in variants for r in ("mean", "sum") if (v, r) not in partial})
+        return {key: row["variant"] for key, row in e1_gap_runs(frame).items()}
+
+    assert set(chosen(["gpu-graph", "cpu-numpy", "gpu-naive", "cpu-serial"]).items()) == {
+        (("CPU", "mean"), "cpu-serial"), (("CPU", "sum"), "cpu-serial"), (("GPU", "mean"), "gpu-naive"),
+        (("GPU", "sum"), "gpu-naive")}
+    assert set(chosen(["gpu-graph", "cpu-numpy", "gpu-fused"]).values()) == {"cpu-numpy", "gpu-fused"}
+    partial = chosen(["cpu-serial", "cpu-numpy", "gpu-naive"], partial={("cpu-serial", "sum")})
+    assert partial[("CPU", "mean")] == partial[("CPU", "sum")] == "cpu-numpy"
+
+
+def test_e1_report_gap_figure_and_note_when_the_runs_support_it(tmp_path, monkeypatch):
+    """The supporting case through the whole E1 report: gap.md and summary.md state it, reduction_gap.png draws
+    the four runs' train loss with seed 000's points on a log axis."""
+    from gpunn.report import papers
+
+    saved = _capture_figures(monkeypatch)
+    results = tmp_path / "results"
+    fields = {"dataset": "mnist", "split": "standard", "model": "mlp", "widths": (256,), "batch": 64, "lr": 0.01,
+              "epochs": 10, "seed": 0}
+    final_loss = {"mean": 0.2149, "sum": 0.0063}
+    runs = [_write_run(results, RunSpec(variant=v, reduction=r, **fields), 5.0, 2.0, 2.5, accuracy,
+                       provenance=_cpu_and_h100(v), n_train=60000, n_test=10000, final_loss=final_loss[r])
+            for (v, r), accuracy in GAP_SUPPORTED.items()]
+    out = tmp_path / "report"
+    written = make_report("e1", out, runs=runs, evals=[_write_eval(results, RunSpec(variant="cpu-numpy", **fields))])
+    _assert_written(out, "e1")
+    assert SUPPORTED_SENTENCE in (out / "summary.md").read_text()
+    header, rows = _md_rows(out / "gap.md")
+    assert header == ["phase", "variant", "reduction", "device", "final_train_loss", "test_accuracy"]
+    assert rows == [["CPU", "cpu-numpy", "mean", "cpu", "0.2149", "94.04 %"],
+                    ["CPU", "cpu-numpy", "sum", "cpu", "0.0063", "98.24 %"],
+                    ["GPU", "gpu-graph", "mean", "NVIDIA H100 80GB HBM3", "0.2149", "94.05 %"],
+                    ["GPU", "gpu-graph", "sum", "NVIDIA H100 80GB HBM3", "0.0063", "98.26 %"]]
+    assert SUPPORTED_SENTENCE in (out / "gap.md").read_text()
+    figure = next(f for f in saved if f["suptitle"] == written["reduction_gap.png"])
+    lines = dict(zip([label for label, _, _ in figure["lines"][0]], figure["ydata"][0]))
+    assert list(lines) == ["cpu-numpy (mean)", "cpu-numpy (sum)", "gpu-graph (mean)", "gpu-graph (sum)",
+                           "seed 000 CPU (paper)", "seed 000 GPU (paper)"]
+    assert lines["cpu-numpy (sum)"][-1] == pytest.approx(0.0063)
+    for phase in ("CPU", "GPU"):
+        assert list(lines[f"seed 000 {phase} (paper)"]) == [
+            v.value for v in papers.paper_values("e1", "train_loss", phase=phase)]
+    assert figure["yscale"] == ["log"]  # 2.1 after epoch 1 down to 0.0045: more than a decade
+    assert figure["panels"][0].replace("\n", " ") == (  # same losses: named, as in every figure
+        "(cpu-numpy (mean) and gpu-graph (mean) coincide; cpu-numpy (sum) and gpu-graph (sum) coincide)")
+    assert "missing" not in written["reduction_gap.png"]
 
 
 E2_HIDDEN = (32, 64)
@@ -635,7 +765,7 @@ def test_missing_run_and_eval_files_name_the_file(tmp_path):
         make_report("e2", tmp_path / "r4", runs=runs)
 
 
-def test_new_figures_draw_every_variant(tmp_path):
+def test_new_figures_draw_every_variant(tmp_path, monkeypatch):
     rows = [dict(variant=v, time_per_epoch_s=t, speedup_vs_cpu_serial=30.0 / t)
             for v, t in (("gpu-graph", 0.01), ("cpu-serial", 30.0), ("gpu-naive", 0.3), ("my-variant", 1.0))]
     pd.DataFrame(rows).to_csv(tmp_path / "e1.csv", index=False)
@@ -648,7 +778,14 @@ def test_new_figures_draw_every_variant(tmp_path):
                backward_time_s=0.5 * f * h, test_accuracy=0.9) for v, f in E2_FACTOR.items()
           for h in (32, 64, 128, 256) for b in (32, 64, 128)]
     pd.DataFrame(e2).to_csv(tmp_path / "e2.csv", index=False)
+    saved = _capture_figures(monkeypatch)
     _assert_png(e2_phase_times(tmp_path / "e2.csv", tmp_path / "e2.png"))
+    # rows training, forward, backward; one column per batch size; one line per variant, on one log scale
+    assert [title.split(",")[0] for title in saved[-1]["panels"]] == [
+        phase for phase in ("training", "forward", "backward") for _ in (32, 64, 128)]
+    assert saved[-1]["panels"][0].startswith("training, batch 32") and set(saved[-1]["yscale"]) == {"log"}
+    serial_train = [r["train_time_s"] for r in e2 if r["variant"] == "cpu-serial" and r["batch"] == 32]
+    assert list(saved[-1]["ydata"][0][0]) == pytest.approx(serial_train)
 
     single_shape = tmp_path / "one_shape.csv"
     pd.read_csv(_write_blocks(tmp_path / "b.csv")).query("rows == 64").to_csv(single_shape, index=False)
@@ -795,7 +932,14 @@ def _write_eval_json(eval_dir, spec: RunSpec):
     io.write_json(eval_dir / "eval.json", {"run": spec.path, "n_test": 500})
 
 
-def test_e4_e5_e6_titles_come_from_the_outputs(tmp_path):
+def _write_confusion(svm_dir, matrix, names, columns=None):
+    """The svm step's confusion.csv: a 'true' column of class names, then the counts per predicted class."""
+    frame = pd.DataFrame(matrix, columns=columns or names)
+    frame.insert(0, "true", names)
+    io.write_csv(svm_dir / "confusion.csv", frame)
+
+
+def test_e4_e5_e6_titles_come_from_the_outputs(tmp_path, monkeypatch):
     results = tmp_path / "results"
     runs, evals = [], []
     for dataset, n_train, n_test in (("digits28", 1400, 360), ("synthetic_mnist_small", 1400, 500)):
@@ -838,9 +982,19 @@ def test_e4_e5_e6_titles_come_from_the_outputs(tmp_path):
     io.write_json(svm / "metrics.json", {
         "method": "exact", "C": 10.0, "gamma": "scale", "n_train": 1000, "n_test": 500, "n_features": 2048,
         "train_accuracy": 0.99, "test_accuracy": 0.5, "fit_time_s": 1.5, "per_class_accuracy": {"cat": 0.5}})
+    _write_confusion(svm, [[125, 75, 50], [50, 100, 0], [25, 50, 25]], ["cat", "dog", "bird"])
+    saved = _capture_figures(monkeypatch)
     written = make_report("e6", tmp_path / "e6", svm=[svm])
-    assert _title_line(tmp_path / "e6" / "summary.md") == (
-        "E6: SVM (RBF, exact) on 2 048 autoencoder features, 1 000 train / 500 test")
+    _assert_written(tmp_path / "e6", "e6")
+    head = "E6: SVM (RBF, exact) on 2 048 autoencoder features, 1 000 train / 500 test"
+    assert _title_line(tmp_path / "e6" / "summary.md") == head
+    assert written["confusion.png"].replace("\n", " ") == (
+        f"{head}: confusion matrix on the test set, test accuracy 50.00 %")
+    assert saved[-1]["xticks"][0] == ["cat", "dog", "bird"]  # the counts of confusion.csv, by class
+    assert saved[-1]["texts"][0] == ["125", "75", "50", "50", "100", "0", "25", "50", "25"]
+    _write_confusion(svm, [[1, 0], [0, 1]], ["cat", "dog"], columns=["dog", "cat"])
+    with pytest.raises(GpunnError, match="confusion.csv: its columns after 'true' must be the classes cat, dog"):
+        make_report("e6", tmp_path / "e6b", svm=[svm])
     e6 = pd.read_csv(tmp_path / "e6" / "summary.csv")
     assert list(e6.columns[:2]) == ["method", "device"] and e6["device"].item() == "unknown"
 

@@ -68,10 +68,11 @@ def test_every_stage_left_its_outputs(smoke):
             assert (run / "weights.npz").is_file()
     e3_variants = set(pd.read_csv(results / f"report/{MACHINE}/e3/summary.csv")["variant"])
     assert e3_variants == {"cpu-numpy", "cpu-serial", "gpu-fused"}  # time_batches ran a GPU variant (simulated)
-    for experiment, figures in {"e1": ["loss_curves", "samples", "epoch_time"],
+    for experiment, figures in {"e1": ["loss_curves", "samples", "epoch_time", "reduction_gap"],
                                 "e2": ["heatmaps", "forward_backward"], "e3": ["batch_timing", "block_sweep"],
                                 "e4": ["cumulative_time", "loss_curves", "block_time", "block_loss"],
-                                "e5": ["mse_curves", "reconstructions", "training_time", "speedup"], "e6": []}.items():
+                                "e5": ["mse_curves", "reconstructions", "training_time", "speedup"],
+                                "e6": ["confusion"]}.items():
         report = results / "report" / MACHINE / experiment
         table = pd.read_csv(report / "summary.csv")
         assert len(table) >= 1

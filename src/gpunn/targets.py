@@ -154,13 +154,13 @@ def report_figures(config: dict, experiment: str) -> list[str]:
     sweep = experiment == "e3" and block_sweep_enabled(config)
     study = experiment == "e4" and bool(e4_block_runs(config))
     return {
-        "e1": ["loss_curves.png", "epoch_time.png", "samples.png"],
+        "e1": ["loss_curves.png", "epoch_time.png", "samples.png", "reduction_gap.png"],
         "e2": ["heatmaps.png", "forward_backward.png"],
         "e3": ["batch_timing.png"] + (["block_sweep.png"] if sweep else []),
         "e4": ["cumulative_time.png", "loss_curves.png"] + [f"samples_{d}.png" for d in exp.get("datasets", [])]
               + (["block_time.png", "block_loss.png"] if study else []),
         "e5": ["mse_curves.png", "reconstructions.png", "training_time.png", "speedup.png"],
-        "e6": [],
+        "e6": ["confusion.png"],
     }[experiment]
 
 
@@ -180,6 +180,8 @@ def report_outputs(config: dict, experiment: str) -> list[str]:
                             "e5": ["paper_table"]}.get(experiment, []) + ["paper_vs_ours"]
     figures = report_figures(config, experiment)
     table_files = [f"{base}/{table}.{ext}" for table in tables for ext in ("csv", "md")]
+    if experiment == "e1":  # seed 000's CPU-GPU accuracy gap tested (experiments.e1_gap_sentence and its runs)
+        table_files.append(f"{base}/gap.md")
     return (table_files + [f"{base}/{name}" for name in figures]
             + [f"{base}/{name[:-len('.png')]}.pdf" for name in figures] + [f"{base}/{REPORT_PROVENANCE}"])
 

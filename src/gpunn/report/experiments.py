@@ -3,9 +3,12 @@ outputs of finished runs, and paper_vs_ours (CSV + Markdown): the seed's numbers
 (gpunn.report.paper_vs_ours).
 
     e1  MLP per variant and loss reduction (mean, sum): time, time per epoch, accuracy, speedups and accuracy
-        difference to cpu-numpy of the same reduction; loss curves; time per epoch (bars); sample predictions
+        difference to cpu-numpy of the same reduction; loss curves; time per epoch (bars); sample predictions;
+        seed 000's CPU-GPU accuracy gap tested against the loss reduction (gap.md: e1_gap_sentence and its runs;
+        reduction_gap figure: their train loss per epoch beside the seed's)
     e2  MLP hidden x batch sweep on the e2 split: train / forward / backward time, accuracy, speedups
-        (tidy summary, and the papers' wide layout in paper_table); heatmaps; forward / backward time lines
+        (tidy summary, and the papers' wide layout in paper_table); heatmaps; training, forward and
+        backward time against hidden size
     e3  MLP forward / backward / step time and samples/s per batch size and variant; with --blocks, the kernels'
         time per block size (blocks table: the fastest block per op and shape; block_sweep figure)
     e4  CNN on MNIST and Fashion-MNIST: training / testing time, accuracy, speedups over cpu-numpy and gpu-naive,
@@ -17,7 +20,8 @@ outputs of finished runs, and paper_vs_ours (CSV + Markdown): the seed's numbers
         CPU's, speedups over cpu-numpy and gpu-naive per full-set epoch, train / test MSE, peak GPU memory
         (summary; paper_table in its sections 2.4 and 3.1 layout); train and test MSE per epoch; the first test
         image of each class and its reconstruction; training time and speedup per variant (its section 3.2)
-    e6  SVM on encoder features: accuracy, per-class accuracy, fit time; confusion matrix (by the svm step)
+    e6  SVM on encoder features: accuracy, per-class accuracy, fit time; the confusion matrix of the first SVM
+        run (from the svm step's confusion.csv)
 
 Titles are built from the rows shown (gpunn.report.titles): model widths, dataset, split sizes, batch and
 epochs as run, the device that timed them and, for anything timed under the CUDA simulator, a warning that its
@@ -35,7 +39,9 @@ import numpy as np
 import pandas as pd
 
 from gpunn import io
+from gpunn.backends.registry import uses_gpu
 from gpunn.errors import GpunnError
+from gpunn.nn.functional import DEFAULT_REDUCTION
 from gpunn.report import figures, paper_vs_ours, papers, sources, tables, titles
 from gpunn.report.tables import format_significant, ordered_variants
 from gpunn.runspec import RunSpec, format_widths, parse_run_path
@@ -172,6 +178,158 @@ REDUCTION_NOTE = ("reduction: the loss gradient of the batch mean (mean) or of t
                   "its reduction. Losses are per-sample means either way.")
 
 
+# Seed 000's CPU-GPU accuracy gap (97.93 % against 93.86 %): its CPU curve looks like a gradient summed over the
+# batch, its GPU's like the batch mean. Its CPU and GPU designs, each run under both reductions, test that.
+GAP_PHASES = ("CPU", "GPU")
+GAP_REDUCTIONS = ("mean", "sum")
+
+
+def _gap_candidates(variants, phase: str) -> list[str]:
+    """The variants among `variants` that stand for seed 000's `phase`, preferred first: its own designs
+    (papers.PHASES: cpu-serial, then cpu-numpy; gpu-naive), then, for the GPU, every other GPU variant in report
+    order."""
+    ours = papers.PHASES[papers.SEED_E1][phase]
+    others = [v for v in ordered_variants(variants) if phase == "GPU" and v not in ours and uses_gpu(v)]
+    return [v for v in (*ours, *others) if v in set(variants)]
+
+
+def e1_gap_runs(frame: pd.DataFrame) -> dict[tuple[str, str], pd.Series]:
+    """The runs that test seed 000's CPU-GPU gap by (phase, reduction), CPU then GPU, mean then sum; a pair that did
+    not run is absent. Each phase takes one variant, its runs under both reductions: of _gap_candidates, the first
+    that ran with the most of them (cpu-serial, else cpu-numpy; gpu-naive, else the first GPU variant in report
+    order). `frame`: E1's rows (run_row's, or summary.csv's) with variant, test_accuracy and reduction (a table
+    without it: the mean's)."""
+    reductions = (frame["reduction"].fillna(DEFAULT_REDUCTION) if "reduction" in frame
+                  else pd.Series(DEFAULT_REDUCTION, index=frame.index))
+    ran = {v: set(reductions[frame["variant"] == v]) for v in titles.distinct(frame["variant"])}
+    chosen = {}
+    for phase in GAP_PHASES:
+        candidates = _gap_candidates(list(ran), phase)
+        if not candidates:
+            continue
+        variant = max(candidates, key=lambda v: len(ran[v] & set(GAP_REDUCTIONS)))  # ties: the first
+        for reduction in GAP_REDUCTIONS:
+            rows = frame[(frame["variant"] == variant) & (reductions == reduction)]
+            if not rows.empty:
+                chosen[(phase, reduction)] = rows.iloc[0]
+    return chosen
+
+
+def _gap_missing(frame: pd.DataFrame, gap_runs: dict) -> str | None:
+    """Why E1's runs cannot test the gap, and what to configure; None when they can."""
+    ran = titles.join_words(titles.distinct(frame["variant"]))
+    phases = {phase for phase, _ in gap_runs}
+    if "CPU" not in phases:
+        return f"no CPU baseline ran (E1 ran {ran}); add cpu-serial or cpu-numpy to experiments.e1.variants"
+    if "GPU" not in phases:
+        return f"no GPU variant ran (E1 ran {ran}); add gpu-naive (or another GPU variant) to experiments.e1.variants"
+    reductions = titles.distinct(reduction for _, reduction in gap_runs)
+    if len(reductions) < len(GAP_REDUCTIONS):
+        return (f"E1 ran only with reduction {titles.join_words(reductions)}; set experiments.e1.reductions to "
+                f"[{', '.join(GAP_REDUCTIONS)}]")
+    variant_of = {phase: row["variant"] for (phase, _), row in gap_runs.items()}
+    absent = [f"{variant_of[p]} with reduction {r}" for p in GAP_PHASES for r in GAP_REDUCTIONS
+              if (p, r) not in gap_runs]
+    if absent:
+        return (f"no run of {titles.join_words(absent)} among the report's inputs; rerun E1 so that both have a "
+                "run with every reduction")
+    return None
+
+
+def _gap_absent(gap_runs: dict) -> list[str]:
+    """What reduction_gap.png lacks: 'any GPU run', 'the sum runs', 'gpu-naive (sum)'."""
+    phases = titles.distinct(phase for phase, _ in gap_runs)
+    reductions = titles.distinct(reduction for _, reduction in gap_runs)
+    variant_of = {phase: row["variant"] for (phase, _), row in gap_runs.items()}
+    return ([f"any {p} run" for p in GAP_PHASES if p not in phases]
+            + [f"the {r} runs" for r in GAP_REDUCTIONS if r not in reductions]
+            + [f"{variant_of[p]} ({r})" for p in phases for r in reductions if (p, r) not in gap_runs])
+
+
+def e1_gap_sentence(frame: pd.DataFrame) -> str:
+    """One sentence on what E1's runs say about seed 000's CPU-GPU accuracy gap, from the runs of e1_gap_runs:
+    whether our CPU and GPU runs agree within ACCURACY_TOLERANCE_PP under each reduction and how far the sum's
+    accuracy lies from the mean's; where the data does not support the gap following the reduction (the devices
+    differ, or the reductions do not), it says so; where the runs cannot test it, why and what to configure.
+    `frame`: as e1_gap_runs takes it (E1's summary frame or summary.csv)."""
+    seed_gap = papers.paper_value("e1", "accuracy_gap").text
+    gap_runs = e1_gap_runs(frame)
+    missing = _gap_missing(frame, gap_runs)
+    if missing:
+        return f"Seed 000's {seed_gap}-point CPU-GPU accuracy gap cannot be tested here: {missing}."
+    accuracy = {key: 100.0 * float(row["test_accuracy"]) for key, row in gap_runs.items()}
+    cpu, gpu = gap_runs[("CPU", "mean")]["variant"], gap_runs[("GPU", "mean")]["variant"]
+    device_diff = {r: accuracy[("GPU", r)] - accuracy[("CPU", r)] for r in GAP_REDUCTIONS}
+    reduction_diff = {p: accuracy[(p, "sum")] - accuracy[(p, "mean")] for p in GAP_PHASES}
+    tolerance = ACCURACY_TOLERANCE_PP + 1e-9  # accuracies are counts / n: allow for the rounding of a difference
+    pair = f"our CPU ({cpu}) and GPU ({gpu}) runs"
+    each = "; ".join(f"{r}: {accuracy[('CPU', r)]:.2f} % vs {accuracy[('GPU', r)]:.2f} %" for r in GAP_REDUCTIONS)
+    effect = sum(reduction_diff.values()) / len(reduction_diff)
+    apart = [r for r in GAP_REDUCTIONS if abs(device_diff[r]) > tolerance]
+    if apart:
+        return (f"Under reduction {titles.join_words(apart)} {pair} differ by more than {ACCURACY_TOLERANCE_PP} "
+                f"points ({each}): the device changes the accuracy here, so these runs do not show the seed's "
+                f"{seed_gap}-point CPU-GPU gap following the loss reduction alone (sum minus mean: {effect:+.2f} "
+                "points).")
+    worst = max(abs(d) for d in device_diff.values())
+    agree = f"Under either reduction {pair} agree " + (f"within {worst:.2f} points" if worst else "exactly")
+    if min(reduction_diff.values()) <= tolerance:
+        return (f"{agree} ({each}), but sum minus mean is {reduction_diff['CPU']:+.2f} points on the CPU and "
+                f"{reduction_diff['GPU']:+.2f} on the GPU, not the seed's +{seed_gap}: these runs do not show the "
+                "loss reduction behind the seed's CPU-GPU gap.")
+    if effect < float(seed_gap) / 2:
+        return (f"{agree} ({each}), while sum vs mean differs by only {effect:.2f} points: the device does not "
+                f"explain the seed's {seed_gap}-point CPU-GPU gap, and the loss reduction explains less than half "
+                "of it here.")
+    return (f"{agree} ({each}), while sum vs mean differs by {effect:.1f} points: the seed's {seed_gap}-point "
+            "CPU-GPU gap follows the loss reduction, not the device.")
+
+
+GAP_COLUMNS = ("phase", "variant", "reduction", "device", "final_train_loss", "test_accuracy")
+
+
+def _seed_gap_note() -> str:
+    """Seed 000's own numbers (papers.py) and which of our runs stand for its CPU and GPU."""
+    def phase(name):
+        accuracy = papers.paper_value("e1", "test_accuracy", phase=name).text
+        losses = ", ".join(f"{v.text} (epoch {v.epoch})" for v in papers.paper_values("e1", "train_loss", phase=name))
+        return f"{name} {accuracy} %, train loss {losses}"
+
+    return (f"Seed 000: {phase('CPU')}; {phase('GPU')}. Ours: its CPU as cpu-serial (its serial loops), else "
+            "cpu-numpy; its GPU as gpu-naive (its design), else the first GPU variant that ran (report order); each "
+            "the variant's runs under both loss reductions. final_train_loss: the last epoch's mean per-sample loss.")
+
+
+def _e1_gap_report(frame: pd.DataFrame, out_dir: Path) -> dict[str, str]:
+    """gap.md (a heading, e1_gap_sentence and the runs that test the gap: phase, variant, reduction, device,
+    final train loss, test accuracy) and reduction_gap.png (their train loss per epoch on one axis, with seed
+    000's CPU and GPU losses as points; its title names the runs missing). Returns both titles by file name."""
+    gap_runs = e1_gap_runs(frame)
+    shown = pd.DataFrame(list(gap_runs.values())).assign(phase=[phase for phase, _ in gap_runs])
+    absent = _gap_absent(gap_runs)
+    written = {
+        "gap.md": titles.runs_head("E1", shown, "seed 000's CPU-GPU accuracy gap and the loss reduction"),
+        "reduction_gap.png": titles.figure_title(titles.runs_head(
+            "E1", shown, "train loss per epoch of the CPU and GPU runs under each loss reduction, and seed 000's"
+            + (f" (missing: {titles.join_words(absent)})" if absent else ""))),
+    }
+    io.write_text(out_dir / "gap.md", f"## {written['gap.md']}\n\n{e1_gap_sentence(frame)}\n\n"
+                  + tables.markdown_table(shown[list(GAP_COLUMNS)]) + f"\n{_seed_gap_note()}\n")
+    series, variant_of = {}, {}
+    for (phase, reduction), row in gap_runs.items():
+        epochs = tables.read_table(row["metrics_csv"], ("epoch", "train_loss"), "per-epoch metrics CSV")
+        label = f"{row['variant']} ({reduction})"
+        series[label] = (epochs["epoch"], epochs["train_loss"])
+        variant_of[label] = row["variant"]
+    references = {}
+    for phase in GAP_PHASES:
+        points = papers.paper_values("e1", "train_loss", phase=phase)
+        references[f"seed 000 {phase} (paper)"] = ([p.epoch for p in points], [p.value for p in points])
+    figures.epoch_series(series, out_dir / "reduction_gap.png", written["reduction_gap.png"],
+                         "average train loss per sample", references=references, variants=variant_of)
+    return written
+
+
 def report_e1(runs, evals, out_dir, **_) -> dict[str, str]:
     """Every variant once per loss reduction (experiments.e1.reductions): each run compared with the baselines of
     its own reduction, and named 'variant (reduction)' in the figures where runs differ in it."""
@@ -195,7 +353,9 @@ def report_e1(runs, evals, out_dir, **_) -> dict[str, str]:
     }
     tables.summary_table(frame.to_dict("records"), out_dir / "summary.csv", out_dir / "summary.md",
                          written["summary.md"], columns=cols, formats=COMPARISON_FORMATS,
-                         note=_note(COMPARISON_NOTE, REDUCTION_NOTE, titles.simulated_note(frame)))
+                         note=_note(COMPARISON_NOTE, REDUCTION_NOTE, e1_gap_sentence(frame),
+                                    titles.simulated_note(frame)))
+    written.update(_e1_gap_report(frame, out_dir))
     figures.loss_curves(curves, out_dir / "loss_curves.png", written["loss_curves.png"], variants=variant_of)
     figures.epoch_time_bars(out_dir / "summary.csv", out_dir / "epoch_time.png", written["epoch_time.png"])
     _samples_figure(evals[0], out_dir / "samples.png", written["samples.png"])
@@ -250,7 +410,8 @@ def report_e2(runs, out_dir, **_) -> dict[str, str]:
         "summary.md": titles.table_title(head, timing),
         "paper_table.md": titles.table_title(f"{head}, laid out as in the paper", timing),
         "heatmaps.png": titles.figure_title(f"{head}: training time and test accuracy", timing),
-        "forward_backward.png": titles.figure_title(f"{head}: forward and backward time", timing),
+        "forward_backward.png": titles.figure_title(f"{head}: training time and its forward and backward parts "
+                                                    "against hidden size", timing),
     }
     tables.summary_table(frame.to_dict("records"), out_dir / "summary.csv", out_dir / "summary.md",
                          written["summary.md"], columns=cols, formats=COMPARISON_FORMATS,
@@ -677,7 +838,24 @@ def report_e6(svm, out_dir, **_) -> dict[str, str]:
                          out_dir / "summary.md", written["summary.md"])
     written["paper_vs_ours.md"] = paper_vs_ours.report("e6", paper_vs_ours.rows_for("e6", paper_vs_ours.OursE6(frame)),
                                                        out_dir, e6_head(frame))
+    written["confusion.png"] = _e6_confusion(svm[0], frame.iloc[0], e6_head(frame), out_dir / "confusion.png")
     return written
+
+
+def _e6_confusion(svm_dir, row: pd.Series, head: str, out_png: Path) -> str:
+    """confusion.png regenerated from the svm step's confusion.csv (a 'true' column of class names, then one column
+    of counts per predicted class, written beside its metrics.json), titled with `head` and the test accuracy of
+    `row` (that run's metrics). Returns its title."""
+    path = Path(svm_dir) / "confusion.csv"
+    confusion = tables.read_table(path, ("true",), "SVM confusion matrix CSV")
+    names = [str(name) for name in confusion["true"]]
+    if [str(c) for c in confusion.columns[1:]] != names:
+        raise GpunnError(f"{path}: its columns after 'true' must be the classes {', '.join(names)} in that order, got "
+                         f"{', '.join(map(str, confusion.columns[1:]))}; rerun the svm step")
+    accuracy = "" if pd.isna(row["test_accuracy"]) else f", test accuracy {100 * float(row['test_accuracy']):.2f} %"
+    title = titles.figure_title(f"{head}: confusion matrix on the test set{accuracy}")
+    figures.confusion_matrix_figure(confusion.iloc[:, 1:].to_numpy(), names, out_png, title)
+    return title
 
 
 REPORTS = {"e1": report_e1, "e2": report_e2, "e3": report_e3, "e4": report_e4, "e5": report_e5, "e6": report_e6}

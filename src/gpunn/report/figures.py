@@ -2,14 +2,17 @@
 (pdf_twin: for papers), atomically, and returns the PNG's path.
 
     loss_curves              per-epoch train / test loss of several runs, and test accuracy when present
+    epoch_series             named per-epoch series on one axis with named reference points (E1: train loss of
+                             the CPU and GPU runs under each loss reduction beside seed 000's)
     epoch_lines              per-epoch cumulative training time, train loss or test accuracy, one panel per group
                              of runs (E4: a dataset, or a variant of the block-size study), one line per run
-    confusion_matrix_figure  heatmap of a confusion matrix with counts (used by gpunn.svm)
+    confusion_matrix_figure  heatmap of a confusion matrix with counts (gpunn.svm, and the E6 report)
     reconstruction_grid      originals above autoencoder reconstructions, columns titled by class
     sample_classifications   up to 25 test images titled "pred (true)", wrong ones in red
     epoch_time_bars          E1: time per epoch of each variant, bars on a log axis
     e2_heatmaps              E2 sweep: training time and test accuracy over hidden x batch, one panel per variant
-    e2_phase_times           E2 sweep: forward and backward time against hidden size, one panel per batch size
+    e2_phase_times           E2 sweep: training, forward and backward time against hidden size, one panel per
+                             batch size
     batch_timing             E3: samples/s, step, forward and backward time against batch size, one line per variant
     block_sweep              E3: kernel time against block size, one line per op, one panel per shape
     training_time_bars       E5: training time for all epochs on the full training set per variant (log bars;
@@ -308,6 +311,58 @@ def loss_curves(metrics_csvs: Mapping[str, str | Path], out_png, title: str, qua
     legend = dict(legend or {})
     fig.legend(handles.values(), [legend.get(label, label) for label in handles], loc="outside lower center",
                ncols=min(len(handles), 4 if not legend else 2), fontsize="small")
+    fig.suptitle(title)
+    return _save(fig, out_png)
+
+
+REFERENCE_MARKERS = ("*", "P", "X", "h")  # reference points: large, filled, unlike any series' marker
+
+
+def epoch_series(series: Mapping[str, tuple], out_png, title: str, ylabel: str,
+                 references: Mapping[str, tuple] | None = None, variants: Mapping[str, str] | None = None) -> Path:
+    """Per-epoch values of several named series ({label: (epochs, values)}) as lines on one axis, and named
+    reference points ({label: (epochs, values)}: a paper's numbers) as large filled markers in black over them,
+    so that our curves and the paper's points compare at a glance. The y axis is logarithmic where all the values
+    span more than a decade (loss_axis_scale). Colours follow each label's variant where `variants` says so (E1's
+    'cpu-numpy (sum)' in cpu-numpy's colour), else the label."""
+    if not series:
+        raise GpunnError(f"{out_png}: epoch_series needs at least one series")
+    references = dict(references or {})
+    variant_of = {label: (variants or {}).get(label, label) for label in series}
+    palette = _variant_colors(list(dict.fromkeys(variant_of.values())))
+    styles = dict(zip(series, series_styles(len(series))))
+    fig, ax = plt.subplots(figsize=(7.2, 5.0), layout="constrained")
+    lines, drawn = {}, []
+    for label, (epochs, values) in series.items():
+        epochs, values = np.asarray(epochs, dtype=np.float64), np.asarray(values, dtype=np.float64)
+        ax.plot(epochs, values, color=palette[variant_of[label]], label=label, **styles[label])
+        lines[label] = (epochs, values)
+        drawn.append(values)
+    for i, (label, (epochs, values)) in enumerate(references.items()):
+        values = np.asarray(values, dtype=np.float64)
+        ax.plot(epochs, values, REFERENCE_MARKERS[i % len(REFERENCE_MARKERS)], color="black", markersize=15,
+                markeredgecolor="white", markeredgewidth=1.0, linestyle="none", label=label,
+                zorder=3 + len(series))
+        drawn.append(values)
+    values = np.concatenate(drawn)
+    if loss_axis_scale(values) == "log":
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(_PlainLogFormatter())
+        ax.yaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False))
+        ylabel = f"{ylabel}, log scale"
+    else:
+        _readable_y_span(ax, values)
+    groups = coinciding_groups(_on_common_x(lines))
+    if groups:  # name the series drawn over one another, as every figure does
+        ax.set_title(textwrap.fill(f"({coincide_note(groups)})", width=COINCIDE_NOTE_WIDTH, break_on_hyphens=False),
+                     fontsize="medium")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3, which="both")
+    _epoch_ticks(ax, {**lines, **{label: (np.asarray(e, dtype=np.float64), v) for label, (e, v)
+                                  in references.items()}})
+    # below the axis, as in loss_curves: inside it would cover the curves
+    fig.legend(loc="outside lower center", ncols=2, fontsize="small")
     fig.suptitle(title)
     return _save(fig, out_png)
 
@@ -730,22 +785,28 @@ def speedup_bars(table_csv, out_png, title: str, full_train_size: int = 50000) -
     return _save(fig, out_png)
 
 
-def e2_phase_times(table_csv, out_png, title: str = "E2: forward and backward time against hidden size") -> Path:
-    """Forward (top row) and backward (bottom row) time summed over training, against hidden size, one column of
-    panels per batch size and one line per variant; log axes shared by all panels, so phases compare directly."""
+def e2_phase_times(table_csv, out_png,
+                   title: str = "E2: training, forward and backward time against hidden size") -> Path:
+    """Training time (top row: seed 002's figure, training time against hidden size per batch size and variant),
+    then its forward and backward parts (the rows below), each summed over training, against hidden size; one
+    column of panels per batch size and one line per variant. Log axes shared by all panels, so batch sizes and
+    phases compare directly."""
     frame = read_table(table_csv, E2_COLUMNS, "E2 sweep table")
     frame = _numeric(frame.assign(variant=frame["variant"].astype(str)),
-                     ["hidden", "batch", "forward_time_s", "backward_time_s"])
+                     ["hidden", "batch", "train_time_s", "forward_time_s", "backward_time_s"])
     variants = ordered_variants(frame["variant"])
     colors = _variant_colors(variants)
     styles = dict(zip(variants, series_styles(len(variants))))
     simulated = simulated_variants(frame)
     hiddens = sorted(frame["hidden"].dropna().unique())
     batches = sorted(frame["batch"].dropna().unique())
-    fig, axes = plt.subplots(2, len(batches), figsize=(4.0 * len(batches) + 0.8, 7.6), squeeze=False,
-                             sharex=True, sharey=True, layout="constrained")
+    phases = (("train_time_s", "training", "training time (s)"),
+              ("forward_time_s", "forward", "forward time over training (s)"),
+              ("backward_time_s", "backward", "backward time over training (s)"))
+    fig, axes = plt.subplots(len(phases), len(batches), figsize=(4.0 * len(batches) + 0.8, 3.8 * len(phases)),
+                             squeeze=False, sharex=True, sharey=True, layout="constrained")
     handles = {}
-    for row, (column, phase) in enumerate((("forward_time_s", "forward"), ("backward_time_s", "backward"))):
+    for row, (column, phase, ylabel) in enumerate(phases):
         for k, batch in enumerate(batches):
             ax = axes[row, k]
             lines = {}
@@ -758,10 +819,10 @@ def e2_phase_times(table_csv, out_png, title: str = "E2: forward and backward ti
             _log2_ticks(ax, hiddens)
             _titled_with_coincidences(ax, f"{phase}, batch {int(batch)}", lines)
             ax.grid(alpha=0.3, which="both")
-            if row == 1:
+            if row == len(phases) - 1:
                 ax.set_xlabel("hidden units")
             if k == 0:
-                ax.set_ylabel(f"{phase} time over training (s)")
+                ax.set_ylabel(ylabel)
     fig.legend(handles.values(), [_variant_label(v, simulated) for v in handles], loc="outside lower center",
                ncols=min(len(handles), 4), fontsize="small")
     fig.suptitle(title)
