@@ -134,3 +134,11 @@ def test_time_batches_rows_carry_their_variants_provenance(tmp_path):
     assert cpu["device"] == "cpu" and not cpu["simulator"]
     assert gpu["device"] == provenance.gpu_name() and bool(gpu["simulator"]) == bool(config.ENABLE_CUDASIM)
     assert cpu["numpy"] == metadata.version("numpy") and cpu["commit"] == gpu["commit"]
+
+
+def test_commit_named_by_the_environment_wins(monkeypatch):
+    code = "from gpunn import provenance\nprint(provenance.collect(uses_gpu=False)['commit'])"
+    env = {**os.environ, provenance.COMMIT_VARIABLE: "0123abc-exported"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "0123abc-exported"

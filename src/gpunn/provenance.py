@@ -29,6 +29,9 @@ CSV_COLUMNS = ("device", "driver", "simulator", "blas_threads", "numba_threads",
 SIMULATOR_DEVICE = "cuda-simulator"
 CPU_DEVICE = "cpu"
 UNKNOWN_COMMIT = "unknown"
+# names the commit of a copy of the code whose own git state says nothing (an export, a copy shipped to a GPU
+# machine whose .git is another commit's): recorded as given, instead of asking git
+COMMIT_VARIABLE = "GPUNN_COMMIT"
 GIT_TIMEOUT_S = 5.0
 # distribution names whose versions are recorded, by record key
 _PACKAGES = {"numpy": "numpy", "numba": "numba", "numba_cuda": "numba-cuda", "snakemake": "snakemake"}
@@ -114,7 +117,7 @@ def _host_record() -> dict:
         "numba_threads": int(config.NUMBA_NUM_THREADS),
         "python": platform.python_version(),
         **{key: package_version(dist) for key, dist in _PACKAGES.items()},
-        "commit": git_commit(Path(__file__).resolve().parent),
+        "commit": os.environ.get(COMMIT_VARIABLE) or git_commit(Path(__file__).resolve().parent),
     }
 
 
