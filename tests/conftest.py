@@ -7,8 +7,8 @@ file before any test module, so nothing may import numba above this point. ``set
 override either choice from the environment.
 
 The timed code paths take the machine-wide timing lock (gpunn.timing_lock); the tests use a lock file of
-their own (GPUNN_TIMING_LOCK, inherited by the subprocesses they start), so they never wait for, nor delay,
-a real timed job on the same machine.
+their own (GPUNN_TIMING_LOCK, inherited by the subprocesses they start; one per pytest-xdist worker), so they
+never wait for, nor delay, a real timed job on the same machine, nor each other.
 """
 
 import atexit
@@ -21,10 +21,15 @@ if shutil.which("nvidia-smi") is None:
 # Tiny test grids trigger numba's low-occupancy warnings; they are noise here.
 os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
 
-if "GPUNN_TIMING_LOCK" not in os.environ:
-    _lock_dir = tempfile.mkdtemp(prefix="gpunn-tests-")
+# One lock file per test process: with pytest-xdist each worker (PYTEST_XDIST_WORKER, set before this file is
+# imported) makes its own instead of inheriting the controller's, so one worker's timed jobs never wait for, nor
+# fail, another worker's lock tests. A lock path the user set (no GPUNN_TESTS_LOCK_OF) is kept.
+_process = os.environ.get("PYTEST_XDIST_WORKER", "main")
+if "GPUNN_TIMING_LOCK" not in os.environ or os.environ.get("GPUNN_TESTS_LOCK_OF", _process) != _process:
+    _lock_dir = tempfile.mkdtemp(prefix=f"gpunn-tests-{_process}-")
     atexit.register(shutil.rmtree, _lock_dir, True)
     os.environ["GPUNN_TIMING_LOCK"] = os.path.join(_lock_dir, "timing.lock")
+    os.environ["GPUNN_TESTS_LOCK_OF"] = _process
 
 import pytest  # noqa: E402
 
