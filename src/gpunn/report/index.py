@@ -172,17 +172,9 @@ def headline_rows(report_root, ran: list[str], not_run: dict[str, str]) -> list[
 
 def provenance_records(report_root, ran: list[str]) -> list[dict]:
     """The distinct provenance records of the experiments' reports, each with the experiments that used it."""
-    merged: dict[tuple, dict] = {}
-    for experiment in ran:
-        found = sources.read(Path(report_root) / experiment / REPORT_PROVENANCE)
-        for record in found["sources"]:
-            key = tuple(str(record.get(k)) for k in sources.RECORD_KEYS)
-            entry = merged.setdefault(key, {**{k: record.get(k) for k in sources.RECORD_KEYS},
-                                            "experiments": [], "used_by": set()})
-            if experiment.upper() not in entry["experiments"]:
-                entry["experiments"].append(experiment.upper())
-            entry["used_by"].update(record.get("used_by", []))
-    return [{**entry, "used_by": sorted(entry["used_by"])} for entry in merged.values()]
+    return sources.merge(((experiment.upper(), record) for experiment in ran
+                          for record in sources.read(Path(report_root) / experiment / REPORT_PROVENANCE)["sources"]),
+                         label="experiments")
 
 
 def _experiment_files(report_root: Path, experiment: str) -> tuple[list[str], list[str]]:
@@ -232,10 +224,9 @@ def _simulated_line(rows: list[dict]) -> str | None:
     return None
 
 
-def markdown(report_root, ran, not_run, notes=(), machine: str = "") -> str:
+def markdown(report_root, ran, not_run, rows, records, notes=(), machine: str = "") -> str:
+    """index.md: `rows` from headline_rows, `records` from provenance_records."""
     report_root = Path(report_root)
-    rows = headline_rows(report_root, ran, not_run)
-    records = provenance_records(report_root, ran)
     parts = [f"# gpunn report{f' ({machine})' if machine else ''}: the papers' numbers beside ours", "",
              _devices_line(records), ""]
     parts += ["## Paper vs ours", "",
@@ -293,12 +284,10 @@ def _rst_table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
-def rst(report_root, ran, not_run, notes=(), machine: str = "") -> str:
+def rst(report_root, ran, rows, records, notes=(), machine: str = "") -> str:
     """The entry page for `snakemake --report`: the summary table and the provenance; the figures are in the
     report's categories (one per experiment), each with its caption."""
     report_root = Path(report_root)
-    rows = headline_rows(report_root, ran, not_run)
-    records = provenance_records(report_root, ran)
     title = f"gpunn: the papers' numbers beside ours{f' ({machine})' if machine else ''}"
     parts = [title, "=" * len(title), "", _devices_line(records), "",
              "Each experiment's headline numbers as its seed prints them, beside ours. Every figure is in the "
@@ -322,9 +311,11 @@ def write(out_dir, ran, not_run=None, notes=(), machine: str = "") -> dict[str, 
     unknown = [e for e in [*ran, *not_run] if e not in EXPERIMENTS]
     if unknown:
         raise GpunnError(f"index: unknown experiment(s) {', '.join(unknown)}; choose from {', '.join(EXPERIMENTS)}")
-    page = markdown(out_dir, ran, not_run, notes, machine)
-    front = rst(out_dir, ran, not_run, notes, machine)
-    table = pd.DataFrame(headline_rows(out_dir, ran, not_run), columns=list(INDEX_COLUMNS))
+    rows = headline_rows(out_dir, ran, not_run)
+    records = provenance_records(out_dir, ran)
+    page = markdown(out_dir, ran, not_run, rows, records, notes, machine)
+    front = rst(out_dir, ran, rows, records, notes, machine)
+    table = pd.DataFrame(rows, columns=list(INDEX_COLUMNS))
     paths = {name: out_dir / name for name in ("index.md", "index.csv", "index.rst")}
     io.write_text(paths["index.md"], page)
     io.write_csv(paths["index.csv"], table)

@@ -75,17 +75,22 @@ def _from_csvs(paths: Iterable, what: str) -> list[tuple[str, dict]]:
     return found
 
 
-def collect(runs=(), svm=(), timings=(), blocks=()) -> list[dict]:
-    """The distinct provenance records of a report's inputs, in the order first met, each with `used_by` (the
-    variants, SVM methods or timing files that carry it, sorted) and `count` (how many inputs)."""
-    sources = _from_runs(runs) + _from_svm(svm) + _from_csvs(timings, "e3 timing") + _from_csvs(blocks, "e3 sweep")
+def merge(labelled: Iterable[tuple[str, dict]], label: str = "used_by") -> list[dict]:
+    """The distinct records (by RECORD_KEYS) of (what, record) pairs, in the order first met, each with `label`:
+    the sorted names of what carried it, and `count`: how many pairs did."""
     merged: dict[tuple, dict] = {}
-    for what, record in sources:
-        key = tuple(str(record[k]) for k in RECORD_KEYS)
-        entry = merged.setdefault(key, {**record, "used_by": set(), "count": 0})
-        entry["used_by"].add(what)
+    for what, record in labelled:
+        key = tuple(str(record.get(k)) for k in RECORD_KEYS)
+        entry = merged.setdefault(key, {**{k: record.get(k) for k in RECORD_KEYS}, label: set(), "count": 0})
+        entry[label].add(what)
         entry["count"] += 1
-    return [{**entry, "used_by": sorted(entry["used_by"])} for entry in merged.values()]
+    return [{**entry, label: sorted(entry[label])} for entry in merged.values()]
+
+
+def collect(runs=(), svm=(), timings=(), blocks=()) -> list[dict]:
+    """The distinct provenance records of a report's inputs, each with `used_by` (the variants, SVM methods or
+    timing files that carry it) and `count` (how many inputs)."""
+    return merge(_from_runs(runs) + _from_svm(svm) + _from_csvs(timings, "e3 timing") + _from_csvs(blocks, "e3 sweep"))
 
 
 def write(path, experiment: str, records: list[dict]) -> None:
