@@ -21,12 +21,17 @@ def copy_workflow(dest: Path) -> Path:
     return dest
 
 
-def run_snakemake(workdir: Path, *args, timeout=600, env_extra=None):
-    """`snakemake ARGS` in `workdir` with a minimal environment (this interpreter's bin first on PATH)."""
+def snakemake_command(*args, env_extra=None) -> tuple[list[str], dict]:
+    """argv and a minimal environment (this interpreter's bin first on PATH) of `snakemake ARGS`."""
     bin_dir = Path(sys.executable).parent
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(Path.home()), "MPLBACKEND": "Agg",
            "NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS": "0", **(env_extra or {})}
     if "GPUNN_TIMING_LOCK" in os.environ:  # the tests' own lock file (conftest.py)
         env["GPUNN_TIMING_LOCK"] = os.environ["GPUNN_TIMING_LOCK"]
-    return subprocess.run([str(bin_dir / "snakemake"), *args], cwd=workdir, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return [str(bin_dir / "snakemake"), *args], env
+
+
+def run_snakemake(workdir: Path, *args, timeout=600, env_extra=None):
+    """`snakemake ARGS` in `workdir` with a minimal environment (this interpreter's bin first on PATH)."""
+    argv, env = snakemake_command(*args, env_extra=env_extra)
+    return subprocess.run(argv, cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env)

@@ -3,9 +3,16 @@
 One run of the pipeline (module-scoped) feeds several checks: every stage's outputs exist, the CPU MLP
 and CNN learn (clearly above chance), the GPU MLP variants (under the CUDA simulator, on tiny shapes) end
 where cpu-numpy ends, the SVM ran on real encoder features, reruns are no-ops.
+
+The same smoke run then goes through a real single-node Slurm cluster (tests/slurm_cluster.py) with
+profiles/slurm (tests marked `slurm`): every cluster job went through sbatch and shows in sacct, the results
+equal the local run's, and a job that Slurm cancels is reported and resumed. These tests live here, beside the
+local run they compare with, so that both runs happen once, in one pytest-xdist worker (--dist loadfile).
 """
 
 import json
+import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -13,7 +20,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from snakemake_helpers import copy_workflow
+from slurm_cluster import SlurmCluster, SlurmUnavailable, missing_programs
+from snakemake_helpers import copy_workflow, snakemake_command
 from snakemake_helpers import run_snakemake as _run_snakemake
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -178,3 +186,167 @@ def test_snakemake_report_bundles_the_figures(smoke):
     # its front page is the entry page's summary table, each figure has its own caption naming the seed figure
     assert "CPU test accuracy" in page and "Provenance" in page
     assert "seed 001&#39;s Figure 1" in page or "seed 001's Figure 1" in page
+
+
+# --- the smoke run on Slurm ---------------------------------------------------------------------------------
+
+# Rules that run where Snakemake runs (localrule), never as Slurm jobs
+LOCAL_RULES = {"all", "make_offline", "download_idx", "download_cifar10", "report_index",
+               *(f"report_e{n}" for n in range(1, 7))}
+# Columns of a run's metrics.csv that are results, not timings
+RESULT_COLUMNS = ["epoch", "train_loss", "test_loss", "test_accuracy"]
+
+
+@pytest.fixture(scope="module")
+def slurm():
+    """A running single-node Slurm cluster. Where its programs are missing the tests are skipped, except
+    under GPUNN_REQUIRE_SLURM=1 (.ci/run), where they fail: CI never skips them silently."""
+    problem = None
+    if missing_programs():
+        problem = f"Slurm is not installed here: missing {', '.join(missing_programs())}"
+    elif os.geteuid() != 0:
+        problem = "the Slurm test cluster must run as root (slurmd starts the jobs)"
+    if problem:
+        if os.environ.get("GPUNN_REQUIRE_SLURM") == "1":
+            pytest.fail(f"cannot start Slurm: {problem}", pytrace=False)
+        pytest.skip(f"{problem} (.ci/run installs it and runs these tests)")
+    cluster = SlurmCluster()
+    try:
+        cluster.start()
+    except SlurmUnavailable as exc:
+        pytest.fail(f"cannot start Slurm: {exc}", pytrace=False)
+    yield cluster
+    cluster.stop()
+
+
+def run_on_slurm(cluster: SlurmCluster, workdir: Path, *args, timeout=1200):
+    # targets before --configfile, which takes every word after it up to the next option
+    return _run_snakemake(workdir, *args, "--workflow-profile", "profiles/slurm", "--configfile", "config/smoke.yaml",
+                          timeout=timeout, env_extra={"SLURM_CONF": cluster.env["SLURM_CONF"]})
+
+
+def sacct_jobs(cluster: SlurmCluster) -> pd.DataFrame:
+    """Every job the cluster has run: id, rule (from the plugin's --comment), state, requested TRES."""
+    out = cluster.run("sacct", "-X", "-P", "-n", "--starttime=2000-01-01",
+                      "--format=JobID,Comment%300,State,ReqTRES%200,Elapsed").stdout
+    rows = [line.split("|") for line in out.splitlines() if line.strip()]
+    frame = pd.DataFrame(rows, columns=["job", "comment", "state", "req_tres", "elapsed"])
+    frame["rule"] = frame["comment"].str.extract(r"^rule_(.+?)(?:_wildcards_|$)")[0]
+    return frame
+
+
+def job_counts(snakemake_output: str) -> dict[str, int]:
+    """Snakemake's 'Job stats' table (rule -> jobs) of a run."""
+    lines = snakemake_output.split("Job stats:", 1)[1].splitlines()
+    counts = {}
+    for line in lines[3:]:
+        parts = line.split()
+        if len(parts) != 2 or parts[0] == "total":
+            break
+        counts[parts[0]] = int(parts[1])
+    return counts
+
+
+@pytest.fixture(scope="module")
+def slurm_smoke(slurm, tmp_path_factory):
+    workdir = copy_workflow(tmp_path_factory.mktemp("slurm-smoke"))
+    start = time.perf_counter()
+    out = run_on_slurm(slurm, workdir)
+    elapsed = time.perf_counter() - start
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    jobs = sacct_jobs(slurm)
+    report = os.environ.get("GPUNN_SLURM_REPORT")
+    if report:  # .ci/run prints it: the jobs as Slurm saw them
+        Path(report).write_text(f"{slurm.version}; smoke run through Slurm: {elapsed:.0f} s, {len(jobs)} jobs\n"
+                                + jobs[["job", "rule", "state", "req_tres", "elapsed"]].to_string(index=False) + "\n")
+    return workdir, out.stdout + out.stderr, jobs
+
+
+@pytest.mark.slurm
+def test_every_cluster_job_went_through_slurm(slurm_smoke):
+    """Each job of a non-local rule is one sbatch job that sacct shows COMPLETED; local rules never are; GPU
+    jobs (here under the simulator) asked for one GPU, CPU jobs for none."""
+    _, output, jobs = slurm_smoke
+    planned = job_counts(output)
+    assert "has been submitted with SLURM jobid" in output, output[-2000:]  # the plugin's line per sbatch
+    expected = {rule: n for rule, n in planned.items() if rule not in LOCAL_RULES}
+    assert expected and set(planned) - set(expected) <= LOCAL_RULES
+    assert jobs["rule"].value_counts().to_dict() == expected
+    assert set(jobs["state"]) == {"COMPLETED"}
+    gpu_asked = jobs["req_tres"].str.contains("gres/gpu=1")
+    assert gpu_asked[jobs["rule"] == "sweep_blocks"].all()  # a GPU job whatever its wildcards
+    assert not gpu_asked[jobs["rule"].isin(["prepare", "evaluate"])].any()
+    assert gpu_asked[jobs["rule"] == "train"].any() and not gpu_asked[jobs["rule"] == "train"].all()
+
+
+@pytest.mark.slurm
+def test_slurm_results_equal_the_local_run(smoke, slurm_smoke):
+    """Same outputs, and the same losses, accuracies, features and SVM scores as the local smoke run."""
+    local, _, _ = smoke
+    workdir, _, _ = slurm_smoke
+    remote = workdir / "results/smoke"
+
+    def outputs(root):
+        return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and p.parts[len(root.parts)] != "logs"}
+    assert outputs(remote) == outputs(local)
+    curves = sorted(local.glob("runs/**/metrics.csv"))
+    assert len(curves) >= 19
+    for curve in curves:
+        ours = pd.read_csv(curve)[RESULT_COLUMNS]
+        theirs = pd.read_csv(remote / curve.relative_to(local))[RESULT_COLUMNS]
+        pd.testing.assert_frame_equal(theirs, ours, check_exact=True, obj=str(curve.relative_to(local)))
+    for pattern in ("eval/**/eval.json", "svm/**/metrics.json"):
+        for path in local.glob(pattern):
+            ours, theirs = json.loads(path.read_text()), json.loads((remote / path.relative_to(local)).read_text())
+            for key in ("test_accuracy", "train_accuracy", "test_loss", "n_train", "n_test"):
+                # NaN where a value does not apply (the autoencoder's accuracy) equals NaN
+                assert pd.Series([theirs.get(key)]).equals(pd.Series([ours.get(key)])), (path, key)
+    for path in local.glob("features/**/*.npy"):
+        np.testing.assert_array_equal(np.load(remote / path.relative_to(local)), np.load(path))
+
+
+@pytest.mark.slurm
+def test_second_slurm_run_has_nothing_to_do(slurm, slurm_smoke):
+    """Snakemake touches a cluster job's outputs when it sees the job end, later than the job's own log: the
+    workflow's check for hand-edited files must not take that for an edit (gpunn.targets.recorded_end)."""
+    workdir, _, _ = slurm_smoke
+    out = run_on_slurm(slurm, workdir, "-n")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "Nothing to be done" in out.stdout + out.stderr and "was changed after" not in out.stderr
+
+
+@pytest.mark.slurm
+def test_a_job_cancelled_by_slurm_is_reported_then_resumed(slurm, slurm_smoke):
+    """scancel on one of two jobs: Snakemake names the rule, the Slurm state and the job's log; the other
+    job finishes (--keep-going); the next run redoes only the cancelled job."""
+    workdir, _, _ = slurm_smoke
+    names = [f"results/smoke/timing/{MACHINE}/e3/{variant}.csv" for variant in ("cpu-numpy", "cpu-serial")]
+    targets = [workdir / name for name in names]
+    for target in targets:
+        target.unlink()
+    argv, env = snakemake_command(*names, "--keep-going", "--workflow-profile", "profiles/slurm", "--configfile",
+                                  "config/smoke.yaml", env_extra={"SLURM_CONF": slurm.env["SLURM_CONF"]})
+    run = subprocess.Popen(argv, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    cancelled = None
+    deadline = time.monotonic() + 120
+    while cancelled is None and time.monotonic() < deadline and run.poll() is None:
+        queue = slurm.run("squeue", "-h", "-o", "%i|%k", check=False).stdout.splitlines()
+        for line in queue:
+            job, comment = line.split("|", 1)
+            if comment.startswith("rule_time_batches") and "cpu-numpy" in comment:
+                slurm.run("scancel", job)
+                cancelled = job
+        time.sleep(0.2)
+    output, _ = run.communicate(timeout=600)
+    assert cancelled, "the cpu-numpy time_batches job never showed in squeue:\n" + output[-3000:]
+    assert run.returncode != 0
+    assert "Error in rule time_batches" in output and f"SLURM-job '{cancelled}' failed" in output, output[-3000:]
+    assert "CANCELLED" in output
+    assert f"results/smoke/logs/time_batches/{MACHINE}/cpu-numpy.log" in output  # the rule's log, named
+    assert not targets[0].exists() and targets[1].is_file()
+    kept = targets[1].stat().st_mtime_ns
+
+    rerun = run_on_slurm(slurm, workdir, *names)
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    assert job_counts(rerun.stdout + rerun.stderr) == {"time_batches": 1}
+    assert targets[0].is_file() and targets[1].stat().st_mtime_ns == kept

@@ -11,7 +11,8 @@ any job is planned, `load_config` turns it into the validated config every rule 
   3. names are checked against the registries: datasets (gpunn.data.registry), variants and the models
      each supports (gpunn.backends.registry), E5 images the autoencoder can take, E6's variant among E5's;
   4. derived settings are filled in: `machine` (which device's timings these are: "cudasim" under the
-     simulator, the GPU's name, or "cpu"), and, with `gpu.enabled: false`, every GPU job dropped.
+     simulator, the GPU's name, or "cpu"), and, with `gpu.enabled: false`, every GPU job dropped. On a
+     cluster, `machine` must also be named when GPU jobs run there (gpunn.cluster, checked at onstart).
 
 Every problem is a GpunnError with a one-line message; workflow/rules/common.smk prints it and exits.
 """

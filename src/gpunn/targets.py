@@ -12,7 +12,9 @@ Layout (paths relative to the workflow's directory; see the README):
 
 from __future__ import annotations
 
+import json
 import os
+from base64 import urlsafe_b64encode
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -292,9 +294,30 @@ def planned_intermediates(config: dict, experiment: str) -> dict[str, str | None
     return files
 
 
-# A job's log is finished after its outputs are renamed into place (its last line says "done"): an output
-# modified later than that, by more than this slack for coarse file-system clocks, was changed by hand.
+# A job's log is finished after its outputs are renamed into place (its last line says "done"), and Snakemake
+# then touches every output and records that mtime as the job's end in .snakemake/metadata. On a cluster that
+# happens when Snakemake sees the job finish (seconds to minutes after the log), so the end is the later of
+# the two. An output modified later than that, by more than this slack for coarse file-system clocks, was
+# changed by hand.
 EDIT_SLACK_S = 2.0
+
+
+def recorded_end(path: str, workdir: Path) -> float | None:
+    """The output mtime Snakemake recorded when the job that wrote `path` finished (the `endtime` of its record
+    in .snakemake/metadata, one file per output named by the path in url-safe base64, split into folders of
+    "@"-prefixed parts where longer than a file name may be), or None without a readable record."""
+    metadata = workdir / ".snakemake" / "metadata"
+    try:
+        name_max = os.pathconf(metadata, "PC_NAME_MAX") or 255
+    except OSError:
+        return None
+    encoded = urlsafe_b64encode(str(path).encode()).decode()
+    parts = [encoded[i:i + name_max - 1] for i in range(0, len(encoded), name_max - 1)]
+    record = metadata.joinpath(*(["@" + part for part in parts[:-1]] + parts[-1:]))
+    try:
+        return float(json.loads(record.read_text())["endtime"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def edited_intermediates(config: dict, experiments, workdir: str | Path = ".") -> list[str]:
@@ -312,6 +335,7 @@ def edited_intermediates(config: dict, experiments, workdir: str | Path = ".") -
                 finished = (workdir / log).stat().st_mtime
             except FileNotFoundError:
                 continue  # missing: see missing_intermediates; no log: not made by this workflow's job
+            finished = max(finished, recorded_end(path, workdir) or finished)
             if written > finished + EDIT_SLACK_S:
                 edited.append(path)
     return edited

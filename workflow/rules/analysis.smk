@@ -21,6 +21,7 @@ rule features:
     threads: config["threads"]
     resources:
         gpu=uses_gpu,
+        **cluster_resources("features", gpu=uses_gpu),
     conda:
         ENV_FILE
     shell:
@@ -51,6 +52,7 @@ rule svm:
     resources:
         timing=1,
         gpu=svm_uses_gpu(),
+        **cluster_resources("svm", timed=True, gpu=svm_uses_gpu()),
     conda:
         ENV_FILE
     shell:

@@ -32,6 +32,7 @@ from gpunn.targets import (
     report_inputs,
     report_outputs,
 )
+from gpunn.cluster import check_remote_machine, job_resources
 from gpunn.backends.registry import cpu_threads as variant_cpu_threads
 from gpunn.backends.registry import uses_gpu as variant_uses_gpu
 
@@ -49,6 +50,7 @@ def _checked_config():
     config.update(checked)
 
 
+RAW_CONFIG = dict(config)  # as given, before `machine` is resolved (onstart's cluster check)
 _checked_config()
 export_source_path(_SRC)
 LAYOUT = Layout.of(config)
@@ -72,6 +74,28 @@ def cpu_threads(wildcards):
 
 def uses_gpu(wildcards):
     return 1 if variant_uses_gpu(wildcards.variant) else 0
+
+
+onstart:
+    # The executor is known only now (the Snakefile is read before it is chosen), and before any job is
+    # submitted: on a cluster (profiles/slurm) the jobs run on other nodes than this one.
+    if workflow.non_local_exec:
+        try:
+            check_remote_machine(RAW_CONFIG, config)
+        except GpunnError as exc:
+            print(f"gpunn: config error: {exc}", file=sys.stderr)
+            sys.exit(1)
+        if workflow.resource_settings.resources.get("timing") == 1:
+            # --profile keeps the workflow profile (profiles/default), whose one-machine limits would run the
+            # cluster's timed jobs one at a time; on Slurm each has a node of its own instead (gpunn.cluster)
+            print("gpunn: note: resources timing=1 (profiles/default) lets one timed job run at a time on the "
+                  "whole cluster; use --workflow-profile profiles/slurm, which replaces it", file=sys.stderr)
+
+
+def cluster_resources(rule, timed=False, gpu=0):
+    """Resources that place a job on Slurm (gpunn.cluster, config key cluster): memory, runtime, partition,
+    account, --exclusive for timed jobs. Local runs ignore them. `gpu`: 0/1 or a function of the wildcards."""
+    return job_resources(config["cluster"], rule, timed=timed, gpu=gpu)
 
 
 def svm_kernel_device():

@@ -5,6 +5,7 @@
 
 rule make_offline:
     """Write an offline dataset (synthetic_*, digits*) as IDX gzip / CIFAR-10 binary tar.gz."""
+    localrule: True  # seconds of work; on a cluster, beside the downloads that read its files
     output:
         f"{R}/offline/{{dataset}}/manifest.json",
     log:
@@ -24,6 +25,7 @@ for _kind, _names in RAW_FILES_BY_KIND.items():
     rule:
         name:
             f"download_{_kind}"
+        localrule: True  # on a cluster, compute nodes often have no internet: downloads run where Snakemake runs
         input:
             download_input,
         output:
@@ -58,6 +60,8 @@ rule prepare:
     params:
         raw=folder_of("input"),
         split=split_options,
+    resources:
+        **cluster_resources("prepare"),
     conda:
         ENV_FILE
     shell:

@@ -8,6 +8,7 @@ for _experiment in EXPERIMENTS:
     rule:
         name:
             f"report_{_experiment}"
+        localrule: True  # tables and figures of small CSVs: seconds, not worth a cluster job
         input:
             **report_inputs(config, _experiment),
         output:

@@ -22,6 +22,7 @@ rule train:
     resources:
         timing=1,
         gpu=uses_gpu,
+        **cluster_resources("train", timed=True, gpu=uses_gpu),
     conda:
         ENV_FILE
     shell:
@@ -43,6 +44,8 @@ rule evaluate:
         run_dir=folder_of("input"),
         out=folder_of("output"),
     threads: config["threads"]
+    resources:
+        **cluster_resources("evaluate"),
     conda:
         ENV_FILE
     shell:
@@ -63,6 +66,7 @@ rule time_batches:
     resources:
         timing=1,
         gpu=uses_gpu,
+        **cluster_resources("time_batches", timed=True, gpu=uses_gpu),
     conda:
         ENV_FILE
     shell:
@@ -86,6 +90,7 @@ rule sweep_blocks:
     resources:
         timing=1,
         gpu=1,
+        **cluster_resources("sweep_blocks", timed=True, gpu=1),
     conda:
         ENV_FILE
     shell:
