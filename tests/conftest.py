@@ -50,3 +50,14 @@ def racecheck_every_launch():
 
     with racecheck():
         yield
+
+
+# The longest file first: test_smoke_pipeline.py runs the pipeline locally and on Slurm (about 15 of the
+# suite's minutes on 2 cores). With pytest-xdist's --dist loadfile, files go to workers in collection order, so
+# started last it would end minutes after the other worker ran out of files. A stable sort: every worker
+# collects the same order, and within each file the order stays as written.
+LONGEST_FIRST = ("test_smoke_pipeline.py",)
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: item.path.name not in LONGEST_FIRST)
