@@ -20,8 +20,7 @@ rule features:
         env=variant_env,
     threads: config["threads"]
     resources:
-        gpu=uses_gpu,
-        **cluster_resources("features", gpu=uses_gpu),
+        **rule_resources("features", gpu=uses_gpu),
     conda:
         ENV_FILE
     shell:
@@ -50,9 +49,7 @@ rule svm:
         env=gpu_env(svm_kernel_device() == "gpu"),
     threads: config["threads"]
     resources:
-        timing=1,
-        gpu=svm_uses_gpu(),
-        **cluster_resources("svm", timed=True, gpu=svm_uses_gpu()),
+        **rule_resources("svm", timed=True, gpu=svm_uses_gpu()),
     conda:
         ENV_FILE
     shell:

@@ -92,10 +92,13 @@ onstart:
                   "whole cluster; use --workflow-profile profiles/slurm, which replaces it", file=sys.stderr)
 
 
-def cluster_resources(rule, timed=False, gpu=0):
-    """Resources that place a job on Slurm (gpunn.cluster, config key cluster): memory, runtime, partition,
-    account, --exclusive for timed jobs. Local runs ignore them. `gpu`: 0/1 or a function of the wildcards."""
-    return job_resources(config["cluster"], rule, timed=timed, gpu=gpu)
+def rule_resources(rule, timed=False, gpu=0):
+    """A rule's resources, from its two facts: whether its jobs are timed and whether they need a GPU (0/1 or a
+    function of the wildcards). On one machine: gpu, and timing=1 for timed jobs (profiles/default runs one of
+    each kind at a time). On Slurm, also memory, runtime, partition, account and --exclusive for timed jobs
+    (gpunn.cluster, config key cluster), which local runs ignore."""
+    one_machine = {"gpu": gpu, "timing": 1} if timed else {"gpu": gpu}
+    return {**one_machine, **job_resources(config["cluster"], rule, timed=timed, gpu=gpu)}
 
 
 def svm_kernel_device():

@@ -61,7 +61,7 @@ rule prepare:
         raw=folder_of("input"),
         split=split_options,
     resources:
-        **cluster_resources("prepare"),
+        **rule_resources("prepare"),
     conda:
         ENV_FILE
     shell:

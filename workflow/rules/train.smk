@@ -20,9 +20,7 @@ rule train:
         env=variant_env,
     threads: cpu_threads
     resources:
-        timing=1,
-        gpu=uses_gpu,
-        **cluster_resources("train", timed=True, gpu=uses_gpu),
+        **rule_resources("train", timed=True, gpu=uses_gpu),
     conda:
         ENV_FILE
     shell:
@@ -45,7 +43,7 @@ rule evaluate:
         out=folder_of("output"),
     threads: config["threads"]
     resources:
-        **cluster_resources("evaluate"),
+        **rule_resources("evaluate"),
     conda:
         ENV_FILE
     shell:
@@ -64,9 +62,7 @@ rule time_batches:
         env=variant_env,
     threads: cpu_threads
     resources:
-        timing=1,
-        gpu=uses_gpu,
-        **cluster_resources("time_batches", timed=True, gpu=uses_gpu),
+        **rule_resources("time_batches", timed=True, gpu=uses_gpu),
     conda:
         ENV_FILE
     shell:
@@ -88,9 +84,7 @@ rule sweep_blocks:
         env=gpu_env(True),
     threads: 1
     resources:
-        timing=1,
-        gpu=1,
-        **cluster_resources("sweep_blocks", timed=True, gpu=1),
+        **rule_resources("sweep_blocks", timed=True, gpu=1),
     conda:
         ENV_FILE
     shell:
