@@ -356,17 +356,56 @@ def _sizes_text(sizes: dict) -> str:
 
 # ---------------------------------------------------------------------------------------------------------
 # Where a training step's time goes: each bound launch of one step program timed alone (GPU time, queued behind a
-# GPU sleep like the kernel benchmarks: gpunn.bench.core.median_launch_ms), in the step's order.
+# GPU sleep like the kernel benchmarks: gpunn.bench.core.median_launch_ms), in the step's order, beside the step's
+# wall time as the variant's own epoch loop runs it; the difference is the host's share.
 
 PROFILE_COLUMNS = ["model", "variant", "batch", "order", "phase", "launch", "grid", "block", "ms", "share",
-                   *provenance.CSV_COLUMNS]
+                   "step_wall_ms", "step_gpu_ms", "kernel_ms", "host_overhead_us", "wall_steps", *provenance.CSV_COLUMNS]
+PROFILE_STEPS = 100  # steps of the epochs whose wall time per step gives step_wall_ms
+PROFILE_EPOCHS = 3   # such epochs; the median after the first (which settles caches and clocks) is kept
 
 
-def step_profile(model_name, variants, batch=64, repeats=50, seed=0, log=print, **sizes) -> pd.DataFrame:
-    """One row per launch of a training step at `batch` for each GPU variant: its median GPU time and share of the
-    step's summed kernel time. A graph variant is profiled through its eager twin (the same launches, not
-    captured: a graph replays exactly these kernels). Launches repeat on one random batch: the parameters drift,
-    which changes no kernel's work."""
+class StepWall(NamedTuple):
+    wall_ms: float  # wall milliseconds per step as the epoch loop runs them
+    gpu_ms: float   # the steps' forward + backward GPU time per step (CUDA events around each phase, in the loop)
+
+
+def step_wall(model_name, variant, sizes, batch, steps=PROFILE_STEPS, epochs=PROFILE_EPOCHS, seed=0) -> StepWall:
+    """Milliseconds per training step of `variant` as its epoch loop runs steps back to back (its own data path:
+    the per-step copies and loss reads, or the resident gather; a graph variant's replays): the median epoch wall
+    time over `steps` steps of random data, divided by `steps`, and the GPU time of those epochs' phases."""
+    import time
+
+    from gpunn.seeding import batch_order
+
+    model = build_model(model_name, **sizes, seed=seed)
+    x, y = random_training_data(batch * steps, seed, model.input_shape, sizes.get("classes", 1))
+    backend = make_backend(variant, model, model_name, EPOCH_MODELS[model_name].lr)
+    backend.load_train_data(x, y)
+    backend.warm_up({batch})
+    walls, gpus = [], []
+    for epoch in range(epochs):
+        start = time.perf_counter()
+        result = backend.train_epoch(batch_order(seed, epoch, len(x)), batch)
+        walls.append(time.perf_counter() - start)
+        gpus.append(result.forward_s + result.backward_s)
+        if not math.isfinite(result.loss):
+            raise GpunnError(f"{variant}: a profile epoch reached a non-finite loss ({result.loss})")
+    keep = slice(1, None) if epochs > 1 else slice(None)  # the first settles caches and clocks
+    return StepWall(1e3 * float(np.median(walls[keep])) / steps, 1e3 * float(np.median(gpus[keep])) / steps)
+
+
+def step_profile(model_name, variants, batch=64, repeats=50, seed=0, log=print, timed=True, steps=PROFILE_STEPS,
+                 **sizes) -> pd.DataFrame:
+    """One row per launch of a training step at `batch` for each GPU variant: its median GPU time (``ms``) and share
+    of the step's summed kernel time (``kernel_ms``), and per variant (repeated on its rows) the step's wall time
+    as its training loop runs it (``step_wall_ms``, over `steps` steps; ``step_gpu_ms`` the GPU time of its phases
+    there, from events: launch gaps included where the host is slower than the GPU) and the difference,
+    ``host_overhead_us`` = step_wall_ms - kernel_ms: host work, batch copies and waits, everything that is not
+    kernel time. A graph variant's launches are profiled through its eager twin (the same kernels; the graph
+    replays exactly these), its wall time with its graphs. Launches repeat on one random batch: the parameters
+    drift, which changes no kernel's work. With `timed` false (numba's simulator, where times mean nothing) the
+    rows list the launches with every time NaN."""
     import dataclasses
 
     from gpunn.backends.gpu.engine import GpuEngine, _launches
@@ -380,18 +419,30 @@ def step_profile(model_name, variants, batch=64, repeats=50, seed=0, log=print, 
     for variant in variants:
         policy = dataclasses.replace(POLICIES[variant], graphs=False)
         engine = GpuEngine(build_model(model_name, **sizes, seed=seed), model_name, 0.01, policy)
-        engine.train_step(x, y)  # compiles every kernel of the program
+        if timed:
+            engine.train_step(x, y)  # compiles every kernel of the program
         program = engine._step_program(batch, sample_shape)
         phases = [("forward", launch) for launch in _launches(program.forward)]
         phases += [("backward", launch) for launch in _launches(program.backward)]
-        clock = numba_clock(engine.stream)
-        timed = [(phase, launch, median_launch_ms(launch, repeats, clock).ms) for phase, launch in phases]
-        total = sum(ms for _, _, ms in timed)
-        log(f"{model_name} {variant}: {len(timed)} launches per step, kernels {total:.4f} ms in all")
-        for order, (phase, launch, ms) in enumerate(timed):
+        nan = float("nan")
+        if timed:
+            clock = numba_clock(engine.stream)
+            timed_ms = [median_launch_ms(launch, repeats, clock).ms for _, launch in phases]
+            kernel_ms = sum(timed_ms)
+            wall_ms, gpu_ms = step_wall(model_name, variant, sizes, batch, steps, seed=seed)
+            log(f"{model_name} {variant}: {len(phases)} launches per step, kernels {kernel_ms:.4f} ms, step wall "
+                f"{wall_ms:.4f} ms (phases in the loop {gpu_ms:.4f} ms GPU), host overhead "
+                f"{1e3 * (wall_ms - kernel_ms):.1f} us")
+        else:
+            timed_ms, kernel_ms, wall_ms, gpu_ms = [nan] * len(phases), nan, nan, nan
+            log(f"{model_name} {variant}: {len(phases)} launches per step (not timed)")
+        step = {"step_wall_ms": wall_ms, "step_gpu_ms": gpu_ms, "kernel_ms": kernel_ms,
+                "host_overhead_us": 1e3 * (wall_ms - kernel_ms), "wall_steps": steps if timed else 0}
+        for order, ((phase, launch), ms) in enumerate(zip(phases, timed_ms)):
             rows.append({"model": model_name, "variant": variant, "batch": batch, "order": order, "phase": phase,
                          "launch": launch.name, "grid": str(launch.grid), "block": str(launch.block), "ms": ms,
-                         "share": ms / total, **provenance_columns(variant)})
-            log(f"  {order:2d} {phase:8s} {ms:8.4f} ms {100 * ms / total:5.1f}%  {launch.name} "
-                f"grid {launch.grid} block {launch.block}")
+                         "share": ms / kernel_ms if timed else nan, **step, **provenance_columns(variant)})
+            if timed:
+                log(f"  {order:2d} {phase:8s} {ms:8.4f} ms {100 * ms / kernel_ms:5.1f}%  {launch.name} "
+                    f"grid {launch.grid} block {launch.block}")
     return pd.DataFrame(rows, columns=PROFILE_COLUMNS)

@@ -47,7 +47,8 @@ class EpochResult:
 
 
 # progress(batch number, batches in the epoch, mean loss so far): called after each host-loop step (the
-# caller decides when to print); device-resident epochs, which wait for the GPU once, do not call it
+# caller decides when to print), by the GPU's host-batch epochs every host_steps.PROGRESS_STEPS steps;
+# device-resident epochs, which wait for the GPU once, do not call it
 Progress = Callable[[int, int, float], None]
 
 

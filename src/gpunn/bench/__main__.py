@@ -124,6 +124,20 @@ def bench_epochs(args, variants) -> pd.DataFrame:
                        **model_sizes(args))
 
 
+def profile_table(frame: pd.DataFrame) -> str:
+    """Per variant and batch of a step profile: launches, summed kernel time, step wall time, host overhead."""
+    lines = [f"{'variant':>14} {'batch':>5} {'launches':>8} {'kernels ms':>10} {'step wall ms':>12} "
+             f"{'in-loop GPU ms':>14} {'host overhead us':>16}"]
+    for (variant, batch), rows in frame.groupby(["variant", "batch"], sort=False):
+        first = rows.iloc[0]
+        lines.append(f"{variant:>14} {batch:>5} {len(rows):>8} {first['kernel_ms']:10.4f} "
+                     f"{first['step_wall_ms']:12.4f} {first['step_gpu_ms']:14.4f} {first['host_overhead_us']:16.1f}")
+    lines.append("step wall: epoch wall time / steps as the variant's training loop runs them; kernels: each launch "
+                 "timed alone (GPU time); in-loop GPU: events around the forward and backward phases in those steps; host "
+                 "overhead: step wall - kernels (host work, copies, waits)")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -141,7 +155,9 @@ def main(argv=None) -> int:
                 gpu = [v for v in variants if VARIANTS[v].gpu]
                 frames = [step_profile(args.op, gpu, batch=batch, repeats=repeats, seed=args.seed, **model_sizes(args))
                           for batch in epoch_batches(args)]
-                io.write_csv(args.out or f"results/bench/{args.op}_step.csv", pd.concat(frames, ignore_index=True))
+                frame = pd.concat(frames, ignore_index=True)
+                print(profile_table(frame), flush=True)
+                io.write_csv(args.out or f"results/bench/{args.op}_step.csv", frame)
                 return 0
             if variants is not None:
                 io.write_csv(args.out or f"results/bench/{args.op}.csv", bench_epochs(args, variants))

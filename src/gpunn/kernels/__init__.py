@@ -16,6 +16,8 @@ launcher each, a dispatcher, and the CPU reference in the same file).
 * ``launch``: bound launches (grid, block and arguments fixed once) that training steps replay or capture,
   the argument checks every module shares, the event clock; importing it silences numba's low-occupancy
   warnings.
+* ``transfers``: bound host<->device copies and events (pointers, sizes and streams fixed once), the host path of
+  the per-step variants.
 
 Nothing is imported here, so ``import gpunn.kernels`` does not pull in numba; import the op modules
 directly (``from gpunn.kernels import gemm``).

@@ -19,9 +19,10 @@ compare both paths.
 Even cuda.core's ``launch`` packs every argument again at each call (type checks, a parameter buffer): our
 GEMM launches carry 37-40 scalar fields, and the fused MLP step is bound by the host (8 launches in about the
 time the GPU takes to run them). So the direct path packs the kernel's parameter block once, into ctypes
-values held by the launch, and each call is one ``cuLaunchKernel`` with that block's address (host cost per
-launch measured on an H100 in the issue-8 notes). Values of a type we do not know how to pack keep the
-cuda.core path (``Launch.packed`` says which path a launch took).
+values held by the launch, and each call is one ``cuLaunchKernel`` with that block's address, called through
+ctypes on arguments converted once (gpunn.kernels.libcuda; through cuda.bindings where libcuda cannot be
+loaded). Values of a type we do not know how to pack keep the cuda.core path (``Launch.packed`` says which path
+a launch took).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ import time
 import numpy as np
 
 from gpunn import device
+
+from . import libcuda, transfers
 
 MAX_GRID = 65535  # cap for grid-stride kernels: more blocks than this only adds scheduling overhead
 
@@ -209,15 +212,22 @@ def _driver_launcher(stream, config, kernel, prepared):
             if err != driver.CUresult.CUDA_SUCCESS:
                 return None
         stream_handle = stream.handle
+        int(handle)  # (a handle our ctypes path can pass)
         grid = tuple(config.grid) + (1,) * (3 - len(tuple(config.grid)))
         block = tuple(config.block) + (1,) * (3 - len(tuple(config.block)))
     except (AttributeError, TypeError):
         return None
     address = ctypes.addressof(pointers)
-    cu_launch = driver.cuLaunchKernel
-    success = driver.CUresult.CUDA_SUCCESS
     gx, gy, gz = (int(v) for v in grid)
     bx, by, bz = (int(v) for v in block)
+    if libcuda.library() is not None:  # one ctypes call on arguments converted once (gpunn.kernels.libcuda)
+        run = libcuda.bound("cuLaunchKernel", int(handle), gx, gy, gz, bx, by, bz, 0,
+                            transfers.stream_handle(stream), address, None)
+        run.parameters = (values, pointers)  # the packed parameter block lives as long as the launch
+        run.packed = True
+        return run
+    cu_launch = driver.cuLaunchKernel
+    success = driver.CUresult.CUDA_SUCCESS
 
     def run(_keep=(values, pointers)):  # the ctypes values live as long as the launch
         (err,) = cu_launch(handle, gx, gy, gz, bx, by, bz, 0, stream_handle, address, 0)
@@ -274,6 +284,11 @@ class Clock:
         self.host_clock = torch is None and device.simulator_enabled()
         self.events: list = []
         self.times: list = []
+        # numba's events recorded and read through ctypes (gpunn.kernels.libcuda): a mark is then one driver call,
+        # about a microsecond against several through numba's wrappers (three marks per training step)
+        self._direct = torch is None and not self.host_clock and libcuda.library() is not None
+        self._handles: list = []
+        self._records: list = []
         self.resize(count)
 
     def resize(self, count: int) -> None:
@@ -282,6 +297,10 @@ class Clock:
             self.times.append(0.0)
             if not self.host_clock:
                 self.events.append(self._new_event())
+                if self._direct:
+                    self._handles.append(int(self.events[-1].handle))
+                    self._records.append(libcuda.bound("cuEventRecord", self._handles[-1],
+                                                       transfers.stream_handle(self.stream)))
 
     def _new_event(self):
         if self.torch is not None:
@@ -294,7 +313,9 @@ class Clock:
         return len(self.times)
 
     def mark(self, i: int) -> None:
-        if self.host_clock:
+        if self._direct:
+            self._records[i]()
+        elif self.host_clock:
             self.times[i] = time.perf_counter()
         elif self.torch is not None:
             self.events[i].record()
@@ -316,6 +337,8 @@ class Clock:
         """Seconds from mark i to mark j (both done: the caller has waited)."""
         if self.host_clock:
             return self.times[j] - self.times[i]
+        if self._direct:
+            return libcuda.elapsed_ms(self._handles[i], self._handles[j]) / 1e3
         return self.events[i].elapsed_time(self.events[j]) / 1e3
 
     def hold(self, sleeps: int) -> None:

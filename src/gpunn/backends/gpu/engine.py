@@ -12,8 +12,9 @@ two captured CUDA graphs. Each step's forward and backward times come from one e
 (gpunn.kernels.launch.Clock). With resident data, an epoch runs with no host wait: the per-sample losses
 accumulate in an epoch-long device buffer, read once at the end.
 
-Per-step policies copy each batch from the host. `copy: sync` (gpu-naive) copies it before the step and reads the
-step's loss back after it, as the seeds' naive code does. `copy: pipelined` (gpu-optimized) gathers the next
+Per-step policies copy each batch from the host. `copy: sync` (gpu-naive, gpu-tiled) copies it before the step and
+reads the step's losses back after it, as the seeds' naive code does, through bound copies and launches only
+(host_steps.py). `copy: pipelined` (gpu-optimized) gathers the next
 batches into PIPELINE_DEPTH pinned host buffers and copies each on a copy stream of its own into its slot's
 device input, while the GPU computes the current step: events order a slot's copy after the last step that read
 that slot, and the step after its copy. Its losses stay on the GPU like the resident ones'.
@@ -31,11 +32,13 @@ import numpy as np
 
 from gpunn.device import require_gpu, simulator_enabled
 from gpunn.errors import GpunnError
+from gpunn.kernels import transfers
 from gpunn.nn.functional import DEFAULT_REDUCTION
 from gpunn.seeding import batch_slices
 
 from ..base import Backend, EpochResult, StepTimes
 from ..registry import check_reduction_setting
+from . import host_steps
 from .layers import HEADS, Act, Binder, LinearStage, head_of, plan
 from .policy import PIPELINE_DEPTH, Policy
 
@@ -56,8 +59,8 @@ class Program:
 @dataclasses.dataclass
 class _Pipeline:
     """What pipelined epochs reuse: PIPELINE_DEPTH pinned host buffers (images, labels), the copy stream, an event
-    per slot marking its copy done and one marking its step done, the epoch's loss buffer, programs per
-    (rows, slot)."""
+    per slot marking its copy done and one marking its step done (bound: gpunn.kernels.transfers.BoundEvent), the
+    epoch's loss buffer, and per (rows, slot) the program with its bound copies from that slot."""
 
     key: tuple
     pinned_x: list
@@ -111,6 +114,9 @@ class GpuEngine(Backend):
         self._predictors: dict = {}
         self._resident = None
         self._pipe = None  # pipelined epochs' buffers, streams and programs (_pipeline)
+        self._io = None  # host-batch steps' pinned buffers and bound copies (host_steps.host_io)
+        self._sync_plan = None  # the bound calls of `copy: sync` epochs (host_steps.sync_plan)
+        self._sync_stream = transfers.synchronizer(self.stream)
 
     def __repr__(self):
         return f"GpuEngine({self.name}: {' -> '.join(map(repr, self.train_stages))} -> {head_of(self.model_name)})"
@@ -251,38 +257,56 @@ class GpuEngine(Backend):
 
     def _wait(self) -> None:
         """Block until the work queued on this engine's stream (copies to the host included) is done."""
-        if self.stream:
-            self.stream.synchronize()
+        self._sync_stream()
 
-    def _load_batch(self, xb: np.ndarray, target) -> Program:
-        rows = len(xb)
-        program = self._step_program(rows, xb.shape[1:])
-        flat_x = np.ascontiguousarray(xb.reshape(rows, -1), dtype=np.float32)
-        labels = self._labels(target, rows)
-        if program.staging:
-            program.staging[0].copy_to_device(flat_x, stream=self.stream)
-            program.staging[1].copy_to_device(labels, stream=self.stream)
-        else:
-            program.x.view.copy_to_device(flat_x.reshape(program.x.view.shape), stream=self.stream)
-            program.labels.copy_to_device(labels, stream=self.stream)
-        return program
-
-    # ---- the backend contract
-    def train_step(self, xb: np.ndarray, target) -> StepTimes:
+    def _run_host_step(self, program: Program, rows: int) -> float:
+        """One synchronous step on the batch in pinned slot 0: upload it, the forward and backward launches between
+        three step-clock marks (GPU time of each phase, the copy outside), read the losses back, wait; returns the
+        sum of the step's per-sample losses."""
+        io = self._io
+        upload_x, upload_y = host_steps.uploads(self, io, program, rows, 0)
+        key = ("losses", id(program))
+        if key not in io.copies:
+            io.copies[key] = (transfers.BoundCopy(program.losses, io.losses[:rows], self.stream, upload=False),
+                              program)
+        download = io.copies[key][0]
         clock = self.step_clock
+        upload_x()
+        upload_y()
         clock.mark(0)
-        program = self._load_batch(xb, target)
         self._execute(program.forward)
         clock.mark(1)
         self._execute(program.backward)
         clock.mark(2)
-        losses = program.losses.copy_to_host(stream=self.stream)  # the step's loss, as E1 logs it
-        self._wait()
-        return StepTimes(float(np.mean(losses, dtype=np.float64)), clock.seconds(0, 1), clock.seconds(1, 2))
+        download()
+        self._sync_stream()
+        return float(np.sum(io.losses[:rows], dtype=np.float64))
+
+    # ---- the backend contract
+    def train_step(self, xb: np.ndarray, target) -> StepTimes:
+        """One synchronous step on a host batch: copied in, its losses read back (the seeds' naive step; E3's
+        latency); its forward and backward times are GPU times from events around each phase."""
+        rows = len(xb)
+        program = self._step_program(rows, xb.shape[1:])
+        self._stage(xb, target)
+        total = self._run_host_step(program, rows)
+        return StepTimes(total / rows, self.step_clock.seconds(0, 1), self.step_clock.seconds(1, 2))
+
+    def _stage(self, xb: np.ndarray, target) -> None:
+        """A host batch into pinned slot 0."""
+        rows = len(xb)
+        io = host_steps.host_io(self, rows, xb.shape[1:])
+        io.x[0][:rows] = np.asarray(xb, np.float32).reshape(io.x[0][:rows].shape)
+        io.y[0][:rows] = self._labels(target, rows)
 
     def gradients(self, xb: np.ndarray, target) -> np.ndarray:
         """The flat gradient of one batch, without updating the parameters (for tests)."""
-        program = self._load_batch(xb, target)
+        rows = len(xb)
+        program = self._step_program(rows, xb.shape[1:])
+        self._stage(xb, target)
+        upload_x, upload_y = host_steps.uploads(self, self._io, program, rows, 0)
+        upload_x()
+        upload_y()
         for launch in program.forward + program.backward[:-program.updates]:  # all but the SGD launches
             launch.on(self.stream)
         grads = self.grads.copy_to_host(stream=self.stream)
@@ -312,7 +336,7 @@ class GpuEngine(Backend):
             return self._resident_epoch(order, batch)
         if self.policy.copy == "pipelined":
             return self._pipelined_epoch(order, batch)
-        return super().train_epoch(order, batch, progress)
+        return host_steps.sync_epoch(self, order, batch, progress)
 
     def _resident_epoch(self, order: np.ndarray, batch: int) -> EpochResult:
         if self._resident is None:
@@ -362,12 +386,18 @@ class GpuEngine(Backend):
         pipe = self._pipeline(n, batch, x.shape[1:])
         depth = len(pipe.pinned_x)
         programs = []
+        copies = []
         for i, (s, e) in enumerate(slices):
-            key = (e - s, i % depth)
+            rows, slot = e - s, i % depth
+            key = (rows, slot)
             if key not in pipe.programs:
-                pipe.programs[key] = self._program(e - s, x.shape[1:], counter=self.counter, stride=batch,
-                                                   losses=pipe.losses)
-            programs.append(pipe.programs[key])
+                program = self._program(rows, x.shape[1:], counter=self.counter, stride=batch, losses=pipe.losses)
+                pipe.programs[key] = (program, (
+                    transfers.BoundCopy(program.x.view, pipe.pinned_x[slot][:rows].reshape(program.x.view.shape),
+                                        pipe.copy_stream),
+                    transfers.BoundCopy(program.labels, pipe.pinned_y[slot][:rows], pipe.copy_stream)))
+            programs.append(pipe.programs[key][0])
+            copies.append(pipe.programs[key][1])
         order = np.asarray(order)
         labels = self._labels(y, n)
 
@@ -377,14 +407,13 @@ class GpuEngine(Backend):
             s, e = slices[i]
             rows = e - s
             pipe.copied[slot].synchronize()  # this pinned buffer's previous copy (depth steps ago) has left it
-            np.take(x, order[s:e], axis=0, out=pipe.pinned_x[slot][:rows])
-            np.take(labels, order[s:e], out=pipe.pinned_y[slot][:rows])
-            pipe.computed[slot].wait(pipe.copy_stream)  # the step that last read this slot's input is done
-            program = programs[i]
-            program.x.view.copy_to_device(pipe.pinned_x[slot][:rows].reshape(program.x.view.shape),
-                                          stream=pipe.copy_stream)
-            program.labels.copy_to_device(pipe.pinned_y[slot][:rows], stream=pipe.copy_stream)
-            pipe.copied[slot].record(pipe.copy_stream)
+            np.take(x, order[s:e], axis=0, out=pipe.pinned_x[slot][:rows], mode="clip")  # (a permutation)
+            np.take(labels, order[s:e], out=pipe.pinned_y[slot][:rows], mode="clip")
+            pipe.computed[slot].wait()  # the copy stream waits for the step that last read this slot's input
+            upload_x, upload_y = copies[i]
+            upload_x()
+            upload_y()
+            pipe.copied[slot].record()
 
         for i in range(min(depth - 1, len(slices))):
             copy_ahead(i)
@@ -392,10 +421,10 @@ class GpuEngine(Backend):
         def before_step(i: int) -> None:
             if i + depth - 1 < len(slices):
                 copy_ahead(i + depth - 1)
-            pipe.copied[i % depth].wait(self.stream)
+            pipe.copied[i % depth].wait()  # the step waits for its batch's copy
 
         def after_step(i: int) -> None:
-            pipe.computed[i % depth].record(self.stream)
+            pipe.computed[i % depth].record()
 
         return self._device_epoch(programs, pipe.losses, n, before_step, after_step)
 
@@ -406,13 +435,16 @@ class GpuEngine(Backend):
         if self._pipe is None or self._pipe.key != key:
             cuda = self.cuda
             depth = PIPELINE_DEPTH
+            copy_stream = self._side_stream()
             self._pipe = _Pipeline(
                 key=key,
                 pinned_x=[cuda.pinned_array((batch, *sample_shape), np.float32) for _ in range(depth)],
                 pinned_y=[cuda.pinned_array(batch, np.int32) for _ in range(depth)],
-                copy_stream=self._side_stream(),
-                copied=[cuda.event() for _ in range(depth)],
-                computed=[cuda.event() for _ in range(depth)],
+                copy_stream=copy_stream,
+                # a slot's copy done (recorded on the copy stream, waited for by the step's stream and the host),
+                # a slot's step done (recorded on the step's stream, waited for by the copy stream)
+                copied=[transfers.BoundEvent(cuda.event(), copy_stream, self.stream) for _ in range(depth)],
+                computed=[transfers.BoundEvent(cuda.event(), self.stream, copy_stream) for _ in range(depth)],
                 losses=cuda.device_array(n, np.float32),
                 programs={},
             )
