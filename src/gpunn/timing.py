@@ -359,10 +359,10 @@ def _sizes_text(sizes: dict) -> str:
 # GPU sleep like the kernel benchmarks: gpunn.bench.core.median_launch_ms), in the step's order.
 
 PROFILE_COLUMNS = ["model", "variant", "batch", "order", "phase", "launch", "grid", "block", "ms", "share",
-                   *provenance.CSV_COLUMNS]
+                   "step_wall_ms", "kernel_ms", "host_overhead_us", *provenance.CSV_COLUMNS]
 
 
-def step_profile(model_name, variants, batch=64, repeats=50, seed=0, log=print, **sizes) -> pd.DataFrame:
+def step_profile(model_name, variants, batch=64, repeats=50, seed=0, log=print, timed=True, **sizes) -> pd.DataFrame:
     """One row per launch of a training step at `batch` for each GPU variant: its median GPU time and share of the
     step's summed kernel time. A graph variant is profiled through its eager twin (the same launches, not
     captured: a graph replays exactly these kernels). Launches repeat on one random batch: the parameters drift,
@@ -385,13 +385,15 @@ def step_profile(model_name, variants, batch=64, repeats=50, seed=0, log=print, 
         phases = [("forward", launch) for launch in _launches(program.forward)]
         phases += [("backward", launch) for launch in _launches(program.backward)]
         clock = numba_clock(engine.stream)
-        timed = [(phase, launch, median_launch_ms(launch, repeats, clock).ms) for phase, launch in phases]
-        total = sum(ms for _, _, ms in timed)
-        log(f"{model_name} {variant}: {len(timed)} launches per step, kernels {total:.4f} ms in all")
-        for order, (phase, launch, ms) in enumerate(timed):
+        timed_ms = [(phase, launch, median_launch_ms(launch, repeats, clock).ms if timed else math.nan)
+                    for phase, launch in phases]  # timed=False (the simulator): the launch list alone
+        total = sum(ms for _, _, ms in timed_ms)
+        log(f"{model_name} {variant}: {len(timed_ms)} launches per step, kernels {total:.4f} ms in all")
+        for order, (phase, launch, ms) in enumerate(timed_ms):
             rows.append({"model": model_name, "variant": variant, "batch": batch, "order": order, "phase": phase,
                          "launch": launch.name, "grid": str(launch.grid), "block": str(launch.block), "ms": ms,
-                         "share": ms / total, **provenance_columns(variant)})
+                         "share": ms / total, "step_wall_ms": math.nan, "kernel_ms": total,
+                         "host_overhead_us": math.nan, **provenance_columns(variant)})
             log(f"  {order:2d} {phase:8s} {ms:8.4f} ms {100 * ms / total:5.1f}%  {launch.name} "
                 f"grid {launch.grid} block {launch.block}")
     return pd.DataFrame(rows, columns=PROFILE_COLUMNS)
