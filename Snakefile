@@ -16,6 +16,7 @@ configfile: "config/config.yaml"
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
+include: "workflow/rules/profile.smk"
 include: "workflow/rules/analysis.smk"
 include: "workflow/rules/report.smk"
 

@@ -143,12 +143,13 @@ def test_cpu_only_switch_drops_every_gpu_job():
 
 def test_e5_report_files():
     """E5's report: the summary, the seed's section 2.4 and 3.1 tables, the seed's numbers beside ours, its MSE,
-    reconstruction and section 3.2 figures."""
+    reconstruction and section 3.2 figures, and its GPU variants' step profile (table and figure)."""
     outputs = report_outputs(load({}), "e5")
     assert [p.rsplit("/", 1)[1] for p in outputs] == [
         "summary.csv", "summary.md", "paper_table.csv", "paper_table.md", "paper_vs_ours.csv", "paper_vs_ours.md",
-        "mse_curves.png", "reconstructions.png", "training_time.png", "speedup.png",
-        "mse_curves.pdf", "reconstructions.pdf", "training_time.pdf", "speedup.pdf", "provenance.json"]
+        "step_profile.csv", "step_profile.md", "mse_curves.png", "reconstructions.png", "training_time.png",
+        "speedup.png", "step_profile.png", "mse_curves.pdf", "reconstructions.pdf", "training_time.pdf", "speedup.pdf",
+        "step_profile.pdf", "provenance.json"]
 
 
 def test_e4_report_files_follow_the_block_study():
@@ -159,9 +160,10 @@ def test_e4_report_files_follow_the_block_study():
     assert all(p.startswith("results/smoke/report/cudasim/e4/") for p in outputs)
     assert [p.rsplit("/", 1)[1] for p in outputs] == [
         "summary.csv", "summary.md", "paper_table.csv", "paper_table.md", "blocks.csv", "blocks.md",
-        "paper_vs_ours.csv", "paper_vs_ours.md", "cumulative_time.png", "loss_curves.png", "samples_digits8_mini.png",
-        "block_time.png", "block_loss.png", "cumulative_time.pdf", "loss_curves.pdf", "samples_digits8_mini.pdf",
-        "block_time.pdf", "block_loss.pdf", "provenance.json"]
+        "paper_vs_ours.csv", "paper_vs_ours.md", "step_profile.csv", "step_profile.md", "cumulative_time.png",
+        "loss_curves.png", "samples_digits8_mini.png", "block_time.png", "block_loss.png", "step_profile.png",
+        "cumulative_time.pdf", "loss_curves.pdf", "samples_digits8_mini.pdf", "block_time.pdf", "block_loss.pdf",
+        "step_profile.pdf", "provenance.json"]
     block_runs = [p for p in report_inputs(smoke, "e4")["runs"] if "_t" in p.rsplit("/", 2)[1]]
     assert [p.split("/")[-2].rsplit("_", 1)[1] for p in block_runs] == ["t32"]
     assert all("/gpu-naive/" in p for p in block_runs)

@@ -76,9 +76,9 @@ def test_every_stage_left_its_outputs(smoke):
             assert (run / "weights.npz").is_file()
     e3_variants = set(pd.read_csv(results / f"report/{MACHINE}/e3/summary.csv")["variant"])
     assert e3_variants == {"cpu-numpy", "cpu-serial", "gpu-fused"}  # time_batches ran a GPU variant (simulated)
-    for experiment, figures in {"e1": ["loss_curves", "samples", "epoch_time", "reduction_gap"],
+    for experiment, figures in {"e1": ["loss_curves", "samples", "epoch_time", "reduction_gap", "step_profile"],
                                 "e2": ["heatmaps", "forward_backward"], "e3": ["batch_timing", "block_sweep"],
-                                "e4": ["cumulative_time", "loss_curves", "block_time", "block_loss"],
+                                "e4": ["cumulative_time", "loss_curves", "block_time", "block_loss", "step_profile"],
                                 "e5": ["mse_curves", "reconstructions", "training_time", "speedup"],
                                 "e6": ["confusion"]}.items():
         report = results / "report" / MACHINE / experiment

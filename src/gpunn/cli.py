@@ -1,7 +1,7 @@
 """Command line of gpunn: one subcommand per pipeline step. The Snakemake rules call these; they work
 just as well by hand. Errors a user can fix print one line (`gpunn: error: ...`) and exit with status 2:
 bad arguments too (`gpunn: error: ... (see gpunn COMMAND --help)`, no usage block), numbers checked before
-any work. The timed commands (train, svm, time-batches, sweep-blocks) run their timed part under the
+any work. The timed commands (train, svm, time-batches, sweep-blocks, profile) run their timed part under the
 machine-wide timing lock (gpunn.timing_lock) and record where their results came from (gpunn.provenance).
 
     gpunn make-offline NAME --out DIR          write an offline dataset in its true on-disk format
@@ -13,7 +13,9 @@ machine-wide timing lock (gpunn.timing_lock) and record where their results came
     gpunn svm --features DIR --out DIR
     gpunn time-batches --variants V.. --batches B.. --out CSV
     gpunn sweep-blocks --blocks 32,64,.. --shapes 64x256,.. --repeats N --out CSV
-    gpunn report EXP --out DIR [--runs ..] [--evals ..] [--timings ..] [--svm ..] [--blocks ..]
+    gpunn profile --model M --variants V,.. --dataset D --batch B --widths W,.. --out CSV
+                                               each launch of one training step of GPU variants, timed alone
+    gpunn report EXP --out DIR [--runs ..] [--evals ..] [--timings ..] [--svm ..] [--blocks ..] [--profiles ..]
     gpunn index --out DIR --ran E.. [--not-run E=WHY ..] [--note TEXT ..]
                                                the entry page over the experiments' reports in DIR
     gpunn captions --out DIR                   the figures' caption files for snakemake --report
@@ -179,11 +181,18 @@ def _cmd_sweep_blocks(args):
     io.write_csv(args.out, pd.concat(frames, ignore_index=True))
 
 
+def _cmd_profile(args):
+    from gpunn.profiling import write_step_profile
+
+    write_step_profile(args.model, [v for v in args.variants.split(",") if v], args.dataset, args.widths, args.batch,
+                       args.out, repeats=args.repeats, seed=args.seed, log=_log)
+
+
 def _cmd_report(args):
     from gpunn.report.experiments import make_report
 
     make_report(args.experiment, args.out, runs=args.runs, evals=args.evals, timings=args.timings, svm=args.svm,
-                blocks=args.blocks)
+                blocks=args.blocks, profiles=args.profiles)
 
 
 def _cmd_index(args):
@@ -289,12 +298,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output CSV (all shapes)")
     p.set_defaults(func=_cmd_sweep_blocks)
 
+    p = sub.add_parser("profile", help="E1, E4, E5: each launch of one training step of GPU variants, timed alone "
+                                       "(launches listed without times under the CUDA simulator)")
+    p.add_argument("--model", choices=("mlp", "cnn", "autoencoder"), required=True)
+    p.add_argument("--variants", required=True, help="GPU variants, comma-separated, e.g. gpu-naive,gpu-tiled")
+    p.add_argument("--dataset", required=True, help="the dataset whose sample shape and classes the model takes")
+    p.add_argument("--batch", type=int_at_least(1), required=True)
+    p.add_argument("--widths", type=positive_int_list, required=True,
+                   help="mlp: the hidden width; cnn, autoencoder: the two convolutions' channels, e.g. 16,32")
+    p.add_argument("--repeats", type=int_at_least(1), default=50, help="timed launches per launch (default 50)")
+    p.add_argument("--seed", type=int_at_least(0), default=0)
+    p.add_argument("--out", required=True, help="output CSV, one row per launch")
+    p.set_defaults(func=_cmd_profile)
+
     p = sub.add_parser("report", help="summary table and figures of one experiment (e1..e6)")
     p.add_argument("experiment")
     p.add_argument("--out", required=True, help="output directory")
     for option in ("runs", "evals", "timings", "svm"):
         p.add_argument(f"--{option}", nargs="*", default=[])
     p.add_argument("--blocks", nargs="*", default=[], help="E3: block-size sweep CSV(s) (results/timing/e3/blocks.csv)")
+    p.add_argument("--profiles", nargs="*", default=[],
+                   help="E1, E4, E5: step profile CSV(s), one per GPU variant (results/profile/<machine>/eN/)")
     p.set_defaults(func=_cmd_report)
 
     p = sub.add_parser("index", help="the report's entry page (index.md, .csv, .rst) over the experiments' reports")

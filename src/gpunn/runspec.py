@@ -53,6 +53,20 @@ WILDCARD_CONSTRAINTS = {
 }
 
 
+def model_sizes(model: str, widths: tuple[int, ...], image_shape: tuple[int, int, int], num_classes: int,
+                dataset: str = "") -> dict:
+    """Keyword arguments for gpunn.nn.build_model: `model` at `widths` (mlp: hidden; cnn, autoencoder: the two
+    convolutions' channels) on data of `image_shape` (C, H, W) and `num_classes` classes."""
+    channels, height, width = image_shape
+    if model == "mlp":
+        return {"in_features": channels * height * width, "hidden": widths[0], "classes": num_classes}
+    if height != width:
+        raise GpunnError(f"{model} needs square images, dataset {dataset} has {height}x{width}")
+    if model == "cnn":
+        return {"in_channels": channels, "image_size": height, "channels": widths, "classes": num_classes}
+    return {"in_channels": channels, "image_size": height, "channels": widths}
+
+
 @dataclass(frozen=True)
 class RunSpec:
     dataset: str
@@ -106,14 +120,7 @@ class RunSpec:
 
     def model_sizes(self, image_shape: tuple[int, int, int], num_classes: int) -> dict:
         """Keyword arguments for gpunn.nn.build_model, from the widths and the data's shape."""
-        channels, height, width = image_shape
-        if self.model == "mlp":
-            return {"in_features": channels * height * width, "hidden": self.widths[0], "classes": num_classes}
-        if height != width:
-            raise GpunnError(f"{self.model} needs square images, dataset {self.dataset} has {height}x{width}")
-        if self.model == "cnn":
-            return {"in_channels": channels, "image_size": height, "channels": self.widths, "classes": num_classes}
-        return {"in_channels": channels, "image_size": height, "channels": self.widths}
+        return model_sizes(self.model, self.widths, image_shape, num_classes, self.dataset)
 
     def to_dict(self) -> dict:
         """The record kept with a run's outputs: every field (for readers of the JSON) and the path."""

@@ -4,7 +4,7 @@ missing. Kept here, not in the Snakefile, so it is plain, testable Python.
 
 Layout (paths relative to the workflow's directory; see the README):
     <results_dir>/offline, data/raw, data/prepared      data: the same wherever it is made
-    <results_dir>/{runs,eval,features,svm,timing,report}/<machine>/...
+    <results_dir>/{runs,eval,features,svm,timing,profile,report}/<machine>/...
                                                          measured: apart per device (`machine`: the GPU's
                                                          name, "cudasim" under the simulator, or "cpu")
     <results_dir>/logs/...                               one log per job
@@ -57,7 +57,7 @@ class Layout:
         return f"{self.root}/{stage}"
 
     def measured(self, stage: str) -> str:
-        """runs, eval, features, svm, timing, report: one folder per machine."""
+        """runs, eval, features, svm, timing, profile, report: one folder per machine."""
         return f"{self.root}/{stage}/{self.machine}"
 
     def logs(self, stage: str) -> str:
@@ -149,12 +149,38 @@ def block_sweep_enabled(config: dict) -> bool:
     return bool(config.get("gpu", {}).get("enabled", True))
 
 
+# Where each training step's time goes (gpunn.timing.step_profile, rule step_profile): the model each of these
+# experiments trains, and the dataset whose sample shape it is profiled at
+PROFILED_MODELS = {"e1": "mlp", "e4": "cnn", "e5": "autoencoder"}
+STEP_PROFILE = "step_profile"  # the report's table (.csv, .md) and figure (.png, .pdf) of them
+
+
+def profiled_variants(config: dict, experiment: str) -> list[str]:
+    """The GPU variants of E1, E4 or E5 (its main runs' variants) whose training step is profiled; none for the
+    other experiments, nor where gpu.enabled false has dropped the GPU variants."""
+    if experiment not in PROFILED_MODELS:
+        return []
+    return [v for v in dict.fromkeys(config["experiments"][experiment].get("variants", [])) if uses_gpu(v)]
+
+
+def profile_options(config: dict, experiment: str) -> list[str]:
+    """The `gpunn profile` options of an experiment's jobs: its model, dataset (the first of E4's: they share
+    MNIST's shape), batch and widths, as its runs train."""
+    exp, model = config["experiments"][experiment], PROFILED_MODELS[experiment]
+    widths = [exp["hidden"]] if model == "mlp" else exp["channels"]
+    dataset = exp["dataset"] if "dataset" in exp else exp["datasets"][0]
+    return ["--model", model, "--dataset", dataset, "--batch", str(exp["batch"]),
+            "--widths", ",".join(str(w) for w in widths)]
+
+
 def report_figures(config: dict, experiment: str) -> list[str]:
     """The PNG figures of an experiment's report, by file name: E3's block figure only with its kernel block
-    sweep, E4's only with a block-size study (e4_block_runs). Each has a PDF twin (report_outputs)."""
+    sweep, E4's only with a block-size study (e4_block_runs), E1's, E4's and E5's step profile only with a GPU
+    variant (profiled_variants). Each has a PDF twin (report_outputs)."""
     exp = config["experiments"][experiment]
     sweep = experiment == "e3" and block_sweep_enabled(config)
     study = experiment == "e4" and bool(e4_block_runs(config))
+    profile = [f"{STEP_PROFILE}.png"] if profiled_variants(config, experiment) else []
     return {
         "e1": ["loss_curves.png", "epoch_time.png", "samples.png", "reduction_gap.png"],
         "e2": ["heatmaps.png", "forward_backward.png"],
@@ -163,7 +189,7 @@ def report_figures(config: dict, experiment: str) -> list[str]:
               + (["block_time.png", "block_loss.png"] if study else []),
         "e5": ["mse_curves.png", "reconstructions.png", "training_time.png", "speedup.png"],
         "e6": ["confusion.png"],
-    }[experiment]
+    }[experiment] + profile
 
 
 REPORT_PROVENANCE = "provenance.json"  # every report: where its numbers came from (gpunn.report.sources)
@@ -172,7 +198,7 @@ REPORT_PROVENANCE = "provenance.json"  # every report: where its numbers came fr
 def report_outputs(config: dict, experiment: str) -> list[str]:
     """The files a report step writes (the experiment's target files): its tables (CSV + Markdown), its figures
     as PNG then as PDF, and provenance.json. E3's block tables only with its kernel block sweep, E4's only with
-    a block-size study."""
+    a block-size study, the step profile table only with a profiled variant."""
     base = Layout.of(config).report_dir(experiment)
     sweep = experiment == "e3" and block_sweep_enabled(config)
     study = experiment == "e4" and bool(e4_block_runs(config))
@@ -180,6 +206,7 @@ def report_outputs(config: dict, experiment: str) -> list[str]:
     tables = ["summary"] + {"e2": ["paper_table"], "e3": ["blocks"] if sweep else [],
                             "e4": ["paper_table"] + (["blocks"] if study else []),
                             "e5": ["paper_table"]}.get(experiment, []) + ["paper_vs_ours"]
+    tables += [STEP_PROFILE] if profiled_variants(config, experiment) else []
     figures = report_figures(config, experiment)
     table_files = [f"{base}/{table}.{ext}" for table in tables for ext in ("csv", "md")]
     if experiment == "e1":  # seed 000's CPU-GPU accuracy gap tested (experiments.e1_gap_sentence and its runs)
@@ -257,7 +284,8 @@ def shown_runs(config: dict, experiment: str) -> list[RunSpec]:
 
 def report_inputs(config: dict, experiment: str) -> dict[str, list[str]]:
     """Input files of one experiment's report, by kind: runs (metrics.json), evals (eval.json of the
-    shown_runs), timings and blocks (E3 CSVs), svm (E6)."""
+    shown_runs), timings and blocks (E3 CSVs), svm (E6), profiles (E1, E4, E5: a step profile CSV per
+    profiled variant)."""
     layout = Layout.of(config)
     if experiment == "e3":
         timing = layout.measured("timing")
@@ -270,6 +298,8 @@ def report_inputs(config: dict, experiment: str) -> dict[str, list[str]]:
     inputs = {"runs": [f"{layout.run_dir(r)}/metrics.json" for r in experiment_runs(config, experiment)]}
     if shown := shown_runs(config, experiment):
         inputs["evals"] = [f"{layout.eval_dir(r)}/eval.json" for r in shown]
+    if profiled := profiled_variants(config, experiment):
+        inputs["profiles"] = [f"{layout.measured('profile')}/{experiment}/{v}.csv" for v in profiled]
     return inputs
 
 

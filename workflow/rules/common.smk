@@ -19,6 +19,7 @@ from gpunn.runspec import WILDCARD_CONSTRAINTS, format_run_path
 from gpunn.targets import (
     EXPERIMENTS,
     FEATURE_FILES,
+    PROFILED_MODELS,
     Layout,
     edited_intermediates,
     enabled_experiments,
@@ -28,6 +29,7 @@ from gpunn.targets import (
     index_args,
     index_outputs,
     missing_intermediates,
+    profile_options,
     raw_outputs,
     report_inputs,
     report_outputs,
@@ -126,6 +128,11 @@ def variant_env(wildcards):
     return gpu_env(uses_gpu(wildcards))
 
 
+def profile_args(wildcards):
+    """A step_profile job's experiment's model, dataset, batch and widths as `gpunn profile` options."""
+    return " ".join(shlex.quote(a) for a in profile_options(config, wildcards.experiment))
+
+
 def download_input(wildcards):
     return [f"{R}/offline/{wildcards.dataset}/manifest.json"] if DATASETS[wildcards.dataset].offline else []
 
@@ -157,11 +164,11 @@ def split_options(wildcards):
 
 
 # Report inputs passed as the CSV files themselves; every other kind is passed as the folder holding the file.
-CSV_REPORT_INPUTS = ("timings", "blocks")
+CSV_REPORT_INPUTS = ("timings", "blocks", "profiles")
 
 
 def report_args(inputs):
-    """Command-line options naming the run, eval and svm folders (and the timing and block-sweep CSVs)."""
+    """Command-line options naming the run, eval and svm folders (and the timing, block-sweep and profile CSVs)."""
     parts = []
     for kind, paths in inputs.items():
         folders = paths if kind in CSV_REPORT_INPUTS else [os.path.dirname(p) for p in paths]

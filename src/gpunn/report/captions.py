@@ -25,6 +25,14 @@ class Caption:
         return f"{self.shows} Mirrors {self.mirrors}."
 
 
+# E1's, E4's and E5's step_profile.png (gpunn.report.step_profile) show the same thing for their models
+STEP_PROFILE_SHOWS = (
+    "Where one training step of each GPU variant spends its time, at the experiment's sizes and batch: a bar per "
+    "variant, its kernels' GPU time stacked by kernel (small ones merged into 'other'; each launch timed alone, "
+    "queued behind a GPU sleep, the median of repeats) and the host overhead on top (the step's wall time as the "
+    "training loop runs it minus the kernels' sum: host work, batch copies and synchronisations); beside it the "
+    "same as shares of the step. Under the CUDA simulator: each kernel's launches counted, no times.")
+
 # Figures whose name carries a dataset ('samples_mnist.png') are captioned under their prefix + '*'.
 CAPTIONS: dict[tuple[str, str], Caption] = {
     ("e1", "loss_curves.png"): Caption(
@@ -44,6 +52,9 @@ CAPTIONS: dict[tuple[str, str], Caption] = {
         "seed's trajectories follows, and so where its 4-point CPU-GPU accuracy gap comes from.",
         "seed 000's loss trajectories and accuracy gap (sections 2.5 and 3.5), stated as text there",
         "seed 000 sections 2.5, 3.5"),
+    ("e1", "step_profile.png"): Caption(
+        STEP_PROFILE_SHOWS,
+        "seed 003's planned profiling snapshots (seed 000 has no profile)", "seed 003 plan"),
     ("e2", "heatmaps.png"): Caption(
         "Training time (log colour scale) and test accuracy over hidden size x batch size, one panel per variant.",
         "seed 002's tables, one per implementation and batch size, of training time and test accuracy per hidden "
@@ -77,6 +88,9 @@ CAPTIONS: dict[tuple[str, str], Caption] = {
         "Average train loss per epoch for each threads-per-block setting, one panel per variant.",
         "seed 001's Figure 4 (average loss per epoch for different block sizes, naive implementation)",
         "seed 001 Figure 4"),
+    ("e4", "step_profile.png"): Caption(
+        STEP_PROFILE_SHOWS,
+        "seed 003's planned profiling snapshots (seed 001 has no profile)", "seed 003 plan"),
     ("e5", "mse_curves.png"): Caption(
         "Train and test MSE per epoch of each variant (the legend gives each one's training-set size).",
         "seed 004's MSE graph (Phase 2.1: the CPU on 1 000 images) and its GPU convergence text",
@@ -91,6 +105,10 @@ CAPTIONS: dict[tuple[str, str], Caption] = {
     ("e5", "speedup.png"): Caption(
         "Speedup of each variant over cpu-numpy per 50 000-image epoch, log axis.",
         "seed 004's 'Cumulative Speedup Analysis' (section 3.2)", "seed 004 section 3.2"),
+    ("e5", "step_profile.png"): Caption(
+        STEP_PROFILE_SHOWS,
+        "seed 004's 'Profiling Analysis' kernel breakdowns of Phases 2.2-2.4 (e.g. its naive conv weight gradient at "
+        "84.4 % of the kernel time), as a bar per variant", "seed 004 Phases 2.2-2.4 profiles"),
     ("e6", "confusion.png"): Caption(
         "Confusion matrix of the RBF SVM on the encoder's features of the test set: rows are true classes, columns "
         "predicted ones, cells are counts.",

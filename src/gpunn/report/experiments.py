@@ -22,6 +22,8 @@ outputs of finished runs, and paper_vs_ours (CSV + Markdown): the seed's numbers
         image of each class and its reconstruction; training time and speedup per variant (its section 3.2)
     e6  SVM on encoder features: accuracy, per-class accuracy, fit time; the confusion matrix of the first SVM
         run (from the svm step's confusion.csv)
+    e1, e4 and e5 with step profiles (--profiles): where each GPU variant's training step spends its time
+        (gpunn.report.step_profile: step_profile.png, step_profile.csv/.md)
 
 Titles are built from the rows shown (gpunn.report.titles): model widths, dataset, split sizes, batch and
 epochs as run, the device that timed them and, for anything timed under the CUDA simulator, a warning that its
@@ -42,7 +44,7 @@ from gpunn import io
 from gpunn.backends.registry import uses_gpu
 from gpunn.errors import GpunnError
 from gpunn.nn.functional import DEFAULT_REDUCTION
-from gpunn.report import figures, paper_vs_ours, papers, sources, tables, titles
+from gpunn.report import figures, paper_vs_ours, papers, sources, step_profile, tables, titles
 from gpunn.report.tables import format_significant, ordered_variants
 from gpunn.runspec import RunSpec, format_widths, parse_run_path
 from gpunn.targets import REPORT_PROVENANCE
@@ -330,7 +332,7 @@ def _e1_gap_report(frame: pd.DataFrame, out_dir: Path) -> dict[str, str]:
     return written
 
 
-def report_e1(runs, evals, out_dir, **_) -> dict[str, str]:
+def report_e1(runs, evals, out_dir, profiles=(), **_) -> dict[str, str]:
     """Every variant once per loss reduction (experiments.e1.reductions): each run compared with the baselines of
     its own reduction, and named 'variant (reduction)' in the figures where runs differ in it."""
     frame = pd.DataFrame([run_row(r) for r in runs]).assign(metrics_csv=_metrics_paths(runs))
@@ -361,6 +363,7 @@ def report_e1(runs, evals, out_dir, **_) -> dict[str, str]:
     _samples_figure(evals[0], out_dir / "samples.png", written["samples.png"])
     written["paper_vs_ours.md"] = paper_vs_ours.report(
         "e1", paper_vs_ours.rows_for("e1", paper_vs_ours.OursE1(frame)), out_dir, titles.runs_head("E1", frame))
+    written.update(step_profile.report("e1", profiles, out_dir))
     return written
 
 
@@ -532,7 +535,7 @@ def _metrics_csvs(frame: pd.DataFrame, group: str, label: str) -> dict[str, dict
     return groups
 
 
-def report_e4(runs, evals, out_dir, **_) -> dict[str, str]:
+def report_e4(runs, evals, out_dir, profiles=(), **_) -> dict[str, str]:
     """The main runs (every variant on every dataset at the kernels' default block) in summary, paper_table,
     cumulative_time and loss_curves; the block-size study's runs (RunSpec.block > 0), where there are any, in
     blocks, block_time and block_loss."""
@@ -578,6 +581,7 @@ def report_e4(runs, evals, out_dir, **_) -> dict[str, str]:
     ours = paper_vs_ours.OursE4(main, frame[frame["block"] > 0])
     written["paper_vs_ours.md"] = paper_vs_ours.report("e4", paper_vs_ours.rows_for("e4", ours, paper_vs_ours.e4_keep),
                                                        out_dir, titles.runs_head("E4", main))
+    written.update(step_profile.report("e4", profiles, out_dir))
     return written
 
 
@@ -710,7 +714,7 @@ E5_SUMMARY_NOTE = ("Speedup: the baseline's full_epoch_s over the variant's ('-'
                    "training; '-': not recorded (CPU variants, the CUDA simulator, older runs).")
 
 
-def report_e5(runs, evals, out_dir, full_train_size: int = E5_FULL_TRAIN, **_) -> dict[str, str]:
+def report_e5(runs, evals, out_dir, full_train_size: int = E5_FULL_TRAIN, profiles=(), **_) -> dict[str, str]:
     """Summary (per variant: times, their full-set epoch, measured or extrapolated, speedups per full-set epoch,
     MSE, peak GPU memory), paper_table (seed 004's section 2.4 and 3.1 tables), mse_curves, reconstructions (the
     first test image of each class), training_time and speedup (its section 3.2 figures)."""
@@ -762,6 +766,7 @@ def report_e5(runs, evals, out_dir, full_train_size: int = E5_FULL_TRAIN, **_) -
     written["reconstructions.png"] = _e5_reconstructions(evals[0], frame, out_dir / "reconstructions.png")
     written["paper_vs_ours.md"] = paper_vs_ours.report("e5", paper_vs_ours.rows_for("e5", paper_vs_ours.OursE5(frame)),
                                                        out_dir, titles.runs_head("E5", frame))
+    written.update(step_profile.report("e5", profiles, out_dir))
     return written
 
 
@@ -861,7 +866,7 @@ def _e6_confusion(svm_dir, row: pd.Series, head: str, out_png: Path) -> str:
 REPORTS = {"e1": report_e1, "e2": report_e2, "e3": report_e3, "e4": report_e4, "e5": report_e5, "e6": report_e6}
 
 
-def make_report(experiment: str, out_dir, runs=(), evals=(), timings=(), svm=(), blocks=(),
+def make_report(experiment: str, out_dir, runs=(), evals=(), timings=(), svm=(), blocks=(), profiles=(),
                 **options) -> dict[str, str]:
     """Write one experiment's tables and figures into `out_dir`; returns each one's title by file name (the
     Markdown tables under their .md name)."""
@@ -870,8 +875,8 @@ def make_report(experiment: str, out_dir, runs=(), evals=(), timings=(), svm=(),
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = REPORTS[experiment](runs=list(runs), evals=list(evals), timings=list(timings), svm=list(svm),
-                                  blocks=list(blocks), out_dir=out_dir, **options)
+                                  blocks=list(blocks), profiles=list(profiles), out_dir=out_dir, **options)
     # last, so that a report whose tables or figures failed has no provenance.json either (the index needs it)
     sources.write(out_dir / REPORT_PROVENANCE, experiment,
-                  sources.collect(runs=runs, svm=svm, timings=timings, blocks=blocks))
+                  sources.collect(runs=runs, svm=svm, timings=timings, blocks=blocks, profiles=profiles))
     return written

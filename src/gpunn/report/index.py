@@ -36,7 +36,7 @@ EXPERIMENT_TITLES = {
     "e6": "RBF SVM on the autoencoder's encoder features",
 }
 # tables of a report folder, in the order the page lists them (others follow by name)
-TABLE_ORDER = ("summary.md", "paper_vs_ours.md", "paper_table.md", "blocks.md", "gap.md")
+TABLE_ORDER = ("summary.md", "paper_vs_ours.md", "paper_table.md", "blocks.md", "gap.md", "step_profile.md")
 
 
 @dataclass(frozen=True)

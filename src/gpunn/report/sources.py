@@ -1,6 +1,6 @@
 """Where a report's numbers came from: the provenance records (gpunn.provenance) of the files it was built from
-(each run's and the SVM's metrics.json, the provenance columns of the E3 timing and block-sweep CSVs), merged
-into the distinct combinations of device, driver, package versions and commit, each with what used it.
+(each run's and the SVM's metrics.json, the provenance columns of the E3 timing, block-sweep and step profile
+CSVs), merged into the distinct combinations of device, driver, package versions and commit, each with what used it.
 
 Every experiment's report writes them as provenance.json (write); the entry page (gpunn.report.index) reads them
 back (read) to state once which device, driver, versions and commit produced the whole report. Inputs recorded
@@ -87,10 +87,11 @@ def merge(labelled: Iterable[tuple[str, dict]], label: str = "used_by") -> list[
     return [{**entry, label: sorted(entry[label])} for entry in merged.values()]
 
 
-def collect(runs=(), svm=(), timings=(), blocks=()) -> list[dict]:
+def collect(runs=(), svm=(), timings=(), blocks=(), profiles=()) -> list[dict]:
     """The distinct provenance records of a report's inputs, each with `used_by` (the variants, SVM methods or
     timing files that carry it) and `count` (how many inputs)."""
-    return merge(_from_runs(runs) + _from_svm(svm) + _from_csvs(timings, "e3 timing") + _from_csvs(blocks, "e3 sweep"))
+    return merge(_from_runs(runs) + _from_svm(svm) + _from_csvs(timings, "e3 timing") + _from_csvs(blocks, "e3 sweep")
+                 + _from_csvs(profiles, "step profile"))
 
 
 def write(path, experiment: str, records: list[dict]) -> None:

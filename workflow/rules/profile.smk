@@ -1,0 +1,24 @@
+# Stage 2b: where a training step's time goes (E1, E4, E5): each launch of one step of a GPU variant, timed alone
+# (gpunn.timing.step_profile), at the experiment's widths, batch and sample shape; under the CUDA simulator the
+# launch list without times. A timed GPU job like train: one at a time (resources gpu, timing).
+
+
+rule step_profile:
+    """One GPU variant's step profile for an experiment's report (gpunn profile): a CSV row per launch."""
+    output:
+        f"{R}/profile/{M}/{{experiment}}/{{variant}}.csv",
+    log:
+        f"{R}/logs/step_profile/{M}/{{experiment}}/{{variant}}.log",
+    wildcard_constraints:
+        experiment="|".join(PROFILED_MODELS),
+    params:
+        options=profile_args,
+        env=gpu_env(True),
+    threads: 1
+    resources:
+        **rule_resources("step_profile", timed=True, gpu=1),
+    conda:
+        ENV_FILE
+    shell:
+        "{params.env}python -m gpunn profile {params.options} --variants {wildcards.variant} --out {output} "
+        "2>&1 | tee {log}"
