@@ -48,7 +48,7 @@ rule e2:
 
 
 rule e3:
-    """E3: MLP forward / backward / step time per batch size and variant."""
+    """E3: MLP step throughput, forward / backward split and latency per batch size and variant."""
     localrule: True
     input:
         target_inputs(["e3"]),

@@ -24,6 +24,9 @@ BAD_ARGUMENTS = [
     (["time-batches", "--variants", "cpu-numpy", "--batches", "8", "--hidden", "0"], "time-batches", "--hidden"),
     (["time-batches", "--variants", "cpu-numpy", "--batches", "8", "--features", "-1"], "time-batches", "--features"),
     (["time-batches", "--variants", "cpu-numpy", "--batches", "8", "--repeats", "0"], "time-batches", "--repeats"),
+    (["time-batches", "--variants", "cpu-numpy", "--batches", "8", "--steps", "0"], "time-batches", "--steps"),
+    (["time-batches", "--variants", "cpu-numpy", "--batches", "8", "--timed-epochs", "0"], "time-batches",
+     "--timed-epochs"),
     (["time-batches", "--variants", "cpu-numpy", "--batches", "8", "--seed", "-1"], "time-batches", "--seed"),
     (["train", "mnist/standard/mlp/cpu-numpy/w8_b4_lr0.1_e1_s0", "--data", "d.npz", "--progress-every", "-1"],
      "train", "--progress-every"),
@@ -68,6 +71,13 @@ def test_unknown_variant_is_refused_before_any_timing(tmp_path, capsys):
     captured = capsys.readouterr()
     assert "unknown variant 'gpu-fast'" in _one_error_line(captured.err)
     assert "cpu-numpy batch" not in captured.out and not out.exists()
+
+
+@pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1", reason="gpu-graph runs on a real GPU")
+def test_time_batches_refuses_gpu_graph_under_the_simulator(tmp_path, capsys):
+    out = tmp_path / "t.csv"
+    assert cli.main(["time-batches", "--variants", "gpu-graph", "--batches", "2", "--out", str(out)]) == 2
+    assert "gpu-graph captures CUDA graphs" in _one_error_line(capsys.readouterr().err) and not out.exists()
 
 
 def test_time_batches_zero_batch_in_a_fresh_process(tmp_path):

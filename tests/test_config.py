@@ -33,6 +33,8 @@ def test_defaults_fill_an_empty_config():
     assert config["results_dir"] == "results" and config["machine"] == "cpu"
     assert config["experiments"]["e6"]["train_subset"] == "auto" and config["experiments"]["e6"]["kernel_device"] == "auto"
     assert config["experiments"]["e1"]["batch"] == 64 and config["gpu"] == {"enabled": True, "simulator": False}
+    e3 = config["experiments"]["e3"]
+    assert (e3["steps"], e3["timed_epochs"], e3["repeats"]) == (100, 3, 20) and e3["variants"][-1] == "gpu-graph"
 
 
 @pytest.mark.parametrize("raw, key, value", [
@@ -40,8 +42,9 @@ def test_defaults_fill_an_empty_config():
     ({"experiments": {"e1": {"lr": "1e-3"}}}, ("experiments", "e1", "lr"), 1e-3),  # YAML 1.1 reads 1e-3 as text
     ({"experiments": {"e1": {"batch": "32"}}}, ("experiments", "e1", "batch"), 32),
     ({"experiments": {"e2": {"hidden": ["16", "32"]}}}, ("experiments", "e2", "hidden"), [16, 32]),
-    ({"gpu": {"simulator": "true"}, "experiments": {e: {"variants": ["cpu-numpy"]} for e in ("e1", "e4", "e5")}},
-     ("gpu", "simulator"), True),
+    ({"gpu": {"simulator": "true"},
+      "experiments": {e: {"variants": ["cpu-numpy"]} for e in ("e1", "e3", "e4", "e5")}}, ("gpu", "simulator"), True),
+    ({"experiments": {"e3": {"steps": "50"}}}, ("experiments", "e3", "steps"), 50),
     ({"experiments": {"e5": {"variant_epochs": {"gpu-naive": "2"}}}}, ("experiments", "e5", "variant_epochs"),
      {"gpu-naive": 2}),  # --config experiments='{e5: {variant_epochs: {gpu-naive: 2}}}'
     ({"experiments": {"e6": {"gamma": "0.5"}}}, ("experiments", "e6", "gamma"), 0.5),
@@ -99,6 +102,10 @@ def test_yaml_file_with_1e_minus_3(tmp_path):
                                                               "non-unique elements"),
     ({"data": {"timeout_s": "soon"}}, "config key data.timeout_s: 'soon' is not of type 'number'"),
     ({"gpu": {"simulator": True}}, "experiments.e1.variants = 'gpu-graph' cannot run under the CUDA simulator"),
+    ({"gpu": {"simulator": True}, "experiments": {e: {"variants": ["cpu-numpy"]} for e in ("e1", "e4", "e5")}},
+     "experiments.e3.variants = 'gpu-graph' cannot run under the CUDA simulator"),  # E3 times gpu-graph by default
+    ({"experiments": {"e3": {"steps": 0}}}, "config key experiments.e3.steps: 0 is less than the minimum of 1"),
+    ({"experiments": {"e3": {"timed_epochs": 0}}}, "config key experiments.e3.timed_epochs: 0 is less than the"),
     ({"turbo": 1}, "config key turbo is unknown; known keys here: results_dir, machine, threads"),
     ({"experiments": {"e1": {"epoch": 3}}}, "config key experiments.e1.epoch is unknown; known keys here: enabled"),
     ({"machine": "My GPU"}, "config key machine: 'My GPU' does not match"),
@@ -178,6 +185,7 @@ def test_e4_report_files_follow_the_block_study():
 def test_machine_keeps_devices_and_the_simulator_apart():
     assert load({}, gpu_name=lambda: "NVIDIA H100 80GB HBM3")["machine"] == "nvidia-h100-80gb-hbm3"
     simulated = load({"gpu": {"simulator": True}, "experiments": {"e1": {"variants": ["cpu-numpy", "gpu-fused"]},
+                                                                  "e3": {"variants": ["cpu-numpy", "gpu-fused"]},
                                                                   "e4": {"variants": ["cpu-numpy", "gpu-im2col"]},
                                                                   "e5": {"variants": ["cpu-numpy", "gpu-im2col"]}}})
     assert simulated["machine"] == "cudasim"

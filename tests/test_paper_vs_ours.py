@@ -7,6 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 from test_report import (
+    E3_VARIANTS,
     E4_RUNS,
     E5_RUNS,
     ON_CPU,
@@ -141,6 +142,12 @@ def test_e3_places_our_speedups_in_the_plans_range(tmp_path):
     assert set(table["paper_text"]) == {"5-50"} and table["ratio"].isna().all()
     for _, row in table.iterrows():
         assert row["note"].endswith(("within the paper's range", "below the paper's range", "above the paper's range"))
+        assert "ours: throughput" in row["note"]
+    # ours is the throughput speedup (cpu-numpy's time per step over the variant's), not the latency's:
+    # _write_timings gives variant k a throughput step of 10 / (k + 1)^2 + 0.01 batch ms and cpu-numpy k = 0
+    graph = _one(table, variant="gpu-graph vs cpu-numpy", column="expected_speedup vs NumPy CPU, batch 512")
+    k = E3_VARIANTS.index("gpu-graph")
+    assert graph["ours"] == pytest.approx((10.0 + 5.12) / (10.0 / (k + 1) ** 2 + 5.12))
     tolerance = _one(_rows(out), quantity="relative_error")
     assert pd.isna(tolerance["ours"]) and "not measured by the pipeline" in tolerance["note"]
 

@@ -1,5 +1,6 @@
 """Provenance records: their keys, the device naming, the commit of the checkout, the thread counts, and
-that asking for them without a GPU never touches numba.cuda."""
+that asking for them without a GPU never touches numba.cuda; and E3's timer (gpunn.batch_timing), whose rows
+carry them: its throughput, forward / backward split and latency columns."""
 
 import json
 import os
@@ -120,16 +121,18 @@ def test_uses_gpu_comes_from_the_registry():
 
 def test_time_batches_rows_carry_their_variants_provenance(tmp_path):
     from gpunn import cli
-    from gpunn.timing import TIMING_COLUMNS
+    from gpunn.batch_timing import BATCH_TIMING_COLUMNS
 
     import pandas as pd
 
     out = tmp_path / "timing.csv"
     assert cli.main(["time-batches", "--variants", "cpu-numpy", "gpu-naive", "--batches", "2", "--hidden", "4",
-                     "--features", "8", "--repeats", "1", "--out", str(out)]) == 0
+                     "--features", "8", "--steps", "2", "--repeats", "1", "--out", str(out)]) == 0
     frame = pd.read_csv(out)
-    assert list(frame.columns) == TIMING_COLUMNS
-    assert tuple(TIMING_COLUMNS[-len(provenance.CSV_COLUMNS):]) == provenance.CSV_COLUMNS
+    assert list(frame.columns) == BATCH_TIMING_COLUMNS
+    assert tuple(BATCH_TIMING_COLUMNS[-len(provenance.CSV_COLUMNS):]) == provenance.CSV_COLUMNS
+    assert frame["steps"].tolist() == [2, 2] and frame["repeats"].tolist() == [1, 1]
+    assert frame["clock"].tolist() == ["host", "host" if config.ENABLE_CUDASIM else "cuda events"]
     cpu, gpu = (frame[frame["variant"] == v].iloc[0] for v in ("cpu-numpy", "gpu-naive"))
     assert cpu["device"] == "cpu" and not cpu["simulator"]
     assert gpu["device"] == provenance.gpu_name() and bool(gpu["simulator"]) == bool(config.ENABLE_CUDASIM)
@@ -142,3 +145,98 @@ def test_commit_named_by_the_environment_wins(monkeypatch):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "0123abc-exported"
+
+
+# ------------------------------------------------------------------------------------ E3's timer (batch_timing)
+def test_e3_three_timers_give_their_columns():
+    """Real variants (the CPU reference, a GPU one with resident data; the test above runs a per-step copy) on a
+    tiny MLP: every measure positive and finite, samples/s from the throughput step, the split inside the epoch's
+    wall time, the clock named per variant."""
+    import numpy as np
+
+    from gpunn.batch_timing import BATCH_TIMING_COLUMNS, time_batches
+
+    lines = []
+    frame = time_batches(["cpu-numpy", "gpu-fused"], [2], hidden=4, in_features=6, steps=2, repeats=1,
+                         timed_epochs=2, log=lines.append)
+    assert list(frame.columns) == BATCH_TIMING_COLUMNS and len(frame) == 2 and len(lines) == 2
+    measured = frame[["throughput_step_ms", "throughput_samples_per_s", "forward_ms", "backward_ms", "latency_ms"]]
+    assert np.isfinite(measured.to_numpy(float)).all() and (measured > 0).all().all()
+    assert np.allclose(frame["throughput_samples_per_s"], 1e3 * frame["batch"] / frame["throughput_step_ms"])
+    # two timed epochs: the medians are means, and each epoch's phases ran inside its wall time
+    assert (frame["forward_ms"] + frame["backward_ms"] <= frame["throughput_step_ms"] * (1 + 1e-9)).all()
+    assert (frame[["steps", "timed_epochs", "repeats", "hidden", "features"]].to_numpy() == [2, 2, 1, 4, 6]).all()
+    clocks = dict(zip(frame["variant"], frame["clock"]))
+    gpu_clock = "host" if config.ENABLE_CUDASIM else "cuda events"
+    assert clocks == {"cpu-numpy": "host", "gpu-fused": gpu_clock}
+
+
+class _FakeClock:
+    """time.perf_counter for gpunn.batch_timing: moves only when the stub backend says so."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+
+class _StubBackend:
+    """Records what the timer asks of a backend; epoch e (0: the untimed one) takes 10 e ms per step of wall time
+    (the untimed one 1 s), 1 e ms forward and 2 e ms backward; each train_step 3 ms (the untimed first 1 s)."""
+
+    name = "stub"
+
+    def __init__(self, clock, loss=0.5):
+        self.clock, self.loss, self.calls, self.epochs = clock, loss, [], 0
+
+    def load_train_data(self, x, y):
+        self.calls.append(("load", x.shape, y.shape))
+
+    def warm_up(self, batch_sizes):
+        self.calls.append(("warm_up", set(batch_sizes)))
+
+    def train_epoch(self, order, batch, progress=None):
+        from gpunn.backends.base import EpochResult
+
+        steps, e = len(order) // batch, self.epochs
+        self.calls.append(("epoch", sorted(order.tolist()) == list(range(len(order))), batch))
+        self.clock.now += steps * (1.0 if e == 0 else 0.010 * e)
+        self.epochs += 1
+        return EpochResult(self.loss, 0.001 * e * steps, 0.002 * e * steps, steps)
+
+    def train_step(self, xb, target):
+        self.calls.append(("step", xb.shape, target.shape))
+        self.clock.now += 1.0 if self.calls[-2][0] != "step" else 0.003
+
+
+def test_e3_timer_runs_the_variants_own_data_path(monkeypatch):
+    """load_train_data with batch x steps samples, warm_up of the batch, an untimed epoch then `epochs` timed ones
+    in permuted orders (median of their wall time, forward and backward per step), then synchronous steps."""
+    from gpunn import batch_timing
+
+    clock = _FakeClock()
+    stubs = []
+    monkeypatch.setattr(batch_timing, "time", clock)
+    monkeypatch.setattr(batch_timing, "make_backend", lambda *a, **k: stubs.append(_StubBackend(clock)) or stubs[-1])
+    frame = batch_timing.time_batches(["cpu-numpy"], [4], hidden=3, in_features=5, steps=6, repeats=5,
+                                      timed_epochs=3, log=lambda line: None)
+    (row,) = frame.to_dict("records")
+    assert row["throughput_step_ms"] == pytest.approx(20.0)  # the median of 10, 20, 30 ms: not the untimed 1 s
+    assert row["throughput_samples_per_s"] == pytest.approx(4 / 0.020)
+    assert (row["forward_ms"], row["backward_ms"]) == (pytest.approx(2.0), pytest.approx(4.0))
+    assert row["latency_ms"] == pytest.approx(3.0) and row["clock"] == "host"
+    (stub,) = stubs
+    assert stub.calls[:2] == [("load", (24, 5), (24,)), ("warm_up", {4})]
+    assert stub.calls[2:6] == [("epoch", True, 4)] * 4
+    assert stub.calls[6:] == [("step", (4, 5), (4,))] * 6  # one untimed, five timed
+
+
+def test_e3_timer_refuses_a_diverged_epoch(monkeypatch):
+    from gpunn import batch_timing
+
+    clock = _FakeClock()
+    monkeypatch.setattr(batch_timing, "time", clock)
+    monkeypatch.setattr(batch_timing, "make_backend", lambda *a, **k: _StubBackend(clock, loss=float("nan")))
+    with pytest.raises(GpunnError, match=r"stub: E3 epoch 1 at batch 2 ran 3 of 3 steps to loss nan; a diverged"):
+        batch_timing.time_batches(["cpu-numpy"], [2], hidden=3, in_features=5, steps=3, log=lambda line: None)

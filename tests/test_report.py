@@ -31,7 +31,7 @@ from gpunn.report.figures import block_sweep, e2_phase_times, epoch_time_bars
 from gpunn.report.tables import format_significant
 from gpunn.runspec import RunSpec
 from gpunn.targets import STEP_PROFILE, report_outputs
-from gpunn.timing import TIMING_COLUMNS
+from gpunn.batch_timing import BATCH_TIMING_COLUMNS
 from gpunn.train import METRIC_COLUMNS
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -152,18 +152,31 @@ def test_e2_heatmaps(tmp_path):
     _assert_png(e2_heatmaps(table, tmp_path / "e2b.png"))
 
 
-def test_batch_timing(tmp_path):
-    rows = []
-    for variant, base in (("cpu-numpy", 5.0), ("gpu-tiled", 0.2)):
-        for batch in (1, 8, 32, 128, 512):
-            step = base + 0.01 * batch
-            rows.append(dict(variant=variant, batch=batch, forward_ms=0.4 * step, backward_ms=0.6 * step,
-                             step_ms=step, samples_per_s=batch / step * 1000))
+def _e3_row(variant, batch, step, clock="host"):
+    """One E3 timing row: throughput `step` ms per step, its split 0.4 / 0.5 of it, latency 3x it."""
+    return dict(variant=variant, batch=batch, throughput_step_ms=step, throughput_samples_per_s=1000 * batch / step,
+                forward_ms=0.4 * step, backward_ms=0.5 * step, clock=clock, latency_ms=3 * step)
+
+
+def test_batch_timing(tmp_path, monkeypatch):
+    saved = _capture_figures(monkeypatch)
+    rows = [_e3_row(variant, batch, base + 0.01 * batch, clock)
+            for variant, base, clock in (("cpu-numpy", 5.0, "host"), ("gpu-tiled", 0.2, "cuda events"))
+            for batch in (1, 8, 32, 128, 512)]
     table = tmp_path / "e3.csv"
     pd.DataFrame(rows).to_csv(table, index=False)
     _assert_png(batch_timing(table, tmp_path / "e3.png"))
-    pd.DataFrame(rows).drop(columns="step_ms").to_csv(table, index=False)
-    with pytest.raises(GpunnError, match="step_ms"):
+    panels = saved[-1]["panels"]
+    assert panels[:3] == ["throughput: steps back to back", "throughput: time per step",
+                          "latency: one synchronous step"]
+    assert panels[3:] == ["split: forward pass and loss\n(CUDA events; host clock: cpu-numpy)",
+                          "split: backward pass and update\n(CUDA events; host clock: cpu-numpy)"]
+    tiled = [r for r in rows if r["variant"] == "gpu-tiled"]
+    for panel, column in enumerate(("throughput_samples_per_s", "throughput_step_ms", "latency_ms", "forward_ms",
+                                    "backward_ms")):
+        assert saved[-1]["ydata"][panel][1] == pytest.approx([r[column] for r in tiled])  # each panel its column
+    pd.DataFrame(rows).drop(columns="latency_ms").to_csv(table, index=False)
+    with pytest.raises(GpunnError, match="latency_ms"):
         batch_timing(table, tmp_path / "e3b.png")
 
 
@@ -642,7 +655,7 @@ def test_e2_two_runs_of_one_cell_are_refused(tmp_path):
         make_report("e2", tmp_path / "report", runs=runs)
 
 
-E3_VARIANTS = ("cpu-numpy", "cpu-serial", *GPU_VARIANTS)
+E3_VARIANTS = ("cpu-numpy", "cpu-serial", *GPU_VARIANTS, "gpu-graph")
 
 
 def _write_timings(folder, where=None):
@@ -652,12 +665,16 @@ def _write_timings(folder, where=None):
     for k, variant in enumerate(E3_VARIANTS):
         rows = []
         for batch in (1, 8, 32, 128, 512):
+            # latency: 3x the throughput step, and shrinking slower across variants, so a speedup read from it
+            # differs from the throughput's
             step = 10.0 / (k + 1) ** 2 + 0.01 * batch
-            rows.append({"variant": variant, "batch": batch, "hidden": 256, "forward_ms": 0.4 * step,
-                         "backward_ms": 0.6 * step, "step_ms": step, "samples_per_s": 1000 * batch / step,
-                         "repeats": 20, **(_csv_provenance(where(variant)) if where else {})})
+            events = uses_gpu(variant) and not (where and where(variant).get("simulator"))
+            row = _e3_row(variant, batch, step, "cuda events" if events else "host")
+            row["latency_ms"] = 30.0 / (k + 1) + 0.01 * batch
+            rows.append({**row, "hidden": 256, "features": 784, "steps": 100, "timed_epochs": 3, "repeats": 20,
+                         **(_csv_provenance(where(variant)) if where else {})})
         paths.append(folder / f"{variant}.csv")
-        io.write_csv(paths[-1], pd.DataFrame(rows, columns=list(rows[0]) if where else TIMING_COLUMNS))
+        io.write_csv(paths[-1], pd.DataFrame(rows, columns=list(rows[0]) if where else BATCH_TIMING_COLUMNS))
     return paths
 
 
@@ -693,7 +710,7 @@ def test_e3_report_batch_timing_and_block_table(tmp_path):
     _assert_written(out, "e3")
     summary = pd.read_csv(out / "summary.csv")
     assert len(summary) == 5 * len(E3_VARIANTS)
-    assert summary["variant"].unique().tolist() == ["cpu-serial", "cpu-numpy", *GPU_VARIANTS]
+    assert summary["variant"].unique().tolist() == ["cpu-serial", "cpu-numpy", *GPU_VARIANTS, "gpu-graph"]
 
     table = pd.read_csv(out / "blocks.csv")
     assert list(table.columns) == ["op", "rows", "cols", *[f"block_{b}_ms" for b in BLOCKS], "best_block",
@@ -903,12 +920,20 @@ def test_e3_labels_simulated_timings_and_blocks(tmp_path):
     written = make_report("e3", out, timings=timings, blocks=[blocks])
     _assert_written(out, "e3")
     summary = pd.read_csv(out / "summary.csv")
-    assert list(summary.columns) == ["variant", "device", "batch", "hidden", "forward_ms", "backward_ms", "step_ms",
-                                     "samples_per_s", "repeats", "simulator"]
+    assert list(summary.columns) == ["variant", "device", "batch", "hidden", "features", "steps", "timed_epochs",
+                                     "throughput_step_ms", "throughput_samples_per_s", "forward_ms", "backward_ms",
+                                     "clock", "latency_ms", "repeats", "simulator"]
     assert set(summary.loc[summary["simulator"], "variant"]) == {"gpu-fused"}
     assert set(summary.loc[~summary["simulator"], "device"]) == {"cpu"}
+    assert set(summary.loc[summary["clock"] == "cuda events", "variant"]) == {"gpu-naive", "gpu-tiled", "gpu-graph"}
+    note = (out / "summary.md").read_text()  # the table says what each measure is
+    for column in ("throughput_step_ms", "throughput_samples_per_s", "forward_ms", "backward_ms", "clock",
+                   "latency_ms"):
+        assert f"{column}: " in note
+    assert "wall time of one synchronous train_step" in note and "CUDA events around each phase" in note
     assert _title_line(out / "summary.md") == (
-        "E3: MLP step time per batch size and variant (hidden 256, median of 20 steps), timed on cpu"
+        "E3: MLP training step per batch size and variant (hidden 256, inputs 784, throughput over 100 steps, "
+        "latency median of 20 calls), timed on cpu"
         " — timings of gpu-fused under the CUDA simulator: not meaningful")
     assert written["batch_timing.png"].endswith("\ntimed on cpu\ntimings of gpu-fused under the CUDA simulator: "
                                                 "not meaningful")
@@ -1058,14 +1083,16 @@ def test_coinciding_curves_are_named_and_styled_apart(tmp_path, monkeypatch):
     styles = [(marker, style) for _, marker, style in saved[-1]["lines"][0]]
     assert len(set(styles)) == len(runs)  # every run its own marker and line style
 
-    rows = [dict(variant=v, batch=b, forward_ms=0.4 * b, backward_ms=0.6 * b, step_ms=float(b),
-                 samples_per_s=1000.0 * (2 if v == "gpu-naive" else 1), simulator=v == "gpu-fused")
+    rows = [{**_e3_row(v, b, float(b), "cuda events" if v == "gpu-naive" else "host"),
+             "throughput_samples_per_s": 1000.0 * (2 if v == "gpu-naive" else 1), "simulator": v == "gpu-fused"}
             for v in ("cpu-numpy", "gpu-naive", "gpu-fused") for b in (1, 8, 64)]
     pd.DataFrame(rows).to_csv(tmp_path / "e3.csv", index=False)
     _assert_png(batch_timing(tmp_path / "e3.csv", tmp_path / "e3.png"))
     panels = saved[-1]["panels"]
-    assert panels[0] == "training throughput\n(cpu-numpy and gpu-fused coincide)"
-    assert panels[1] == "time per training step\n(all 3 coincide)"
+    assert panels[0] == "throughput: steps back to back\n(cpu-numpy and gpu-fused coincide)"
+    assert panels[1] == "throughput: time per step\n(all 3 coincide)"
+    assert panels[3] == ("split: forward pass and loss\n(CUDA events; host clock: cpu-numpy, gpu-fused)\n"
+                         "(all 3 coincide)")
     assert saved[-1]["legend"] == ["cpu-numpy", "gpu-naive", "gpu-fused (simulated)"]
     assert len({(marker, style) for _, marker, style in saved[-1]["lines"][0]}) == 3
 

@@ -154,15 +154,16 @@ def _cmd_svm(args):
 
 def _cmd_time_batches(args):
     from gpunn import io
-    from gpunn.timing import time_mlp_batches
+    from gpunn.batch_timing import time_batches
     from gpunn.timing_lock import timing_lock
     from gpunn.backends.registry import check_variant
 
     for variant in args.variants:
         check_variant(variant, "mlp")
     with timing_lock(f"gpunn time-batches {','.join(args.variants)}", _log):
-        frame = time_mlp_batches(args.variants, args.batches, hidden=args.hidden, in_features=args.features,
-                                 repeats=args.repeats, seed=args.seed, log=_log)
+        frame = time_batches(args.variants, args.batches, hidden=args.hidden, in_features=args.features,
+                             steps=args.steps, timed_epochs=args.timed_epochs, repeats=args.repeats, seed=args.seed,
+                             log=_log)
     io.write_csv(args.out, frame)
 
 
@@ -280,12 +281,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--class-names", default="", help="comma-separated class names")
     p.set_defaults(func=_cmd_svm)
 
-    p = sub.add_parser("time-batches", help="E3: MLP forward/backward/step time per batch size")
+    p = sub.add_parser("time-batches", help="E3: MLP step throughput, forward/backward split, latency per batch")
     p.add_argument("--variants", nargs="+", required=True)
     p.add_argument("--batches", type=positive_int_list, required=True, help="e.g. 1,8,32,128,512")
     p.add_argument("--hidden", type=int_at_least(1), default=256)
     p.add_argument("--features", type=int_at_least(1), default=784, help="inputs of the timed MLP (784: MNIST)")
-    p.add_argument("--repeats", type=int_at_least(1), default=20)
+    p.add_argument("--steps", type=int_at_least(1), default=100,
+                   help="throughput: steps per timed epoch, run back to back (default 100)")
+    p.add_argument("--timed-epochs", type=int_at_least(1), default=3,
+                   help="throughput: epochs timed after an untimed one, median (default 3)")
+    p.add_argument("--repeats", type=int_at_least(1), default=20,
+                   help="latency: synchronous steps timed one by one (default 20)")
     p.add_argument("--seed", type=int_at_least(0), default=0)
     p.add_argument("--out", required=True, help="output CSV")
     p.set_defaults(func=_cmd_time_batches)

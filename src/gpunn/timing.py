@@ -1,14 +1,7 @@
-"""E3 timing: forward, backward and full training-step time of the MLP per variant and batch size.
-
-Random (not zero) inputs, a warm-up step first (numba compiles on first call), then the median over
-`repeats` steps. Host clocks are fine for CPU variants; GPU variants time themselves with CUDA events
-inside their train_step and report the same StepTimes fields. Every row carries the provenance columns
-(gpunn.provenance.CSV_COLUMNS: device, thread counts, versions, commit) of the variant it times; callers run
-these functions under the machine-wide timing lock (gpunn.timing_lock).
-
-Below E3's batches: whole training epochs of a model per variant next to PyTorch (``time_epochs``, what
-``python -m gpunn.bench mlp|cnn|autoencoder`` runs) and each launch of one training step timed alone
-(``step_profile``, ``bench <model> --profile``).
+"""Timing helpers: each row's provenance columns, random MNIST-shaped data, whole training epochs of a model per
+variant next to PyTorch (``time_epochs``, what ``python -m gpunn.bench mlp|cnn|autoencoder`` runs) and each launch
+of one training step timed alone (``step_profile``, ``bench <model> --profile``). E3's per-batch step timing is
+gpunn.batch_timing. Callers run these under the machine-wide timing lock (gpunn.timing_lock).
 """
 
 from __future__ import annotations
@@ -24,37 +17,10 @@ from gpunn.errors import GpunnError
 from gpunn.nn import build_model
 from gpunn.backends.registry import VARIANTS, make_backend, uses_gpu
 
-TIMING_COLUMNS = ["variant", "batch", "hidden", "forward_ms", "backward_ms", "step_ms", "samples_per_s", "repeats",
-                  *provenance.CSV_COLUMNS]
-
 
 def provenance_columns(variant: str) -> dict:
     """The provenance columns of a row timing `variant` (a gpunn variant, or a PyTorch reference on the GPU)."""
     return provenance.columns(provenance.collect(uses_gpu=uses_gpu(variant) if variant in VARIANTS else True))
-
-
-def time_mlp_batches(variants, batch_sizes, hidden=256, in_features=784, classes=10, repeats=20,
-                     seed=0, lr=0.01, log=print) -> pd.DataFrame:
-    rng = np.random.default_rng(seed)
-    rows = []
-    for variant in variants:
-        for batch in batch_sizes:
-            model = build_model("mlp", in_features=in_features, hidden=hidden, classes=classes, seed=seed)
-            backend = make_backend(variant, model, "mlp", lr)
-            pool = [(rng.random((batch, in_features), dtype=np.float32), rng.integers(0, classes, batch))
-                    for _ in range(4)]
-            backend.warm_up({batch})  # compilation, outside the timing
-            backend.train_step(*pool[0])  # and one step for the caches
-            steps = [backend.train_step(*pool[i % len(pool)]) for i in range(repeats)]
-            forward = float(np.median([s.forward_s for s in steps]))
-            backward = float(np.median([s.backward_s for s in steps]))
-            step = float(np.median([s.forward_s + s.backward_s for s in steps]))
-            rows.append({"variant": variant, "batch": batch, "hidden": hidden, "forward_ms": 1e3 * forward,
-                         "backward_ms": 1e3 * backward, "step_ms": 1e3 * step,
-                         "samples_per_s": batch / step, "repeats": repeats, **provenance_columns(variant)})
-            log(f"{variant:>12} batch {batch:>4}: forward {1e3 * forward:8.3f} ms  backward {1e3 * backward:8.3f} ms"
-                f"  {batch / step:10.0f} samples/s")
-    return pd.DataFrame(rows, columns=TIMING_COLUMNS)
 
 
 # ---------------------------------------------------------------------------------------------------------

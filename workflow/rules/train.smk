@@ -51,7 +51,7 @@ rule evaluate:
 
 
 rule time_batches:
-    """E3: forward, backward and step time of the MLP per batch size, for one variant."""
+    """E3: the MLP's step throughput, forward / backward split and latency per batch size, for one variant."""
     output:
         f"{R}/timing/{M}/e3/{{variant}}.csv",
     log:
@@ -67,8 +67,8 @@ rule time_batches:
         ENV_FILE
     shell:
         "{params.env}python -m gpunn time-batches --variants {wildcards.variant} --batches {params.batches} "
-        "--hidden {params.e3[hidden]} --features {params.e3[features]} --repeats {params.e3[repeats]} --out {output} "
-        "2>&1 | tee {log}"
+        "--hidden {params.e3[hidden]} --features {params.e3[features]} --steps {params.e3[steps]} "
+        "--timed-epochs {params.e3[timed_epochs]} --repeats {params.e3[repeats]} --out {output} 2>&1 | tee {log}"
 
 
 rule sweep_blocks:

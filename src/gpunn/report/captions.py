@@ -65,7 +65,14 @@ CAPTIONS: dict[tuple[str, str], Caption] = {
         "seed 002's 'Training time', 'Forward propagation time' and 'Backpropagation time' rows across its hidden "
         "sizes, drawn as lines", "seed 002 tables"),
     ("e3", "batch_timing.png"): Caption(
-        "Samples per second, and step, forward and backward time, against batch size, one line per variant.",
+        "The MLP's training step against batch size, one line per variant, log axes. Throughput (top left, top "
+        "middle): steps run back to back as the training loop runs them, through the variant's own data path (its "
+        "per-step batch copies, or its data resident on the GPU), as samples per second and as an epoch's wall time "
+        "over its steps. Latency (top right): the wall time of one synchronous training step called from Python on "
+        "a host batch: the copy, the launches and the wait for the GPU. Split (bottom): the forward pass with the "
+        "loss, and the backward pass with the update, per step of the throughput epochs: GPU time from CUDA events "
+        "around each phase for the GPU variants (the batch copy excluded), the host clock for the CPU variants and "
+        "under numba's simulator (panel titles name the clock).",
         "seed 003's benchmarking plan (batch sizes 1 to 512, custom kernels against a NumPy CPU baseline), which "
         "has no figure", "seed 003 plan"),
     ("e3", "block_sweep.png"): Caption(

@@ -9,8 +9,9 @@ outputs of finished runs, and paper_vs_ours (CSV + Markdown): the seed's numbers
     e2  MLP hidden x batch sweep on the e2 split: train / forward / backward time, accuracy, speedups
         (tidy summary, and the papers' wide layout in paper_table); heatmaps; training, forward and
         backward time against hidden size
-    e3  MLP forward / backward / step time and samples/s per batch size and variant; with --blocks, the kernels'
-        time per block size (blocks table: the fastest block per op and shape; block_sweep figure)
+    e3  MLP step per batch size and variant: throughput (ms per step, samples/s), forward / backward split, latency
+        (gpunn.batch_timing); with --blocks, the kernels' time per block size (blocks table: the fastest block per
+        op and shape; block_sweep figure)
     e4  CNN on MNIST and Fashion-MNIST: training / testing time, accuracy, speedups over cpu-numpy and gpu-naive,
         accuracy difference to cpu-numpy per variant and dataset (summary; paper_table in seed 001's Tables 3-6
         layout); cumulative training time and loss per epoch (its Figures 1-2); sample predictions; with a
@@ -466,19 +467,30 @@ def _read_csvs(paths, columns, what) -> pd.DataFrame:
     return titles.with_device_fields(frame)
 
 
-E3_SUMMARY_COLUMNS = ("variant", "device", "batch", "hidden", "features", "forward_ms", "backward_ms", "step_ms",
-                      "samples_per_s", "repeats", "simulator")
+E3_SUMMARY_COLUMNS = ("variant", "device", "batch", "hidden", "features", "steps", "timed_epochs",
+                      "throughput_step_ms", "throughput_samples_per_s", "forward_ms", "backward_ms", "clock",
+                      "latency_ms", "repeats", "simulator")
 
 
 def e3_head(frame: pd.DataFrame) -> str:
-    """'E3: MLP step time per batch size and variant (hidden 256, 784 inputs, median of 20 steps)', from the
-    columns the timing CSVs have."""
+    """'E3: MLP training step per batch size and variant (hidden 256, inputs 784, throughput over 100 steps,
+    latency median of 20 calls)', from the columns the timing CSVs have."""
     sizes = [f"{name} {titles.one_or_set(frame[column])}" for column, name in (("hidden", "hidden"),
                                                                             ("features", "inputs"))
              if column in frame]
+    if "steps" in frame:
+        sizes.append(f"throughput over {titles.one_or_set(frame['steps'])} steps")
     if "repeats" in frame:
-        sizes.append(f"median of {titles.one_or_set(frame['repeats'])} steps")
-    return "E3: MLP step time per batch size and variant" + (f" ({', '.join(sizes)})" if sizes else "")
+        calls = titles.one_or_set(frame["repeats"])
+        sizes.append(f"latency median of {calls} call{'' if calls == '1' else 's'}")
+    return "E3: MLP training step per batch size and variant" + (f" ({', '.join(sizes)})" if sizes else "")
+
+
+def e3_note() -> str:
+    """What each measured column of E3's table is (gpunn.batch_timing.COLUMN_NOTES)."""
+    from gpunn.batch_timing import COLUMN_NOTES
+
+    return " ".join(f"{column}: {text}." for column, text in COLUMN_NOTES.items())
 
 
 def report_e3(timings, out_dir, blocks=(), **_) -> dict[str, str]:
@@ -488,7 +500,7 @@ def report_e3(timings, out_dir, blocks=(), **_) -> dict[str, str]:
                "batch_timing.png": titles.figure_title(head, timing)}
     tables.summary_table(frame.to_dict("records"), out_dir / "summary.csv", out_dir / "summary.md",
                          written["summary.md"], columns=[c for c in E3_SUMMARY_COLUMNS if c in frame],
-                         note=titles.simulated_note(frame))
+                         note=_note(e3_note(), titles.simulated_note(frame)))
     figures.batch_timing(out_dir / "summary.csv", out_dir / "batch_timing.png", written["batch_timing.png"])
     written["paper_vs_ours.md"] = paper_vs_ours.report("e3", paper_vs_ours.e3_rows(frame), out_dir, head)
     if not blocks:  # the block-size sweep is optional by hand; the workflow always passes it

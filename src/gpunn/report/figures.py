@@ -13,7 +13,8 @@
     e2_heatmaps              E2 sweep: training time and test accuracy over hidden x batch, one panel per variant
     e2_phase_times           E2 sweep: training, forward and backward time against hidden size, one panel per
                              batch size
-    batch_timing             E3: samples/s, step, forward and backward time against batch size, one line per variant
+    batch_timing             E3: throughput (samples/s, ms per step), forward / backward split and latency against
+                             batch size, one line per variant
     block_sweep              E3: kernel time against block size, one line per op, one panel per shape
     training_time_bars       E5: training time for all epochs on the full training set per variant (log bars;
                              extrapolated ones marked)
@@ -66,7 +67,8 @@ LOSS_COLUMNS = ("epoch", "train_loss", "test_loss", "test_accuracy", "epoch_time
 LOG_SPAN = 10.0  # a time axis whose values span more than this factor is drawn on a log scale
 E2_COLUMNS = ("variant", "hidden", "batch", "train_time_s", "forward_time_s", "backward_time_s", "test_accuracy")
 E1_COLUMNS = ("variant", "time_per_epoch_s")
-E3_COLUMNS = ("variant", "batch", "forward_ms", "backward_ms", "step_ms", "samples_per_s")
+E3_COLUMNS = ("variant", "batch", "throughput_samples_per_s", "throughput_step_ms", "latency_ms", "forward_ms",
+              "backward_ms")  # gpunn.batch_timing.COLUMN_NOTES says what each measures
 BLOCK_COLUMNS = ("op", "block", "rows", "cols", "ms", "gb_per_s", "device")
 
 
@@ -829,9 +831,24 @@ def e2_phase_times(table_csv, out_png,
     return _save(fig, out_png)
 
 
+def _clock_note(frame: pd.DataFrame) -> str:
+    """What timed the forward / backward split of the variants drawn, from E3's `clock` column, as a second title
+    line: (CUDA events), (host clock), or (CUDA events; host clock: the variants it timed); '' without the column."""
+    from gpunn.batch_timing import CLOCK_EVENTS
+
+    if "clock" not in frame:
+        return ""
+    host = ordered_variants(frame.loc[frame["clock"].astype(str) != CLOCK_EVENTS, "variant"])
+    if not host:
+        return "\n(CUDA events)"
+    if len(host) == frame["variant"].nunique():
+        return "\n(host clock)"
+    return f"\n(CUDA events; host clock: {', '.join(host)})"
+
+
 def batch_timing(table_csv, out_png, title: str = "E3: MLP training step against batch size") -> Path:
-    """Samples/s, time per training step, forward and backward time against batch size, one line per variant,
-    log axes (CPU baselines and GPU variants differ by orders of magnitude)."""
+    """Against batch size, one line per variant, log axes (CPU baselines and GPU variants differ by orders of
+    magnitude): throughput as samples/s and as ms per step, latency, and the forward and backward time per step."""
     frame = read_table(table_csv, E3_COLUMNS, "E3 batch timing table")
     frame = _numeric(frame.assign(variant=frame["variant"].astype(str)), E3_COLUMNS[1:])
     variants = ordered_variants(frame["variant"])
@@ -839,14 +856,16 @@ def batch_timing(table_csv, out_png, title: str = "E3: MLP training step against
     styles = dict(zip(variants, series_styles(len(variants))))
     simulated = simulated_variants(frame)
     batches = sorted(frame["batch"].dropna().unique())
-    panels = (("samples_per_s", "samples / s", "training throughput"),
-              ("step_ms", "time per step (ms)", "time per training step"),
-              ("forward_ms", "forward time (ms)", "forward pass and loss"),
-              ("backward_ms", "backward time (ms)", "backward pass and update"))
-    fig, axes = plt.subplots(2, 2, figsize=(11.0, 8.6), layout="constrained")
+    panels = (("throughput_samples_per_s", "samples / s", "throughput: steps back to back"),
+              ("throughput_step_ms", "time per step (ms)", "throughput: time per step"),
+              ("latency_ms", "time per call (ms)", "latency: one synchronous step"),
+              ("forward_ms", "forward time per step (ms)", "split: forward pass and loss"),
+              ("backward_ms", "backward time per step (ms)", "split: backward pass and update"))
+    fig, axes = plt.subplot_mosaic([[0, 0, 1, 1, 2, 2], [3, 3, 3, 4, 4, 4]], figsize=(14.0, 8.6),
+                                   layout="constrained")
     handles = {}
-    for ax, (column, ylabel, panel_title) in zip(axes.ravel(), panels):
-        lines = {}
+    for k, (column, ylabel, panel_title) in enumerate(panels):
+        ax, lines = axes[k], {}
         for variant in variants:
             sub = frame[frame["variant"] == variant].sort_values("batch")
             values = sub[column].where(sub[column] > 0)
@@ -856,10 +875,10 @@ def batch_timing(table_csv, out_png, title: str = "E3: MLP training step against
         _log2_ticks(ax, batches)
         ax.set_xlabel("batch size")
         ax.set_ylabel(ylabel)
-        _titled_with_coincidences(ax, panel_title, lines)
+        _titled_with_coincidences(ax, panel_title + (_clock_note(frame) if k >= 3 else ""), lines)
         ax.grid(alpha=0.3, which="both")
     fig.legend(handles.values(), [_variant_label(v, simulated) for v in handles], loc="outside lower center",
-               ncols=min(len(handles), 5), fontsize="small")
+               ncols=min(len(handles), 6), fontsize="small")
     fig.suptitle(title)
     return _save(fig, out_png)
 

@@ -30,7 +30,7 @@ from gpunn.targets import EXPERIMENTS, REPORT_PROVENANCE
 EXPERIMENT_TITLES = {
     "e1": "MLP 784-256-10 on MNIST, CPU against GPU",
     "e2": "MLP hidden size x batch size sweep",
-    "e3": "MLP step time per batch size, kernel block sizes",
+    "e3": "MLP step throughput, forward / backward split and latency per batch size, kernel block sizes",
     "e4": "CNN on MNIST and Fashion-MNIST",
     "e5": "Convolutional autoencoder on CIFAR-10",
     "e6": "RBF SVM on the autoencoder's encoder features",
@@ -62,7 +62,7 @@ HEADLINES = (
     Headline("e2", "tiled GPU test accuracy, hidden 256, batch 128", "test_accuracy",
              {"phase": "Optimization #2", "hidden": 256, "batch": 128}),
     Headline("e2", "tiled GPU speedup over serial, hidden 256, batch 128", "speedup", {"phase": "Optimization #2"}),
-    Headline("e3", "expected GPU speedup over NumPy (ours: the best step-time speedup, batch >= 128)",
+    Headline("e3", "expected GPU speedup over NumPy (ours: the best throughput speedup, batch >= 128)",
              "expected_speedup", {}, match=("table", "row", "quantity")),
     Headline("e4", "optimized test accuracy, MNIST (A40)", "test_accuracy", {"source": "Table 4", "row": "A40"}),
     Headline("e4", "optimized test accuracy, Fashion-MNIST (A40)", "test_accuracy",

@@ -141,7 +141,7 @@ PHASES: dict[str, dict[str, tuple[str, ...]]] = {
     SEED_E2: {"Serial": ("cpu-serial",), "Naive": ("gpu-naive",), "Optimization #1": (),
               "Optimization #2": ("gpu-tiled",)},
     # seed 003 plans custom GPU kernels against a NumPy CPU baseline
-    SEED_E3: {"NumPy CPU": ("cpu-numpy",), "GPU": ("gpu-naive", "gpu-tiled", "gpu-fused")},
+    SEED_E3: {"NumPy CPU": ("cpu-numpy",), "GPU": ("gpu-naive", "gpu-tiled", "gpu-fused", "gpu-graph")},
     # seed 001: PyTorch on the CPU is its CPU baseline (cpu-numpy is ours); PyTorch on CUDA is not a pipeline
     # variant (python -m gpunn.bench cnn compares it)
     SEED_E4: {"PyTorch CPU": ("cpu-numpy",), "PyTorch CUDA": (), "naive": ("gpu-naive",),

@@ -1,0 +1,114 @@
+"""E3: the MLP's training step per variant and batch size, measured three ways (column groups of E3's CSV):
+
+    throughput  `steps` steps back to back as the training loop runs them, through the variant's own data path
+                (load_train_data on random data of batch * steps samples, warm_up, train_epoch): an epoch's wall
+                time over its steps, median over `timed_epochs` epochs (default TIMED_EPOCHS) after an untimed one
+    split       forward and backward time per step of those same epochs (EpochResult.forward_s / backward_s over
+                steps): CUDA events around each phase of each step for a GPU variant (batch copy excluded), the
+                host clock for a CPU variant and under numba's simulator (column `clock`)
+    latency     one synchronous train_step called from Python on a host batch, wall time, median over `repeats`
+
+Each row ends with its variant's provenance columns; callers hold the machine-wide timing lock (gpunn.timing_lock).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pandas as pd
+
+from gpunn import provenance
+from gpunn.backends.registry import make_backend, uses_gpu
+from gpunn.errors import GpunnError
+from gpunn.nn import build_model
+from gpunn.seeding import batch_order
+from gpunn.timing import provenance_columns, random_training_data
+
+TIMED_EPOCHS = 3  # default throughput epochs timed after the untimed first one (median)
+CLOCK_EVENTS = "cuda events"
+CLOCK_HOST = "host"
+BATCH_TIMING_COLUMNS = ["variant", "batch", "hidden", "features", "steps", "timed_epochs", "throughput_step_ms",
+                        "throughput_samples_per_s", "forward_ms", "backward_ms", "clock", "latency_ms", "repeats",
+                        *provenance.CSV_COLUMNS]
+# what each measured column is: E3's table note and the README say the same
+COLUMN_NOTES = {
+    "throughput_step_ms": "wall time of an epoch of `steps` steps run back to back through the variant's own data "
+                          "path (train_epoch), over steps; median of `timed_epochs` epochs after an untimed one",
+    "throughput_samples_per_s": "batch / throughput_step_ms",
+    "forward_ms": "forward pass and loss per step in those epochs, by `clock`",
+    "backward_ms": "backward pass and update per step in those epochs, by `clock`",
+    "clock": f"'{CLOCK_EVENTS}': GPU time from CUDA events around each phase (the batch copy excluded); "
+             f"'{CLOCK_HOST}': the host clock (CPU variants, and GPU variants under numba's simulator)",
+    "latency_ms": "wall time of one synchronous train_step called from Python on a host batch (copy, launches, "
+                  "wait for the GPU); median of `repeats` calls",
+}
+
+
+def split_clock(variant: str, simulator: bool) -> str:
+    """What times a variant's forward / backward split: CUDA events on a real GPU, else the host clock."""
+    return CLOCK_EVENTS if uses_gpu(variant) and not simulator else CLOCK_HOST
+
+
+def throughput(backend, x, y, batch: int, seed: int, timed_epochs: int = TIMED_EPOCHS) -> dict:
+    """Per-step medians (seconds) over `timed_epochs` epochs of the loaded (x, y) after an untimed one: 'wall' (the
+    epoch's wall time), 'forward' and 'backward' (its EpochResult phases), each over the epoch's steps. An epoch
+    that diverged or stopped early is a GpunnError: its time would not be an epoch's."""
+    steps = len(x) // batch
+    backend.load_train_data(x, y)
+    backend.warm_up({batch})
+    measured = {"wall": [], "forward": [], "backward": []}
+    for epoch in range(timed_epochs + 1):
+        order = batch_order(seed, epoch, len(x))
+        start = time.perf_counter()
+        result = backend.train_epoch(order, batch)
+        wall = time.perf_counter() - start
+        if not math.isfinite(result.loss) or result.steps != steps:
+            raise GpunnError(f"{backend.name}: E3 epoch {epoch + 1} at batch {batch} ran {result.steps} of {steps} "
+                             f"steps to loss {result.loss}; a diverged epoch is no timing")
+        if epoch:
+            for key, seconds in (("wall", wall), ("forward", result.forward_s), ("backward", result.backward_s)):
+                measured[key].append(seconds / steps)
+    return {key: float(np.median(values)) for key, values in measured.items()}
+
+
+def latency(backend, x, y, batch: int, repeats: int) -> float:
+    """Median wall seconds of one synchronous train_step on host batches of (x, y), after an untimed one."""
+    batches = [(x[s:s + batch], y[s:s + batch]) for s in range(0, len(x) - batch + 1, batch)]
+    backend.train_step(*batches[0])
+    seconds = []
+    for i in range(repeats):
+        xb, yb = batches[i % len(batches)]
+        start = time.perf_counter()
+        backend.train_step(xb, yb)
+        seconds.append(time.perf_counter() - start)
+    return float(np.median(seconds))
+
+
+def time_batches(variants, batch_sizes, *, hidden=256, in_features=784, classes=10, steps=100, repeats=20,
+                 timed_epochs=TIMED_EPOCHS, seed=0, lr=0.01, log=print) -> pd.DataFrame:
+    """One row per variant and batch size (BATCH_TIMING_COLUMNS): throughput, forward / backward split and latency
+    of the in_features-hidden-classes MLP on random data, a fresh model per row."""
+    if min(steps, repeats, timed_epochs) < 1:
+        raise GpunnError(f"E3 timing needs at least one step, repeat and timed epoch (got steps {steps}, repeats "
+                         f"{repeats}, timed_epochs {timed_epochs})")
+    rows = []
+    for variant in variants:
+        where = provenance_columns(variant)
+        clock = split_clock(variant, bool(where["simulator"]))
+        for batch in batch_sizes:
+            model = build_model("mlp", in_features=in_features, hidden=hidden, classes=classes, seed=seed)
+            backend = make_backend(variant, model, "mlp", lr)
+            x, y = random_training_data(batch * steps, seed, (in_features,), classes)
+            per_step = throughput(backend, x, y, batch, seed, timed_epochs)
+            sync = latency(backend, x, y, batch, repeats)
+            rows.append({"variant": variant, "batch": batch, "hidden": hidden, "features": in_features,
+                         "steps": steps, "timed_epochs": timed_epochs, "throughput_step_ms": 1e3 * per_step["wall"],
+                         "throughput_samples_per_s": batch / per_step["wall"],
+                         "forward_ms": 1e3 * per_step["forward"], "backward_ms": 1e3 * per_step["backward"],
+                         "clock": clock, "latency_ms": 1e3 * sync, "repeats": repeats, **where})
+            log(f"{variant:>12} batch {batch:>4}: throughput {1e3 * per_step['wall']:8.3f} ms/step "
+                f"{batch / per_step['wall']:10.0f} samples/s; forward {1e3 * per_step['forward']:8.3f} ms backward "
+                f"{1e3 * per_step['backward']:8.3f} ms ({clock}); latency {1e3 * sync:8.3f} ms")
+    return pd.DataFrame(rows, columns=BATCH_TIMING_COLUMNS)
