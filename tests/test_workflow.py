@@ -35,7 +35,7 @@ def test_default_dry_run_lists_every_stage(workflow_copy):
                 "cifar10/standard/autoencoder/gpu-im2col/w256-128_b64_lr0.002_e20_s0"):  # the GPU on all 50 000
         assert f"python -m gpunn train {run} " in text
     assert "python -m gpunn time-batches --variants cpu-serial" in text  # E3, gpu-graph among its variants
-    assert "python -m gpunn time-batches --variants gpu-graph --batches 1,8,32,128,512 --hidden 256 --features 784 " \
+    assert "python -m gpunn time-batches --variants gpu-graph --batches 1,8,32,64,128,512 --hidden 256 --features 784 " \
            "--steps 100 --timed-epochs 3 --repeats 20 " in text
     assert "python -m gpunn features --run results/runs/gpu-box/cifar10/" in text  # E6, under the machine's name
     assert "python -m gpunn svm --features results/features/gpu-box/cifar10/" in text

@@ -40,6 +40,7 @@ class EpochModel(NamedTuple):
     batches: tuple           # batch sizes
     cpu_variants: bool       # the default variant list includes the CPU ones (not where an epoch takes hours)
     lr: float                # the experiment's learning rate (config/config.yaml): a diverged epoch is no timing
+    profile_steps: int = 100  # steps per epoch whose wall time gives a step profile's step_wall_ms
 
 
 EPOCH_MODELS = {
@@ -47,7 +48,7 @@ EPOCH_MODELS = {
     "cnn": EpochModel({"in_channels": 1, "image_size": 28, "classes": 10}, 60000, (64,), True, 0.01),
     # cpu-numpy runs a 50 000-image epoch in hours: only when asked for; E5's lr (0.01 diverges)
     "autoencoder": EpochModel({"in_channels": 3, "image_size": 32, "channels": (256, 128)}, 50000, (64, 1), False,
-                              0.002),
+                              0.002, profile_steps=20),  # gpu-naive's step is 60 ms on an H100
 }
 
 # what gpu_mem_mib measures, per gpu_mem_measure
@@ -327,7 +328,6 @@ def _sizes_text(sizes: dict) -> str:
 
 PROFILE_COLUMNS = ["model", "variant", "batch", "order", "phase", "launch", "grid", "block", "ms", "share",
                    "step_wall_ms", "step_gpu_ms", "kernel_ms", "host_overhead_us", "wall_steps", *provenance.CSV_COLUMNS]
-PROFILE_STEPS = 100  # steps of the epochs whose wall time per step gives step_wall_ms
 PROFILE_EPOCHS = 3   # such epochs; the median after the first (which settles caches and clocks) is kept
 
 
@@ -336,7 +336,7 @@ class StepWall(NamedTuple):
     gpu_ms: float   # the steps' forward + backward GPU time per step (CUDA events around each phase, in the loop)
 
 
-def step_wall(model_name, variant, sizes, batch, steps=PROFILE_STEPS, epochs=PROFILE_EPOCHS, seed=0) -> StepWall:
+def step_wall(model_name, variant, sizes, batch, steps, epochs=PROFILE_EPOCHS, seed=0) -> StepWall:
     """Milliseconds per training step of `variant` as its epoch loop runs steps back to back (its own data path:
     the per-step copies and loss reads, or the resident gather; a graph variant's replays): the median epoch wall
     time over `steps` steps of random data, divided by `steps`, and the GPU time of those epochs' phases."""
@@ -361,11 +361,11 @@ def step_wall(model_name, variant, sizes, batch, steps=PROFILE_STEPS, epochs=PRO
     return StepWall(1e3 * float(np.median(walls[keep])) / steps, 1e3 * float(np.median(gpus[keep])) / steps)
 
 
-def step_profile(model_name, variants, batch=64, repeats=50, seed=0, log=print, timed=True, steps=PROFILE_STEPS,
+def step_profile(model_name, variants, batch=64, repeats=50, seed=0, log=print, timed=True, steps=None,
                  **sizes) -> pd.DataFrame:
     """One row per launch of a training step at `batch` for each GPU variant: its median GPU time (``ms``) and share
     of the step's summed kernel time (``kernel_ms``), and per variant (repeated on its rows) the step's wall time
-    as its training loop runs it (``step_wall_ms``, over `steps` steps; ``step_gpu_ms`` the GPU time of its phases
+    as its training loop runs it (``step_wall_ms``, over `steps` steps, default the model's profile_steps; ``step_gpu_ms`` the GPU time of its phases
     there, from events: launch gaps included where the host is slower than the GPU) and the difference,
     ``host_overhead_us`` = step_wall_ms - kernel_ms: host work, batch copies and waits, everything that is not
     kernel time. A graph variant's launches are profiled through its eager twin (the same kernels; the graph
@@ -379,6 +379,7 @@ def step_profile(model_name, variants, batch=64, repeats=50, seed=0, log=print, 
     from gpunn.bench.core import median_launch_ms, numba_clock
 
     sizes = {**EPOCH_MODELS[model_name].sizes, **sizes}
+    steps = EPOCH_MODELS[model_name].profile_steps if steps is None else int(steps)
     sample_shape = build_model(model_name, **sizes).input_shape
     x, y = random_training_data(batch, seed, sample_shape, sizes.get("classes", 1))
     rows = []
