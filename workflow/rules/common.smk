@@ -27,6 +27,7 @@ from gpunn.targets import (
     export_source_path,
     index_args,
     index_outputs,
+    keep_diverged_runs,
     missing_intermediates,
     raw_outputs,
     report_inputs,
@@ -124,6 +125,16 @@ def gpu_env(gpu_job):
 
 def variant_env(wildcards):
     return gpu_env(uses_gpu(wildcards))
+
+
+KEEP_DIVERGED = keep_diverged_runs(config)
+
+
+def keep_diverged_option(wildcards, output):
+    """--keep-diverged for a run that an experiment with keep_diverged: true requests (gpunn.targets.
+    keep_diverged_runs). It takes `output`, so Snakemake counts it as derived from the outputs and does not record
+    it among the params that trigger reruns: changing keep_diverged reruns no finished run, as with `threads`."""
+    return "--keep-diverged" if format_run_path(wildcards) in KEEP_DIVERGED else ""
 
 
 def download_input(wildcards):
