@@ -65,7 +65,8 @@ class DivergenceRule:
             return self.first_loss, f"the first epoch's loss ({self.first_loss:.4g})"
         reference = reference_loss(self.classes)
         if self.classes:
-            return reference, f"the loss of a uniform guess over {self.classes} classes (ln {self.classes} = {reference:.4g})"
+            guess = f"ln {self.classes} = {reference:.4g}"
+            return reference, f"the loss of a uniform guess over {self.classes} classes ({guess})"
         return reference, "the largest MSE of outputs in [0, 1] (1)"
 
     def check(self, epoch: int, loss: float, kind: str = "train", batch: int = 0) -> Divergence | None:

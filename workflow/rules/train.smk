@@ -26,7 +26,8 @@ rule train:
     conda:
         ENV_FILE
     shell:
-        "{params.env}python -m gpunn train {params.run} --data {input} --out {params.out} {params.keep} 2>&1 | tee {log}"
+        "{params.env}python -m gpunn train {params.run} --data {input} --out {params.out} {params.keep} "
+        "2>&1 | tee {log}"
 
 
 rule evaluate:

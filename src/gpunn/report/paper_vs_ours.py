@@ -216,7 +216,8 @@ def compare(entries: Sequence[PaperValue], ours: Ours) -> list[dict]:
             _add_speedups(row, entry, ours, value)
         if runs:
             row.update(variant=_joined(divergence.marked(r["variant"], r) for r in runs),
-                       our_device=_joined(_device(r) for r in runs), simulator=any(bool(r.get("simulator")) for r in runs))
+                       our_device=_joined(_device(r) for r in runs),
+                       simulator=any(bool(r.get("simulator")) for r in runs))
             notes += [divergence.paper_note(runs), ours.setting_note(entry, runs[0])]
             if row["simulator"] and (entry.quantity in TIME_QUANTITIES or "speedup" in entry.quantity
                                      or "reduction" in entry.quantity):
