@@ -1200,9 +1200,12 @@ def test_e4_report_paper_tables_speedups_and_block_study(tmp_path):
     blocks = pd.read_csv(out / "blocks.csv")
     assert list(blocks.columns) == ["dataset", "variant", "block", "device", "time_per_epoch_s", "train_time_s",
                                     "final_train_loss", "test_accuracy", "accuracy_diff_vs_cpu_numpy_pp",
-                                    "accuracy_matches_cpu_numpy", "simulator"]
+                                    "accuracy_matches_cpu_numpy", "diverged", "at_chance", "simulator"]
     keys = [("gpu-naive", 128), ("gpu-naive", 1024), ("gpu-optimized", 128), ("gpu-optimized", 1024)]
     assert list(zip(blocks["variant"], blocks["block"])) == keys  # block sizes by number, not as text
+    # the seed's failed block 1024 (9.8 % on 10 classes) is at chance, below 1.5 / 10; no run diverged
+    assert list(blocks["at_chance"]) == [False, True, False, False] and not blocks["diverged"].any()
+    assert "at_chance: test accuracy below 1.5 / classes." in (out / "blocks.md").read_text()
     for _, row in blocks.iterrows():
         train_s, loss, accuracy = E4_BLOCK_RUNS[(row["variant"], row["block"])]
         assert row["dataset"] == "fashion_mnist"
@@ -1356,7 +1359,7 @@ def test_e5_report_speedups_per_full_set_epoch_memory_and_paper_tables(tmp_path)
                                      "full_train_time_s", "full_set_extrapolated", "all_epochs",
                                      "train_time_extrapolated", "speedup_vs_cpu_numpy",
                                      "speedup_vs_gpu_naive", "final_train_mse", "test_mse", "peak_gpu_memory_mib",
-                                     "simulator"]
+                                     "diverged", "simulator"]
     assert list(summary["n_train"]) == [1000] + [50000] * 4
     assert list(summary["full_set_extrapolated"]) == [True, False, False, False, False]
     # cpu-numpy's 600 s over 1 000 images is 30 000 s over 50 000; the GPU epochs are measured over 50 000

@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -73,6 +74,12 @@ def _rebuild(workdir):
 ])
 def test_download_options_rerun_nothing(small, change):
     assert planned(small, *change) == Counter()
+
+
+def test_keep_diverged_reruns_no_finished_run(small):
+    """keep_diverged reaches the train jobs as a param derived from their outputs, which Snakemake does not record:
+    finished runs (none of which diverged) stay as they are."""
+    assert planned(small, "--config", "experiments={e1: {keep_diverged: true}, e2: {keep_diverged: true}}") == Counter()
 
 
 def test_e2_split_reaches_only_e2_prepare(small):
@@ -173,3 +180,25 @@ def test_a_failing_job_shows_its_error_on_the_terminal(small):
     assert errors and "gpu.simulator: true" in errors[0] and "NUMBA_ENABLE_CUDASIM=1" in errors[0]
     (log,) = (small / "results/failing/logs/train").rglob("*.log")
     assert errors[0] in log.read_text()
+
+
+def test_a_diverged_run_fails_its_job_unless_its_experiment_keeps_it(small):
+    """E1 at a huge learning rate: the train job stops with the divergence line and writes no outputs; with
+    experiments.e1.keep_diverged the pipeline finishes and its summary and entry page mark the run diverged."""
+    diverged = dict(CONFIG, results_dir="results/diverged")
+    diverged["experiments"] = dict(CONFIG["experiments"], e1=dict(CONFIG["experiments"]["e1"], lr=1e6),
+                                   e2={"enabled": False})
+    (small / "diverged.yaml").write_text(yaml.safe_dump(diverged))
+    out = _snakemake(small, config="diverged.yaml")
+    assert out.returncode != 0
+    errors = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("gpunn: error:")]
+    assert errors and errors[0].startswith("gpunn: error: training diverged: run digits8/standard/mlp/cpu-numpy/")
+    assert "at learning rate 1e+06: train loss" in errors[0]
+    assert not list((small / "results/diverged/runs").rglob("metrics.json"))
+    out = run_snakemake(small, "--cores", "2", "--configfile", "diverged.yaml", "--config",
+                        "experiments={e1: {keep_diverged: true}}")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    (summary,) = (small / "results/diverged/report").glob("*/e1/summary.csv")
+    assert pd.read_csv(summary)["diverged"].tolist() == [True, True]  # E1's mean and sum runs
+    page = (summary.parent.parent / "index.md").read_text()
+    assert "## Diverged runs" in page and "- E1: cpu-numpy, reduction mean, dataset digits8" in page

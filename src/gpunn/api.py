@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpunn.backends.registry import fastest_gpu_variant, make_backend, variants_for
-from gpunn.epochs import train_epochs
+from gpunn.epochs import DivergenceRule, train_epochs
 from gpunn.errors import GpunnError
 from gpunn.evaluate import EVAL_BATCH, predict, test_metrics
 from gpunn.rundata import images_to_float
@@ -71,6 +71,9 @@ class Trainer:
         self.lr = float(lr)
         self.backend = make_backend(self.variant, model, model.name, self.lr, block=block)
         self.epochs_done = 0  # fit continues the epoch count: the batch order of epoch k is the same either way
+        # the pipeline's divergence rule, over every fit: later epochs are held against the first fit's first epoch
+        classes = None if model.name == "autoencoder" else getattr(model.layers[-1], "out_features", None)
+        self._divergence = DivergenceRule(f"the {model.name} on {self.variant}", self.lr, classes)
 
     def __repr__(self) -> str:
         return (f"Trainer({self.model.name} on {self.device}: {self.variant}, lr {self.lr}, "
@@ -80,16 +83,17 @@ class Trainer:
         """Train `epochs` epochs over (x, y) in batches of `batch` (the last one partial), in the pipeline's batch
         order for `seed`; the autoencoder takes no y. A later fit goes on from the epochs trained so far (two
         fit(epochs=1) calls see the batches of one fit(epochs=2)). `log` (e.g. print) gets one line per epoch.
-        Returns one {"epoch", "train_loss" (mean per-sample loss), "seconds"} per epoch."""
+        Returns one {"epoch", "train_loss" (mean per-sample loss), "seconds"} per epoch. Training that diverges
+        (gpunn.epochs.DivergenceRule, as in the pipeline) stops with one GpunnError line."""
         for name, value in (("epochs", epochs), ("batch", batch)):
             if int(value) != value or value < 1:
                 raise GpunnError(f"fit: {name} must be a positive integer, got {value!r}")
         x = self._images(x, "fit")
         y = self._labels(y, len(x), "fit")
         history = []
-        what = f"the {self.model.name} on {self.variant}"
         for epoch, result, seconds in train_epochs(self.backend, x, y, epochs=int(epochs), batch=int(batch),
-                                                   seed=seed, what=what, first_epoch=self.epochs_done, log=log):
+                                                   seed=seed, rule=self._divergence, first_epoch=self.epochs_done,
+                                                   log=log):
             self.epochs_done = epoch
             history.append({"epoch": epoch, "train_loss": result.loss, "seconds": seconds})
             if log is not None:

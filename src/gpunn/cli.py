@@ -7,7 +7,8 @@ machine-wide timing lock (gpunn.timing_lock) and record where their results came
     gpunn make-offline NAME --out DIR          write an offline dataset in its true on-disk format
     gpunn download NAME --dest DIR [--mirror M] fetch and md5-verify a dataset's files
     gpunn prepare NAME --raw DIR --out FILE    parse, check and cache a dataset split as arrays
-    gpunn train RUN --data FILE --out DIR      train one run (RUN = dataset/split/model/variant/hparams)
+    gpunn train RUN --data FILE --out DIR [--keep-diverged]
+                                               train one run (RUN = dataset/split/model/variant/hparams)
     gpunn evaluate --run DIR --data FILE --out DIR
     gpunn features --run DIR --data FILE --out DIR
     gpunn svm --features DIR --out DIR
@@ -124,7 +125,8 @@ def _cmd_train(args):
     from gpunn.runspec import parse_run_path
     from gpunn.train import train_run
 
-    train_run(parse_run_path(args.run), args.data, args.out, log=_log, progress_every_s=args.progress_every)
+    train_run(parse_run_path(args.run), args.data, args.out, log=_log, progress_every_s=args.progress_every,
+              keep_diverged=args.keep_diverged)
 
 
 def _cmd_evaluate(args):
@@ -248,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="run directory for metrics.csv, metrics.json, weights.npz")
     p.add_argument("--progress-every", type=positive_float, default=15.0,
                    help="seconds between progress lines inside an epoch")
+    p.add_argument("--keep-diverged", action="store_true",
+                   help="a diverged run (a non-finite loss, or an epoch's train loss over gpunn.epochs."
+                        "DIVERGENCE_FACTOR times the first's) trains on and is written, marked diverged, instead of stopping with an error")
     p.set_defaults(func=_cmd_train)
 
     for name, func, help_text in (("evaluate", _cmd_evaluate, "test-set metrics, predictions and samples of a run"),

@@ -63,7 +63,9 @@ def evaluate_run(run_dir, prepared_path, out_dir, log=print, n_samples: int = 25
     if spec.model == "autoencoder":
         each = first_of_each_class(data.y_test, data.num_classes)
         io.write_npz(out_dir / "samples.npz", images=data.x_test[each], labels=data.y_test[each],
-                     reconstructions=np.clip(outputs[each], 0.0, 1.0), class_names=np.array(data.class_names))
+                     # a kept diverged run's NaN outputs drawn black, not refused by the figure
+                     reconstructions=np.clip(np.nan_to_num(outputs[each]), 0.0, 1.0),
+                     class_names=np.array(data.class_names))
         io.write_npy(out_dir / "predictions.npy", outputs[:shown])
         log(f"evaluate {spec.path}: test MSE {result['test_loss']:.5f}")
     else:

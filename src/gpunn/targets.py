@@ -112,6 +112,14 @@ def experiment_runs(config: dict, experiment: str) -> list[RunSpec]:
     return []
 
 
+def keep_diverged_runs(config: dict) -> set[str]:
+    """The paths of the runs that keep diverged runs (gpunn train --keep-diverged): every run of an experiment
+    whose keep_diverged is true (E1, E2, E4, E5; E6 encodes with an E5 run, so E5's setting applies), enabled or
+    not. A run several experiments request is kept if any of them keeps diverged runs."""
+    return {spec.path for experiment in EXPERIMENTS if config["experiments"][experiment].get("keep_diverged")
+            for spec in experiment_runs(config, experiment)}
+
+
 def e4_main_runs(config: dict) -> list[RunSpec]:
     """E4's runs: every variant on every dataset, each kernel at its default block."""
     exp = config["experiments"]["e4"]

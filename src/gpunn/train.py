@@ -2,7 +2,10 @@
 
 Per epoch the loop (gpunn.epochs, shared with the Python API) trains over the shared batch order, then
 evaluates on the test split (gpunn.evaluate), and records train loss, test loss, test accuracy (classifiers),
-wall time and its forward/backward split.
+wall time and its forward/backward split. Every epoch's train loss and test loss go through the divergence rule
+(gpunn.epochs.DivergenceRule): a diverged run stops with one GpunnError line and writes nothing, unless it keeps
+diverged runs (keep_diverged, `gpunn train --keep-diverged`): then it trains on while its losses are finite and
+records the first divergence.
 Outputs of a run directory, all written atomically at the end:
     metrics.csv    one row per epoch
     metrics.json   the run spec (its fields, the loss reduction among them, and its path), data sizes, final
@@ -16,7 +19,10 @@ Outputs of a run directory, all written atomically at the end:
                    the most device memory the run allocated ("peak_gpu_memory_bytes", gpunn.device.MemoryPeak,
                    sampled after each epoch and evaluation: training buffers, resident data and the evaluation's
                    forward buffers for batches of EVAL_BATCH; null on the CPU and under the simulator; the full
-                   autoencoder under gpu-graph: 5.0 GB on an H100, 1.9 GB of it training)
+                   autoencoder under gpu-graph: 5.0 GB on an H100, 1.9 GB of it training); "diverged" (false, or
+                   true for a kept diverged run, with "diverged_epoch", its first diverged epoch, and
+                   "diverged_reason", the rule's words) and "epochs_trained" (fewer than the spec's epochs where a
+                   kept run stopped at a non-finite loss)
     weights.npz    the flat parameter buffer, its layout and the spec (gpunn.weights)
 The run's arrays come from gpunn.rundata, its initial model from gpunn.weights.new_model.
 """
@@ -32,7 +38,7 @@ from gpunn import io, provenance
 from gpunn.device import MemoryPeak, simulator_enabled
 from gpunn.backends.registry import make_backend, uses_gpu
 from gpunn.data.prepare import load_prepared
-from gpunn.epochs import check_finite, train_epochs
+from gpunn.epochs import DivergenceRule, train_epochs
 from gpunn.evaluate import EVAL_BATCH, predict, test_metrics
 from gpunn.nn.functional import DEFAULT_REDUCTION
 from gpunn.rundata import RunData, run_data
@@ -47,12 +53,22 @@ METRIC_COLUMNS = [
 ]
 
 
-def train_run(spec: RunSpec, prepared_path, out_dir, log=print, progress_every_s: float = 15.0) -> dict:
-    """Train `spec` on the prepared dataset; write metrics.csv, metrics.json and weights.npz to out_dir."""
+KEEP_HINT = ("; config key experiments.<experiment>.keep_diverged: true (gpunn train --keep-diverged) keeps such "
+             "runs, marked diverged")
+
+
+def train_run(spec: RunSpec, prepared_path, out_dir, log=print, progress_every_s: float = 15.0,
+              keep_diverged: bool = False) -> dict:
+    """Train `spec` on the prepared dataset; write metrics.csv, metrics.json and weights.npz to out_dir. A diverged
+    run raises GpunnError before writing anything, unless `keep_diverged`."""
     data = run_data(spec, load_prepared(prepared_path))
+    rule = DivergenceRule(f"run {spec.path}", spec.lr, None if spec.model == "autoencoder" else data.num_classes,
+                          keep=keep_diverged, hint=KEEP_HINT)
     # data loading above, every timed step below: one timed job at a time on this machine
     with timing_lock(f"gpunn train {spec.path}", log) as lock:
-        model, backend, rows, peak_gpu_memory = _train_epochs(spec, data, log, progress_every_s)
+        model, backend, rows, peak_gpu_memory = _train_epochs(spec, data, rule, log, progress_every_s)
+    if rule.found:
+        log(f"diverged, kept (keep_diverged): {rule.found.reason}; {len(rows)} of {spec.epochs} epochs trained")
     test_time_s = rows[-1]["test_time_s"]
     log(f"testing time: {test_time_s:.3f} s for {len(data.x_test)} test samples")
 
@@ -76,6 +92,8 @@ def train_run(spec: RunSpec, prepared_path, out_dir, log=print, progress_every_s
         "block": spec.block,
         "peak_gpu_memory_bytes": peak_gpu_memory,
         "timing_lock_wait_s": lock.waited_s,
+        **rule.record(),
+        "epochs_trained": len(rows),
         "provenance": provenance.collect(uses_gpu=uses_gpu(spec.variant)),
     }
     out_dir = Path(out_dir)
@@ -85,7 +103,7 @@ def train_run(spec: RunSpec, prepared_path, out_dir, log=print, progress_every_s
     return summary
 
 
-def _train_epochs(spec: RunSpec, data: RunData, log, progress_every_s: float):
+def _train_epochs(spec: RunSpec, data: RunData, rule: DivergenceRule, log, progress_every_s: float):
     """Build the model and backend, compile, and train every epoch with its test evaluation: the timed
     part of a run. Returns (model, backend, one metrics row per epoch, the peak device memory it allocated
     in bytes or None)."""
@@ -108,14 +126,14 @@ def _train_epochs(spec: RunSpec, data: RunData, log, progress_every_s: float):
         predict(backend, data.x_test[:EVAL_BATCH])
     rows = []
     epochs = train_epochs(backend, data.x_train, data.y_train, epochs=spec.epochs, batch=spec.batch, seed=spec.seed,
-                          what=spec.path, log=log, progress_every_s=progress_every_s)
+                          rule=rule, log=log, progress_every_s=progress_every_s)
     for epoch, result, epoch_s in epochs:
         eval_start = time.perf_counter()
         outputs = predict(backend, data.x_test)  # outputs copied to the host: the GPU's work is done
         test_s = time.perf_counter() - eval_start
         metrics = test_metrics(spec.model, outputs, data.x_test, data.y_test)
         eval_s = time.perf_counter() - eval_start
-        check_finite(metrics["test_loss"], f"the test set after epoch {epoch}", spec.path, spec.lr)
+        rule.check(epoch, metrics["test_loss"], kind="test")
         row = {
             "epoch": epoch, "train_loss": result.loss, **metrics,
             "epoch_time_s": epoch_s, "forward_time_s": result.forward_s, "backward_time_s": result.backward_s,

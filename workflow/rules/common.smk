@@ -28,6 +28,7 @@ from gpunn.targets import (
     export_source_path,
     index_args,
     index_outputs,
+    keep_diverged_runs,
     missing_intermediates,
     profile_options,
     raw_outputs,
@@ -131,6 +132,16 @@ def variant_env(wildcards):
 def profile_args(wildcards):
     """A step_profile job's experiment's model, dataset, batch and widths as `gpunn profile` options."""
     return " ".join(shlex.quote(a) for a in profile_options(config, wildcards.experiment))
+
+
+KEEP_DIVERGED = keep_diverged_runs(config)
+
+
+def keep_diverged_option(wildcards, output):
+    """--keep-diverged for a run that an experiment with keep_diverged: true requests (gpunn.targets.
+    keep_diverged_runs). It takes `output`, so Snakemake counts it as derived from the outputs and does not record
+    it among the params that trigger reruns: changing keep_diverged reruns no finished run, as with `threads`."""
+    return "--keep-diverged" if format_run_path(wildcards) in KEEP_DIVERGED else ""
 
 
 def download_input(wildcards):

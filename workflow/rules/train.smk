@@ -5,7 +5,8 @@
 
 
 rule train:
-    """Train one run; metrics.csv has one row per epoch, metrics.json the summary and provenance."""
+    """Train one run; metrics.csv has one row per epoch, metrics.json the summary and provenance. A diverged run
+    fails the job and writes nothing, unless an experiment requesting it sets keep_diverged (params.keep)."""
     input:
         f"{R}/data/prepared/{{dataset}}/{{split}}.npz",
     output:
@@ -18,13 +19,15 @@ rule train:
         run=format_run_path,
         out=folder_of("output"),
         env=variant_env,
+        keep=keep_diverged_option,
     threads: cpu_threads
     resources:
         **rule_resources("train", timed=True, gpu=uses_gpu),
     conda:
         ENV_FILE
     shell:
-        "{params.env}python -m gpunn train {params.run} --data {input} --out {params.out} 2>&1 | tee {log}"
+        "{params.env}python -m gpunn train {params.run} --data {input} --out {params.out} {params.keep} "
+        "2>&1 | tee {log}"
 
 
 rule evaluate:

@@ -45,7 +45,7 @@ from gpunn import io
 from gpunn.backends.registry import uses_gpu
 from gpunn.errors import GpunnError
 from gpunn.nn.functional import DEFAULT_REDUCTION
-from gpunn.report import figures, paper_vs_ours, papers, sources, step_profile, tables, titles
+from gpunn.report import divergence, figures, paper_vs_ours, papers, sources, step_profile, tables, titles
 from gpunn.report.tables import format_significant, ordered_variants
 from gpunn.runspec import RunSpec, format_widths, parse_run_path
 from gpunn.targets import REPORT_PROVENANCE
@@ -70,7 +70,8 @@ def _run_row(summary: dict) -> dict:
     """The spec, sizes, times and final metrics of a run; its device and whether it ran under the simulator
     (unknown and false for runs recorded before metrics.json had provenance); the MLP's input and output sizes
     for titles. The testing time is None for runs recorded before it was measured; the peak GPU memory in bytes
-    is None where the run did not record it (CPU variants, the simulator, older runs)."""
+    is None where the run did not record it (CPU variants, the simulator, older runs); whether it diverged and
+    ended at chance (gpunn.report.divergence)."""
     spec = RunSpec.from_dict(summary["spec"])
     return {
         "dataset": spec.dataset, "split": spec.split, "model": spec.model, "variant": spec.variant,
@@ -85,6 +86,7 @@ def _run_row(summary: dict) -> dict:
         "in_features": titles.mlp_in_features(summary, spec.widths[0]) if spec.model == "mlp" else None,
         "classes": summary.get("num_classes"),
         "peak_gpu_memory_bytes": summary.get("peak_gpu_memory_bytes"),
+        **divergence.run_fields(summary),
     }
 
 
@@ -321,7 +323,7 @@ def _e1_gap_report(frame: pd.DataFrame, out_dir: Path) -> dict[str, str]:
     series, variant_of = {}, {}
     for (phase, reduction), row in gap_runs.items():
         epochs = tables.read_table(row["metrics_csv"], ("epoch", "train_loss"), "per-epoch metrics CSV")
-        label = f"{row['variant']} ({reduction})"
+        label = divergence.marked(f"{row['variant']} ({reduction})", row)
         series[label] = (epochs["epoch"], epochs["train_loss"])
         variant_of[label] = row["variant"]
     references = {}
@@ -344,7 +346,7 @@ def report_e1(runs, evals, out_dir, profiles=(), **_) -> dict[str, str]:
                     ["variant", "reduction"], appearance=["reduction"])
     cols = ["variant", "reduction", "device", "dataset", "widths", "batch", "lr", "epochs", "train_time_s",
             "time_per_epoch_s", "test_accuracy", "speedup_vs_cpu_serial", "speedup_vs_cpu_numpy",
-            "accuracy_diff_vs_cpu_numpy_pp", "accuracy_matches_cpu_numpy", "simulator"]
+            "accuracy_diff_vs_cpu_numpy_pp", "accuracy_matches_cpu_numpy", "diverged", "at_chance", "simulator"]
     timing = titles.timing_parts(frame)
     per = "per variant" + (" and loss reduction" if frame["reduction"].nunique() > 1 else "")
     written = {
@@ -357,9 +359,10 @@ def report_e1(runs, evals, out_dir, profiles=(), **_) -> dict[str, str]:
     tables.summary_table(frame.to_dict("records"), out_dir / "summary.csv", out_dir / "summary.md",
                          written["summary.md"], columns=cols, formats=COMPARISON_FORMATS,
                          note=_note(COMPARISON_NOTE, REDUCTION_NOTE, e1_gap_sentence(frame),
-                                    titles.simulated_note(frame)))
+                                    divergence.summary_note(frame), titles.simulated_note(frame)))
     written.update(_e1_gap_report(frame, out_dir))
-    figures.loss_curves(curves, out_dir / "loss_curves.png", written["loss_curves.png"], variants=variant_of)
+    figures.loss_curves(curves, out_dir / "loss_curves.png", written["loss_curves.png"], variants=variant_of,
+                        legend=divergence.legend(frame, "label"))
     figures.epoch_time_bars(out_dir / "summary.csv", out_dir / "epoch_time.png", written["epoch_time.png"])
     _samples_figure(evals[0], out_dir / "samples.png", written["samples.png"])
     written["paper_vs_ours.md"] = paper_vs_ours.report(
@@ -408,7 +411,7 @@ def report_e2(runs, out_dir, **_) -> dict[str, str]:
     frame = _sorted(add_baseline_comparisons(frame, keys=E2_CELL), ["variant", "hidden", "batch"])
     cols = ["variant", "device", "hidden", "batch", "train_time_s", "forward_time_s", "backward_time_s",
             "test_accuracy", "speedup_vs_cpu_serial", "speedup_vs_cpu_numpy", "accuracy_diff_vs_cpu_numpy_pp",
-            "accuracy_matches_cpu_numpy", "simulator"]
+            "accuracy_matches_cpu_numpy", "diverged", "at_chance", "simulator"]
     head, timing = e2_head(frame), titles.timing_parts(frame)
     written = {
         "summary.md": titles.table_title(head, timing),
@@ -419,7 +422,7 @@ def report_e2(runs, out_dir, **_) -> dict[str, str]:
     }
     tables.summary_table(frame.to_dict("records"), out_dir / "summary.csv", out_dir / "summary.md",
                          written["summary.md"], columns=cols, formats=COMPARISON_FORMATS,
-                         note=_note(COMPARISON_NOTE, titles.simulated_note(frame)))
+                         note=_note(COMPARISON_NOTE, divergence.summary_note(frame), titles.simulated_note(frame)))
     paper = e2_paper_table(frame)
     tables.summary_table(paper.to_dict("records"), out_dir / "paper_table.csv", out_dir / "paper_table.md",
                          written["paper_table.md"],
@@ -526,7 +529,7 @@ E4_BASELINES = ("cpu-numpy", "gpu-naive")
 E4_SUMMARY_COLUMNS = ("dataset", "variant", "device", "widths", "n_train", "n_test", "batch", "lr", "epochs",
                       "parameters", "train_time_s", "time_per_epoch_s", "test_time_s", "final_train_loss",
                       "test_accuracy", "speedup_vs_cpu_numpy", "speedup_vs_gpu_naive", "accuracy_diff_vs_cpu_numpy_pp",
-                      "accuracy_matches_cpu_numpy", "simulator")
+                      "accuracy_matches_cpu_numpy", "diverged", "at_chance", "simulator")
 # seed 001's Tables 3-6 (one per dataset and version, a row per GPU) as one tidy table: CSV column -> its heading,
 # the measured columns headed as the seed's Table 3 heads them
 E4_PAPER_HEADERS = {"dataset": "Dataset", "variant": "Variant", "device": "Device",
@@ -534,7 +537,8 @@ E4_PAPER_HEADERS = {"dataset": "Dataset", "variant": "Variant", "device": "Devic
                                papers.column_labels(papers.SEED_E4, papers.E4_CUDA_TABLES[0]))),
                     "simulator": "Simulator"}
 E4_BLOCK_COLUMNS = ("dataset", "variant", "block", "device", "time_per_epoch_s", "train_time_s", "final_train_loss",
-                    "test_accuracy", "accuracy_diff_vs_cpu_numpy_pp", "accuracy_matches_cpu_numpy", "simulator")
+                    "test_accuracy", "accuracy_diff_vs_cpu_numpy_pp", "accuracy_matches_cpu_numpy", "diverged",
+                    "at_chance", "simulator")
 TEST_TIME_NOTE = ("test_time_s: the whole test set through the trained model's forward pass once after training (the "
                   "seed's testing time); '-': a run recorded before it was measured.")
 
@@ -569,7 +573,8 @@ def report_e4(runs, evals, out_dir, profiles=(), **_) -> dict[str, str]:
     }
     tables.summary_table(main.to_dict("records"), out_dir / "summary.csv", out_dir / "summary.md",
                          written["summary.md"], columns=E4_SUMMARY_COLUMNS, formats=comparison_formats(E4_BASELINES),
-                         note=_note(COMPARISON_NOTE, TEST_TIME_NOTE, titles.simulated_note(main)))
+                         note=_note(COMPARISON_NOTE, TEST_TIME_NOTE, divergence.summary_note(main),
+                                    titles.simulated_note(main)))
     paper = main[list(E4_PAPER_HEADERS)]
     tables.summary_table(paper.to_dict("records"), out_dir / "paper_table.csv", out_dir / "paper_table.md",
                          written["paper_table.md"], headers=E4_PAPER_HEADERS,
@@ -578,9 +583,9 @@ def report_e4(runs, evals, out_dir, profiles=(), **_) -> dict[str, str]:
     by_dataset = _metrics_csvs(main, "dataset", "variant")
     figures.epoch_lines(by_dataset, ["cumulative_time"], out_dir / "cumulative_time.png",
                         written["cumulative_time.png"], legend_title="variant",
-                        simulated=figures.simulated_variants(main))
+                        simulated=figures.simulated_variants(main), diverged=divergence.diverged_in(main))
     figures.epoch_lines(by_dataset, ["train_loss", "test_accuracy"], out_dir / "loss_curves.png",
-                        written["loss_curves.png"], legend_title="variant")
+                        written["loss_curves.png"], legend_title="variant", diverged=divergence.diverged_in(main))
     for eval_dir in evals:
         dataset = parse_run_path(_read_json(Path(eval_dir) / "eval.json")["run"]).dataset
         of_dataset = main[main["dataset"] == dataset]
@@ -617,13 +622,13 @@ def _e4_block_study(study: pd.DataFrame, main: pd.DataFrame, out_dir: Path) -> d
                                     "one); accuracy_diff_vs_cpu_numpy_pp: test accuracy minus that of the cpu-numpy "
                                     "run on the same dataset, in percentage points; accuracy_matches_cpu_numpy: within "
                                     f"{ACCURACY_TOLERANCE_PP} pp; '-': cpu-numpy did not run on that dataset.",
-                                    titles.simulated_note(study)))
+                                    divergence.summary_note(study), titles.simulated_note(study)))
     by_variant = _metrics_csvs(study, "variant", "block")
-    simulated = figures.simulated_variants(study)
+    simulated, diverged = figures.simulated_variants(study), divergence.diverged_in(study, "block")
     figures.epoch_lines(by_variant, ["cumulative_time"], out_dir / "block_time.png", written["block_time.png"],
-                        legend_title="threads per block", simulated=simulated, ordinal=True)
+                        legend_title="threads per block", simulated=simulated, ordinal=True, diverged=diverged)
     figures.epoch_lines(by_variant, ["train_loss"], out_dir / "block_loss.png", written["block_loss.png"],
-                        legend_title="threads per block", ordinal=True)
+                        legend_title="threads per block", ordinal=True, diverged=diverged)
     return written
 
 
@@ -633,7 +638,7 @@ E5_BASELINES = ("cpu-numpy", "gpu-naive")
 E5_SUMMARY_COLUMNS = ("variant", "device", "dataset", "n_train", "n_test", "batch", "lr", "epochs", "parameters",
                       "time_per_epoch_s", "train_time_s", "full_epoch_s", "full_train_time_s", "full_set_extrapolated",
                       "all_epochs", "train_time_extrapolated", "speedup_vs_cpu_numpy", "speedup_vs_gpu_naive", "final_train_mse", "test_mse",
-                      "peak_gpu_memory_mib", "simulator")
+                      "peak_gpu_memory_mib", "diverged", "simulator")
 # seed 004's section 2.4 table: every phase's epoch time over 50 000 images (the CPU's extrapolated from 1 000)
 _E5_SEED_EPOCHS = papers.paper_values("e5", "epoch_time", source=papers.E5_EPOCH_TABLE)
 # seed 004's phases 2.1-2.4 by the variant that reproduces each, in its tables' order; gpu-graph is ours
@@ -761,7 +766,7 @@ def report_e5(runs, evals, out_dir, full_train_size: int = E5_FULL_TRAIN, profil
                                     "run trained them all on the full set, else full_epoch_s x all_epochs "
                                     "(train_time_extrapolated; a run timed over fewer epochs, "
                                     "experiments.e5.variant_epochs, or on a subset).", sizes, E5_SUMMARY_NOTE,
-                                    simulated))
+                                    divergence.summary_note(frame), simulated))
     _e5_paper_tables(frame, out_dir, written["paper_table.md"],
                      _note(f"Times over {size} training images: measured where the run trained on {size}, else its "
                            f"own times x {size} / n_train, as the seed extrapolated its CPU epoch; the training time "
@@ -770,7 +775,8 @@ def report_e5(runs, evals, out_dir, full_train_size: int = E5_FULL_TRAIN, profil
                            sizes, simulated), size)
     figures.loss_curves({row["variant"]: row["metrics_csv"] for _, row in frame.iterrows()},
                         out_dir / "mse_curves.png", written["mse_curves.png"], quantity="MSE",
-                        legend={row["variant"]: f"{row['variant']} ({titles.count(row['n_train'])} train images)"
+                        legend={row["variant"]: divergence.marked(f"{row['variant']} ({titles.count(row['n_train'])} "
+                                                                  "train images)", row)
                                 for _, row in frame.iterrows()})
     figures.training_time_bars(out_dir / "summary.csv", out_dir / "training_time.png", written["training_time.png"],
                                full_train_size)

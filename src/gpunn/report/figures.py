@@ -24,7 +24,8 @@ Variants keep one colour in every figure (their place in gpunn.report.tables.KNO
 with several lines, each line also has its own marker and line style, drawn from the widest line and largest
 hollow marker at the bottom to the thinnest on top: a GPU variant that reproduces cpu-numpy bit for bit draws
 exactly over it, and would otherwise hide it. Lines that coincide (coinciding_groups) are named in their
-panel's title. A table with a true `simulator` column marks those variants "(simulated)".
+panel's title. A table with a true `simulator` column marks those variants "(simulated)", and one with a true
+`diverged` column (gpunn.report.divergence) those runs "(diverged)".
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from matplotlib.ticker import LogFormatterSciNotation, NullLocator  # noqa: E402
 
 from gpunn.errors import GpunnError  # noqa: E402
 from gpunn.io import atomic_path  # noqa: E402
+from gpunn.report.divergence import DIVERGED, diverged_in  # noqa: E402
 from gpunn.report.tables import (  # noqa: E402
     KNOWN_VARIANTS,
     format_significant,
@@ -222,9 +224,13 @@ def simulated_variants(frame: pd.DataFrame) -> set[str]:
     return {str(v) for v in frame.loc[flags, "variant"]}
 
 
-def _variant_label(label: str, simulated: set[str], sep: str = " ", variant: str | None = None) -> str:
-    """`label` marked as simulated when its variant (the label itself unless given) ran under the simulator."""
-    return f"{label}{sep}{SIMULATED_LABEL}" if (label if variant is None else variant) in simulated else label
+def _variant_label(label: str, simulated: set[str], sep: str = " ", variant: str | None = None,
+                   diverged: Collection[str] = ()) -> str:
+    """`label` marked as simulated when its variant (the label itself unless given) ran under the simulator, and
+    as diverged when the label is in `diverged`."""
+    marks = [SIMULATED_LABEL] if (label if variant is None else variant) in simulated else []
+    marks += [f"({DIVERGED})"] if label in diverged else []
+    return sep.join([label, *marks])
 
 
 def _as_images(images, what: str) -> np.ndarray:
@@ -412,14 +418,15 @@ def _ordinal_colors(labels: Sequence[str]) -> dict[str, tuple]:
 
 
 def epoch_lines(groups: Mapping[str, Mapping[str, str | Path]], measures: Sequence[str], out_png, title: str,
-                legend_title: str | None = None, simulated: Collection[str] = (), ordinal: bool = False) -> Path:
+                legend_title: str | None = None, simulated: Collection[str] = (), ordinal: bool = False,
+                diverged: Collection[str] = ()) -> Path:
     """Per-epoch lines of several runs against the epoch: one column of panels per group of `groups` ({panel
     name: {line label: metrics.csv}}; E4: a dataset, or a variant of the block-size study) and one row per
     measure of EPOCH_MEASURES ('cumulative_time': the training time up to each epoch, seed 001's Figures 1
     and 3; 'train_loss': the epoch's average train loss, its Figures 2 and 4; 'test_accuracy'). A line keeps
     its colour and style in every panel: variants their fixed colours, or with `ordinal` ordered settings
     (block sizes) a sequential colour map. Panels of a row share their y axis. Group names and line labels
-    in `simulated` are marked so."""
+    in `simulated` are marked so, and line labels in `diverged` (runs that diverged) too."""
     if not groups or not any(groups.values()):
         raise GpunnError(f"{out_png}: epoch_lines needs at least one metrics CSV")
     unknown = [m for m in measures if m not in EPOCH_MEASURES]
@@ -434,6 +441,9 @@ def epoch_lines(groups: Mapping[str, Mapping[str, str | Path]], measures: Sequen
 
     def marked(name):
         return f"{name} {SIMULATED_LABEL}" if name in simulated else str(name)
+
+    def legend_label(label):
+        return f"{marked(label)} ({DIVERGED})" if str(label) in diverged else marked(label)
 
     fig, axes = plt.subplots(len(measures), len(groups), figsize=(4.8 * len(groups) + 0.4, 3.9 * len(measures) + 0.9),
                              squeeze=False, sharey="row", layout="constrained")
@@ -467,7 +477,7 @@ def epoch_lines(groups: Mapping[str, Mapping[str, str | Path]], measures: Sequen
         else:
             _readable_y_span(axes[row, 0], values)
     # one legend for all panels, below them: inside a panel it would cover the lines
-    fig.legend(handles.values(), [marked(label) for label in handles], loc="outside lower center",
+    fig.legend(handles.values(), [legend_label(label) for label in handles], loc="outside lower center",
                ncols=min(len(handles), 5), fontsize="small", title=legend_title, title_fontsize="small")
     fig.suptitle(title)
     return _save(fig, out_png)
@@ -585,7 +595,7 @@ def e2_heatmaps(table_csv, out_png, title: str = "E2: MLP hidden size x batch si
     frame = read_table(table_csv, E2_COLUMNS, "E2 sweep table")
     variants = ordered_variants(frame["variant"])
     frame = frame.assign(variant=frame["variant"].astype(str))
-    simulated = simulated_variants(frame)
+    simulated, diverged = simulated_variants(frame), diverged_in(frame)
     hiddens = sorted(pd.unique(frame["hidden"]))
     batches = sorted(pd.unique(frame["batch"]))
     times = pd.to_numeric(frame["train_time_s"], errors="coerce")
@@ -622,14 +632,14 @@ def e2_heatmaps(table_csv, out_png, title: str = "E2: MLP hidden size x batch si
         im_t = ax.imshow(np.ma.masked_invalid(t), cmap="viridis", norm=norm, aspect="auto")
         # viridis is dark at the low end
         _annotate(ax, t, lambda v: f"{v:.3g} s", np.ma.filled(norm(np.nan_to_num(t, nan=norm.vmax)), 1.0) < 0.5)
-        ax.set_title(f"{_variant_label(variant, simulated)}: training time")
+        ax.set_title(f"{_variant_label(variant, simulated, diverged=diverged)}: training time")
         if has_acc:
             a = grid(sub, "test_accuracy")
             ax2 = axes[1, k]
             im_a = ax2.imshow(np.ma.masked_invalid(a), cmap="magma", vmin=acc_lo, vmax=acc_hi, aspect="auto")
             # magma is dark at the low end
             _annotate(ax2, a, lambda v: f"{v:.2f}%", np.nan_to_num((a - acc_lo) / (acc_hi - acc_lo), nan=1.0) < 0.5)
-            ax2.set_title(f"{_variant_label(variant, simulated)}: test accuracy")
+            ax2.set_title(f"{_variant_label(variant, simulated, diverged=diverged)}: test accuracy")
         for ax_ in axes[:, k]:
             ax_.set_xticks(range(len(batches)))
             ax_.set_xticklabels([str(b) for b in batches])
@@ -677,8 +687,9 @@ def epoch_time_bars(table_csv, out_png, title: str = "E1: time per epoch per var
     ax.set_yscale("log")
     ax.margins(y=0.25)  # room above the tallest bar for its label
     ax.set_xticks(positions)
-    ax.set_xticklabels([_variant_label(r["label"], simulated, "\n", r["variant"]) for r in rows], rotation=20,
-                       ha="right")
+    diverged = diverged_in(frame, "label")
+    ax.set_xticklabels([_variant_label(r["label"], simulated, "\n", r["variant"], diverged) for r in rows],
+                       rotation=20, ha="right")
     ax.set_ylabel("time per epoch (s, log scale)")
     ax.set_title("speedup over cpu-serial under each bar's time" if "speedup_vs_cpu_serial" in frame else "",
                  fontsize=9)
@@ -737,8 +748,9 @@ def _variant_bars(ax, frame: pd.DataFrame, column: str, label, flag: str = "full
     ax.yaxis.set_minor_formatter(_PlainLogFormatter(labelOnlyBase=False))
     ax.margins(y=0.3)  # room above the tallest bar for its label
     ax.set_xticks(positions)
-    ax.set_xticklabels([_variant_label(v, simulated, "\n") + ("\n(extrapolated)" if extrapolated[v] else "")
-                        for v in variants], rotation=20, ha="right")
+    diverged = diverged_in(frame)
+    ax.set_xticklabels([_variant_label(v, simulated, "\n", diverged=diverged)
+                        + ("\n(extrapolated)" if extrapolated[v] else "") for v in variants], rotation=20, ha="right")
     ax.grid(axis="y", alpha=0.3, which="both")
     return values
 
@@ -825,8 +837,8 @@ def e2_phase_times(table_csv, out_png,
                 ax.set_xlabel("hidden units")
             if k == 0:
                 ax.set_ylabel(ylabel)
-    fig.legend(handles.values(), [_variant_label(v, simulated) for v in handles], loc="outside lower center",
-               ncols=min(len(handles), 4), fontsize="small")
+    fig.legend(handles.values(), [_variant_label(v, simulated, diverged=diverged_in(frame)) for v in handles],
+               loc="outside lower center", ncols=min(len(handles), 4), fontsize="small")
     fig.suptitle(title)
     return _save(fig, out_png)
 

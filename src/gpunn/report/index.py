@@ -5,7 +5,9 @@ It opens with one "paper vs ours" table across the experiments: each experiment'
 its accuracies and its speedup, as the seed states them) beside ours, taken from the experiment's
 paper_vs_ours.csv, with both devices named. An experiment that did not run (disabled in the config) is one row
 saying so, and a headline whose run did not happen (no GPU, a variant not configured) keeps the reason that
-paper_vs_ours gives, so that a missing number is never mistaken for a failure. Then, per experiment, links to
+paper_vs_ours gives, so that a missing number is never mistaken for a failure. A headline from a diverged run
+names its variant '(diverged)', and every diverged run of the reports' tables is listed under the table
+(gpunn.report.divergence). Then, per experiment, links to
 its tables and figures (PNG and PDF) with the figures' captions (gpunn.report.captions), and last the device,
 driver, package versions and commits that produced the numbers (each report's provenance.json,
 gpunn.report.sources).
@@ -21,7 +23,7 @@ import pandas as pd
 
 from gpunn import io
 from gpunn.errors import GpunnError
-from gpunn.report import captions, sources
+from gpunn.report import captions, divergence, sources
 from gpunn.report.paper_vs_ours import ACCURACY_QUANTITIES, row_key
 from gpunn.report.papers import E5_EPOCH_TABLE, SEEDS, PaperValue, paper_value
 from gpunn.report.tables import format_significant
@@ -238,6 +240,12 @@ def markdown(report_root, ran, not_run, rows, records, notes=(), machine: str = 
     extra = [line for line in (*notes, _simulated_line(rows)) if line]
     if extra:
         parts += [f"- {line}" for line in extra] + [""]
+    diverged = divergence.index_lines(report_root, ran)
+    if diverged:
+        parts += ["## Diverged runs", "", "These runs diverged (a loss not finite, or an epoch's train loss over "
+                  f"{divergence.DIVERGENCE_FACTOR:g}x the first's) and were kept by keep_diverged: their numbers, "
+                  "marked diverged wherever they appear, are not results.", ""] + [f"- {line}" for line in diverged]
+        parts.append("")
     gap = report_root / "e1" / "gap.md"
     if "e1" in ran and gap.is_file():
         parts += ["## E1's accuracy gap", "", _first_paragraph(gap.read_text()),
@@ -295,6 +303,8 @@ def rst(report_root, ran, rows, records, notes=(), machine: str = "") -> str:
              f"``report/{machine or '<machine>'}/<experiment>/`` (``index.md`` links them all).", "",
              _rst_table(rows, SUMMARY_COLUMNS), ""]
     parts += [f"* {line}" for line in (*notes, _simulated_line(rows)) if line]
+    parts += [f"* Diverged, kept by keep_diverged, not results: {line}" for line in
+              divergence.index_lines(report_root, ran, links=False)]
     gap = report_root / "e1" / "gap.md"
     if "e1" in ran and gap.is_file():
         parts += ["", "E1's accuracy gap: " + " ".join(_first_paragraph(gap.read_text()).split()).replace("`", "'")]

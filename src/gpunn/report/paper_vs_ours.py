@@ -14,7 +14,8 @@ How the two are compared:
 Which of our runs stands for a paper phase: papers.PHASES (the first variant that ran), in the entry's setting
 (dataset, hidden size, batch size, block size); where our setting differs (a smoke run's dataset, batch 64
 against the seed's 1), the note says so. A row whose run did not happen shows '-' for ours and says why; a number
-produced under numba's CUDA simulator has device cuda-simulator and a note that its timing is not meaningful.
+produced under numba's CUDA simulator has device cuda-simulator and a note that its timing is not meaningful; one
+from a run that diverged (kept by keep_diverged) names the variant '(diverged)' and says so in its note.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from gpunn import io
 from gpunn.backends.registry import uses_gpu
 from gpunn.errors import GpunnError
 from gpunn.nn.functional import DEFAULT_REDUCTION  # also what runs recorded before the setting existed used
-from gpunn.report import tables, titles
+from gpunn.report import divergence, tables, titles
 from gpunn.report.papers import E4_BLOCK_SOURCE, E4_CUDA_TABLES, PHASES, TIME_UNITS, PaperValue, paper_values
 from gpunn.report.tables import format_significant
 
@@ -214,9 +215,10 @@ def compare(entries: Sequence[PaperValue], ours: Ours) -> list[dict]:
         if entry.quantity in TIME_QUANTITIES:
             _add_speedups(row, entry, ours, value)
         if runs:
-            row.update(variant=_joined(r["variant"] for r in runs), our_device=_joined(_device(r) for r in runs),
+            row.update(variant=_joined(divergence.marked(r["variant"], r) for r in runs),
+                       our_device=_joined(_device(r) for r in runs),
                        simulator=any(bool(r.get("simulator")) for r in runs))
-            notes.append(ours.setting_note(entry, runs[0]))
+            notes += [divergence.paper_note(runs), ours.setting_note(entry, runs[0])]
             if row["simulator"] and (entry.quantity in TIME_QUANTITIES or "speedup" in entry.quantity
                                      or "reduction" in entry.quantity):
                 notes.append(SIMULATED)
