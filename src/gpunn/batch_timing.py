@@ -27,6 +27,10 @@ from gpunn.seeding import batch_order
 from gpunn.timing import provenance_columns, random_training_data
 
 TIMED_EPOCHS = 3  # default throughput epochs timed after the untimed first one (median)
+WARM_S = 0.3  # the untimed first epoch is repeated until this many seconds have passed: a short epoch (gpu-fused's
+              # 100 steps at batch 64 take 8 ms) would otherwise be timed before the GPU's clocks have risen (on the
+              # H100, E3's gpu-fused step at batch 64 read 0.127 ms after one untimed epoch, E1's 0.087 ms)
+WARM_MAX_EPOCHS = 200
 CLOCK_EVENTS = "cuda events"
 CLOCK_HOST = "host"
 BATCH_TIMING_COLUMNS = ["variant", "batch", "hidden", "features", "steps", "timed_epochs", "throughput_step_ms",
@@ -52,24 +56,34 @@ def split_clock(variant: str, simulator: bool) -> str:
 
 
 def throughput(backend, x, y, batch: int, seed: int, timed_epochs: int = TIMED_EPOCHS) -> dict:
-    """Per-step medians (seconds) over `timed_epochs` epochs of the loaded (x, y) after an untimed one: 'wall' (the
+    """Per-step medians (seconds) over `timed_epochs` epochs of the loaded (x, y) after an untimed one (repeated
+    until WARM_S have passed): 'wall' (the
     epoch's wall time), 'forward' and 'backward' (its EpochResult phases), each over the epoch's steps. An epoch
     that diverged or stopped early is a GpunnError: its time would not be an epoch's."""
     steps = len(x) // batch
     backend.load_train_data(x, y)
     backend.warm_up({batch})
     measured = {"wall": [], "forward": [], "backward": []}
-    for epoch in range(timed_epochs + 1):
-        order = batch_order(seed, epoch, len(x))
+    count = 0
+
+    def epoch(order):
+        nonlocal count
+        count += 1
         start = time.perf_counter()
         result = backend.train_epoch(order, batch)
         wall = time.perf_counter() - start
         if not math.isfinite(result.loss) or result.steps != steps:
-            raise GpunnError(f"{backend.name}: E3 epoch {epoch + 1} at batch {batch} ran {result.steps} of {steps} "
+            raise GpunnError(f"{backend.name}: E3 epoch {count} at batch {batch} ran {result.steps} of {steps} "
                              f"steps to loss {result.loss}; a diverged epoch is no timing")
-        if epoch:
-            for key, seconds in (("wall", wall), ("forward", result.forward_s), ("backward", result.backward_s)):
-                measured[key].append(seconds / steps)
+        return wall, result
+
+    warm = [epoch(batch_order(seed, 0, len(x)))[0]]  # the untimed epoch, repeated while short: a GPU's clocks
+    while sum(warm) < WARM_S and len(warm) < WARM_MAX_EPOCHS:  # ramp up in milliseconds
+        warm.append(epoch(batch_order(seed, 0, len(x)))[0])
+    for number in range(1, timed_epochs + 1):
+        wall, result = epoch(batch_order(seed, number, len(x)))
+        for key, seconds in (("wall", wall), ("forward", result.forward_s), ("backward", result.backward_s)):
+            measured[key].append(seconds / steps)
     return {key: float(np.median(values)) for key, values in measured.items()}
 
 

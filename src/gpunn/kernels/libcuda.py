@@ -25,6 +25,7 @@ SIGNATURES = {  # the driver API's exported names (the _v2 entry points are what
     "cuStreamWaitEvent": (_VP, _VP, _U),
     "cuEventSynchronize": (_VP,),
     "cuStreamSynchronize": (_VP,),
+    "cuStreamQuery": (_VP,),
     "cuEventElapsedTime": (ctypes.POINTER(ctypes.c_float), _VP, _VP),
 }
 
@@ -60,6 +61,7 @@ def bound(name: str, *args):
     return call
 
 
+CUDA_ERROR_NOT_READY = 600  # cuStreamQuery / cuEventQuery: work still pending
 _ELAPSED = ctypes.c_float()
 
 

@@ -74,14 +74,28 @@ class BoundCopy:
         self._call()
 
 
-def synchronizer(stream):
-    """A call that waits for everything queued on `stream` (``cuStreamSynchronize``; numba's under the
-    simulator, where copies and launches are synchronous anyway)."""
-    if libcuda.library() is None:
+def synchronizer(stream, spin: bool = False):
+    """A call that waits for everything queued on `stream`: ``cuStreamSynchronize``, or with `spin` a loop on
+    ``cuStreamQuery`` (the host thread busy, but back as soon as the GPU is done: 13-26 us a step sooner than the
+    driver's wait after a step on the H100 machine, issue 22); numba's under the simulator, where copies and
+    launches are synchronous anyway."""
+    lib = libcuda.library()
+    if lib is None:
         from numba import cuda
 
         return stream.synchronize if stream else cuda.synchronize
-    return libcuda.bound("cuStreamSynchronize", stream_handle(stream))
+    if not spin:
+        return libcuda.bound("cuStreamSynchronize", stream_handle(stream))
+    query, handle, not_ready = lib.cuStreamQuery, stream_handle(stream), libcuda.CUDA_ERROR_NOT_READY
+
+    def wait() -> None:
+        err = query(handle)
+        while err == not_ready:
+            err = query(handle)
+        if err:
+            raise RuntimeError(f"cuStreamQuery failed: CUDA error {err}")
+
+    return wait
 
 
 def host_buffer(shape, dtype) -> np.ndarray:

@@ -117,6 +117,7 @@ class GpuEngine(Backend):
         self._io = None  # host-batch steps' pinned buffers and bound copies (host_steps.host_io)
         self._sync_plan = None  # the bound calls of `copy: sync` epochs (host_steps.sync_plan)
         self._sync_stream = transfers.synchronizer(self.stream)
+        self._step_wait = transfers.synchronizer(self.stream, spin=True)  # a host-batch step's wait for its losses
 
     def __repr__(self):
         return f"GpuEngine({self.name}: {' -> '.join(map(repr, self.train_stages))} -> {head_of(self.model_name)})"
@@ -279,7 +280,7 @@ class GpuEngine(Backend):
         self._execute(program.backward)
         clock.mark(2)
         download()
-        self._sync_stream()
+        self._step_wait()
         return float(np.sum(io.losses[:rows], dtype=np.float64))
 
     # ---- the backend contract

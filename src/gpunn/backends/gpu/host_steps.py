@@ -4,8 +4,8 @@ and reads its losses back, as E1's naive C++ does, through bound calls only (gpu
 An epoch runs a plan made once per (training-set size, batch, sample shape): for each step its two bound uploads
 (images, labels) from one of two pinned host buffers, its forward and backward launch calls, and its bound
 download of the per-sample losses into that step's place in a pinned epoch-long buffer. The host gathers the next
-batch into the other pinned buffer while the GPU runs the current step, then waits for the step (the losses are
-read back every step, so the steps stay the seeds' synchronous ones). Nothing is summed on the host per step: the
+batch into the other pinned buffer while the GPU runs the current step, then waits for the step, spinning on the
+stream's state (the losses are read back every step, so the steps stay the seeds' synchronous ones). Nothing is summed on the host per step: the
 losses are added up once the epoch ends, when the first non-finite one (if any) names the batch where training
 diverged. Measured on an H100 machine (issue 22): a driver call costs 2 us (an event record) to 7 us (a kernel
 launch) there, so the MLP's 15-16 launches a step set the floor of these variants' step time.
@@ -105,7 +105,7 @@ def sync_epoch(engine, order: np.ndarray, batch: int, progress=None) -> EpochRes
     order = np.asarray(order)
     clock = engine.epoch_clock
     clock.resize(3 * count)
-    mark, wait = clock.mark, engine._sync_stream
+    mark, wait = clock.mark, engine._step_wait
 
     def gather(i: int) -> None:
         s, e = slices[i]
