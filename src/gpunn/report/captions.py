@@ -31,7 +31,9 @@ STEP_PROFILE_SHOWS = (
     "variant, its kernels' GPU time stacked by kernel (small ones merged into 'other'; each launch timed alone, "
     "queued behind a GPU sleep, the median of repeats) and the host overhead on top (the step's wall time as the "
     "training loop runs it minus the kernels' sum: host work, batch copies and synchronisations); beside it the "
-    "same as shares of the step. Under the CUDA simulator: each kernel's launches counted, no times.")
+    "same as shares of the step (a negative host overhead, drawn as none: the kernels ran back to back faster than "
+    "their sum timed alone, each of which carries about 2 us of event overhead). Under the CUDA simulator: each "
+    "kernel's launches counted, no times.")
 
 # Figures whose name carries a dataset ('samples_mnist.png') are captioned under their prefix + '*'.
 CAPTIONS: dict[tuple[str, str], Caption] = {

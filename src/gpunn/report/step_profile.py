@@ -40,7 +40,9 @@ NOTE = ("Each launch of one training step timed alone: queued behind a GPU sleep
         "kernel and not the host's launch, the median of repeated launches (ms; share: of kernel_ms). kernel_ms: the "
         "sum over the step's launches; step_wall_ms: the step's wall time as the variant's training loop runs it "
         "(epoch wall / steps); host_overhead_us = 1000 x (step_wall_ms - kernel_ms): host work, batch copies and "
-        "synchronisations, everything that is not kernel time.")
+        "synchronisations, everything that is not kernel time. Each launch timed alone carries about 2 us of event "
+        "overhead (an empty kernel reads 4 us on the H100), so a step whose kernels run back to back (a CUDA graph) "
+        "can read a negative host overhead: then the host costs nothing measurable.")
 UNTIMED_NOTE = ("Listed under numba's CUDA simulator, whose host clock says nothing about a kernel's GPU time: every "
                 "launch of the step in its order, without times.")
 
