@@ -336,17 +336,23 @@ class StepWall(NamedTuple):
     gpu_ms: float   # the steps' forward + backward GPU time per step (CUDA events around each phase, in the loop)
 
 
-def step_wall(model_name, variant, sizes, batch, steps, epochs=PROFILE_EPOCHS, seed=0) -> StepWall:
+def step_wall(model_name, variant, sizes, batch, steps, epochs=PROFILE_EPOCHS, seed=0, policy=None) -> StepWall:
     """Milliseconds per training step of `variant` as its epoch loop runs steps back to back (its own data path:
     the per-step copies and loss reads, or the resident gather; a graph variant's replays): the median epoch wall
-    time over `steps` steps of random data, divided by `steps`, and the GPU time of those epochs' phases."""
+    time over `steps` steps of random data, divided by `steps`, and the GPU time of those epochs' phases. With
+    `policy`, that GPU policy's engine instead of the variant's (the simulator's eager twin of a graph variant)."""
     import time
 
     from gpunn.seeding import batch_order
 
     model = build_model(model_name, **sizes, seed=seed)
     x, y = random_training_data(batch * steps, seed, model.input_shape, sizes.get("classes", 1))
-    backend = make_backend(variant, model, model_name, EPOCH_MODELS[model_name].lr)
+    if policy is None:
+        backend = make_backend(variant, model, model_name, EPOCH_MODELS[model_name].lr)
+    else:
+        from gpunn.backends.gpu.engine import GpuEngine
+
+        backend = GpuEngine(model, model_name, EPOCH_MODELS[model_name].lr, policy)
     backend.load_train_data(x, y)
     backend.warm_up({batch})
     walls, gpus = [], []
@@ -377,6 +383,7 @@ def step_profile(model_name, variants, batch=64, repeats=50, seed=0, log=print, 
     from gpunn.backends.gpu.engine import GpuEngine, _launches
     from gpunn.backends.gpu.policy import POLICIES
     from gpunn.bench.core import median_launch_ms, numba_clock
+    from gpunn.device import simulator_enabled
 
     sizes = {**EPOCH_MODELS[model_name].sizes, **sizes}
     steps = EPOCH_MODELS[model_name].profile_steps if steps is None else int(steps)
@@ -396,7 +403,8 @@ def step_profile(model_name, variants, batch=64, repeats=50, seed=0, log=print, 
             clock = numba_clock(engine.stream)
             timed_ms = [median_launch_ms(launch, repeats, clock).ms for _, launch in phases]
             kernel_ms = sum(timed_ms)
-            wall_ms, gpu_ms = step_wall(model_name, variant, sizes, batch, steps, seed=seed)
+            twin = policy if simulator_enabled() and POLICIES[variant].graphs else None  # (no graphs there)
+            wall_ms, gpu_ms = step_wall(model_name, variant, sizes, batch, steps, seed=seed, policy=twin)
             log(f"{model_name} {variant}: {len(phases)} launches per step, kernels {kernel_ms:.4f} ms, step wall "
                 f"{wall_ms:.4f} ms (phases in the loop {gpu_ms:.4f} ms GPU), host overhead "
                 f"{1e3 * (wall_ms - kernel_ms):.1f} us")
