@@ -54,7 +54,11 @@ for model_name, variant in [("mlp", "gpu-tiled"), ("cnn", "gpu-naive")]:
     from gpunn.backends.gpu.engine import _launches
     single = list(_launches(prog.forward + prog.backward))
     print(model_name, variant, "launches", len(single), [f"{per_call_us(s, 300):.1f}" for s in single[:6]]); cuda.synchronize()
-    io = b._host_io(64, x.shape[1:]); copies = b._copies(io, prog, 64, 0)
+    from gpunn.backends.gpu import host_steps
+    from gpunn.kernels import transfers
+    io = host_steps.host_io(b, 64, x.shape[1:])
+    copies = (*host_steps.uploads(b, io, prog, 64, 0),
+              transfers.BoundCopy(prog.losses, io.losses[:64], b.stream, upload=False))
     clock = b.epoch_clock; clock.resize(3)
     marks = np.zeros((200, 8))
     idx = np.arange(64)
@@ -80,11 +84,7 @@ for model_name, variant in [("mlp", "gpu-tiled"), ("cnn", "gpu-naive")]:
           "step", round(np.median(marks[1:, 0] - marks[:-1, 0]) * 1e6, 1))
     # whole epochs with stream sync vs spin on query
     for mode in ("sync", "spin"):
-        if mode == "spin":
-            def spin():
-                while q(None) != 0:
-                    pass
-            b._sync_stream = spin
+        b._step_wait = transfers.synchronizer(b.stream, spin=mode == "spin")
         ws = []
         for e in range(3):
             t = time.perf_counter(); r = b.train_epoch(batch_order(0, e, len(x)), 64); ws.append(time.perf_counter() - t)
