@@ -144,6 +144,11 @@ class Launch:
                 self._direct = _direct_launcher(self.kernel, self._configured, self.args) or False
 
     @property
+    def call(self):
+        """What runs this launch with the least host work: its direct driver call once it has one, else itself."""
+        return self._direct or self
+
+    @property
     def direct(self) -> bool:
         """Whether calls now skip numba's dispatch (after the first call, on a GPU)."""
         return bool(self._direct)
@@ -212,7 +217,7 @@ def _driver_launcher(stream, config, kernel, prepared):
             if err != driver.CUresult.CUDA_SUCCESS:
                 return None
         stream_handle = stream.handle
-        int(handle)  # (a handle our ctypes path can pass)
+        function_handle = int(handle)
         grid = tuple(config.grid) + (1,) * (3 - len(tuple(config.grid)))
         block = tuple(config.block) + (1,) * (3 - len(tuple(config.block)))
     except (AttributeError, TypeError):
@@ -221,7 +226,7 @@ def _driver_launcher(stream, config, kernel, prepared):
     gx, gy, gz = (int(v) for v in grid)
     bx, by, bz = (int(v) for v in block)
     if libcuda.library() is not None:  # one ctypes call on arguments converted once (gpunn.kernels.libcuda)
-        run = libcuda.bound("cuLaunchKernel", int(handle), gx, gy, gz, bx, by, bz, 0,
+        run = libcuda.bound("cuLaunchKernel", function_handle, gx, gy, gz, bx, by, bz, 0,
                             transfers.stream_handle(stream), address, None)
         run.parameters = (values, pointers)  # the packed parameter block lives as long as the launch
         run.packed = True

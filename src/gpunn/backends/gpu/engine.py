@@ -39,6 +39,7 @@ from gpunn.seeding import batch_slices
 from ..base import Backend, EpochResult, StepTimes
 from ..registry import check_reduction_setting
 from . import host_steps
+from .host_steps import single_launches as _launches
 from .layers import HEADS, Act, Binder, LinearStage, head_of, plan
 from .policy import PIPELINE_DEPTH, Policy
 
@@ -559,11 +560,3 @@ class GpuEngine(Backend):
         self.params.copy_to_host(self.model.flat)  # the host model holds the trained weights too
         return self.model.flat
 
-
-def _launches(items):
-    """The single bound launches of a list of launches and launch groups."""
-    for item in items:
-        if hasattr(item, "launches"):
-            yield from _launches(item.launches)
-        else:
-            yield item

@@ -61,11 +61,18 @@ def uploads(engine, io: HostIO, program, rows: int, slot: int):
     return io.copies[key][:2]
 
 
+def single_launches(items):
+    """The single bound launches of a list of launches and launch groups, in order."""
+    for item in items:
+        if hasattr(item, "launches"):
+            yield from single_launches(item.launches)
+        else:
+            yield item
+
+
 def calls(launches) -> tuple:
     """The calls that run these bound launches: each launch's direct driver call once it has one."""
-    from .engine import _launches
-
-    return tuple(getattr(launch, "_direct", None) or launch for launch in _launches(launches))
+    return tuple(launch.call for launch in single_launches(launches))
 
 
 @dataclasses.dataclass
