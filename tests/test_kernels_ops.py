@@ -227,6 +227,19 @@ def test_colsum(rng, variant, shape, block):
     )
 
 
+def test_colsum_atomic_zeroed_adds_into_its_buffer_with_one_launch(rng):
+    """With `zeroed` the caller keeps db zero (the engine's SGD does): one launch, the atomic sums added to db as it is
+    (a non-zero db shows that no zeroing launch ran)."""
+    dy = rand(rng, 5, 21)
+    start = rand(rng, 21)
+    db = cuda.to_device(start)
+    launch = rd.colsum_atomic(cuda.to_device(dy), db, block=8, launch=False, zeroed=True)
+    assert not hasattr(launch, "launches")  # a single launch, not a zero + add group
+    launch()
+    assert rel_err(db.copy_to_host(), start.astype(np.float64) + rd.colsum_ref(dy)) < TOL
+    assert len(rd.colsum_atomic(cuda.to_device(dy), db, block=8, launch=False).launches) == 2
+
+
 def test_colsum_tree_bitwise_reproducible(rng):
     dy = cuda.to_device(rand(rng, 19, 9, scale=100.0))
     a, b = poisoned(9), poisoned(9)

@@ -327,7 +327,8 @@ def _sizes_text(sizes: dict) -> str:
 # wall time as the variant's own epoch loop runs it; the difference is the host's share.
 
 PROFILE_COLUMNS = ["model", "variant", "batch", "order", "phase", "launch", "grid", "block", "ms", "share",
-                   "step_wall_ms", "step_gpu_ms", "kernel_ms", "host_overhead_us", "wall_steps", *provenance.CSV_COLUMNS]
+                   "step_wall_ms", "step_gpu_ms", "kernel_ms", "step_kernels_ms", "host_overhead_us", "wall_steps",
+                   *provenance.CSV_COLUMNS]
 PROFILE_EPOCHS = 3   # such epochs; the median after the first (which settles caches and clocks) is kept
 
 
@@ -367,14 +368,24 @@ def step_wall(model_name, variant, sizes, batch, steps, epochs=PROFILE_EPOCHS, s
     return StepWall(1e3 * float(np.median(walls[keep])) / steps, 1e3 * float(np.median(gpus[keep])) / steps)
 
 
+def _whole_step(launches):
+    """One call running a step's bound launches in order (timed as one by median_launch_ms)."""
+    def step() -> None:
+        for launch in launches:
+            launch()
+    return step
+
+
 def step_profile(model_name, variants, batch=64, repeats=50, seed=0, log=print, timed=True, steps=None,
                  **sizes) -> pd.DataFrame:
-    """One row per launch of a training step at `batch` for each GPU variant: its median GPU time (``ms``) and share
-    of the step's summed kernel time (``kernel_ms``), and per variant (repeated on its rows) the step's wall time
-    as its training loop runs it (``step_wall_ms``, over `steps` steps, default the model's profile_steps; ``step_gpu_ms`` the GPU time of its phases
-    there, from events: launch gaps included where the host is slower than the GPU) and the difference,
-    ``host_overhead_us`` = step_wall_ms - kernel_ms: host work, batch copies and waits, everything that is not
-    kernel time. A graph variant's launches are profiled through its eager twin (the same kernels; the graph
+    """One row per launch of a training step at `batch` for each GPU variant: its median GPU time alone (``ms``) and
+    share of the launches' sum (``kernel_ms``), and per variant (repeated on its rows): ``step_kernels_ms``, the
+    GPU time of the step's launches run back to back (queued behind a GPU sleep, one event pair around the step:
+    no host gaps, no per-launch event overhead); the step's wall time as its training loop runs it
+    (``step_wall_ms``, over `steps` steps, default the model's profile_steps; ``step_gpu_ms`` the GPU time of its
+    phases there, from events: launch gaps included where the host is slower than the GPU) and
+    ``host_overhead_us`` = step_wall_ms - step_kernels_ms: host work, batch copies and waits, everything that is
+    not kernel time. A graph variant's launches are profiled through its eager twin (the same kernels; the graph
     replays exactly these), its wall time with its graphs. Launches repeat on one random batch: the parameters
     drift, which changes no kernel's work. With `timed` false (numba's simulator, where times mean nothing) the
     rows list the launches with every time NaN."""
@@ -403,16 +414,17 @@ def step_profile(model_name, variants, batch=64, repeats=50, seed=0, log=print, 
             clock = numba_clock(engine.stream)
             timed_ms = [median_launch_ms(launch, repeats, clock).ms for _, launch in phases]
             kernel_ms = sum(timed_ms)
+            step_ms = median_launch_ms(_whole_step([launch for _, launch in phases]), repeats, clock).ms
             twin = policy if simulator_enabled() and POLICIES[variant].graphs else None  # (no graphs there)
             wall_ms, gpu_ms = step_wall(model_name, variant, sizes, batch, steps, seed=seed, policy=twin)
-            log(f"{model_name} {variant}: {len(phases)} launches per step, kernels {kernel_ms:.4f} ms, step wall "
-                f"{wall_ms:.4f} ms (phases in the loop {gpu_ms:.4f} ms GPU), host overhead "
-                f"{1e3 * (wall_ms - kernel_ms):.1f} us")
+            log(f"{model_name} {variant}: {len(phases)} launches per step, kernels {step_ms:.4f} ms back to back "
+                f"({kernel_ms:.4f} ms each alone, summed), step wall {wall_ms:.4f} ms (phases in the loop "
+                f"{gpu_ms:.4f} ms GPU), host overhead {1e3 * (wall_ms - step_ms):.1f} us")
         else:
-            timed_ms, kernel_ms, wall_ms, gpu_ms = [nan] * len(phases), nan, nan, nan
+            timed_ms, kernel_ms, step_ms, wall_ms, gpu_ms = [nan] * len(phases), nan, nan, nan, nan
             log(f"{model_name} {variant}: {len(phases)} launches per step (not timed)")
-        step = {"step_wall_ms": wall_ms, "step_gpu_ms": gpu_ms, "kernel_ms": kernel_ms,
-                "host_overhead_us": 1e3 * (wall_ms - kernel_ms), "wall_steps": steps if timed else 0}
+        step = {"step_wall_ms": wall_ms, "step_gpu_ms": gpu_ms, "kernel_ms": kernel_ms, "step_kernels_ms": step_ms,
+                "host_overhead_us": 1e3 * (wall_ms - step_ms), "wall_steps": steps if timed else 0}
         for order, ((phase, launch), ms) in enumerate(zip(phases, timed_ms)):
             rows.append({"model": model_name, "variant": variant, "batch": batch, "order": order, "phase": phase,
                          "launch": launch.name, "grid": str(launch.grid), "block": str(launch.block), "ms": ms,

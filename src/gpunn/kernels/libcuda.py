@@ -24,6 +24,7 @@ SIGNATURES = {  # the driver API's exported names (the _v2 entry points are what
     "cuEventRecord": (_VP, _VP),
     "cuStreamWaitEvent": (_VP, _VP, _U),
     "cuEventSynchronize": (_VP,),
+    "cuEventQuery": (_VP,),
     "cuStreamSynchronize": (_VP,),
     "cuStreamQuery": (_VP,),
     "cuEventElapsedTime": (ctypes.POINTER(ctypes.c_float), _VP, _VP),
@@ -62,6 +63,23 @@ def bound(name: str, *args):
 
 
 CUDA_ERROR_NOT_READY = 600  # cuStreamQuery / cuEventQuery: work still pending
+
+
+def spinner(name: str, handle: int):
+    """A call that waits by polling driver query `name` (cuStreamQuery, cuEventQuery) on `handle` until the work
+    is done: the host thread stays busy but is back as soon as the GPU is (13-26 us a step sooner than the
+    driver's blocking wait on the H100 machine, issue 22)."""
+    query, not_ready = getattr(library(), name), CUDA_ERROR_NOT_READY
+    handle = ctypes.c_void_p(handle or None)
+
+    def wait() -> None:
+        err = query(handle)
+        while err == not_ready:
+            err = query(handle)
+        if err:
+            raise RuntimeError(f"{name} failed: CUDA error {err}")
+
+    return wait
 _ELAPSED = ctypes.c_float()
 
 

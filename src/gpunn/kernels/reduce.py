@@ -3,7 +3,8 @@
 Variants:
 
     1 colsum_atomic  one thread per element over B*N (grid-stride), cuda.atomic.add into db after a zeroing
-                     launch; simple, but the float add order varies run to run (not bitwise reproducible)
+                     launch (none with `zeroed`: the caller keeps db zero between uses, as the training engine's
+                     SGD launch does); simple, but the float add order varies run to run (not bitwise reproducible)
     2 colsum_tree    deterministic: a block of `block` threads owns TX = min(32, block) adjacent columns and
                      TY = block / TX row lanes; thread (tx, ty) sums rows ty, ty + TY, ... of its column
                      (reads coalesced across tx), then a shared-memory tree over the TY lanes; no atomics,
@@ -84,17 +85,17 @@ def _check(op: str, dy, db):
         )
 
 
-def colsum_atomic(dy, db, block: int = 256, stream=0, launch: bool = True) -> LaunchGroup:
-    """Variant 1: db (N,) = dy (B, N).sum(0) via atomics (db is zeroed first by its own launch)."""
+def colsum_atomic(dy, db, block: int = 256, stream=0, launch: bool = True, zeroed: bool = False):
+    """Variant 1: db (N,) = dy (B, N).sum(0) via atomics: a LaunchGroup that zeroes db by its own launch first, or
+    with `zeroed` (db is zero whenever this runs: the caller zeroes it after each use) the single atomic launch."""
     op = "colsum_atomic"
     block = check_block(op, block)
     _check(op, dy, db)
     cols = db.shape[0]
     n = dy.size
-    group = LaunchGroup([
-        bind(_zero_kernel, grid_for(cols, block), block, (db, cols), stream, False, "zero"),
-        bind(_colsum_atomic_kernel, grid_for(n, block), block, (flat(dy), db, n, cols), stream, False, op),
-    ])
+    add = bind(_colsum_atomic_kernel, grid_for(n, block), block, (flat(dy), db, n, cols), stream, False, op)
+    group = add if zeroed else LaunchGroup([
+        bind(_zero_kernel, grid_for(cols, block), block, (db, cols), stream, False, "zero"), add])
     if launch:
         group()
     return group

@@ -76,26 +76,15 @@ class BoundCopy:
 
 def synchronizer(stream, spin: bool = False):
     """A call that waits for everything queued on `stream`: ``cuStreamSynchronize``, or with `spin` a loop on
-    ``cuStreamQuery`` (the host thread busy, but back as soon as the GPU is done: 13-26 us a step sooner than the
-    driver's wait after a step on the H100 machine, issue 22); numba's under the simulator, where copies and
-    launches are synchronous anyway."""
-    lib = libcuda.library()
-    if lib is None:
+    ``cuStreamQuery`` (libcuda.spinner); numba's under the simulator, where copies and launches are synchronous
+    anyway."""
+    if libcuda.library() is None:
         from numba import cuda
 
         return stream.synchronize if stream else cuda.synchronize
     if not spin:
         return libcuda.bound("cuStreamSynchronize", stream_handle(stream))
-    query, handle, not_ready = lib.cuStreamQuery, stream_handle(stream), libcuda.CUDA_ERROR_NOT_READY
-
-    def wait() -> None:
-        err = query(handle)
-        while err == not_ready:
-            err = query(handle)
-        if err:
-            raise RuntimeError(f"cuStreamQuery failed: CUDA error {err}")
-
-    return wait
+    return libcuda.spinner("cuStreamQuery", stream_handle(stream))
 
 
 def host_buffer(shape, dtype) -> np.ndarray:
@@ -109,11 +98,12 @@ def host_buffer(shape, dtype) -> np.ndarray:
 
 class BoundEvent:
     """A numba event's record on one stream, another stream's wait for it and the host's wait for it, each bound
-    once to a driver call (numba's Event methods under the simulator)."""
+    once to a driver call (numba's Event methods under the simulator); with `spin` the host's wait polls
+    ``cuEventQuery`` (libcuda.spinner) instead of blocking in ``cuEventSynchronize``."""
 
     __slots__ = ("event", "record", "wait", "synchronize")
 
-    def __init__(self, event, record_stream=0, wait_stream=0):
+    def __init__(self, event, record_stream=0, wait_stream=0, spin: bool = False):
         self.event = event
         if libcuda.library() is None:
             self.record = lambda: event.record(record_stream)
@@ -123,4 +113,5 @@ class BoundEvent:
         handle = int(event.handle)
         self.record = libcuda.bound("cuEventRecord", handle, stream_handle(record_stream))
         self.wait = libcuda.bound("cuStreamWaitEvent", stream_handle(wait_stream), handle, 0)
-        self.synchronize = libcuda.bound("cuEventSynchronize", handle)
+        self.synchronize = (libcuda.spinner("cuEventQuery", handle) if spin
+                            else libcuda.bound("cuEventSynchronize", handle))

@@ -1,7 +1,7 @@
 """Where a training step's time goes (E1, E4, E5 reports): from the step profile CSVs (rule step_profile, one per GPU
 variant, gpunn.timing.step_profile: one row per launch of one training step), step_profile.png (one bar per variant,
 its kernels' GPU time stacked by op, plus the host overhead) and step_profile.csv/.md (the three largest launches of
-each variant, with the step's kernel_ms, step_wall_ms and host_overhead_us).
+each variant, with the step's step_kernels_ms, step_wall_ms and host_overhead_us).
 
 An op is a kernel: the launch name up to its first '[' (gemm_v1[NN,none] and gemm_v1[TN,none] are one op); ops under
 OTHER_SHARE of every variant's kernel time, and those past the MAX_OPS largest, are merged into "other". Profiles
@@ -27,22 +27,23 @@ from gpunn.report import figures, tables, titles  # noqa: E402
 from gpunn.targets import STEP_PROFILE  # noqa: E402
 
 COLUMNS = ("model", "variant", "batch", "order", "phase", "launch", "grid", "block", "ms", "share", "step_wall_ms",
-           "kernel_ms", "host_overhead_us")
+           "kernel_ms", "step_kernels_ms", "host_overhead_us")
 TOP = 3                 # launches per variant in the table
 OTHER_SHARE = 0.05      # an op below this share of every variant's kernel time goes into "other"
 MAX_OPS = 8             # at most this many ops keep a segment of their own
 OTHER, HOST = "other", "host overhead"
 UNTIMED = "launch list only, no times (simulator)"
-TABLE_COLUMNS = ("variant", "order", "phase", "launch", "grid", "block", "ms", "share", "kernel_ms", "step_wall_ms",
-                 "host_overhead_us", "device", "simulator")
-TIME_COLUMNS = ("ms", "share", "kernel_ms", "step_wall_ms", "host_overhead_us")  # not in an untimed table
+TABLE_COLUMNS = ("variant", "order", "phase", "launch", "grid", "block", "ms", "share", "kernel_ms", "step_kernels_ms",
+                 "step_wall_ms", "host_overhead_us", "device", "simulator")
+TIME_COLUMNS = ("ms", "share", "kernel_ms", "step_kernels_ms", "step_wall_ms", "host_overhead_us")  # not untimed
 NOTE = ("Each launch of one training step timed alone: queued behind a GPU sleep, so that its CUDA events time the "
-        "kernel and not the host's launch, the median of repeated launches (ms; share: of kernel_ms). kernel_ms: the "
-        "sum over the step's launches; step_wall_ms: the step's wall time as the variant's training loop runs it "
-        "(epoch wall / steps); host_overhead_us = 1000 x (step_wall_ms - kernel_ms): host work, batch copies and "
-        "synchronisations, everything that is not kernel time. Each launch timed alone carries about 2 us of event "
-        "overhead (an empty kernel reads 4 us on the H100), so a step whose kernels run back to back (a CUDA graph) "
-        "can read a negative host overhead: then the host costs nothing measurable.")
+        "kernel and not the host's launch, the median of repeated launches (ms; share: of kernel_ms, their sum). "
+        "step_kernels_ms: the whole step's launches timed the same way as one, back to back (no host gaps, and not "
+        "the 2 us of event overhead each launch timed alone carries); step_wall_ms: the step's wall time as the "
+        "variant's training loop runs it (epoch wall / steps); host_overhead_us = 1000 x (step_wall_ms - "
+        "step_kernels_ms): host work, batch copies and synchronisations, everything that is not kernel time. A "
+        "step replayed from CUDA graphs can read a slightly negative host overhead (run-to-run noise): then the "
+        "host costs nothing measurable.")
 UNTIMED_NOTE = ("Listed under numba's CUDA simulator, whose host clock says nothing about a kernel's GPU time: every "
                 "launch of the step in its order, without times.")
 
@@ -78,8 +79,9 @@ def op_name(launch: str) -> str:
 
 
 def op_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per variant (rows, report order) the kernel time of each op (columns, largest first, "other" last) in ms, then
-    the host overhead in ms (column HOST, NaN where not measured); untimed profiles: launch counts, no HOST column."""
+    """Per variant (rows, report order) the kernel time of each op (columns, largest first, "other" last) in ms: its
+    share of the launches timed alone times the step's back-to-back kernel time (step_kernels_ms), then the host
+    overhead in ms (column HOST, NaN where not measured); untimed profiles: launch counts, no HOST column."""
     timed = is_timed(frame)
     per_op = frame.assign(op=frame["launch"].map(op_name)).pivot_table(
         index="variant", columns="op", values="ms" if timed else "order", aggfunc="sum" if timed else "count",
@@ -93,8 +95,9 @@ def op_table(frame: pd.DataFrame) -> pd.DataFrame:
     if merged:
         table[OTHER] = per_op[merged].sum(axis=1)
     if timed:
-        step = frame.groupby("variant")["host_overhead_us"].first().reindex(table.index)
-        table[HOST] = step / 1000.0
+        step = frame.groupby("variant")[["step_kernels_ms", "host_overhead_us"]].first().reindex(table.index)
+        table = table.mul(step["step_kernels_ms"] / per_op.sum(axis=1), axis=0)
+        table[HOST] = step["host_overhead_us"] / 1000.0
     return table
 
 
@@ -138,8 +141,8 @@ def _stacked_bars(ax, segments: pd.DataFrame, colors: dict) -> None:
 
 def figure(frame: pd.DataFrame, out_png, title: str) -> Path:
     """step_profile.png. Timed: one bar per variant of its step's time in ms, the ops' kernel time stacked and the
-    host overhead on top (hatched; none where it is not measured or negative, i.e. the step ran faster than its
-    kernels timed alone), each bar labelled with its kernel and host times; beside it the same as shares of the
+    host overhead on top (hatched; none where it is not measured or negative: run-to-run noise of a graph's step),
+    each bar labelled with its kernel and host times; beside it the same as shares of the
     step. Untimed (title ending in UNTIMED): each variant's launches per op, counted."""
     table = op_table(frame)
     ops = [c for c in table.columns if c != HOST]
@@ -155,7 +158,7 @@ def figure(frame: pd.DataFrame, out_png, title: str) -> Path:
         axes[0].set_ylabel("time per training step (ms)")
         for x, variant in enumerate(table.index):
             step = frame.loc[frame["variant"] == variant].iloc[0]
-            label = f"kernels {tables.format_significant(step['kernel_ms'], 3)} ms"
+            label = f"kernels {tables.format_significant(step['step_kernels_ms'], 3)} ms"
             if pd.notna(step["host_overhead_us"]):
                 label += f"\nhost {tables.format_significant(step['host_overhead_us'], 3)} µs"
             axes[0].annotate(label, (x, segments.loc[variant].sum()), xytext=(0, 3), textcoords="offset points",

@@ -3,12 +3,14 @@ and reads its losses back, as E1's naive C++ does, through bound calls only (gpu
 
 An epoch runs a plan made once per (training-set size, batch, sample shape): for each step its two bound uploads
 (images, labels) from one of two pinned host buffers, its forward and backward launch calls, and its bound
-download of the per-sample losses into that step's place in a pinned epoch-long buffer. The host gathers the next
-batch into the other pinned buffer while the GPU runs the current step, then waits for the step, spinning on the
-stream's state (the losses are read back every step, so the steps stay the seeds' synchronous ones). Nothing is summed on the host per step: the
+download of the per-sample losses into that step's place in a pinned epoch-long buffer. While the GPU runs a step
+the host gathers the next batch into the other pinned buffer and queues its upload behind the step's download (the
+GPU copies it as soon as the step is done, before the host has woken), then waits for the step's losses, spinning
+on an event recorded after their download: the losses are read back every step and the next step is launched only
+once they are on the host, so the steps stay the seeds' synchronous ones. Nothing is summed on the host per step: the
 losses are added up once the epoch ends, when the first non-finite one (if any) names the batch where training
 diverged. Measured on an H100 machine (issue 22): a driver call costs 2 us (an event record) to 7 us (a kernel
-launch) there, so the MLP's 15-16 launches a step set the floor of these variants' step time.
+launch) there, so the MLP's 13-14 launches a step set the floor of these variants' step time.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import dataclasses
 
 import numpy as np
 
+from gpunn.device import simulator_enabled
 from gpunn.kernels import transfers
 from gpunn.seeding import batch_slices
 
@@ -80,6 +83,7 @@ class SyncPlan:
     key: tuple
     steps: list          # per step: (upload images, upload labels, forward calls, backward calls, download losses)
     losses: np.ndarray   # pinned (n,): the per-sample losses of the epoch, in batch order
+    loaded: object       # a BoundEvent recorded after each step's download (its wait spins)
 
 
 def sync_plan(engine, n: int, batch: int, sample_shape) -> SyncPlan:
@@ -95,13 +99,17 @@ def sync_plan(engine, n: int, batch: int, sample_shape) -> SyncPlan:
         upload_x, upload_y = uploads(engine, io, program, e - s, i % 2)
         download = transfers.BoundCopy(program.losses, losses[s:e], engine.stream, upload=False)
         steps.append((upload_x, upload_y, calls(program.forward), calls(program.backward), download))
-    engine._sync_plan = SyncPlan(key, steps, losses)
+    event = engine.cuda.event() if simulator_enabled() else engine.cuda.event(timing=False)  # (the simulator's: no flag)
+    loaded = transfers.BoundEvent(event, engine.stream, spin=True)
+    engine._sync_plan = SyncPlan(key, steps, losses, loaded)
     return engine._sync_plan
 
 
 def sync_epoch(engine, order: np.ndarray, batch: int, progress=None) -> EpochResult:
-    """One epoch of host batches in `order`: per step upload, forward and backward between three clock marks (GPU
-    time of each phase, the copy outside), losses read back, the next batch gathered, wait."""
+    """One epoch of host batches in `order`. Per step: forward and backward between three clock marks (GPU time of
+    each phase, the copies outside), the losses read back; then, while the GPU runs the step, the next batch is
+    gathered on the host and its upload queued behind this step's download, the previous step's phase times are
+    read, and the host waits for this step's losses before it launches the next step."""
     x, y = engine._loaded()
     n = len(x)
     slices = batch_slices(n, batch)
@@ -112,7 +120,8 @@ def sync_epoch(engine, order: np.ndarray, batch: int, progress=None) -> EpochRes
     order = np.asarray(order)
     clock = engine.epoch_clock
     clock.resize(3 * count)
-    mark, wait = clock.mark, engine._step_wait
+    mark, seconds, record, wait = clock.mark, clock.seconds, plan.loaded.record, plan.loaded.synchronize
+    phases = np.zeros((count, 2))  # per step: forward, backward GPU seconds
 
     def gather(i: int) -> None:
         s, e = slices[i]
@@ -120,10 +129,13 @@ def sync_epoch(engine, order: np.ndarray, batch: int, progress=None) -> EpochRes
         np.take(x, order[s:e], axis=0, out=io.x[slot][:e - s], mode="clip")  # (a permutation: in range)
         np.take(labels, order[s:e], out=io.y[slot][:e - s], mode="clip")
 
+    def read(i: int) -> None:  # step i's phase times (its marks are done)
+        phases[i] = seconds(3 * i, 3 * i + 1), seconds(3 * i + 1, 3 * i + 2)
+
     gather(0)
-    for i, (upload_x, upload_y, forward, backward, download) in enumerate(plan.steps):
-        upload_x()
-        upload_y()
+    plan.steps[0][0]()
+    plan.steps[0][1]()
+    for i, (_, _, forward, backward, download) in enumerate(plan.steps):
         mark(3 * i)
         for call in forward:
             call()
@@ -132,14 +144,20 @@ def sync_epoch(engine, order: np.ndarray, batch: int, progress=None) -> EpochRes
             call()
         mark(3 * i + 2)
         download()
+        record()
         if i + 1 < count:
-            gather(i + 1)  # on the host while the GPU runs step i
-        wait()
+            gather(i + 1)  # on the host while the GPU runs step i; copied once step i is done
+            upload_x, upload_y = plan.steps[i + 1][:2]
+            upload_x()
+            upload_y()
+        if i:
+            read(i - 1)
+        wait()  # step i's losses are on the host
         if progress is not None and ((i + 1) % PROGRESS_STEPS == 0 or i + 1 == count):
             e = slices[i][1]
             progress(i + 1, count, float(np.sum(plan.losses[:e], dtype=np.float64)) / e)
-    forward_s = sum(clock.seconds(3 * i, 3 * i + 1) for i in range(count))
-    backward_s = sum(clock.seconds(3 * i + 1, 3 * i + 2) for i in range(count))
+    read(count - 1)
+    forward_s, backward_s = (float(v) for v in phases.sum(axis=0))
     total = float(np.sum(plan.losses, dtype=np.float64))
     if np.isfinite(total):
         return EpochResult(total / n, forward_s, backward_s, count)

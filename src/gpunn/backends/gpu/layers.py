@@ -136,8 +136,10 @@ class LinearStage(Stage):
             launches.append(binder.gemm(x.full, dy, self.weight(g, with_bias=True), trans_a=True))
         else:
             launches.append(binder.gemm(x.view, dy, self.weight(g), trans_a=True))
-            colsum = reduce.colsum_tree if binder.policy.fuse else reduce.colsum_atomic
-            launches.append(colsum(dy, self.bias(g), launch=False, **binder.threads))
+            if binder.policy.fuse:
+                launches.append(reduce.colsum_tree(dy, self.bias(g), launch=False, **binder.threads))
+            else:  # the bias gradient is zero here: the SGD launch zeroes every gradient after its update
+                launches.append(reduce.colsum_atomic(dy, self.bias(g), launch=False, zeroed=True, **binder.threads))
         return launches
 
 
