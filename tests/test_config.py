@@ -34,7 +34,7 @@ def test_defaults_fill_an_empty_config():
     assert config["experiments"]["e6"]["train_subset"] == "auto" and config["experiments"]["e6"]["kernel_device"] == "auto"
     assert config["experiments"]["e1"]["batch"] == 64 and config["gpu"] == {"enabled": True, "simulator": False}
     e3 = config["experiments"]["e3"]
-    assert (e3["steps"], e3["timed_epochs"], e3["repeats"]) == (100, 3, 20) and e3["variants"][-1] == "gpu-graph"
+    assert (e3["steps"], e3["samples"], e3["timed_epochs"], e3["repeats"]) == (938, 60000, 3, 20) and e3["variants"][-1] == "gpu-graph"
 
 
 @pytest.mark.parametrize("raw, key, value", [

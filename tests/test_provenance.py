@@ -232,6 +232,25 @@ def test_e3_timer_runs_the_variants_own_data_path(monkeypatch):
     assert stub.calls[6:] == [("step", (4, 5), (4,))] * 6  # one untimed, five timed
 
 
+def test_e3_epochs_hold_at_most_samples_in_whole_batches(monkeypatch):
+    """samples caps an epoch's samples (E1's 60 000: 938 steps up to batch 64, 117 at 512); the rows say how many
+    steps each batch size ran, and its backend was loaded with that many batches."""
+    from gpunn import batch_timing
+
+    assert [batch_timing.epoch_steps(b, 938, 60000) for b in (1, 8, 32, 64, 128, 512)] == [938] * 3 + [937, 468, 117]
+    assert batch_timing.epoch_steps(64, 938) == 938 and batch_timing.epoch_steps(100000, 938, 60000) == 1
+    clock = _FakeClock()
+    stubs = []
+    monkeypatch.setattr(batch_timing, "time", clock)
+    monkeypatch.setattr(batch_timing, "make_backend", lambda *a, **k: stubs.append(_StubBackend(clock)) or stubs[-1])
+    frame = batch_timing.time_batches(["cpu-numpy"], [2, 4, 8], hidden=3, in_features=5, steps=6, samples=20,
+                                      repeats=1, timed_epochs=1, log=lambda line: None)
+    assert frame["steps"].tolist() == [6, 5, 2]
+    assert [stub.calls[0][1] for stub in stubs] == [(12, 5), (20, 5), (16, 5)]
+    with pytest.raises(GpunnError, match="samples >= 0"):
+        batch_timing.time_batches(["cpu-numpy"], [2], steps=3, samples=-1, log=lambda line: None)
+
+
 def test_e3_timer_refuses_a_diverged_epoch(monkeypatch):
     from gpunn import batch_timing
 

@@ -36,7 +36,7 @@ def test_default_dry_run_lists_every_stage(workflow_copy):
         assert f"python -m gpunn train {run} " in text
     assert "python -m gpunn time-batches --variants cpu-serial" in text  # E3, gpu-graph among its variants
     assert "python -m gpunn time-batches --variants gpu-graph --batches 1,8,32,64,128,512 --hidden 256 --features 784 " \
-           "--steps 100 --timed-epochs 3 --repeats 20 " in text
+           "--steps 938 --samples 60000 --timed-epochs 3 --repeats 20 " in text
     assert "python -m gpunn features --run results/runs/gpu-box/cifar10/" in text  # E6, under the machine's name
     assert "python -m gpunn svm --features results/features/gpu-box/cifar10/" in text
     svm_job = _job(text, "svm")  # E6 on a GPU machine: all rows, the kernel on the GPU, which the job reserves

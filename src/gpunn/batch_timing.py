@@ -1,8 +1,9 @@
 """E3: the MLP's training step per variant and batch size, measured three ways (column groups of E3's CSV):
 
-    throughput  `steps` steps back to back as the training loop runs them, through the variant's own data path
-                (load_train_data on random data of batch * steps samples, warm_up, train_epoch): an epoch's wall
-                time over its steps, median over `timed_epochs` epochs (default TIMED_EPOCHS) after an untimed one
+    throughput  epochs of `steps` steps back to back as the training loop runs them (fewer where `samples` caps
+                an epoch's samples: epoch_steps), through the variant's own data path (load_train_data on random
+                data of batch * steps samples, warm_up, train_epoch): an epoch's wall time over its steps, median
+                over `timed_epochs` epochs (default TIMED_EPOCHS) after an untimed one
     split       forward and backward time per step of those same epochs (EpochResult.forward_s / backward_s over
                 steps): CUDA events around each phase of each step for a GPU variant (batch copy excluded), the
                 host clock for a CPU variant and under numba's simulator (column `clock`)
@@ -100,13 +101,22 @@ def latency(backend, x, y, batch: int, repeats: int) -> float:
     return float(np.median(seconds))
 
 
-def time_batches(variants, batch_sizes, *, hidden=256, in_features=784, classes=10, steps=100, repeats=20,
-                 timed_epochs=TIMED_EPOCHS, seed=0, lr=0.01, log=print) -> pd.DataFrame:
+def epoch_steps(batch: int, steps: int, samples: int = 0) -> int:
+    """Steps of an E3 throughput epoch at `batch`: `steps`, or with `samples` (> 0) as many whole batches as that
+    many samples hold, at most `steps` and at least one. E3's config holds E1's 60 000 samples and 938 steps, so
+    that an epoch at batch 64 is E1's (an epoch's fixed cost, spread over its steps, then weighs the same) while a
+    batch-1 epoch stays 938 steps."""
+    return max(1, min(steps, samples // batch)) if samples > 0 else steps
+
+
+def time_batches(variants, batch_sizes, *, hidden=256, in_features=784, classes=10, steps=100, samples=0,
+                 repeats=20, timed_epochs=TIMED_EPOCHS, seed=0, lr=0.01, log=print) -> pd.DataFrame:
     """One row per variant and batch size (BATCH_TIMING_COLUMNS): throughput, forward / backward split and latency
-    of the in_features-hidden-classes MLP on random data, a fresh model per row."""
-    if min(steps, repeats, timed_epochs) < 1:
-        raise GpunnError(f"E3 timing needs at least one step, repeat and timed epoch (got steps {steps}, repeats "
-                         f"{repeats}, timed_epochs {timed_epochs})")
+    of the in_features-hidden-classes MLP on random data, a fresh model per row; throughput epochs of
+    epoch_steps(batch, steps, samples) steps."""
+    if min(steps, repeats, timed_epochs) < 1 or samples < 0:
+        raise GpunnError(f"E3 timing needs at least one step, repeat and timed epoch and samples >= 0 (got steps "
+                         f"{steps}, repeats {repeats}, timed_epochs {timed_epochs}, samples {samples})")
     rows = []
     for variant in variants:
         where = provenance_columns(variant)
@@ -114,11 +124,12 @@ def time_batches(variants, batch_sizes, *, hidden=256, in_features=784, classes=
         for batch in batch_sizes:
             model = build_model("mlp", in_features=in_features, hidden=hidden, classes=classes, seed=seed)
             backend = make_backend(variant, model, "mlp", lr)
-            x, y = random_training_data(batch * steps, seed, (in_features,), classes)
+            count = epoch_steps(batch, steps, samples)
+            x, y = random_training_data(batch * count, seed, (in_features,), classes)
             per_step = throughput(backend, x, y, batch, seed, timed_epochs)
             sync = latency(backend, x, y, batch, repeats)
             rows.append({"variant": variant, "batch": batch, "hidden": hidden, "features": in_features,
-                         "steps": steps, "timed_epochs": timed_epochs, "throughput_step_ms": 1e3 * per_step["wall"],
+                         "steps": count, "timed_epochs": timed_epochs, "throughput_step_ms": 1e3 * per_step["wall"],
                          "throughput_samples_per_s": batch / per_step["wall"],
                          "forward_ms": 1e3 * per_step["forward"], "backward_ms": 1e3 * per_step["backward"],
                          "clock": clock, "latency_ms": 1e3 * sync, "repeats": repeats, **where})

@@ -164,7 +164,7 @@ def _cmd_time_batches(args):
         check_variant(variant, "mlp")
     with timing_lock(f"gpunn time-batches {','.join(args.variants)}", _log):
         frame = time_batches(args.variants, args.batches, hidden=args.hidden, in_features=args.features,
-                             steps=args.steps, timed_epochs=args.timed_epochs, repeats=args.repeats, seed=args.seed,
+                             steps=args.steps, samples=args.samples, timed_epochs=args.timed_epochs, repeats=args.repeats, seed=args.seed,
                              log=_log)
     io.write_csv(args.out, frame)
 
@@ -293,6 +293,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--features", type=int_at_least(1), default=784, help="inputs of the timed MLP (784: MNIST)")
     p.add_argument("--steps", type=int_at_least(1), default=100,
                    help="throughput: steps per timed epoch, run back to back (default 100)")
+    p.add_argument("--samples", type=int_at_least(0), default=0,
+                   help="throughput: at most this many samples per epoch, in whole batches (fewer steps at large "
+                        "batches; 0: no cap, the default)")
     p.add_argument("--timed-epochs", type=int_at_least(1), default=3,
                    help="throughput: epochs timed after an untimed one, median (default 3)")
     p.add_argument("--repeats", type=int_at_least(1), default=20,

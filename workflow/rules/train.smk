@@ -71,6 +71,7 @@ rule time_batches:
     shell:
         "{params.env}python -m gpunn time-batches --variants {wildcards.variant} --batches {params.batches} "
         "--hidden {params.e3[hidden]} --features {params.e3[features]} --steps {params.e3[steps]} "
+        "--samples {params.e3[samples]} "
         "--timed-epochs {params.e3[timed_epochs]} --repeats {params.e3[repeats]} --out {output} 2>&1 | tee {log}"
 
 
