@@ -133,3 +133,35 @@ def test_conv_models_gradients_match_cpu(model_name, policy):
 
 
 # the conv models' resident epochs: gpu-im2col's in tests/test_gpu_autoencoder.py and tests/test_gpu_cnn.py
+
+
+@pytest.mark.parametrize("model_name,variant", [("mlp", "gpu-naive"), ("mlp", "gpu-fused"), ("cnn", "gpu-optimized")])
+def test_prepare_epoch_makes_what_the_epoch_runs(model_name, variant):
+    """After prepare_epoch an epoch makes nothing more (per-step copies, resident programs, pipelined programs,
+    clock events): the first timed epoch pays no setup. 11 samples at batch 4: steps of 4, 4 and 3 rows."""
+    from gpunn.backends.registry import make_backend
+    from gpunn.seeding import batch_order
+    from gpunn.timing import random_training_data
+
+    sizes = {"mlp": {"in_features": 6, "hidden": 5, "classes": 3},
+             "cnn": {"image_size": 8, "channels": (2, 3), "classes": 3}}[model_name]
+    model = build_model(model_name, **sizes, seed=0)
+    x, y = random_training_data(11, 0, model.input_shape, 3)
+    engine = make_backend(variant, model, model_name, 0.01)
+    engine.load_train_data(x, y)
+    engine.warm_up({4, 3})
+    engine.prepare_epoch(4)
+
+    def made():
+        pipe = engine._pipe
+        return (engine._sync_plan, dict(engine._epoch_programs or {}), pipe and dict(pipe.programs),
+                len(engine.epoch_clock), dict(engine._step_programs))
+
+    before = made()
+    assert before[3] >= 7  # the epoch's clock marks exist: 3 steps, 2 or 3 marks each
+    if variant == "gpu-naive":
+        assert before[0] is not None and len(before[0].steps) == 3
+    engine.train_epoch(batch_order(0, 0, len(x)), 4)
+    after = made()
+    assert after[0] is before[0] and after[3] == before[3] and after[4] == before[4]
+    assert after[1] == before[1] and after[2] == before[2]  # the same program objects, none added

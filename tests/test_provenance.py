@@ -196,6 +196,9 @@ class _StubBackend:
     def warm_up(self, batch_sizes):
         self.calls.append(("warm_up", set(batch_sizes)))
 
+    def prepare_epoch(self, batch):
+        self.calls.append(("prepare", batch))
+
     def train_epoch(self, order, batch, progress=None):
         from gpunn.backends.base import EpochResult
 
@@ -227,9 +230,9 @@ def test_e3_timer_runs_the_variants_own_data_path(monkeypatch):
     assert (row["forward_ms"], row["backward_ms"]) == (pytest.approx(2.0), pytest.approx(4.0))
     assert row["latency_ms"] == pytest.approx(3.0) and row["clock"] == "host"
     (stub,) = stubs
-    assert stub.calls[:2] == [("load", (24, 5), (24,)), ("warm_up", {4})]
-    assert stub.calls[2:6] == [("epoch", True, 4)] * 4
-    assert stub.calls[6:] == [("step", (4, 5), (4,))] * 6  # one untimed, five timed
+    assert stub.calls[:3] == [("load", (24, 5), (24,)), ("warm_up", {4}), ("prepare", 4)]
+    assert stub.calls[3:7] == [("epoch", True, 4)] * 4
+    assert stub.calls[7:] == [("step", (4, 5), (4,))] * 6  # one untimed, five timed
 
 
 def test_e3_epochs_hold_at_most_samples_in_whole_batches(monkeypatch):

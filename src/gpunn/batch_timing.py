@@ -64,6 +64,7 @@ def throughput(backend, x, y, batch: int, seed: int, timed_epochs: int = TIMED_E
     steps = len(x) // batch
     backend.load_train_data(x, y)
     backend.warm_up({batch})
+    backend.prepare_epoch(batch)
     measured = {"wall": [], "forward": [], "backward": []}
     count = 0
 

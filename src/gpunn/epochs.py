@@ -115,6 +115,7 @@ def train_epochs(backend, x, y, *, epochs: int, batch: int, seed: int, rule: Div
     if log is not None:
         log(f"warm-up of {backend.name} (kernels compile on their first launch: not inside the first epoch's time)")
     backend.warm_up({e - s for s, e in slices})
+    backend.prepare_epoch(batch)
 
     last = first_epoch + epochs
     for epoch in range(first_epoch, last):

@@ -90,6 +90,7 @@ def gpunn_epoch_seconds(variant, model_name, sizes, x, y, batch, lr, epochs, see
     backend = make_backend(variant, build_model(model_name, **sizes, seed=seed), model_name, lr)
     backend.load_train_data(x, y)
     backend.warm_up({e - s for s, e in batch_slices(len(x), batch)})
+    backend.prepare_epoch(batch)
     seconds = []
     loss = float("nan")
     for epoch in range(epochs):
@@ -356,6 +357,7 @@ def step_wall(model_name, variant, sizes, batch, steps, epochs=PROFILE_EPOCHS, s
         backend = GpuEngine(model, model_name, EPOCH_MODELS[model_name].lr, policy)
     backend.load_train_data(x, y)
     backend.warm_up({batch})
+    backend.prepare_epoch(batch)
     walls, gpus = [], []
     for epoch in range(epochs):
         start = time.perf_counter()

@@ -68,6 +68,10 @@ class Backend:
     def warm_up(self, batch_sizes) -> None:
         """Nothing to compile by default."""
 
+    def prepare_epoch(self, batch: int) -> None:
+        """Make what an epoch of the loaded training set at `batch` runs (bound copies, events, step programs,
+        graphs) before it is timed, so that the first epoch's time is an epoch's; nothing to make by default."""
+
     def load_train_data(self, x: np.ndarray, y: np.ndarray | None) -> None:
         self._train_x = np.asarray(x, dtype=np.float32)
         self._train_y = None if y is None else np.asarray(y)
