@@ -10,9 +10,8 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
-
-
+# config/config.yaml is the base that --configfile and --config extend (read in common.smk: a `configfile:`
+# directive here would print that it "is extended by additional config" on every run with the smoke config)
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"

@@ -196,9 +196,29 @@ def test_machine_keeps_devices_and_the_simulator_apart():
 
 
 def test_no_gpu_note_points_to_the_cpu_route():
+    from gpunn.config import missing_gpu_note
+
     lines = []
-    load({}, log=lines.append)
-    assert len(lines) == 1 and "config/cpu.yaml" in lines[0] and "gpu-fused" in lines[0]
+    config = load({}, log=lines.append)
+    assert lines == []  # loading says nothing: the first planned GPU job prints the note (the workflow)
+    assert "config/cpu.yaml" in missing_gpu_note({}, config)
+    assert missing_gpu_note({"machine": "cpu"}, config) is None  # set by hand: the user knows
+
+
+def test_gpu_note_only_when_a_planned_job_needs_a_gpu(workflow_copy):
+    """Once for a plan with GPU jobs; never for --list-target-rules, --unlock or a CPU-only target."""
+    from gpunn.config import detect_gpu_name
+
+    if detect_gpu_name():
+        pytest.skip("a GPU is present: no note to print")
+    note = "no GPU found here"
+    assert run_snakemake(workflow_copy, "e1", "-n").stderr.count(note) == 1
+    for args in (["--list-target-rules"], ["--unlock"],
+                 ["e1", "-n", "--config", "experiments={e1: {variants: [cpu-numpy]}}"]):
+        out = run_snakemake(workflow_copy, *args)
+        assert out.returncode == 0 and note not in out.stdout + out.stderr, args
+    assert "is extended by additional config" not in run_snakemake(workflow_copy, "e1", "-n", "--configfile",
+                                                                   "config/smoke.yaml").stdout
 
 
 def readme_config_examples() -> list[str]:

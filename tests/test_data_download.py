@@ -105,8 +105,11 @@ def test_manifest_records_md5_check_size_and_mtime(tmp_path, tiny):
 def test_mirror_subdirectory_named_after_the_dataset(tmp_path, tiny):
     tiny()
     put(tmp_path / "mirror" / "tiny")
-    fetch_dataset("tiny", tmp_path / "dest", mirrors=[str(tmp_path / "mirror")], log=Log())
+    log = Log()
+    fetch_dataset("tiny", tmp_path / "dest", mirrors=[str(tmp_path / "mirror")], log=log)
     assert listing(tmp_path / "dest") == ["a.bin", "b.bin", "manifest.json"]
+    # the flat layout, tried first, holds nothing: probed quietly, no "failed" line before the success
+    assert not any("failed" in line for line in log) and sum("<-" in line for line in log) == 2
 
 
 def test_url_mirror_and_registry_urls(tmp_path, tiny):

@@ -233,6 +233,13 @@ def test_markdown_table_formatting():
     assert format_significant(0.0) == "0"
 
 
+def test_ratios_have_three_significant_digits_and_a_floor():
+    from gpunn.report.tables import format_ratio
+
+    assert [format_ratio(v) for v in (132.7, 4.123, 0.031, 0.001, 0.0000117)] == \
+        ["133x", "4.12x", "0.0310x", "0.00100x", "<0.001x"]
+
+
 def test_rate_columns_are_not_times():
     from gpunn.report.tables import is_time_column
 

@@ -23,11 +23,12 @@ import numpy as np
 
 from gpunn.backends.registry import fastest_gpu_variant, make_backend, variants_for
 from gpunn.epochs import DivergenceRule, train_epochs
-from gpunn.errors import GpunnError
+from gpunn.errors import GpunnError, install_excepthook
 from gpunn.evaluate import EVAL_BATCH, predict, test_metrics
 from gpunn.rundata import images_to_float
 
 DEVICES = ("cpu", "cuda")
+install_excepthook()  # a script's GpunnError ends in its one line, as the CLI's do
 
 
 def pick_variant(model_name: str, device: str, variant: str | None = None) -> str:
@@ -37,9 +38,14 @@ def pick_variant(model_name: str, device: str, variant: str | None = None) -> st
         raise GpunnError(f"device {device!r} is not known: choose one of {', '.join(DEVICES)}")
     simulator = False
     if device == "cuda":
-        from gpunn.device import require_gpu, simulator_enabled  # imports numba: only for the GPU
+        from numba import cuda  # imports numba: only for the GPU
 
-        require_gpu('device "cuda"')
+        from gpunn.device import simulator_enabled
+
+        if not cuda.is_available():
+            raise GpunnError('device "cuda" needs a CUDA GPU and none is usable here (no driver or no device): '
+                             'train on the CPU with .to("cpu"), or for tiny shapes under numba\'s CUDA simulator '
+                             '(NUMBA_ENABLE_CUDASIM=1 set before numba is imported, about 1e5 times slower)')
         simulator = simulator_enabled()
     choices = variants_for(model_name, simulator=simulator, gpu=device == "cuda")
     where = "on cuda under numba's CUDA simulator" if simulator else f"on {device}"

@@ -30,6 +30,7 @@ import sys
 import time
 
 from gpunn.errors import GpunnError
+from gpunn.orphans import exit_with_snakemake
 
 
 def _log(message: str) -> None:
@@ -157,15 +158,16 @@ def _cmd_svm(args):
 def _cmd_time_batches(args):
     from gpunn import io
     from gpunn.batch_timing import time_batches
+    from gpunn.device import simulator_enabled
     from gpunn.timing_lock import timing_lock
     from gpunn.backends.registry import check_variant
 
     for variant in args.variants:
         check_variant(variant, "mlp")
-    with timing_lock(f"gpunn time-batches {','.join(args.variants)}", _log):
+    with timing_lock(f"gpunn time-batches {','.join(args.variants)}", _log, skip=simulator_enabled()):
         frame = time_batches(args.variants, args.batches, hidden=args.hidden, in_features=args.features,
-                             steps=args.steps, samples=args.samples, timed_epochs=args.timed_epochs, repeats=args.repeats, seed=args.seed,
-                             log=_log)
+                             steps=args.steps, samples=args.samples, timed_epochs=args.timed_epochs,
+                             repeats=args.repeats, seed=args.seed, log=_log)
     io.write_csv(args.out, frame)
 
 
@@ -179,7 +181,7 @@ def _cmd_sweep_blocks(args):
     shapes = bench.parse_shapes(args.shapes)
     device.require_gpu("sweep-blocks (the E3 block-size sweep of the elementwise, reduction and SGD kernels)")
     bench.log_device_header(_log)
-    with timing_lock(f"gpunn sweep-blocks {args.shapes}", _log):
+    with timing_lock(f"gpunn sweep-blocks {args.shapes}", _log, skip=device.simulator_enabled()):
         frames = [bench.block_sweep(blocks, rows, cols, args.repeats, log=_log) for rows, cols in shapes]
     io.write_csv(args.out, pd.concat(frames, ignore_index=True))
 
@@ -353,6 +355,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     start = time.perf_counter()
+    exit_with_snakemake()  # a job whose Snakemake was killed ends too (gpunn.orphans)
     try:
         args.func(args)
     except GpunnError as exc:

@@ -285,10 +285,14 @@ def load_config(raw: dict, schema: dict | None = None, log: Callable[[str], None
         _drop_gpu_jobs(config, log)
     _check_registries(config)
     config["machine"] = resolve_machine(config, gpu_name)
-    gpu_variants = sorted({v for e in EXPERIMENT_MODELS if config["experiments"][e]["enabled"]
-                           for v in config["experiments"][e]["variants"] if variants.uses_gpu(v)})
-    if config["machine"] == CPU_MACHINE and config["gpu"]["enabled"] and gpu_variants and raw.get("machine", "auto") == "auto":
-        log(f"gpunn: note: no GPU found here (nvidia-smi), yet {', '.join(gpu_variants)} are planned and will stop "
-            "with an error; for the CPU-only reproduction use --configfile config/cpu.yaml (gpu.enabled: false)")
     return config
+
+
+def missing_gpu_note(raw: dict, config: dict) -> str | None:
+    """The line to print once when a planned job needs a GPU that this machine lacks (the machine found by
+    nvidia-smi, not set by hand, is the CPU while GPU variants are enabled), else None."""
+    if config["machine"] != CPU_MACHINE or not config["gpu"]["enabled"] or raw.get("machine", "auto") != "auto":
+        return None
+    return ("gpunn: note: no GPU found here (nvidia-smi), yet GPU jobs are planned and will stop with an error; for "
+            "the CPU-only reproduction use --configfile config/cpu.yaml (gpu.enabled: false)")
 

@@ -45,7 +45,7 @@ def write_step_profile(model: str, variants, dataset: str, widths, batch: int, o
     timed = not device.simulator_enabled()
     if not timed:
         log("under numba's CUDA simulator: the step's launches are listed without times")
-    with timing_lock(f"gpunn profile {model} {','.join(variants)}", log):
+    with timing_lock(f"gpunn profile {model} {','.join(variants)}", log, skip=not timed):
         frame = step_profile(model, list(variants), batch=batch, repeats=repeats, seed=seed, log=log, timed=timed,
                              **sizes)
     io.write_csv(out, frame)

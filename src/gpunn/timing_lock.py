@@ -8,7 +8,9 @@ an exclusive ``fcntl.flock`` on one machine-wide file, ``$GPUNN_TIMING_LOCK`` or
 the lock when its holder exits, however it exits, so a killed job never leaves a stale lock.
 
 A job that had to wait says so in its log, with who held the lock (the holder writes its pid, what it runs
-and since when into the file), and how long it waited; the wait is also returned, for metrics.json.
+and since when into the file), and how long it waited; the wait is also returned, for metrics.json. Jobs
+under numba's CUDA simulator (``timing_lock(..., skip=simulator_enabled())``) take no lock: their times
+measure nothing, and a laptop's smoke run should not queue behind another pipeline's timed jobs.
 """
 
 from __future__ import annotations
@@ -46,9 +48,13 @@ def lock_path() -> str:
 
 
 @contextlib.contextmanager
-def timing_lock(what: str, log: Callable[[str], None] = print) -> Iterator[TimingLock]:
+def timing_lock(what: str, log: Callable[[str], None] = print, skip: bool = False) -> Iterator[TimingLock]:
     """Hold the machine-wide timing lock for the block; `what` (e.g. "gpunn train mnist/...") is shown to
-    jobs waiting for it. Released on leaving the block, by an exception or KeyboardInterrupt too."""
+    jobs waiting for it. Released on leaving the block, by an exception or KeyboardInterrupt too. With `skip`
+    (a job whose times are not measurements: the simulator's) the block runs without the lock (path "")."""
+    if skip:
+        yield TimingLock("")
+        return
     path = lock_path()
     if getattr(_held, "depth", 0):
         _held.depth += 1

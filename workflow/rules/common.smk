@@ -10,7 +10,7 @@ import sys
 _SRC = os.path.join(workflow.basedir, "src")
 sys.path.insert(0, _SRC)
 
-from gpunn.config import CPU_MACHINE, SIMULATOR_MACHINE, load_config, load_schema
+from gpunn.config import CPU_MACHINE, SIMULATOR_MACHINE, load_config, load_schema, missing_gpu_note
 from gpunn.data.registry import DATASETS
 from gpunn.report import captions as figure_captions
 from gpunn.errors import GpunnError
@@ -53,9 +53,24 @@ def _checked_config():
     config.update(checked)
 
 
+def _with_base_config():
+    """config/config.yaml extended by what the command line gave (--configfile, --config), as a `configfile:`
+    directive would (snakemake.utils.update_config: nested keys merged)."""
+    from snakemake.utils import update_config
+    import yaml
+
+    with open(os.path.join(workflow.basedir, "config/config.yaml"), encoding="utf-8") as handle:
+        base = yaml.safe_load(handle) or {}
+    update_config(base, dict(config))
+    config.clear()
+    config.update(base)
+
+
+_with_base_config()
 RAW_CONFIG = dict(config)  # as given, before `machine` is resolved (onstart's cluster check)
 _checked_config()
 export_source_path(_SRC)
+GPU_NOTE = [missing_gpu_note(RAW_CONFIG, config)]  # printed by the first planned GPU job, then cleared
 LAYOUT = Layout.of(config)
 R = LAYOUT.root  # data outputs: <results_dir>/...
 M = LAYOUT.machine  # measured outputs: <results_dir>/<stage>/<machine>/...
@@ -75,8 +90,19 @@ def cpu_threads(wildcards):
     return variant_cpu_threads(wildcards.variant, config["threads"])
 
 
+def gpu_job(wildcards=None):
+    """The `gpu` resource of a job that needs a GPU: 1; the first such job planned on a machine without one prints
+    GPU_NOTE (a job's resources are evaluated only once it is planned: --list-target-rules, --unlock or a CPU-only
+    target print nothing)."""
+    if GPU_NOTE[0]:
+        print(GPU_NOTE.pop(), file=sys.stderr)
+        GPU_NOTE.append(None)
+    return 1
+
+
 def uses_gpu(wildcards):
-    return 1 if variant_uses_gpu(wildcards.variant) else 0
+    """The `gpu` resource of a job of `wildcards.variant`: gpu_job for a GPU variant, else 0."""
+    return gpu_job() if variant_uses_gpu(wildcards.variant) else 0
 
 
 onstart:
@@ -95,12 +121,22 @@ onstart:
                   "whole cluster; use --workflow-profile profiles/slurm, which replaces it", file=sys.stderr)
 
 
+def _timing_resource(gpu):
+    """A timed job's `timing` resource: 1, except for a job under the CUDA simulator (gpu.simulator and a GPU
+    job), whose times measure nothing: 0, so it may run beside the other jobs (it takes no timing lock either)."""
+    if not config["gpu"]["simulator"]:
+        return 1
+    if callable(gpu):
+        return lambda wildcards: 0 if gpu(wildcards) else 1
+    return 0 if gpu else 1
+
+
 def rule_resources(rule, timed=False, gpu=0):
     """A rule's resources, from its two facts: whether its jobs are timed and whether they need a GPU (0/1 or a
     function of the wildcards). On one machine: gpu, and timing=1 for timed jobs (profiles/default runs one of
     each kind at a time). On Slurm, also memory, runtime, partition, account and --exclusive for timed jobs
     (gpunn.cluster, config key cluster), which local runs ignore."""
-    one_machine = {"gpu": gpu, "timing": 1} if timed else {"gpu": gpu}
+    one_machine = {"gpu": gpu, "timing": _timing_resource(gpu)} if timed else {"gpu": gpu}
     return {**one_machine, **job_resources(config["cluster"], rule, timed=timed, gpu=gpu)}
 
 

@@ -16,7 +16,7 @@ rule step_profile:
         env=gpu_env(True),
     threads: 1
     resources:
-        **rule_resources("step_profile", timed=True, gpu=1),
+        **rule_resources("step_profile", timed=True, gpu=gpu_job),
     conda:
         ENV_FILE
     shell:

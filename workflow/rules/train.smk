@@ -88,7 +88,7 @@ rule sweep_blocks:
         env=gpu_env(True),
     threads: 1
     resources:
-        **rule_resources("sweep_blocks", timed=True, gpu=1),
+        **rule_resources("sweep_blocks", timed=True, gpu=gpu_job),
     conda:
         ENV_FILE
     shell:

@@ -65,6 +65,12 @@ def source_bases(spec: DatasetSpec, mirrors: Iterable[str | os.PathLike] = ()) -
     return [b for b in bases if not (b in seen or seen.add(b))]
 
 
+def _absent_local(url: str) -> bool:
+    """Whether `url` is a file: URL whose file does not exist (one of a local mirror's candidate layouts)."""
+    parsed = urllib.parse.urlparse(url)
+    return parsed.scheme == "file" and not Path(urllib.request.url2pathname(parsed.path)).is_file()
+
+
 def _short_reason(exc: BaseException, timeout: float) -> str:
     if isinstance(exc, urllib.error.HTTPError):
         return f"HTTP {exc.code} {exc.reason}".strip()
@@ -141,6 +147,9 @@ def fetch_dataset(
         tried: list[str] = []
         for base in bases:
             url = base + urllib.parse.quote(file_name)
+            if _absent_local(url):  # a mirror layout that does not hold the file: probed quietly
+                tried.append(f"{url} (No such file)")
+                continue
             log(f"{name}: {file_name} <- {url}")
             try:
                 size, got, check, content_md5 = _download(url, dest, spec, file_name, timeout, log)

@@ -99,6 +99,22 @@ def quiet_low_occupancy_warnings() -> None:
 quiet_low_occupancy_warnings()
 
 
+def quiet_simulated_wraparound() -> None:
+    """The implicit-im2col index math (gemm, conv) computes in uint32 modulo 2^32 on purpose: a padded window's
+    negative offset wraps to a large number that the bounds check then rejects. On a GPU that wraps silently;
+    numba's simulator runs it on numpy scalars, which warn "overflow encountered in scalar add" at each wrap. Under
+    the simulator those warnings from gpunn's kernel modules are ignored (a float overflow in a kernel shows as a
+    non-finite loss, which gpunn.epochs.DivergenceRule stops)."""
+    import warnings
+
+    if device.simulator_enabled():
+        warnings.filterwarnings("ignore", message=r"overflow encountered in scalar", category=RuntimeWarning,
+                                module=r"gpunn\.kernels\.")
+
+
+quiet_simulated_wraparound()
+
+
 def _fix_simulator() -> None:
     """Under numba's CUDA simulator, make its shared-memory allocation thread-safe before any of our kernels
     runs (see gpunn.kernels.simulator: without it a block's threads can end up with private "shared"

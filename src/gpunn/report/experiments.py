@@ -46,7 +46,7 @@ from gpunn.backends.registry import uses_gpu
 from gpunn.errors import GpunnError
 from gpunn.nn.functional import DEFAULT_REDUCTION
 from gpunn.report import divergence, figures, paper_vs_ours, papers, sources, step_profile, tables, titles
-from gpunn.report.tables import format_significant, ordered_variants
+from gpunn.report.tables import format_ratio, ordered_variants
 from gpunn.runspec import RunSpec, format_widths, parse_run_path
 from gpunn.targets import REPORT_PROVENANCE
 
@@ -144,7 +144,7 @@ def _one_run_each(frame: pd.DataFrame, experiment: str, keys: Sequence[str]) -> 
 
 
 def _times(value) -> str:
-    return f"{format_significant(value, 3)}x"
+    return format_ratio(value)
 
 
 def comparison_formats(baselines: Sequence[str] = BASELINES) -> dict:

@@ -50,6 +50,7 @@ from gpunn.io import atomic_path  # noqa: E402
 from gpunn.report.divergence import DIVERGED, diverged_in  # noqa: E402
 from gpunn.report.tables import (  # noqa: E402
     KNOWN_VARIANTS,
+    format_ratio,
     format_significant,
     ordered_variants,
     read_table,
@@ -682,7 +683,7 @@ def epoch_time_bars(table_csv, out_png, title: str = "E1: time per epoch per var
         label = f"{format_significant(t, 3)} s"
         speedup = row.get("speedup_vs_cpu_serial", np.nan)
         if row["variant"] != "cpu-serial" and pd.notna(speedup):
-            label += f"\n{format_significant(float(speedup), 3)}x"
+            label += f"\n{format_ratio(speedup)}"
         ax.annotate(label, (x, t), xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize=8)
     ax.set_yscale("log")
     ax.margins(y=0.25)  # room above the tallest bar for its label
@@ -786,7 +787,7 @@ def speedup_bars(table_csv, out_png, title: str, full_train_size: int = 50000) -
     fig, ax = plt.subplots(figsize=(1.4 * n + 3.4, 4.6))
     if (frame["speedup_vs_cpu_numpy"] > 0).any():
         _variant_bars(ax, frame, "speedup_vs_cpu_numpy",
-                      lambda row: f"{format_significant(row['speedup_vs_cpu_numpy'], 3)}x")
+                      lambda row: format_ratio(row['speedup_vs_cpu_numpy']))
         ax.axhline(1.0, color="0.3", linestyle="--", linewidth=1.0, zorder=0)
         ax.set_ylabel(f"speedup over cpu-numpy per epoch\nof {_count(full_train_size)} images (log scale)")
     else:

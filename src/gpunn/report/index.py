@@ -26,7 +26,7 @@ from gpunn.errors import GpunnError
 from gpunn.report import captions, divergence, sources
 from gpunn.report.paper_vs_ours import ACCURACY_QUANTITIES, row_key
 from gpunn.report.papers import E5_EPOCH_TABLE, SEEDS, PaperValue, paper_value
-from gpunn.report.tables import format_significant
+from gpunn.report.tables import format_ratio, format_significant
 from gpunn.targets import EXPERIMENTS, REPORT_PROVENANCE
 
 EXPERIMENT_TITLES = {
@@ -90,6 +90,10 @@ def _number(value) -> str:
     return "-" if _missing(value) else format_significant(float(value))
 
 
+def _ratio(value) -> str:
+    return "-" if _missing(value) else format_ratio(value)
+
+
 def _comparison(entry: PaperValue, row: pd.Series) -> str:
     """How ours compares: accuracies by their difference in points, a time by the two speedups over each side's
     own CPU, a paper speedup by ours over it; a range by where ours falls (paper_vs_ours's note)."""
@@ -98,10 +102,10 @@ def _comparison(entry: PaperValue, row: pd.Series) -> str:
     if entry.quantity in ACCURACY_QUANTITIES and not _missing(row.get("diff_pp")):
         return f"{round(float(row['diff_pp']), 2) + 0.0:+.2f} pp"  # + 0.0: no '-0.00' for a rounding residue
     if not _missing(row.get("paper_speedup")) and not _missing(row.get("our_speedup")):
-        return (f"speedup over own CPU: paper {_number(row['paper_speedup'])}x, "
-                f"ours {_number(row['our_speedup'])}x")
+        return (f"speedup over own CPU: paper {_ratio(row['paper_speedup'])}, "
+                f"ours {_ratio(row['our_speedup'])}")
     if not _missing(row.get("ratio")):
-        return f"ours / paper {_number(row['ratio'])}x"
+        return f"ours / paper {_ratio(row['ratio'])}"
     return "-"
 
 

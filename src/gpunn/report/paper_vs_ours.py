@@ -31,7 +31,7 @@ from gpunn.errors import GpunnError
 from gpunn.nn.functional import DEFAULT_REDUCTION  # also what runs recorded before the setting existed used
 from gpunn.report import divergence, tables, titles
 from gpunn.report.papers import E4_BLOCK_SOURCE, E4_CUDA_TABLES, PHASES, TIME_UNITS, PaperValue, paper_values
-from gpunn.report.tables import format_significant
+from gpunn.report.tables import format_ratio, format_significant
 
 COLUMNS = ("table", "row", "column", "quantity", "unit", "paper_text", "paper", "ours", "ratio", "diff_pp",
            "paper_speedup", "our_speedup", "speedup_ratio", "paper_device", "variant", "our_device", "simulator",
@@ -552,7 +552,7 @@ def _number(value) -> str:
 
 
 def _times(value) -> str:
-    return f"{format_significant(value, 3)}x"
+    return format_ratio(value)
 
 
 def _points(value) -> str:

@@ -113,6 +113,17 @@ def format_significant(value: float, digits: int = 3) -> str:
     return text
 
 
+RATIO_FLOOR = 0.001  # ratios below this print as "<0.001x": more digits say nothing a reader can use
+
+
+def format_ratio(value: float) -> str:
+    """A speedup or ratio: 3 significant digits and an "x" ("4.12x", "0.031x"), "<0.001x" below RATIO_FLOOR."""
+    value = float(value)
+    if math.isfinite(value) and 0 < value < RATIO_FLOOR:
+        return f"<{RATIO_FLOOR:g}x"
+    return f"{format_significant(value, 3)}x"
+
+
 def format_cell(column: str, value, fmt: str | Callable | None = None, integral_column: bool = False) -> str:
     """One Markdown cell. `integral_column`: every value of the column is a whole number (ints that pandas
     turned into floats because of a missing value), so print them as integers."""
