@@ -86,7 +86,10 @@ wildcard_constraints:
 
 
 def cpu_threads(wildcards):
-    """Single-threaded baselines get one core, the others config key `threads` (the registry's fact)."""
+    """Single-threaded baselines get one core, the others config key `threads` (the registry's fact); a GPU
+    variant under the CUDA simulator one too (its kernels run as Python threads under one interpreter lock)."""
+    if config["gpu"]["simulator"] and variant_uses_gpu(wildcards.variant):
+        return 1
     return variant_cpu_threads(wildcards.variant, config["threads"])
 
 
@@ -131,12 +134,28 @@ def _timing_resource(gpu):
     return 0 if gpu else 1
 
 
+def _local_gpu_resource(gpu):
+    """The `gpu` resource of a job: `gpu`, except on this machine under the CUDA simulator, where a "GPU" job is
+    one CPU thread: 0, so that simulator jobs run side by side on the cores (--cores) instead of one at a time.
+    A cluster run (profiles/slurm) keeps `gpu`: its jobs ask for a GPU as on a real cluster. The executor is
+    known once jobs are planned, when Snakemake evaluates this."""
+    if not config["gpu"]["simulator"]:
+        return gpu
+
+    def resource(wildcards):
+        needed = gpu(wildcards) if callable(gpu) else gpu
+        return needed if workflow.non_local_exec else 0
+
+    return resource
+
+
 def rule_resources(rule, timed=False, gpu=0):
     """A rule's resources, from its two facts: whether its jobs are timed and whether they need a GPU (0/1 or a
     function of the wildcards). On one machine: gpu, and timing=1 for timed jobs (profiles/default runs one of
     each kind at a time). On Slurm, also memory, runtime, partition, account and --exclusive for timed jobs
     (gpunn.cluster, config key cluster), which local runs ignore."""
-    one_machine = {"gpu": gpu, "timing": _timing_resource(gpu)} if timed else {"gpu": gpu}
+    local_gpu = _local_gpu_resource(gpu)
+    one_machine = {"gpu": local_gpu, "timing": _timing_resource(gpu)} if timed else {"gpu": local_gpu}
     return {**one_machine, **job_resources(config["cluster"], rule, timed=timed, gpu=gpu)}
 
 
