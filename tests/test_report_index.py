@@ -81,6 +81,11 @@ def test_index_headlines_beside_the_papers_and_not_run_experiments(tmp_path):
         row = _md_row(page, experiment)
         assert row[2] == "-" and row[-1] == f"not run: experiments.{experiment.lower()}.enabled is false in this config"
     assert "- a stated note" in page and "cuda-simulator" not in page
+    # each experiment headed by what its run trained (its summary's title), the paper's setting beside it
+    setting = index.run_setting(root, "e1")
+    assert setting and setting.startswith("MLP ") and ", timed on" not in setting
+    assert f"### E1: {setting} (seed 000: {index.EXPERIMENT_TITLES['e1']})" in page
+    assert f"### E2: {index.EXPERIMENT_TITLES['e2']} (seed 002)" in page  # not run: the paper's setting alone
     # links to every table and figure of the report that ran, each figure with its caption and its PDF
     for name in ("summary.md", "paper_vs_ours.md"):
         assert f"(e1/{name})" in page

@@ -173,7 +173,8 @@ def test_float_labels_and_corrupt_file(feature_files, tmp_path):
     np.save(feature_files["train_y"], np.zeros(300, dtype=np.float32))
     _assert_fails(feature_files, tmp_path, str(feature_files["train_y"]))
     feature_files["train_y"].write_bytes(b"not an npy file")
-    _assert_fails(feature_files, tmp_path, str(feature_files["train_y"]))
+    message = _assert_fails(feature_files, tmp_path, str(feature_files["train_y"]))
+    assert f"run `snakemake --cores 2 {feature_files['train_y']}`" in message  # says how to make it again
 
 
 def test_bad_parameters(feature_files, tmp_path):

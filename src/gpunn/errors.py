@@ -10,6 +10,11 @@ class GpunnError(Exception):
     that names the file or key and says what to do."""
 
 
+def remake_hint(path) -> str:
+    """How to make a pipeline output again: remove it and ask Snakemake for it (which reruns its job)."""
+    return f"remove it and run `snakemake --cores 2 {path}` (with the run's --configfile) to make it again"
+
+
 TRACEBACK_VARIABLE = "GPUNN_TRACEBACK"  # set to 1: GpunnErrors keep their full traceback in scripts
 
 

@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from gpunn import provenance
-from gpunn.errors import GpunnError
+from gpunn.errors import GpunnError, remake_hint
 from gpunn.io import write_csv, write_json
 from gpunn.report.titles import count
 from gpunn.timing_lock import timing_lock
@@ -74,7 +74,7 @@ def _load_npy(path, what: str) -> np.ndarray:
         # memory-mapped, so that a small subset of a large feature file reads only the rows it needs
         return np.load(path, mmap_mode="r", allow_pickle=False)
     except Exception as exc:  # corrupt header, pickled object array, not an .npy at all
-        raise GpunnError(f"{path}: cannot read {what} as a .npy array ({exc}); regenerate the file") from exc
+        raise GpunnError(f"{path}: cannot read {what} as a .npy array ({exc}); {remake_hint(path)}") from exc
 
 
 def _check_features(arr: np.ndarray, path) -> None:
@@ -82,7 +82,7 @@ def _check_features(arr: np.ndarray, path) -> None:
         raise GpunnError(
             f"{path}: features must have shape (N, D), got {arr.shape}; save one row per sample")
     if arr.shape[0] == 0 or math.prod(arr.shape[1:]) == 0:
-        raise GpunnError(f"{path}: features are empty (shape {arr.shape}); regenerate the file")
+        raise GpunnError(f"{path}: features are empty (shape {arr.shape}); {remake_hint(path)}")
     if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
         raise GpunnError(f"{path}: features must be numeric, got dtype {arr.dtype}; save them as float32")
 

@@ -37,6 +37,25 @@ EXPERIMENT_TITLES = {
     "e5": "Convolutional autoencoder on CIFAR-10",
     "e6": "RBF SVM on the autoencoder's encoder features",
 }
+SETTING_ENDS = (", per ", ", timed on", " — ")  # where a summary title's setting ends and its timing note begins
+
+
+def run_setting(report_root, experiment: str) -> str | None:
+    """What the run of `experiment` trained, from the title of its summary.md ('MLP 64-16-10 on digits8 (64 train /
+    360 test), batch 16, 1 epoch'): the entry page heads each experiment with it, the paper's setting beside it."""
+    path = Path(report_root) / experiment / "summary.md"
+    try:
+        first = path.read_text(encoding="utf-8").split("\n", 1)[0]
+    except OSError:
+        return None
+    prefix = f"## {experiment.upper()}: "
+    if not first.startswith(prefix):
+        return None
+    text = first[len(prefix):]
+    cut = min((i for i in (text.find(end) for end in SETTING_ENDS) if i > 0), default=len(text))
+    return text[:cut].strip() or None
+
+
 # tables of a report folder, in the order the page lists them (others follow by name)
 TABLE_ORDER = ("summary.md", "paper_vs_ours.md", "paper_table.md", "blocks.md", "gap.md", "step_profile.md")
 
@@ -257,7 +276,10 @@ def markdown(report_root, ran, not_run, rows, records, notes=(), machine: str = 
     parts += ["## Experiments", ""]
     for experiment in EXPERIMENTS:
         seed = SEEDS[experiment].split("_")[0]
-        parts += [f"### {experiment.upper()}: {EXPERIMENT_TITLES[experiment]} (seed {seed})", ""]
+        ours = run_setting(report_root, experiment) if experiment in ran else None
+        heading = (f"{ours} (seed {seed}: {EXPERIMENT_TITLES[experiment]})" if ours
+                   else f"{EXPERIMENT_TITLES[experiment]} (seed {seed})")
+        parts += [f"### {experiment.upper()}: {heading}", ""]
         if experiment not in ran:
             parts += [f"Not run: {not_run.get(experiment, 'not run in this configuration')}.", ""]
             continue

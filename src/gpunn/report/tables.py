@@ -27,7 +27,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from gpunn.errors import GpunnError
+from gpunn.errors import GpunnError, remake_hint
 from gpunn.io import write_csv, write_text
 from gpunn.nn.functional import DEFAULT_REDUCTION
 
@@ -71,12 +71,12 @@ def read_table(path, columns: Sequence[str], what: str) -> pd.DataFrame:
         frame = pd.read_csv(path)
     except Exception as exc:
         reason = " ".join(str(exc).split())  # parser messages span lines; the error is one line
-        raise GpunnError(f"{path}: cannot read {what} as CSV ({reason}); regenerate it") from exc
+        raise GpunnError(f"{path}: cannot read {what} as CSV ({reason}); {remake_hint(path)}") from exc
     missing = [c for c in columns if c not in frame.columns]
     if missing:
         raise GpunnError(f"{path}: {what} lacks column(s) {', '.join(missing)}; expected {', '.join(columns)}")
     if frame.empty:
-        raise GpunnError(f"{path}: {what} has no rows; regenerate it")
+        raise GpunnError(f"{path}: {what} has no rows; {remake_hint(path)}")
     return frame
 
 
