@@ -48,6 +48,11 @@ def test_mlp_run_outputs_and_reload(digits, tmp_path):
     assert list(frame["epoch"]) == [1, 2, 3]
     assert frame["train_loss"].iloc[-1] < frame["train_loss"].iloc[0]
     assert summary["final_test_accuracy"] >= 0.85  # real digits, 8x8, 3 epochs
+    # one line per epoch, with the expected end while epochs remain; none over 200 characters
+    epoch_lines = [line for line in lines if line.startswith("epoch ")]
+    assert [line.split(":")[0] for line in epoch_lines] == ["epoch 1/3", "epoch 2/3", "epoch 3/3"]
+    assert "; 2 more epochs, ends in about" in epoch_lines[0] and "; 1 more epoch, ends in" in epoch_lines[1]
+    assert "more epoch" not in epoch_lines[2] and max(map(len, lines)) <= 200
     assert sum(line.startswith("epoch ") for line in lines) == 3  # one progress line per epoch
     on_disk = json.loads((tmp_path / "metrics.json").read_text())
     assert "host" not in on_disk and on_disk["timing_lock_wait_s"] == 0.0

@@ -57,6 +57,16 @@ KEEP_HINT = ("; config key experiments.<experiment>.keep_diverged: true (gpunn t
              "runs, marked diverged")
 
 
+def expected_end(start: float, done: int, total: int) -> str:
+    """'; 3 more epochs, ends in about 42 s (at 14:05:09)' after `done` of `total` epochs begun at perf_counter
+    `start` (training and testing at the mean pace so far); '' after the last."""
+    if done >= total:
+        return ""
+    left = (time.perf_counter() - start) / done * (total - done)
+    at = time.strftime("%H:%M:%S", time.localtime(time.time() + left))
+    return f"; {total - done} more epoch{'s' if total - done > 1 else ''}, ends in about {left:.0f} s (at {at})"
+
+
 def train_run(spec: RunSpec, prepared_path, out_dir, log=print, progress_every_s: float = 15.0,
               keep_diverged: bool = False) -> dict:
     """Train `spec` on the prepared dataset; write metrics.csv, metrics.json and weights.npz to out_dir. A diverged
@@ -127,6 +137,7 @@ def _train_epochs(spec: RunSpec, data: RunData, rule: DivergenceRule, log, progr
     rows = []
     epochs = train_epochs(backend, data.x_train, data.y_train, epochs=spec.epochs, batch=spec.batch, seed=spec.seed,
                           rule=rule, log=log, progress_every_s=progress_every_s)
+    loop_start = time.perf_counter()
     for epoch, result, epoch_s in epochs:
         eval_start = time.perf_counter()
         outputs = predict(backend, data.x_test)  # outputs copied to the host: the GPU's work is done
@@ -144,6 +155,6 @@ def _train_epochs(spec: RunSpec, data: RunData, rule: DivergenceRule, log, progr
             memory.sample()
         accuracy = "" if autoencoder else f" test acc {100 * row['test_accuracy']:.2f}%"
         log(f"epoch {epoch}/{spec.epochs}: train loss {row['train_loss']:.4f} test loss "
-            f"{row['test_loss']:.4f}{accuracy} ({epoch_s:.2f} s)")
+            f"{row['test_loss']:.4f}{accuracy} ({epoch_s:.2f} s){expected_end(loop_start, epoch, spec.epochs)}")
 
     return model, backend, rows, None if memory is None else memory.peak_bytes
