@@ -50,6 +50,28 @@ def test_a_job_waits_for_the_holder_and_logs_it(lock_file):
     assert lines[1] == f"got the timing lock after {lock.waited_s:.1f} s of waiting"
 
 
+def test_a_simulated_job_skips_the_lock_while_it_is_held(lock_file):
+    """skip (a GPU variant under the simulator, whose times measure nothing): no wait and no line while another
+    job holds the lock; the holder keeps it."""
+    holder = _python("""
+        import time
+        from gpunn.timing_lock import timing_lock
+        with timing_lock("holder job", log=print):
+            print("locked", flush=True)
+            time.sleep(3)
+        """)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        lines = []
+        start = time.monotonic()
+        with timing_lock("simulated job", log=lines.append, skip=True) as lock:
+            elapsed = time.monotonic() - start
+        assert holder.poll() is None  # still holding it
+    finally:
+        holder.kill()
+    assert lines == [] and lock.waited_s == 0.0 and lock.path == "" and elapsed < 1.0
+
+
 def test_two_holders_never_overlap(lock_file, tmp_path):
     code = """
         import json, sys, time

@@ -160,11 +160,12 @@ def _cmd_time_batches(args):
     from gpunn.batch_timing import time_batches
     from gpunn.device import simulator_enabled
     from gpunn.timing_lock import timing_lock
-    from gpunn.backends.registry import check_variant
+    from gpunn.backends.registry import check_variant, uses_gpu
 
     for variant in args.variants:
         check_variant(variant, "mlp")
-    with timing_lock(f"gpunn time-batches {','.join(args.variants)}", _log, skip=simulator_enabled()):
+    simulated = simulator_enabled() and all(uses_gpu(v) for v in args.variants)  # CPU variants' times are real
+    with timing_lock(f"gpunn time-batches {','.join(args.variants)}", _log, skip=simulated):
         frame = time_batches(args.variants, args.batches, hidden=args.hidden, in_features=args.features,
                              steps=args.steps, samples=args.samples, timed_epochs=args.timed_epochs,
                              repeats=args.repeats, seed=args.seed, log=_log)

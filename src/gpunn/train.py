@@ -75,7 +75,8 @@ def train_run(spec: RunSpec, prepared_path, out_dir, log=print, progress_every_s
     rule = DivergenceRule(f"run {spec.path}", spec.lr, None if spec.model == "autoencoder" else data.num_classes,
                           keep=keep_diverged, hint=KEEP_HINT)
     # data loading above, every timed step below: one timed job at a time on this machine
-    with timing_lock(f"gpunn train {spec.path}", log, skip=simulator_enabled()) as lock:
+    simulated = simulator_enabled() and uses_gpu(spec.variant)  # a CPU variant's times are real under it too
+    with timing_lock(f"gpunn train {spec.path}", log, skip=simulated) as lock:
         model, backend, rows, peak_gpu_memory = _train_epochs(spec, data, rule, log, progress_every_s)
     if rule.found:
         log(f"diverged, kept (keep_diverged): {rule.found.reason}; {len(rows)} of {spec.epochs} epochs trained")
