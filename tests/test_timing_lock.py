@@ -27,7 +27,8 @@ def _python(code: str, **kwargs) -> subprocess.Popen:
                             **kwargs)
 
 
-def test_a_job_waits_for_the_holder_and_logs_it(lock_file):
+def _holder() -> subprocess.Popen:
+    """Another process holding the lock for 3 s ("holder job"), returned once it holds it."""
     holder = _python("""
         import time
         from gpunn.timing_lock import timing_lock
@@ -35,8 +36,13 @@ def test_a_job_waits_for_the_holder_and_logs_it(lock_file):
             print("locked", flush=True)
             time.sleep(3)
         """)
+    assert holder.stdout.readline().strip() == "locked"
+    return holder
+
+
+def test_a_job_waits_for_the_holder_and_logs_it(lock_file):
+    holder = _holder()
     try:
-        assert holder.stdout.readline().strip() == "locked"
         lines = []
         start = time.monotonic()
         with timing_lock("waiting job", log=lines.append) as lock:
@@ -53,15 +59,8 @@ def test_a_job_waits_for_the_holder_and_logs_it(lock_file):
 def test_a_simulated_job_skips_the_lock_while_it_is_held(lock_file):
     """skip (a GPU variant under the simulator, whose times measure nothing): no wait and no line while another
     job holds the lock; the holder keeps it."""
-    holder = _python("""
-        import time
-        from gpunn.timing_lock import timing_lock
-        with timing_lock("holder job", log=print):
-            print("locked", flush=True)
-            time.sleep(3)
-        """)
+    holder = _holder()
     try:
-        assert holder.stdout.readline().strip() == "locked"
         lines = []
         start = time.monotonic()
         with timing_lock("simulated job", log=lines.append, skip=True) as lock:
