@@ -370,14 +370,6 @@ def step_wall(model_name, variant, sizes, batch, steps, epochs=PROFILE_EPOCHS, s
     return StepWall(1e3 * float(np.median(walls[keep])) / steps, 1e3 * float(np.median(gpus[keep])) / steps)
 
 
-def _whole_step(launches):
-    """One call running a step's bound launches in order (timed as one by median_launch_ms)."""
-    def step() -> None:
-        for launch in launches:
-            launch()
-    return step
-
-
 def step_profile(model_name, variants, batch=64, repeats=50, seed=0, log=print, timed=True, steps=None,
                  **sizes) -> pd.DataFrame:
     """One row per launch of a training step at `batch` for each GPU variant: its median GPU time alone (``ms``) and
@@ -397,6 +389,7 @@ def step_profile(model_name, variants, batch=64, repeats=50, seed=0, log=print, 
     from gpunn.backends.gpu.policy import POLICIES
     from gpunn.bench.core import median_launch_ms, numba_clock
     from gpunn.device import simulator_enabled
+    from gpunn.kernels.launch import LaunchGroup
 
     sizes = {**EPOCH_MODELS[model_name].sizes, **sizes}
     steps = EPOCH_MODELS[model_name].profile_steps if steps is None else int(steps)
@@ -416,7 +409,7 @@ def step_profile(model_name, variants, batch=64, repeats=50, seed=0, log=print, 
             clock = numba_clock(engine.stream)
             timed_ms = [median_launch_ms(launch, repeats, clock).ms for _, launch in phases]
             kernel_ms = sum(timed_ms)
-            step_ms = median_launch_ms(_whole_step([launch for _, launch in phases]), repeats, clock).ms
+            step_ms = median_launch_ms(LaunchGroup([launch for _, launch in phases]), repeats, clock).ms
             twin = policy if simulator_enabled() and POLICIES[variant].graphs else None  # (no graphs there)
             wall_ms, gpu_ms = step_wall(model_name, variant, sizes, batch, steps, seed=seed, policy=twin)
             log(f"{model_name} {variant}: {len(phases)} launches per step, kernels {step_ms:.4f} ms back to back "

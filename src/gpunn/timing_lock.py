@@ -8,9 +8,9 @@ an exclusive ``fcntl.flock`` on one machine-wide file, ``$GPUNN_TIMING_LOCK`` or
 the lock when its holder exits, however it exits, so a killed job never leaves a stale lock.
 
 A job that had to wait says so in its log, with who held the lock (the holder writes its pid, what it runs
-and since when into the file), and how long it waited; the wait is also returned, for metrics.json. Jobs
-under numba's CUDA simulator (``timing_lock(..., skip=simulator_enabled())``) take no lock: their times
-measure nothing, and a laptop's smoke run should not queue behind another pipeline's timed jobs.
+and since when into the file), and how long it waited; the wait is also returned, for metrics.json. GPU
+work under numba's CUDA simulator takes no lock (its callers pass ``skip``): its times measure nothing, and a
+laptop's smoke run should not queue behind another pipeline's timed jobs. CPU variants hold it there too.
 """
 
 from __future__ import annotations
