@@ -26,6 +26,8 @@ report: report_front_page()
 
 rule all:
     """Every enabled experiment, then the report's entry page, <results_dir>/report/<machine>/index.md."""
+    message:
+        job_message("all: every enabled experiment and the entry page")
     localrule: True
     input:
         target_inputs(enabled_experiments(config)),
@@ -34,6 +36,8 @@ rule all:
 
 rule e1:
     """E1: MLP 784-256-10 on MNIST per variant: time, accuracy, speedups, loss curves."""
+    message:
+        job_message("e1: every output of E1")
     localrule: True
     input:
         target_inputs(["e1"]),
@@ -41,6 +45,8 @@ rule e1:
 
 rule e2:
     """E2: MLP hidden x batch sweep on the 37 800 / 4 200 split: train, forward, backward time, accuracy."""
+    message:
+        job_message("e2: every output of E2")
     localrule: True
     input:
         target_inputs(["e2"]),
@@ -48,6 +54,8 @@ rule e2:
 
 rule e3:
     """E3: MLP step throughput, forward / backward split and latency per batch size and variant."""
+    message:
+        job_message("e3: every output of E3")
     localrule: True
     input:
         target_inputs(["e3"]),
@@ -55,6 +63,8 @@ rule e3:
 
 rule e4:
     """E4: CNN on MNIST and Fashion-MNIST per variant."""
+    message:
+        job_message("e4: every output of E4")
     localrule: True
     input:
         target_inputs(["e4"]),
@@ -62,6 +72,8 @@ rule e4:
 
 rule e5:
     """E5: convolutional autoencoder on CIFAR-10: epoch time, MSE, reconstructions."""
+    message:
+        job_message("e5: every output of E5")
     localrule: True
     input:
         target_inputs(["e5"]),
@@ -69,6 +81,8 @@ rule e5:
 
 rule e6:
     """E6: RBF SVM on the autoencoder's encoder features: accuracy, confusion matrix."""
+    message:
+        job_message("e6: every output of E6")
     localrule: True
     input:
         target_inputs(["e6"]),

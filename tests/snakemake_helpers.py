@@ -2,6 +2,7 @@
 tests pass whatever the checkout's own results/ and .snakemake/ hold (e.g. after the README's smoke run)."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -35,3 +36,15 @@ def run_snakemake(workdir: Path, *args, timeout=600, env_extra=None):
     """`snakemake ARGS` in `workdir` with a minimal environment (this interpreter's bin first on PATH)."""
     argv, env = snakemake_command(*args, env_extra=env_extra)
     return subprocess.run(argv, cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def readme_commands() -> list[str]:
+    """The commands the README shows, each once, in order: the lines of its ```bash blocks (comments cut) and the
+    inline `snakemake ...` / `python -m ...` commands of its prose (line breaks inside them joined)."""
+    text = (REPO / "README.md").read_text()
+    found = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.DOTALL):
+        found += [line.split("  #")[0].strip() for line in block.splitlines()]
+    prose = re.sub(r"```.*?```", "", text, flags=re.DOTALL).replace("\n", " ")
+    found += [" ".join(c.split()) for c in re.findall(r"`((?:snakemake|python -m) [^`]+)`", prose)]
+    return list(dict.fromkeys(c for c in found if c))

@@ -1,11 +1,9 @@
 """Early validation of the pipeline config (gpunn.config): text read as numbers where the schema wants them,
 one-line errors naming the key, names checked against the dataset and variant registries, the CPU-only
-switch, the machine name that keeps measured outputs apart; and the README's `--config` examples, run."""
+switch, the machine name that keeps measured outputs apart (the README's commands: test_readme.py)."""
 
 from __future__ import annotations
 
-import re
-import shlex
 from pathlib import Path
 
 import pytest
@@ -219,22 +217,3 @@ def test_gpu_note_only_when_a_planned_job_needs_a_gpu(workflow_copy):
         assert out.returncode == 0 and note not in out.stdout + out.stderr, args
     assert "is extended by additional config" not in run_snakemake(workflow_copy, "e1", "-n", "--configfile",
                                                                    "config/smoke.yaml").stdout
-
-
-def readme_config_examples() -> list[str]:
-    """Every `snakemake ... --config ...` command in the README's code blocks."""
-    blocks = re.findall(r"```bash\n(.*?)```", (REPO / "README.md").read_text(), flags=re.DOTALL)
-    commands = [line.split("  #")[0].strip() for block in blocks for line in block.splitlines()]
-    return [c for c in commands if c.startswith("snakemake") and "--config" in shlex.split(c)]
-
-
-def test_readme_has_config_examples():
-    assert len(readme_config_examples()) >= 2
-
-
-@pytest.mark.parametrize("command", readme_config_examples())
-def test_readme_config_examples_work_as_written(workflow_copy, command):
-    args = shlex.split(command)[1:]
-    out = run_snakemake(workflow_copy, *args, "-n")
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert "config error" not in out.stderr

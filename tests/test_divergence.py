@@ -25,7 +25,7 @@ from gpunn.targets import experiment_runs, keep_diverged_runs
 from test_report import _capture_figures, _epoch_csv, _md_rows
 from test_train import _prepared
 
-HUGE_LR_RUN = "digits8/standard/mlp/cpu-numpy/w8_b16_lr1e+06_e2_s0"  # a finite loss of ~1e7 in the first epoch
+HUGE_LR_RUN = "digits8/standard/mlp/cpu-numpy/w8_b16_lr1e6_e2_s0"  # a finite loss of ~1e7 in the first epoch
 
 
 # ------------------------------------------------------------------------------------------------ the rule
@@ -109,7 +109,7 @@ def test_huge_learning_rate_stops_gpunn_train_with_one_line_and_no_outputs(digit
     assert cli_main(["train", HUGE_LR_RUN, "--data", str(digits), "--out", str(out)]) == 2
     errors = capsys.readouterr().err.strip().splitlines()
     assert len(errors) == 1 and errors[0].startswith(
-        f"gpunn: error: training diverged: run {parse_run_path(HUGE_LR_RUN).path} at learning rate 1e+06: train loss ")
+        f"gpunn: error: training diverged: run {parse_run_path(HUGE_LR_RUN).path} at learning rate 1e6: train loss ")
     assert "at epoch 1 is over 10x the loss of a uniform guess over 10 classes" in errors[0]
     assert "keep_diverged: true (gpunn train --keep-diverged)" in errors[0]
     assert not out.exists() or not any(out.iterdir())

@@ -44,11 +44,13 @@ def planned(workdir, *args, config="small.yaml") -> Counter:
     """Rule name -> number of jobs `snakemake -n` plans (with the given extra arguments)."""
     out = _snakemake(workdir, "-n", *args, config=config)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    return Counter(re.findall(r"^(?:local)?rule (\w+):", out.stdout, flags=re.MULTILINE))
+    # each job is its rule's one-line message, "Job <id>: <rule>: <what>" (workflow/rules/common.smk: job_message)
+    return Counter(re.findall(r"^Job \d+: (\w+): ", out.stdout, flags=re.MULTILINE))
 
 
 def planned_wildcards(workdir, *args) -> list[str]:
-    out = _snakemake(workdir, "-n", *args)
+    """The wildcards of every planned job, from Snakemake's full job blocks (config key job_details)."""
+    out = _snakemake(workdir, "-n", *args, "job_details=true")  # after the test's own --config values
     return re.findall(r"^\s+wildcards: (.*)$", out.stdout, flags=re.MULTILINE)
 
 
@@ -196,7 +198,7 @@ def test_a_diverged_run_fails_its_job_unless_its_experiment_keeps_it(small):
     assert out.returncode != 0
     errors = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("gpunn: error:")]
     assert errors and errors[0].startswith("gpunn: error: training diverged: run digits8/standard/mlp/cpu-numpy/")
-    assert "at learning rate 1e+06: train loss" in errors[0]
+    assert "at learning rate 1e6: train loss" in errors[0]
     assert not list((small / "results/diverged/runs").rglob("metrics.json"))
     out = run_snakemake(small, "--cores", "2", "--configfile", "diverged.yaml", "--config",
                         "experiments={e1: {keep_diverged: true}}")

@@ -12,6 +12,7 @@ local run they compare with, so that both runs happen once, in one pytest-xdist 
 
 import json
 import os
+import shlex
 import subprocess
 import time
 from pathlib import Path
@@ -21,7 +22,7 @@ import pandas as pd
 import pytest
 
 from slurm_cluster import SlurmCluster, SlurmUnavailable, missing_programs
-from snakemake_helpers import copy_workflow, snakemake_command
+from snakemake_helpers import copy_workflow, readme_commands, snakemake_command
 from snakemake_helpers import run_snakemake as _run_snakemake
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -45,6 +46,7 @@ def smoke(tmp_path_factory):
     out = run_snakemake(workdir)
     elapsed = time.perf_counter() - start
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
+    (workdir / "smoke-output.txt").write_text(out.stdout + out.stderr)
     return workdir / "results/smoke", elapsed, workdir
 
 
@@ -59,14 +61,28 @@ def test_smoke_finishes_in_time(smoke):
     assert elapsed < 540, f"smoke pipeline took {elapsed:.0f} s"  # README: about 5-6 minutes on 2 cores
 
 
+def test_the_output_is_quiet(smoke):
+    """What the terminal shows: each job as its one-line message and its own progress lines, no warning, no
+    traceback, no line over ~200 characters (file lists and commands are in the jobs' logs)."""
+    _, _, workdir = smoke
+    lines = (workdir / "smoke-output.txt").read_text().splitlines()
+    assert not [line for line in lines if "warning" in line.lower() or "Traceback" in line]
+    long = [line for line in lines if len(line) > 200 and not line.startswith("  Command: ")]
+    assert not long, long[:3]
+    assert any(line.startswith("Job ") and line.endswith(": report_e1: tables, figures, the paper beside ours")
+               for line in lines)
+    log = (workdir / "results/smoke/logs/report/cudasim/e1.log").read_text()
+    assert log.startswith("+ python -m gpunn report e1 --out results/smoke/report/cudasim/e1 ")  # the command
+
+
 def test_every_stage_left_its_outputs(smoke):
     results, _, _ = smoke
-    for dataset, split in (("digits8", "standard"), ("digits8_mini", "standard"), ("synthetic_mnist_small", "e2"),
+    for dataset, split in (("digits8_mini", "standard"), ("synthetic_mnist_small", "e2"),
                            ("synthetic_cifar10_small", "standard")):
         assert (results / f"offline/{dataset}/manifest.json").is_file()
         assert (results / f"data/raw/{dataset}/manifest.json").is_file()
         assert (results / f"data/prepared/{dataset}/{split}.npz").is_file()
-    for pattern in (*(f"digits8/standard/mlp/{variant}/*" for variant in E1_VARIANTS),
+    for pattern in (*(f"digits8_mini/standard/mlp/{variant}/*" for variant in E1_VARIANTS),
                     "*/standard/cnn/cpu-numpy/*", "synthetic_cifar10_small/standard/autoencoder/cpu-numpy/*"):
         for summary in _runs(results, pattern):
             run = results / "runs" / MACHINE / summary["spec"]["path"]
@@ -92,6 +108,24 @@ def test_every_stage_left_its_outputs(smoke):
     # E5's cpu-numpy trains on 500 images: the seed's tables show its epoch extrapolated to 50 000
     e5_paper = pd.read_csv(results / "report" / MACHINE / "e5" / "paper_table.csv")
     assert list(e5_paper["implementation"]) == ["CPU (extrapolated)"]
+
+
+def test_markdown_tables_are_narrow_and_csvs_complete(smoke):
+    """Every Markdown table of the report shows at most MARKDOWN_COLUMNS columns; a summary that leaves some out
+    names them, and its CSV holds them."""
+    from gpunn.report.tables import MARKDOWN_COLUMNS
+
+    results, _, _ = smoke
+    pages = sorted((results / "report" / MACHINE).rglob("*.md"))
+    assert len(pages) >= 15
+    for page in pages:
+        text = page.read_text()
+        widths = [line.count(" | ") + 1 for line in text.splitlines() if line.startswith("| ")]
+        assert widths and max(widths) <= MARKDOWN_COLUMNS, (page.name, max(widths))
+        left_out = next((line for line in text.splitlines() if line.startswith(f"Also in {page.stem}.csv: ")), None)
+        if left_out:
+            csv_columns = set(pd.read_csv(page.with_suffix(".csv")).columns)
+            assert set(left_out.split(": ", 1)[1].rstrip(".").split(", ")) <= csv_columns, page.name
 
 
 def test_the_entry_page_covers_every_experiment(smoke):
@@ -126,8 +160,8 @@ def test_cpu_models_learn_on_smoke_data(smoke):
 def test_e1_variants_end_where_cpu_numpy_ends(smoke, variant):
     """Same init, same batches: every variant's E1 run (GPU ones under the simulator) matches cpu-numpy."""
     results, _, _ = smoke
-    numpy_run, = _runs(results, "digits8/standard/mlp/cpu-numpy/*")
-    other, = _runs(results, f"digits8/standard/mlp/{variant}/*")
+    numpy_run, = _runs(results, "digits8_mini/standard/mlp/cpu-numpy/*")
+    other, = _runs(results, f"digits8_mini/standard/mlp/{variant}/*")
     assert abs(numpy_run["final_test_accuracy"] - other["final_test_accuracy"]) <= 0.001  # within 0.1 point
     assert other["final_train_loss"] == pytest.approx(numpy_run["final_train_loss"], rel=1e-4)
     assert other["final_test_loss"] == pytest.approx(numpy_run["final_test_loss"], rel=1e-4)
@@ -172,8 +206,10 @@ def test_second_run_has_nothing_to_do(smoke):
 
 
 def test_snakemake_report_bundles_the_figures(smoke):
+    """The README's report command for the smoke run, as written."""
     _, _, workdir = smoke
-    out = run_snakemake(workdir, "--report", "report.zip")
+    (command,) = [c for c in readme_commands() if "--report" in c and "config/smoke.yaml" in c]
+    out = _run_snakemake(workdir, *shlex.split(command)[1:])
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     import zipfile
 
@@ -247,9 +283,34 @@ def job_counts(snakemake_output: str) -> dict[str, int]:
     return counts
 
 
+# The Slurm run starts from a copy of the local run (its results and Snakemake's records of them) less these
+# outputs, so that Slurm recomputes a job of every cluster rule kind, CPU and GPU (simulated), and what depends on
+# them: the CIFAR-format prepared split (its prepare job, the autoencoder's training run, its evaluation, encoder
+# features and SVM), the E4 block-study run (a GPU training job) and one step profile (a GPU job). Recomputing the
+# whole smoke run on Slurm took 10 minutes of the suite's 20 and tested nothing more.
+RECOMPUTED_ON_SLURM = ("data/prepared/synthetic_cifar10_small/standard.npz",
+                       f"runs/{MACHINE}/digits8_mini/standard/cnn/gpu-naive/w2-4_b8_lr0.3_e1_s0_n8_t32",
+                       f"profile/{MACHINE}/e1/gpu-naive.csv")
+
+
+def slurm_workdir(smoke_workdir: Path, dest: Path) -> Path:
+    """A copy of the workflow holding the local smoke run's results/ and .snakemake/metadata (times kept), less
+    RECOMPUTED_ON_SLURM."""
+    import shutil
+
+    workdir = copy_workflow(dest)
+    shutil.copytree(smoke_workdir / "results", workdir / "results")
+    shutil.copytree(smoke_workdir / ".snakemake/metadata", workdir / ".snakemake/metadata")
+    for name in RECOMPUTED_ON_SLURM:
+        path = workdir / "results/smoke" / name
+        assert path.exists(), f"the local smoke run has no {name}: update RECOMPUTED_ON_SLURM"
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    return workdir
+
+
 @pytest.fixture(scope="module")
-def slurm_smoke(slurm, tmp_path_factory):
-    workdir = copy_workflow(tmp_path_factory.mktemp("slurm-smoke"))
+def slurm_smoke(slurm, smoke, tmp_path_factory):
+    workdir = slurm_workdir(smoke[2], tmp_path_factory.mktemp("slurm-smoke"))
     start = time.perf_counter()
     out = run_on_slurm(slurm, workdir)
     elapsed = time.perf_counter() - start
@@ -268,20 +329,24 @@ def test_every_cluster_job_went_through_slurm(slurm_smoke):
     jobs (here under the simulator) asked for one GPU, CPU jobs for none."""
     _, output, jobs = slurm_smoke
     planned = job_counts(output)
+    for rule in ("prepare", "train", "evaluate", "features", "svm", "step_profile"):  # RECOMPUTED_ON_SLURM
+        assert planned.get(rule, 0) >= 1, rule
+    assert planned["train"] == 2  # the autoencoder's run (its split was recomputed) and the E4 block-study run
     assert "has been submitted with SLURM jobid" in output, output[-2000:]  # the plugin's line per sbatch
     expected = {rule: n for rule, n in planned.items() if rule not in LOCAL_RULES}
     assert expected and set(planned) - set(expected) <= LOCAL_RULES
     assert jobs["rule"].value_counts().to_dict() == expected
     assert set(jobs["state"]) == {"COMPLETED"}
     gpu_asked = jobs["req_tres"].str.contains("gres/gpu=1")
-    assert gpu_asked[jobs["rule"] == "sweep_blocks"].all()  # a GPU job whatever its wildcards
+    assert gpu_asked[jobs["rule"] == "step_profile"].all()  # a GPU job whatever its wildcards
     assert not gpu_asked[jobs["rule"].isin(["prepare", "evaluate"])].any()
     assert gpu_asked[jobs["rule"] == "train"].any() and not gpu_asked[jobs["rule"] == "train"].all()
 
 
 @pytest.mark.slurm
 def test_slurm_results_equal_the_local_run(smoke, slurm_smoke):
-    """Same outputs, and the same losses, accuracies, features and SVM scores as the local smoke run."""
+    """Same outputs, and the same losses, accuracies, features and SVM scores as the local smoke run (those of
+    the jobs that ran on Slurm compared with the local ones; the rest are the local run's copies)."""
     local, _, _ = smoke
     workdir, _, _ = slurm_smoke
     remote = workdir / "results/smoke"

@@ -217,7 +217,7 @@ def _jobs(text: str, rule: str) -> list[str]:
 
 
 def test_dry_run_plans_one_gpu_profile_job_per_model_and_gpu_variant(workflow_copy):
-    out = run_snakemake(workflow_copy, "-n", "-p", "--cores", "4", "--config", "machine=gpu-box")
+    out = run_snakemake(workflow_copy, "-n", "-p", "--cores", "4", "--config", "machine=gpu-box", "job_details=true")
     assert out.returncode == 0, out.stderr[-2000:]
     jobs = _jobs(out.stdout + out.stderr, "step_profile")
     planned = sorted(re.search(r"wildcards: experiment=(\w+), variant=([\w-]+)", job).groups() for job in jobs)

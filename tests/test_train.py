@@ -116,9 +116,9 @@ def test_partial_last_batch_and_batch_one(digits, tmp_path):
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # overflow on the way to the NaN is the point
 def test_divergence_stops_with_a_clear_error_and_no_outputs(digits, tmp_path):
-    spec = parse_run_path("digits8/standard/mlp/cpu-numpy/w32_b16_lr1e+30_e2_s0")
-    with pytest.raises(GpunnError, match=r"training diverged: run digits8/standard/mlp/cpu-numpy/w32_b16_lr1e\+30_e2_s0 "
-                                         r"at learning rate 1e\+30: train loss is (nan|inf) at epoch 1 batch \d+;"):
+    spec = parse_run_path("digits8/standard/mlp/cpu-numpy/w32_b16_lr1e30_e2_s0")
+    with pytest.raises(GpunnError, match=r"training diverged: run digits8/standard/mlp/cpu-numpy/w32_b16_lr1e30_e2_s0 "
+                                         r"at learning rate 1e30: train loss is (nan|inf) at epoch 1 batch \d+;"):
         train_run(spec, digits, tmp_path / "run", log=lambda _: None)
     assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())
 

@@ -3,12 +3,14 @@
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
 from gpunn.errors import GpunnError
 from gpunn.nn.functional import REDUCTIONS
-from gpunn.runspec import PATH_FIELDS, WILDCARD_CONSTRAINTS, RunSpec, parse_hparams, parse_run_path
+from gpunn.report.tables import markdown_table
+from gpunn.runspec import PATH_FIELDS, WILDCARD_CONSTRAINTS, RunSpec, format_lr, parse_hparams, parse_run_path
 from gpunn.targets import EXPERIMENTS, experiment_runs
 from snakemake_helpers import run_snakemake
 
@@ -22,7 +24,7 @@ def test_lint_is_clean(workflow_copy):
 
 
 def test_default_dry_run_lists_every_stage(workflow_copy):
-    out = run_snakemake(workflow_copy, "-n", "-p", "--cores", "4", "--config", "machine=gpu-box")
+    out = run_snakemake(workflow_copy, "-n", "-p", "--cores", "4", "--config", "machine=gpu-box", "job_details=true")
     text = out.stdout + out.stderr
     assert out.returncode == 0, text
     for dataset in ("mnist", "fashion_mnist", "cifar10"):
@@ -67,12 +69,13 @@ def _job(text: str, rule: str) -> str:
 def test_svm_kernel_device_in_the_job(workflow_copy):
     """The smoke config (simulator): auto is the CPU, no GPU reserved; kernel_device gpu runs the svm job under
     the simulator, whose jobs reserve no GPU on this machine (gpu=0: they run side by side on the cores)."""
-    out = run_snakemake(workflow_copy, "-n", "-p", "--cores", "2", "--configfile", "config/smoke.yaml")
+    out = run_snakemake(workflow_copy, "-n", "-p", "--cores", "2", "--config", "job_details=true", "--configfile",
+                        "config/smoke.yaml")
     assert out.returncode == 0, out.stderr[-2000:]
     job = _job(out.stdout + out.stderr, "svm")
     assert "--kernel-device cpu" in job and "gpu=0" in job and "NUMBA_ENABLE_CUDASIM" not in job
-    out = run_snakemake(workflow_copy, "-n", "-p", "--cores", "2", "--configfile", "config/smoke.yaml",
-                        "--config", "experiments={e6: {kernel_device: gpu}}")
+    out = run_snakemake(workflow_copy, "-n", "-p", "--cores", "2", "--config", "job_details=true",
+                        "experiments={e6: {kernel_device: gpu}}", "--configfile", "config/smoke.yaml")
     assert out.returncode == 0, out.stderr[-2000:]
     job = _job(out.stdout + out.stderr, "svm")
     assert "--kernel-device gpu" in job and "gpu=0" in job and "NUMBA_ENABLE_CUDASIM=1 python -m gpunn svm" in job
@@ -135,12 +138,47 @@ def test_default_config_has_the_papers_settings():
     assert e5["cpu-numpy"].subset == 1000 and {r.subset for v, r in e5.items() if v != "cpu-numpy"} == {0}
 
 
+@pytest.mark.parametrize("config_file", ["config/config.yaml", "config/smoke.yaml"])
+def test_every_report_input_is_a_planned_intermediate(config_file):
+    """Snakemake does not remake a missing input of an up-to-date job: every report input must be a planned
+    intermediate (gpunn.targets.missing_intermediates makes a missing one a target), each with its job's log."""
+    from gpunn.config import load_config
+    from gpunn.targets import planned_intermediates, report_inputs
+    from snakemake.utils import update_config
+
+    raw = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    update_config(raw, yaml.safe_load((REPO / config_file).read_text()))
+    config = load_config(raw, log=lambda line: None, gpu_name=lambda: "NVIDIA H100 80GB HBM3")
+    for experiment in EXPERIMENTS:
+        planned = planned_intermediates(config, experiment)
+        inputs = [path for paths in report_inputs(config, experiment).values() for path in paths]
+        assert inputs and set(inputs) <= set(planned), experiment
+        assert all(planned[path].startswith(f"{config['results_dir']}/logs/") for path in inputs), experiment
+        kinds = set(report_inputs(config, experiment))
+        assert {"e3": {"timings", "blocks"}, "e6": {"svm"}}.get(experiment, {"runs"}) <= kinds
+
+
 def test_run_path_round_trip():
     spec = RunSpec("cifar10", "standard", "autoencoder", "cpu-numpy", (256, 128), 32, 1e-3, 20, 0, 1000)
     assert spec.path == "cifar10/standard/autoencoder/cpu-numpy/w256-128_b32_lr0.001_e20_s0_n1000"
     assert parse_run_path("results/runs/" + spec.path) == spec
     assert RunSpec.from_dict(spec.to_dict()) == spec
     assert spec.reduction == "mean" and spec.to_dict()["reduction"] == "mean"  # the default: no suffix
+
+
+@pytest.mark.parametrize("lr, text", [(0.01, "0.01"), (0.3, "0.3"), (2.0, "2.0"), (1e-4, "0.0001"), (1e-5, "1e-5"),
+                                      (2.5e-7, "2.5e-7"), (1e6, "1e6"), (1.5e30, "1.5e30"), (0.1 + 0.2, "0.30000000000000004")])
+def test_one_text_per_learning_rate(lr, text):
+    """Run paths, divergence errors and report tables write a learning rate one way (format_lr), which reads
+    back as the same float; any other spelling of it in a path is refused with the one to use."""
+    assert format_lr(lr) == text and float(text) == lr
+    spec = RunSpec("digits8", "standard", "mlp", "cpu-numpy", (8,), 16, lr, 1, 0)
+    assert f"_lr{text}_" in spec.path and parse_run_path(spec.path) == spec
+    assert markdown_table(pd.DataFrame({"lr": [lr]})).splitlines()[-1].strip("| ") == text
+    other = f"{lr:.3e}" if text != f"{lr:.3e}" else repr(lr)
+    if float(other) == lr:
+        with pytest.raises(GpunnError, match=f"write the learning rate {re.escape(other)} as lr{re.escape(text)}$"):
+            parse_hparams(f"w8_b16_lr{other}_e1_s0")
 
 
 def test_sum_reduction_in_the_run_path():

@@ -26,6 +26,7 @@ from gpunn.epochs import DivergenceRule, train_epochs
 from gpunn.errors import GpunnError, install_excepthook
 from gpunn.evaluate import EVAL_BATCH, predict, test_metrics
 from gpunn.rundata import images_to_float
+from gpunn.runspec import format_lr
 
 DEVICES = ("cpu", "cuda")
 install_excepthook()  # a script's GpunnError ends in its one line, as the CLI's do
@@ -82,7 +83,7 @@ class Trainer:
         self._divergence = DivergenceRule(f"the {model.name} on {self.variant}", self.lr, classes)
 
     def __repr__(self) -> str:
-        return (f"Trainer({self.model.name} on {self.device}: {self.variant}, lr {self.lr}, "
+        return (f"Trainer({self.model.name} on {self.device}: {self.variant}, lr {format_lr(self.lr)}, "
                 f"{self.epochs_done} epochs trained)")
 
     def fit(self, x, y=None, epochs: int = 1, batch: int = 64, seed: int = 0, log=None) -> list[dict]:

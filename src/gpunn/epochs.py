@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from gpunn.errors import GpunnError
 from gpunn.rundata import images_to_float
+from gpunn.runspec import format_lr
 from gpunn.seeding import batch_order, batch_slices
 
 DIVERGENCE_FACTOR = 10.0  # an epoch's train loss above this times the first epoch's (or reference_loss): diverged
@@ -88,7 +89,7 @@ class DivergenceRule:
             reason = f"train loss {loss:.4g} at {where} is over {DIVERGENCE_FACTOR:g}x {against}"
         found = Divergence(epoch, float(loss), reason)
         if not self.keep:
-            raise GpunnError(f"training diverged: {self.what} at learning rate {self.lr:g}: {reason}; lower the "
+            raise GpunnError(f"training diverged: {self.what} at learning rate {format_lr(self.lr)}: {reason}; lower the "
                              f"learning rate or check the input data{self.hint}")
         self.found = self.found or found
         return found

@@ -18,8 +18,11 @@ This module is the one statement of that grammar; everything else imports it:
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass
+
+import numpy as np
 
 from gpunn.data.registry import DATASETS
 from gpunn.errors import GpunnError
@@ -109,7 +112,7 @@ class RunSpec:
 
     @property
     def hparams(self) -> str:
-        text = f"w{format_widths(self.widths)}_b{self.batch}_lr{format_float(self.lr)}_e{self.epochs}_s{self.seed}"
+        text = f"w{format_widths(self.widths)}_b{self.batch}_lr{format_lr(self.lr)}_e{self.epochs}_s{self.seed}"
         return (text + (f"_n{self.subset}" if self.subset else "") + (f"_t{self.block}" if self.block else "")
                 + (f"_r{self.reduction}" if self.reduction != DEFAULT_REDUCTION else ""))
 
@@ -135,9 +138,19 @@ class RunSpec:
         return parse_run_path(record["path"])
 
 
-def format_float(value: float) -> str:
-    """Shortest text that reads back as the same float (0.01 -> '0.01', 1e-05 -> '1e-05')."""
-    return repr(float(value))
+# learning rates from 1e-4 up to 1e4 are written as decimals, others in compact scientific notation
+_DECIMAL_RANGE = (1e-4, 1e4)
+
+
+def format_lr(value: float) -> str:
+    """The one text of a learning rate, in run paths, logs and tables: the shortest that reads back as the same
+    float, as a decimal within _DECIMAL_RANGE (0.01 -> '0.01', 2.0 -> '2.0') and otherwise as mantissa 'e'
+    exponent without '+' or leading zeros (1e6 -> '1e6', 1e-05 -> '1e-5', 2.5e-07 -> '2.5e-7')."""
+    value = float(value)
+    low, high = _DECIMAL_RANGE
+    if low <= abs(value) < high or not math.isfinite(value) or not value:
+        return repr(value)  # Python's shortest round trip, a decimal throughout this range
+    return np.format_float_scientific(value, unique=True, trim="-", exp_digits=1).replace("+", "")
 
 
 def format_widths(widths) -> str:
@@ -165,6 +178,10 @@ def parse_hparams(text: str) -> dict:
         lr = float(match["lr"])
     except ValueError:
         raise GpunnError(f"cannot read the learning rate in '{text}'") from None
+    if format_lr(lr) != match["lr"]:
+        # one path per run: 1e-2, 0.010 and 0.01 would otherwise name three folders for one learning rate
+        raise GpunnError(f"cannot read hyperparameters '{text}': write the learning rate {match['lr']} as "
+                         f"lr{format_lr(lr)}")
     return {
         "widths": tuple(int(w) for w in match["widths"].split("-")),
         "batch": int(match["batch"]),

@@ -269,6 +269,7 @@ def raw_outputs(config: dict, dataset: str) -> list[str]:
 
 RUN_FILES = ("metrics.json", "metrics.csv", "weights.npz")
 EVAL_FILES = ("eval.json", "samples.npz", "predictions.npy")
+SVM_FILES = ("metrics.json", "confusion.csv", "per_class.csv", "confusion.png")
 FEATURE_FILES = tuple(f"{part}_{kind}.npy" for part in ("train", "test") for kind in ("features", "labels"))
 
 
@@ -313,8 +314,9 @@ def report_inputs(config: dict, experiment: str) -> dict[str, list[str]]:
 
 def planned_intermediates(config: dict, experiment: str) -> dict[str, str | None]:
     """Every file the experiment's report depends on through the DAG, upstream first (raw files, prepared
-    splits, run outputs, the evaluations the report shows, E6's encoder features), each with the log of the
-    job that writes it (None for raw files, which their manifest.json vouches for instead)."""
+    splits, run outputs, the evaluations the report shows, E6's encoder features and SVM, E3's timings, the step
+    profiles), each with the log of the job that writes it (None for raw files, which their manifest.json vouches
+    for instead)."""
     layout = Layout.of(config)
     files: dict[str, str | None] = {}
     for dataset, split in experiment_data(config, experiment):
@@ -329,6 +331,25 @@ def planned_intermediates(config: dict, experiment: str) -> dict[str, str | None
     for spec in shown_runs(config, experiment):
         log = layout.run_log("evaluate", spec)
         files.update({f"{layout.eval_dir(spec)}/{name}": log for name in EVAL_FILES})
+    files.update(_measured_inputs(config, experiment, layout))
+    return files
+
+
+def _measured_inputs(config: dict, experiment: str, layout: "Layout") -> dict[str, str]:
+    """The report's inputs that no run folder holds, each with its job's log: E3's timing CSVs and block sweep,
+    the step profiles, E6's SVM outputs."""
+    inputs, files = report_inputs(config, experiment), {}
+    machine_logs = lambda stage: f"{layout.logs(stage)}/{layout.machine}"
+    for path in inputs.get("timings", []):
+        files[path] = f"{machine_logs('time_batches')}/{Path(path).stem}.log"
+    for path in inputs.get("blocks", []):
+        files[path] = f"{machine_logs('sweep_blocks')}.log"
+    for path in inputs.get("profiles", []):
+        files[path] = f"{machine_logs('step_profile')}/{experiment}/{Path(path).stem}.log"
+    if inputs.get("svm"):
+        spec = e6_run(config)
+        folder = f"{layout.measured('svm')}/{spec.path}"
+        files.update({f"{folder}/{name}": layout.run_log("svm", spec) for name in SVM_FILES})
     return files
 
 

@@ -6,6 +6,8 @@ FEATURES = [f"{R}/features/{M}/{RUN}/{name}" for name in FEATURE_FILES]
 rule features:
     """Encoder outputs (.npy, float32, N x 8192 for the real autoencoder) for the train and test splits: on the
     GPU for a GPU variant's run (checked against the CPU encoder on a sample first), else on the CPU."""
+    message:
+        job_message(f"features: {RUN_NAME}")
     input:
         weights=f"{R}/runs/{M}/{RUN}/weights.npz",
         data=f"{R}/data/prepared/{{dataset}}/{{split}}.npz",
@@ -24,13 +26,17 @@ rule features:
     conda:
         ENV_FILE
     shell:
-        "{params.env}python -m gpunn features --run {params.run_dir} --data {input.data} "
-        "--out {params.out} --train-limit {params.train_limit} 2>&1 | tee {log}"
+        logged(
+            "{params.env}python -m gpunn features --run {params.run_dir} --data {input.data} "
+            "--out {params.out} --train-limit {params.train_limit}"
+        )
 
 
 rule svm:
     """StandardScaler + SVC(rbf) (or the documented Nystroem approximation) on encoder features; the exact
     route's precomputed kernel on the GPU when experiments.e6.kernel_device says so (resource gpu=1 then)."""
+    message:
+        job_message(f"svm: {RUN_NAME}")
     input:
         FEATURES,
     output:
@@ -53,8 +59,10 @@ rule svm:
     conda:
         ENV_FILE
     shell:
-        "{params.env}python -m gpunn svm --features {params.features} --out {params.out}"
-        " --train-subset {params.e6[train_subset]} --test-subset {params.e6[test_subset]}"
-        " --method {params.e6[method]} --C {params.e6[C]} --gamma {params.e6[gamma]}"
-        " --components {params.e6[components]} --seed {params.e6[seed]} --kernel-device {params.kernel_device}"
-        " --class-names {params.class_names:q} 2>&1 | tee {log}"
+        logged(
+            "{params.env}python -m gpunn svm --features {params.features} --out {params.out}"
+            " --train-subset {params.e6[train_subset]} --test-subset {params.e6[test_subset]}"
+            " --method {params.e6[method]} --C {params.e6[C]} --gamma {params.e6[gamma]}"
+            " --components {params.e6[components]} --seed {params.e6[seed]} --kernel-device {params.kernel_device}"
+            " --class-names {params.class_names:q}"
+        )

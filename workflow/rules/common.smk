@@ -85,6 +85,22 @@ wildcard_constraints:
     **WILDCARD_CONSTRAINTS,
 
 
+def logged(command):
+    """A job's shell: `command` with its output on the terminal and in the job's log, the command itself traced into
+    the log (bash xtrace on file descriptor 3) instead of printed by Snakemake: each rule's short `message:` names
+    the job on the terminal (profiles: printshellcmds off, reasons quiet), so that no terminal line lists files."""
+    return f"exec 3>{{log}}; BASH_XTRACEFD=3; set -x; {command} 2>&1 | tee -a {{log}}"
+
+
+RUN_NAME = "{wildcards.dataset}/{wildcards.split}/{wildcards.model}/{wildcards.variant}/{wildcards.hparams}"
+
+
+def job_message(text):
+    """A rule's `message:`, "<rule>: <what>", one line per job on the terminal; None (Snakemake's full job block)
+    under config key job_details."""
+    return None if config["job_details"] else text
+
+
 def cpu_threads(wildcards):
     """Single-threaded baselines get one core, the others config key `threads` (the registry's fact); a GPU
     variant under the CUDA simulator one too (its kernels run as Python threads under one interpreter lock)."""

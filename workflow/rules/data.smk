@@ -5,6 +5,8 @@
 
 rule make_offline:
     """Write an offline dataset (synthetic_*, digits*) as IDX gzip / CIFAR-10 binary tar.gz."""
+    message:
+        job_message("make_offline: {wildcards.dataset}")
     localrule: True  # seconds of work; on a cluster, beside the downloads that read its files
     output:
         f"{R}/offline/{{dataset}}/manifest.json",
@@ -15,7 +17,9 @@ rule make_offline:
     conda:
         ENV_FILE
     shell:
-        "python -m gpunn make-offline {wildcards.dataset} --out {params.out} 2>&1 | tee {log}"
+        logged(
+            "python -m gpunn make-offline {wildcards.dataset} --out {params.out}"
+        )
 
 
 # One download rule per file format, since a rule's outputs cannot depend on the dataset: the outputs are the
@@ -26,6 +30,8 @@ for _kind, _names in RAW_FILES_BY_KIND.items():
         name:
             f"download_{_kind}"
         localrule: True  # on a cluster, compute nodes often have no internet: downloads run where Snakemake runs
+        message:
+            job_message(f"download_{_kind}: {{wildcards.dataset}}")
         input:
             download_input,
         output:
@@ -43,14 +49,17 @@ for _kind, _names in RAW_FILES_BY_KIND.items():
         shell:
             # the mirror folder and timeout come from the environment (common.smk), not params: changing them
             # reruns nothing, since every file is verified against its checksums whatever its source
-            "python -m gpunn download {wildcards.dataset} --dest {params.dest} "
-            '${{GPUNN_MIRRORS:+--mirror "$GPUNN_MIRRORS"}} {params.offline} --timeout "${{GPUNN_DOWNLOAD_TIMEOUT:-30}}" '
-            "2>&1 | tee {log}"
+            logged(
+                "python -m gpunn download {wildcards.dataset} --dest {params.dest} "
+                '${{GPUNN_MIRRORS:+--mirror "$GPUNN_MIRRORS"}} {params.offline} --timeout "${{GPUNN_DOWNLOAD_TIMEOUT:-30}}"'
+            )
 
 
 rule prepare:
     """Verify a dataset's raw files against its manifest and the registry, parse and check them, cache one
     split (standard, or E2's sub-split of the training set)."""
+    message:
+        job_message("prepare: {wildcards.dataset}, {wildcards.split} split")
     input:
         raw_files,
     output:
@@ -65,5 +74,7 @@ rule prepare:
     conda:
         ENV_FILE
     shell:
-        "python -m gpunn prepare {wildcards.dataset} --raw {params.raw} --out {output} "
-        "--split {wildcards.split} {params.split} 2>&1 | tee {log}"
+        logged(
+            "python -m gpunn prepare {wildcards.dataset} --raw {params.raw} --out {output} "
+            "--split {wildcards.split} {params.split}"
+        )

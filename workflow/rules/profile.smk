@@ -5,6 +5,8 @@
 
 rule step_profile:
     """One GPU variant's step profile for an experiment's report (gpunn profile): a CSV row per launch."""
+    message:
+        job_message("step_profile: {wildcards.experiment}, one training step of {wildcards.variant}")
     output:
         f"{R}/profile/{M}/{{experiment}}/{{variant}}.csv",
     log:
@@ -20,5 +22,6 @@ rule step_profile:
     conda:
         ENV_FILE
     shell:
-        "{params.env}python -m gpunn profile {params.options} --variants {wildcards.variant} --out {output} "
-        "2>&1 | tee {log}"
+        logged(
+            "{params.env}python -m gpunn profile {params.options} --variants {wildcards.variant} --out {output}"
+        )

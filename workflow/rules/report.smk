@@ -9,6 +9,8 @@ for _experiment in EXPERIMENTS:
         name:
             f"report_{_experiment}"
         localrule: True  # tables and figures of small CSVs: seconds, not worth a cluster job
+        message:
+            job_message(f"report_{_experiment}: tables, figures, the paper beside ours")
         input:
             **report_inputs(config, _experiment),
         output:
@@ -22,13 +24,17 @@ for _experiment in EXPERIMENTS:
         conda:
             ENV_FILE
         shell:
-            "python -m gpunn report {params.experiment} --out {params.out} {params.args} 2>&1 | tee {log}"
+            logged(
+                "python -m gpunn report {params.experiment} --out {params.out} {params.args}"
+            )
 
 
 rule report_index:
     """The entry page over every enabled experiment's report (gpunn.report.index): index.md with the papers'
     headline numbers beside ours and links to every table and figure, index.csv (its summary table) and
     index.rst (the front page of `snakemake --report`)."""
+    message:
+        job_message("report_index: the entry page, index.md")
     localrule: True
     input:
         [f for e in enabled_experiments(config) for f in report_outputs(config, e)],
@@ -42,4 +48,6 @@ rule report_index:
     conda:
         ENV_FILE
     shell:
-        "python -m gpunn index --out {params.out} {params.args} 2>&1 | tee {log}"
+        logged(
+            "python -m gpunn index --out {params.out} {params.args}"
+        )

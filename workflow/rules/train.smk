@@ -7,6 +7,8 @@
 rule train:
     """Train one run; metrics.csv has one row per epoch, metrics.json the summary and provenance. A diverged run
     fails the job and writes nothing, unless an experiment requesting it sets keep_diverged (params.keep)."""
+    message:
+        job_message(f"train: {RUN_NAME}")
     input:
         f"{R}/data/prepared/{{dataset}}/{{split}}.npz",
     output:
@@ -26,12 +28,15 @@ rule train:
     conda:
         ENV_FILE
     shell:
-        "{params.env}python -m gpunn train {params.run} --data {input} --out {params.out} {params.keep} "
-        "2>&1 | tee {log}"
+        logged(
+            "{params.env}python -m gpunn train {params.run} --data {input} --out {params.out} {params.keep}"
+        )
 
 
 rule evaluate:
     """Test-set metrics, per-class accuracy, confusion matrix and sample outputs of a trained run."""
+    message:
+        job_message(f"evaluate: {RUN_NAME}")
     input:
         weights=f"{R}/runs/{M}/{RUN}/weights.npz",
         data=f"{R}/data/prepared/{{dataset}}/{{split}}.npz",
@@ -50,11 +55,15 @@ rule evaluate:
     conda:
         ENV_FILE
     shell:
-        "python -m gpunn evaluate --run {params.run_dir} --data {input.data} --out {params.out} 2>&1 | tee {log}"
+        logged(
+            "python -m gpunn evaluate --run {params.run_dir} --data {input.data} --out {params.out}"
+        )
 
 
 rule time_batches:
     """E3: the MLP's step throughput, forward / backward split and latency per batch size, for one variant."""
+    message:
+        job_message("time_batches: E3, {wildcards.variant} per batch size")
     output:
         f"{R}/timing/{M}/e3/{{variant}}.csv",
     log:
@@ -69,14 +78,18 @@ rule time_batches:
     conda:
         ENV_FILE
     shell:
-        "{params.env}python -m gpunn time-batches --variants {wildcards.variant} --batches {params.batches} "
-        "--hidden {params.e3[hidden]} --features {params.e3[features]} --steps {params.e3[steps]} "
-        "--samples {params.e3[samples]} "
-        "--timed-epochs {params.e3[timed_epochs]} --repeats {params.e3[repeats]} --out {output} 2>&1 | tee {log}"
+        logged(
+            "{params.env}python -m gpunn time-batches --variants {wildcards.variant} --batches {params.batches} "
+            "--hidden {params.e3[hidden]} --features {params.e3[features]} --steps {params.e3[steps]} "
+            "--samples {params.e3[samples]} "
+            "--timed-epochs {params.e3[timed_epochs]} --repeats {params.e3[repeats]} --out {output}"
+        )
 
 
 rule sweep_blocks:
     """E3: elementwise, reduction and SGD kernel time per block size and shape, each validated first."""
+    message:
+        job_message("sweep_blocks: E3, kernel time per block size")
     output:
         f"{R}/timing/{M}/e3/blocks.csv",
     log:
@@ -92,5 +105,7 @@ rule sweep_blocks:
     conda:
         ENV_FILE
     shell:
-        "{params.env}python -m gpunn sweep-blocks --blocks {params.blocks} --shapes {params.shapes} "
-        "--repeats {params.repeats} --out {output} 2>&1 | tee {log}"
+        logged(
+            "{params.env}python -m gpunn sweep-blocks --blocks {params.blocks} --shapes {params.shapes} "
+            "--repeats {params.repeats} --out {output}"
+        )

@@ -86,7 +86,7 @@ from gpunn.bench.core import (
     MIN_REPEATS,
     QUICK_BLOCKS,
     QUICK_REPEATS,
-    SIMULATOR_WARNING,
+    SIMULATOR_NOTE,
     TIME_BUDGET_MS,
     TOLERANCE,
     WARMUP_LAUNCHES,

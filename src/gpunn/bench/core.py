@@ -38,7 +38,7 @@ WARP = 32
 BENCH_COLUMNS = ["op", "case", "variant", "block", "block_dims", "m", "n", "k", "rows", "cols", "n_elements", "ms",
                  "gflops", "gbps", "ref_name", "ref_ms", "pct_of_ref", "repeats", "host_ms", "queued",
                  *provenance.CSV_COLUMNS]
-SIMULATOR_WARNING = ("WARNING: numba CUDA simulator: kernels run as Python threads on the CPU; the timings "
+SIMULATOR_NOTE = ("note: numba CUDA simulator: kernels run as Python threads on the CPU; the timings "
                      "below are host-clock times and meaningless")
 
 
@@ -353,4 +353,4 @@ def parse_blocks(text: str) -> list[int]:
 def log_device_header(log=print) -> None:
     log(device.describe_device())
     if device.simulator_enabled():
-        log(SIMULATOR_WARNING)
+        log(SIMULATOR_NOTE)

@@ -21,6 +21,11 @@ switch inside the window and shows the unpatched simulator failing every time an
 `patch()` (called when `gpunn.kernels.launch` is imported under the simulator) replaces the method with
 one that does the check and the store under one lock, keyed as numba keys them (the kernel's file and
 line, here read with `sys._getframe`).
+
+It also shortens the interpreter's thread switch interval to SWITCH_INTERVAL_S: the simulator's launch loop
+(`kernel.BlockManager.run`) polls its block's threads without ever waiting, so at CPython's default 5 ms each
+turn of the loop holds the interpreter for a whole interval while the simulated threads wait; every simulated
+launch ran about twice as long as it needs to.
 """
 
 from __future__ import annotations
@@ -68,13 +73,17 @@ def _shared_array(self, shape, dtype, alignment=None):
     return static_shared_array(self, caller_key(), shape, dtype)
 
 
+SWITCH_INTERVAL_S = 0.0005  # under the simulator (CPython's default: 5 ms); docs/notes/issue-24-first-hour.md
+
+
 def patch() -> None:
-    """Install the locked allocation (idempotent). Needs NUMBA_ENABLE_CUDASIM=1."""
+    """Install the locked allocation and the shorter switch interval (idempotent). Needs NUMBA_ENABLE_CUDASIM=1."""
     from numba.cuda.simulator import kernelapi
 
     if _state["original"] is None:
         _state["original"] = kernelapi.FakeCUDAShared.array
         kernelapi.FakeCUDAShared.array = _shared_array
+    sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
 
 
 def unpatched():

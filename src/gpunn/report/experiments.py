@@ -153,6 +153,27 @@ def comparison_formats(baselines: Sequence[str] = BASELINES) -> dict:
 
 
 COMPARISON_FORMATS = comparison_formats()
+# The columns of each summary's Markdown (MARKDOWN_COLUMNS at most; the CSV keeps every one): the settings that
+# the title states (dataset, widths, batch, epochs) and the simulator flag (the device says it) are left out.
+E1_SHOWN = ("variant", "reduction", "device", "train_time_s", "time_per_epoch_s", "test_accuracy",
+            "speedup_vs_cpu_serial", "speedup_vs_cpu_numpy", "accuracy_diff_vs_cpu_numpy_pp",
+            "accuracy_matches_cpu_numpy", "diverged", "at_chance")
+E2_SHOWN = ("variant", "device", "hidden", "batch", "train_time_s", "forward_time_s", "backward_time_s",
+            "test_accuracy", "speedup_vs_cpu_serial", "speedup_vs_cpu_numpy", "accuracy_diff_vs_cpu_numpy_pp",
+            "diverged", "at_chance")
+E3_SHOWN = ("variant", "device", "batch", "steps", "throughput_step_ms", "throughput_samples_per_s", "forward_ms",
+            "backward_ms", "clock", "latency_ms")
+E4_SHOWN = ("dataset", "variant", "device", "train_time_s", "test_time_s", "test_accuracy", "speedup_vs_cpu_numpy",
+            "speedup_vs_gpu_naive", "accuracy_diff_vs_cpu_numpy_pp", "accuracy_matches_cpu_numpy", "diverged",
+            "at_chance")
+E4_BLOCK_SHOWN = ("dataset", "variant", "block", "device", "time_per_epoch_s", "train_time_s", "final_train_loss",
+                  "test_accuracy", "accuracy_diff_vs_cpu_numpy_pp", "accuracy_matches_cpu_numpy", "diverged",
+                  "at_chance")
+E5_SHOWN = ("variant", "device", "n_train", "time_per_epoch_s", "full_epoch_s", "full_set_extrapolated",
+            "full_train_time_s", "speedup_vs_cpu_numpy", "speedup_vs_gpu_naive", "test_mse", "peak_gpu_memory_mib",
+            "diverged")
+E6_SHOWN = ("method", "device", "kernel_device", "C", "gamma", "n_train", "n_test", "train_accuracy", "test_accuracy",
+            "kernel_time_s", "fit_time_s", "predict_time_s")
 COMPARISON_NOTE = ("Speedup: the baseline's training time over the variant's, on the same data with the same "
                    "settings. accuracy_diff_vs_cpu_numpy_pp: test accuracy minus cpu-numpy's in percentage points; "
                    f"accuracy_matches_cpu_numpy: within {ACCURACY_TOLERANCE_PP} pp. '-': that baseline did not run.")
@@ -357,7 +378,7 @@ def report_e1(runs, evals, out_dir, profiles=(), **_) -> dict[str, str]:
                        f"{titles.join_words(titles.distinct(frame['dataset']))}",
     }
     tables.summary_table(frame.to_dict("records"), out_dir / "summary.csv", out_dir / "summary.md",
-                         written["summary.md"], columns=cols, formats=COMPARISON_FORMATS,
+                         written["summary.md"], columns=cols, formats=COMPARISON_FORMATS, shown=E1_SHOWN,
                          note=_note(COMPARISON_NOTE, REDUCTION_NOTE, e1_gap_sentence(frame),
                                     divergence.summary_note(frame), titles.simulated_note(frame)))
     written.update(_e1_gap_report(frame, out_dir))
@@ -421,7 +442,7 @@ def report_e2(runs, out_dir, **_) -> dict[str, str]:
                                                     "against hidden size", timing),
     }
     tables.summary_table(frame.to_dict("records"), out_dir / "summary.csv", out_dir / "summary.md",
-                         written["summary.md"], columns=cols, formats=COMPARISON_FORMATS,
+                         written["summary.md"], columns=cols, formats=COMPARISON_FORMATS, shown=E2_SHOWN,
                          note=_note(COMPARISON_NOTE, divergence.summary_note(frame), titles.simulated_note(frame)))
     paper = e2_paper_table(frame)
     tables.summary_table(paper.to_dict("records"), out_dir / "paper_table.csv", out_dir / "paper_table.md",
@@ -502,7 +523,7 @@ def report_e3(timings, out_dir, blocks=(), **_) -> dict[str, str]:
     written = {"summary.md": titles.table_title(head, timing),
                "batch_timing.png": titles.figure_title(head, timing)}
     tables.summary_table(frame.to_dict("records"), out_dir / "summary.csv", out_dir / "summary.md",
-                         written["summary.md"], columns=[c for c in E3_SUMMARY_COLUMNS if c in frame],
+                         written["summary.md"], columns=[c for c in E3_SUMMARY_COLUMNS if c in frame], shown=E3_SHOWN,
                          note=_note(e3_note(), titles.simulated_note(frame)))
     figures.batch_timing(out_dir / "summary.csv", out_dir / "batch_timing.png", written["batch_timing.png"])
     written["paper_vs_ours.md"] = paper_vs_ours.report("e3", paper_vs_ours.e3_rows(frame), out_dir, head)
@@ -573,6 +594,7 @@ def report_e4(runs, evals, out_dir, profiles=(), **_) -> dict[str, str]:
     }
     tables.summary_table(main.to_dict("records"), out_dir / "summary.csv", out_dir / "summary.md",
                          written["summary.md"], columns=E4_SUMMARY_COLUMNS, formats=comparison_formats(E4_BASELINES),
+                         shown=E4_SHOWN,
                          note=_note(COMPARISON_NOTE, TEST_TIME_NOTE, divergence.summary_note(main),
                                     titles.simulated_note(main)))
     paper = main[list(E4_PAPER_HEADERS)]
@@ -617,7 +639,7 @@ def _e4_block_study(study: pd.DataFrame, main: pd.DataFrame, out_dir: Path) -> d
                                                                              "block size")),
     }
     tables.summary_table(study.to_dict("records"), out_dir / "blocks.csv", out_dir / "blocks.md", written["blocks.md"],
-                         columns=E4_BLOCK_COLUMNS, formats=comparison_formats(()),
+                         columns=E4_BLOCK_COLUMNS, formats=comparison_formats(()), shown=E4_BLOCK_SHOWN,
                          note=_note("One row per variant and block (threads per block of the kernels that take "
                                     "one); accuracy_diff_vs_cpu_numpy_pp: test accuracy minus that of the cpu-numpy "
                                     "run on the same dataset, in percentage points; accuracy_matches_cpu_numpy: within "
@@ -757,7 +779,7 @@ def report_e5(runs, evals, out_dir, full_train_size: int = E5_FULL_TRAIN, profil
     simulated, sizes = titles.simulated_note(frame), _e5_sizes_note(frame, full_train_size)
     extrapolated = {"full_set_extrapolated": _extrapolated_word, "train_time_extrapolated": _extrapolated_word}
     tables.summary_table(frame.to_dict("records"), out_dir / "summary.csv", out_dir / "summary.md",
-                         written["summary.md"], columns=E5_SUMMARY_COLUMNS,
+                         written["summary.md"], columns=E5_SUMMARY_COLUMNS, shown=E5_SHOWN,
                          formats=comparison_formats(E5_BASELINES) | extrapolated,
                          note=_note(f"full_epoch_s: one epoch over {size} training images, measured where the run "
                                     f"trained on {size} (full_set_extrapolated: 'measured'), else its own epoch x "
@@ -858,11 +880,24 @@ def report_e6(svm, out_dir, **_) -> dict[str, str]:
     frame = pd.DataFrame(rows)
     written = {"summary.md": titles.table_title(e6_head(frame), titles.timing_parts(frame))}
     tables.summary_table([{k: v for k, v in r.items() if k != "cpu"} for r in rows], out_dir / "summary.csv",
-                         out_dir / "summary.md", written["summary.md"])
+                         out_dir / "summary.md", written["summary.md"], shown=E6_SHOWN, note=_e6_per_class(rows))
     written["paper_vs_ours.md"] = paper_vs_ours.report("e6", paper_vs_ours.rows_for("e6", paper_vs_ours.OursE6(frame)),
                                                        out_dir, e6_head(frame))
     written["confusion.png"] = _e6_confusion(svm[0], frame.iloc[0], e6_head(frame), out_dir / "confusion.png")
     return written
+
+
+def _e6_per_class(rows: list[dict]) -> str | None:
+    """The per-class test accuracies of the summary's rows (its <class>_accuracy columns) as a table of their own:
+    a row per class, a column per SVM run."""
+    classes = [key[: -len("_accuracy")] for key in rows[0] if key.endswith("_accuracy")
+               and key not in ("train_accuracy", "test_accuracy")]
+    if not classes:
+        return None
+    names = [f"{r.get('method')} ({i + 1})" if len(rows) > 1 else str(r.get("method")) for i, r in enumerate(rows)]
+    frame = pd.DataFrame({"class": classes, **{f"{name} accuracy": [r.get(f"{c}_accuracy") for c in classes]
+                                               for name, r in zip(names, rows)}})
+    return "Test accuracy per class:\n\n" + tables.markdown_table(frame).rstrip("\n")
 
 
 def _e6_confusion(svm_dir, row: pd.Series, head: str, out_png: Path) -> str:

@@ -539,10 +539,11 @@ NOTE = ("Paper: the value as printed (a range as low-high). Times: ratio is ours
         "baseline (speedup ratio: ours / the paper's). Accuracies: diff is ours minus the paper's in percentage "
         "points. '-': not in the paper, not run here, or no counterpart in gpunn (the note says which). Both "
         "devices are named: the paper's as it states them, ours from the runs' provenance.")
-_HEADERS = {"row": "Row", "column": "Column", "unit": "Unit", "paper_text": "Paper", "ours": "Ours",
-            "ratio": "Ours / paper", "diff_pp": "Diff (pp)", "paper_speedup": "Paper speedup",
-            "our_speedup": "Our speedup", "speedup_ratio": "Speedup ratio", "paper_device": "Paper's device",
-            "variant": "Our variant", "our_device": "Our device", "note": "Note"}
+# The Markdown's columns (the CSV keeps COLUMNS): values with their unit, our variant with its device
+_HEADERS = {"row": "Row", "column": "Column", "paper_text": "Paper", "ours": "Ours", "ratio": "Ours / paper",
+            "diff_pp": "Diff (pp)", "paper_speedup": "Paper speedup", "our_speedup": "Our speedup",
+            "speedup_ratio": "Speedup ratio", "paper_device": "Paper's device", "variant": "Our run",
+            "note": "Note"}
 _OPTIONAL = ("diff_pp", "paper_speedup", "our_speedup", "speedup_ratio")  # shown where a section has any
 
 
@@ -559,7 +560,25 @@ def _points(value) -> str:
     return f"{round(float(value), 2) + 0.0:+.2f}"  # + 0.0: a difference that rounds to zero is '+0.00', not '-0.00'
 
 
-_FORMATS = {"ours": _number, "ratio": _times, "paper_speedup": _times, "our_speedup": _times,
+def _with_unit(text: str, unit) -> str:
+    """'97.95' and '%' -> '97.95 %'; a speedup's 'x' goes without a space ('4.5x')."""
+    if not isinstance(unit, str) or not unit or text == tables.MISSING:
+        return text
+    return f"{text}{unit}" if unit == "x" else f"{text} {unit}"
+
+
+def _shown(part: pd.DataFrame) -> pd.DataFrame:
+    """The Markdown cells of one paper table's rows: paper and ours with their unit, our run with its device."""
+    cell = lambda value, fmt: tables.MISSING if tables.is_missing(value) else fmt(value)
+    shown = part.copy()
+    shown["paper_text"] = [_with_unit(cell(t, str), u) for t, u in zip(part["paper_text"], part["unit"])]
+    shown["ours"] = [_with_unit(cell(o, _number), u) for o, u in zip(part["ours"], part["unit"])]
+    shown["variant"] = [cell(v, str) + ("" if tables.is_missing(d) else f" on {d}") if not tables.is_missing(v)
+                        else tables.MISSING for v, d in zip(part["variant"], part["our_device"])]
+    return shown
+
+
+_FORMATS = {"ratio": _times, "paper_speedup": _times, "our_speedup": _times,
             "speedup_ratio": _times, "diff_pp": _points}
 
 
@@ -573,7 +592,7 @@ def write(rows: list[dict], out_dir, title: str, note: str | None = None) -> pd.
     for table in dict.fromkeys(frame["table"]):
         part = frame[frame["table"] == table]
         shown = [c for c in _HEADERS if c not in _OPTIONAL or part[c].notna().any()]
-        sections.append(tables.markdown_section(table, part[shown].reset_index(drop=True), _FORMATS, _HEADERS,
+        sections.append(tables.markdown_section(table, _shown(part)[shown].reset_index(drop=True), _FORMATS, _HEADERS,
                                                 level=3))
     head = f"## {title}\n\n{NOTE}\n" + (f"\n{note.strip()}\n" if note else "")
     io.write_csv(out_dir / "paper_vs_ours.csv", frame)

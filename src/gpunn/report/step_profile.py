@@ -192,6 +192,7 @@ def report(experiment: str, profiles: Sequence, out_dir) -> dict[str, str]:
     rows = top_launches(frame)
     tables.summary_table(rows.to_dict("records"), out_dir / f"{STEP_PROFILE}.csv", out_dir / f"{STEP_PROFILE}.md",
                          written[f"{STEP_PROFILE}.md"], formats={"share": lambda v: f"{100 * v:.1f} %"},
+                         shown=[c for c in rows.columns if c != "device"],  # the title names the device
                          note=NOTE if timed else UNTIMED_NOTE)
     figure(frame, out_dir / f"{STEP_PROFILE}.png", written[f"{STEP_PROFILE}.png"])
     return written

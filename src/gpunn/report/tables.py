@@ -8,6 +8,7 @@ Formatting rules of the Markdown (the CSV keeps the raw numbers):
     notation (0.01234 -> ``0.0123``, 2.254 -> ``2.25``, 298.6 -> ``299``, 29678.4 -> ``29678``);
   * other floats get at most four significant digits the same way, trailing zeros dropped (132.7, 0.0045, 1);
     integers, and whole-number floats in a column of whole numbers, are printed as integers;
+  * a learning-rate column (``lr``) as in run names (gpunn.runspec.format_lr: 0.01, 1e-5);
   * text as is (``|`` escaped); missing values (None / NaN) as ``-``.
 ``formats`` overrides any column with a format string (``"{:.1f}x"``) or a callable; ``headers`` relabels columns
 in the Markdown only (the CSV keeps the column names, the formats follow them).
@@ -30,6 +31,7 @@ import pandas as pd
 from gpunn.errors import GpunnError, remake_hint
 from gpunn.io import write_csv, write_text
 from gpunn.nn.functional import DEFAULT_REDUCTION
+from gpunn.runspec import format_lr
 
 MISSING = "-"
 _TIME_SUFFIXES = ("_s", "_ms", "_us")
@@ -84,6 +86,10 @@ def is_accuracy_column(name: str) -> bool:
     return str(name).lower().endswith("accuracy")
 
 
+def is_lr_column(name: str) -> bool:
+    return str(name).lower() in ("lr", "learning_rate")
+
+
 def is_time_column(name: str) -> bool:
     name = str(name).lower()
     if "per_s" in name or "per_ms" in name:  # a rate (samples_per_s), not a time
@@ -91,7 +97,7 @@ def is_time_column(name: str) -> bool:
     return name.endswith(_TIME_SUFFIXES) or "time" in name
 
 
-def _is_missing(value) -> bool:
+def is_missing(value) -> bool:
     if value is None or value is pd.NA or value is pd.NaT:
         return True
     return isinstance(value, (float, np.floating)) and math.isnan(value)
@@ -113,6 +119,11 @@ def format_significant(value: float, digits: int = 3) -> str:
     return text
 
 
+# A Markdown table shows at most about this many columns (the CSV beside it holds every one); boolean flags that
+# are False on every row say nothing there and are left out.
+MARKDOWN_COLUMNS = 12
+QUIET_FLAGS = ("diverged", "at_chance", "simulator")
+
 RATIO_FLOOR = 0.001  # ratios below this print as "<0.001x": more digits say nothing a reader can use
 
 
@@ -127,12 +138,14 @@ def format_ratio(value: float) -> str:
 def format_cell(column: str, value, fmt: str | Callable | None = None, integral_column: bool = False) -> str:
     """One Markdown cell. `integral_column`: every value of the column is a whole number (ints that pandas
     turned into floats because of a missing value), so print them as integers."""
-    if _is_missing(value):
+    if is_missing(value):
         return MISSING
     if fmt is not None:
         return fmt(value) if callable(fmt) else fmt.format(value)
     if isinstance(value, (bool, np.bool_)):
         return str(bool(value))
+    if isinstance(value, Real) and is_lr_column(column):
+        return format_lr(value)
     if isinstance(value, Real) and not isinstance(value, Integral) and is_accuracy_column(column):
         return f"{100.0 * float(value):.2f} %"
     if isinstance(value, Integral):
@@ -150,12 +163,12 @@ def format_cell(column: str, value, fmt: str | Callable | None = None, integral_
 
 
 def _is_numeric_column(series: pd.Series) -> bool:
-    values = [v for v in series if not _is_missing(v)]
+    values = [v for v in series if not is_missing(v)]
     return bool(values) and all(isinstance(v, Real) and not isinstance(v, (bool, np.bool_)) for v in values)
 
 
 def _is_integral_column(series: pd.Series) -> bool:
-    values = [v for v in series if not _is_missing(v)]
+    values = [v for v in series if not is_missing(v)]
     return _is_numeric_column(series) and all(math.isfinite(float(v)) and float(v).is_integer() for v in values)
 
 
@@ -193,12 +206,30 @@ def markdown_section(title: str, frame: pd.DataFrame, formats: Mapping[str, str 
     return md
 
 
+def markdown_frame(frame: pd.DataFrame, shown: Sequence[str] | None = None) -> pd.DataFrame:
+    """The columns of `frame` a Markdown table shows: `shown` (default all) less the QUIET_FLAGS that are False
+    on every row."""
+    columns = [c for c in (shown if shown is not None else frame.columns) if c in frame.columns]
+    quiet = [c for c in QUIET_FLAGS if c in columns and not any(bool(v) for v in frame[c] if not is_missing(v))]
+    return frame[[c for c in columns if c not in quiet]]
+
+
+def left_out_line(frame: pd.DataFrame, shown: pd.DataFrame, csv_name: str) -> str | None:
+    """The line under a Markdown table that names the columns only its CSV holds (None: it shows them all)."""
+    left = [str(c) for c in frame.columns if c not in shown.columns]
+    if not left:
+        return None
+    return f"Also in {csv_name}: {', '.join(left)}."
+
+
 def summary_table(rows: Sequence[Mapping], out_csv, out_md, title: str, columns: Sequence[str] | None = None,
                   formats: Mapping[str, str | Callable] | None = None, note: str | None = None,
-                  headers: Mapping[str, str] | None = None) -> pd.DataFrame:
-    """Write `rows` (one dict per row) as CSV (raw values) and as Markdown (``## title``, a pipe table, an
-    optional note). `columns` picks and orders the columns (default: first appearance over the rows);
-    `headers` relabels them in the Markdown. Returns the DataFrame written."""
+                  headers: Mapping[str, str] | None = None, shown: Sequence[str] | None = None) -> pd.DataFrame:
+    """Write `rows` (one dict per row) as CSV (raw values, every column) and as Markdown (``## title``, a pipe
+    table, an optional note, the line naming what only the CSV holds). `columns` picks and orders the columns
+    (default: first appearance over the rows); `shown` those of the Markdown (default all, at most about
+    MARKDOWN_COLUMNS), where QUIET_FLAGS false on every row are left out too; `headers` relabels them in the
+    Markdown. Returns the DataFrame written."""
     rows = [dict(r) for r in rows]
     if not rows:
         raise GpunnError(f"{out_csv}: summary table '{title}' has no rows; check that its inputs were produced")
@@ -216,7 +247,9 @@ def summary_table(rows: Sequence[Mapping], out_csv, out_md, title: str, columns:
                 f"{out_csv}: summary table '{title}' asks for column(s) {', '.join(unknown)} that no row has; "
                 f"the rows have {', '.join(seen)}")
     frame = pd.DataFrame([{c: r.get(c) for c in columns} for r in rows], columns=columns)
-    md = markdown_section(title, frame, formats, headers, note)
+    table = markdown_frame(frame, shown)
+    left_out = left_out_line(frame, table, Path(out_csv).name)
+    md = markdown_section(title, table, formats, headers, "\n\n".join(n for n in (note, left_out) if n))
     write_csv(Path(out_csv), frame)
     write_text(Path(out_md), md)
     return frame
