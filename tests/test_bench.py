@@ -120,8 +120,8 @@ def test_benchmark_rows_one_per_configuration(capsys):
 
 def test_bench_gemm_quick_end_to_end(tmp_path):
     out = tmp_path / "gemm.csv"
-    run = subprocess.run([sys.executable, "-m", "gpunn.bench", "gemm", "--quick", "--blocks", "32", "--out",
-                          str(out)], check=False, capture_output=True, text=True, timeout=300)
+    run = subprocess.run([sys.executable, "-m", "gpunn.bench", "gemm", "--quick", "--blocks", "32", "--repeats", "1",
+                          "--out", str(out)], check=False, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     lines = run.stdout.splitlines()
     first_timing = next(i for i, line in enumerate(lines) if " ms " in line)

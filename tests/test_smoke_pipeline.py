@@ -56,11 +56,6 @@ def _runs(results: Path, pattern: str):
     return [json.loads(p.read_text()) for p in found]
 
 
-def test_smoke_finishes_in_time(smoke):
-    _, elapsed, _ = smoke
-    assert elapsed < 540, f"smoke pipeline took {elapsed:.0f} s"  # README: about 5-6 minutes on 2 cores
-
-
 def test_the_output_is_quiet(smoke):
     """What the terminal shows: each job as its one-line message and its own progress lines, no warning, no
     traceback, no line over ~200 characters (file lists and commands are in the jobs' logs)."""
@@ -255,10 +250,14 @@ def slurm():
     cluster.stop()
 
 
+# The one-node test cluster answers at once: Snakemake checks its jobs every 2 s, not every 10 as on a real one
+FAST_POLLING = ("--slurm-init-seconds-before-status-checks", "2", "--seconds-between-status-checks", "2")
+
+
 def run_on_slurm(cluster: SlurmCluster, workdir: Path, *args, timeout=1200):
     # targets before --configfile, which takes every word after it up to the next option
-    return _run_snakemake(workdir, *args, "--workflow-profile", "profiles/slurm", "--configfile", "config/smoke.yaml",
-                          timeout=timeout, env_extra={"SLURM_CONF": cluster.env["SLURM_CONF"]})
+    return _run_snakemake(workdir, *args, *FAST_POLLING, "--workflow-profile", "profiles/slurm", "--configfile",
+                          "config/smoke.yaml", timeout=timeout, env_extra={"SLURM_CONF": cluster.env["SLURM_CONF"]})
 
 
 def sacct_jobs(cluster: SlurmCluster) -> pd.DataFrame:
@@ -318,7 +317,8 @@ def slurm_smoke(slurm, smoke, tmp_path_factory):
     jobs = sacct_jobs(slurm)
     report = os.environ.get("GPUNN_SLURM_REPORT")
     if report:  # .ci/run prints it: the jobs as Slurm saw them
-        Path(report).write_text(f"{slurm.version}; smoke run through Slurm: {elapsed:.0f} s, {len(jobs)} jobs\n"
+        Path(report).write_text(f"{slurm.version}; local smoke run: {smoke[1]:.0f} s; the Slurm run from its copy: "
+                                f"{elapsed:.0f} s, {len(jobs)} jobs\n"
                                 + jobs[["job", "rule", "state", "req_tres", "elapsed"]].to_string(index=False) + "\n")
     return workdir, out.stdout + out.stderr, jobs
 
@@ -389,8 +389,8 @@ def test_a_job_cancelled_by_slurm_is_reported_then_resumed(slurm, slurm_smoke):
     targets = [workdir / name for name in names]
     for target in targets:
         target.unlink()
-    argv, env = snakemake_command(*names, "--keep-going", "--workflow-profile", "profiles/slurm", "--configfile",
-                                  "config/smoke.yaml", env_extra={"SLURM_CONF": slurm.env["SLURM_CONF"]})
+    argv, env = snakemake_command(*names, "--keep-going", *FAST_POLLING, "--workflow-profile", "profiles/slurm",
+                                  "--configfile", "config/smoke.yaml", env_extra={"SLURM_CONF": slurm.env["SLURM_CONF"]})
     run = subprocess.Popen(argv, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     cancelled = None
     deadline = time.monotonic() + 120

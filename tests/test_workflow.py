@@ -167,7 +167,8 @@ def test_run_path_round_trip():
 
 
 @pytest.mark.parametrize("lr, text", [(0.01, "0.01"), (0.3, "0.3"), (2.0, "2.0"), (1e-4, "0.0001"), (1e-5, "1e-5"),
-                                      (2.5e-7, "2.5e-7"), (1e6, "1e6"), (1.5e30, "1.5e30"), (0.1 + 0.2, "0.30000000000000004")])
+                                      (2.5e-7, "2.5e-7"), (1e6, "1e6"), (1.5e30, "1.5e30"),
+                                      (0.1 + 0.2, "0.30000000000000004")])
 def test_one_text_per_learning_rate(lr, text):
     """Run paths, divergence errors and report tables write a learning rate one way (format_lr), which reads
     back as the same float; any other spelling of it in a path is refused with the one to use."""
