@@ -92,7 +92,7 @@ def logged(command):
     return f"exec 3>{{log}}; BASH_XTRACEFD=3; set -x; {command} 2>&1 | tee -a {{log}}"
 
 
-RUN_NAME = "{wildcards.dataset}/{wildcards.split}/{wildcards.model}/{wildcards.variant}/{wildcards.hparams}"
+RUN_NAME = RUN.replace("{", "{wildcards.")  # the run's path in a message: {wildcards.dataset}/...
 
 
 def job_message(text):

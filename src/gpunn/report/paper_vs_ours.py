@@ -569,12 +569,16 @@ def _with_unit(text: str, unit) -> str:
 
 def _shown(part: pd.DataFrame) -> pd.DataFrame:
     """The Markdown cells of one paper table's rows: paper and ours with their unit, our run with its device."""
-    cell = lambda value, fmt: tables.MISSING if tables.is_missing(value) else fmt(value)
+    def cell(value, fmt=str):
+        return tables.MISSING if tables.is_missing(value) else fmt(value)
+
+    def our_run(variant, device):
+        return cell(variant) if tables.is_missing(device) or tables.is_missing(variant) else f"{variant} on {device}"
+
     shown = part.copy()
-    shown["paper_text"] = [_with_unit(cell(t, str), u) for t, u in zip(part["paper_text"], part["unit"])]
+    shown["paper_text"] = [_with_unit(cell(t), u) for t, u in zip(part["paper_text"], part["unit"])]
     shown["ours"] = [_with_unit(cell(o, _number), u) for o, u in zip(part["ours"], part["unit"])]
-    shown["variant"] = [cell(v, str) + ("" if tables.is_missing(d) else f" on {d}") if not tables.is_missing(v)
-                        else tables.MISSING for v, d in zip(part["variant"], part["our_device"])]
+    shown["variant"] = [our_run(v, d) for v, d in zip(part["variant"], part["our_device"])]
     return shown
 
 
