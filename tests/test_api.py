@@ -25,9 +25,9 @@ def tiny_digits(n, seed=1):
 
 
 def test_cpu_and_cuda_give_the_same_results():
-    """One seed, one epoch of 7 uint8 images in batches of 3 (a partial last batch of 1): the same losses, weights,
+    """One seed, one epoch of 4 uint8 images in batches of 3 (a partial last batch of 1): the same losses, weights,
     test loss and accuracy on both devices, and each model's flat buffer holds its trained weights."""
-    x, y = tiny_digits(7)
+    x, y = tiny_digits(4)
     results = {}
     for device in ("cpu", "cuda"):
         model = cnn(seed=3, **TINY_CNN)
@@ -137,14 +137,14 @@ def test_the_api_loads_no_numba_for_the_cpu():
 
 
 def test_readme_gpu_example_runs(monkeypatch, capsys):
-    """The README's GPU example as written, on 10 digits, 7 of them trained for one epoch by a (2, 3)-channel CNN
+    """The README's GPU example as written, on 10 digits, 4 of them trained for one epoch by a (2, 3)-channel CNN
     (the simulator's budget): each shrinking substitution must find its text, so the test follows the README."""
     import sklearn.datasets
     from sklearn.utils import Bunch
 
     blocks = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), flags=re.DOTALL)
     (code,) = [block for block in blocks if '.to("cuda"' in block]
-    for old, new in {"1500": "7", "channels=(16, 32)": "channels=(2, 3)", "epochs=10": "epochs=1"}.items():
+    for old, new in {"1500": "4", "channels=(16, 32)": "channels=(2, 3)", "epochs=10": "epochs=1"}.items():
         assert old in code, f"the README example no longer contains {old!r}"
         code = code.replace(old, new)
     digits = sklearn.datasets.load_digits()

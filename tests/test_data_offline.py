@@ -219,9 +219,9 @@ def test_integer_resize():
 
 
 def test_digits8_mini_is_the_head_of_digits8(prepared):
-    """The simulator-sized digits are digits8's first 160 train and 80 test images, through the same files."""
+    """The simulator-sized digits are digits8's first 160 train and 40 test images, through the same files."""
     _, result = prepared
     mini, full = result["digits8_mini"], result["digits8"]
-    assert mini.x_train.shape == (160, 1, 8, 8) and mini.x_test.shape == (80, 1, 8, 8)
+    assert mini.x_train.shape == (160, 1, 8, 8) and mini.x_test.shape == (40, 1, 8, 8)
     for part in ("x_train", "y_train", "x_test", "y_test"):
         assert np.array_equal(getattr(mini, part), getattr(full, part)[:len(getattr(mini, part))])

@@ -127,3 +127,62 @@ def test_fix_is_installed_and_keys_by_kernel_line():
     two_sites[1, BLOCK](out)
     t = np.arange(BLOCK)
     np.testing.assert_array_equal(out.copy_to_host(), (t + 1) % BLOCK + 10 * ((t + 2) % BLOCK))
+
+
+# ---- the barrier block runner (simulator.patch replaces numba's polling loop)
+
+@cuda.jit
+def _rounds(out, active, rounds):
+    """Threads below `active` add their neighbours' values over `rounds` syncthreads-separated rounds; the
+    others return at once (they leave the block's barrier, as exited threads do on a GPU)."""
+    buf = cuda.shared.array(BLOCK, float32)
+    t = cuda.threadIdx.x
+    if t >= active:
+        return
+    buf[t] = float32(t)
+    for _ in range(rounds):
+        cuda.syncthreads()
+        v = buf[(t + 1) % active]
+        cuda.syncthreads()
+        buf[t] += v
+    out[cuda.blockIdx.x, t] = buf[t]
+
+
+def _rounds_reference(active, rounds):
+    buf = np.arange(active, dtype=np.float64)
+    for _ in range(rounds):
+        buf = buf + np.roll(buf, -1)
+    return buf
+
+
+@pytest.mark.parametrize("active", [BLOCK, 5, 1])
+def test_barrier_rounds_match_numpy_with_exited_threads(active):
+    """Every round sees the previous round's writes; threads that returned early never hold the others."""
+    out = cuda.to_device(np.full((2, BLOCK), np.nan, np.float32))
+    _rounds[2, BLOCK](out, active, 3)
+    got = out.copy_to_host()
+    for block in range(2):
+        np.testing.assert_array_equal(got[block, :active], _rounds_reference(active, 3))
+        assert np.isnan(got[block, active:]).all()
+
+
+@cuda.jit
+def _fails_in_one_thread(out, bad):
+    t = cuda.threadIdx.x
+    cuda.syncthreads()
+    if t == bad:
+        out[10 ** 6] = 1.0  # out of bounds: an IndexError in this thread only
+    cuda.syncthreads()
+    cuda.syncthreads()
+    out[t] = 1.0
+
+
+def test_an_exception_in_one_thread_is_the_launch_error_and_the_next_launch_runs():
+    """The failing thread's own error (its thread index named), not the others' aborts; no thread is left
+    waiting, and the next launch of the same kernel runs normally."""
+    out = cuda.to_device(np.zeros(BLOCK, np.float32))
+    with pytest.raises(IndexError, match=r"tid=\[3, 0, 0\]"):
+        _fails_in_one_thread[1, BLOCK](out, 3)
+    assert threading.active_count() < 4  # every simulated thread ended
+    _fails_in_one_thread[1, BLOCK](out, BLOCK)  # no thread fails
+    np.testing.assert_array_equal(out.copy_to_host(), np.ones(BLOCK, np.float32))

@@ -288,7 +288,7 @@ def job_counts(snakemake_output: str) -> dict[str, int]:
 # features and SVM), the E4 block-study run (a GPU training job) and one step profile (a GPU job). Recomputing the
 # whole smoke run on Slurm took 10 minutes of the suite's 20 and tested nothing more.
 RECOMPUTED_ON_SLURM = ("data/prepared/synthetic_cifar10_small/standard.npz",
-                       f"runs/{MACHINE}/digits8_mini/standard/cnn/gpu-naive/w2-4_b8_lr0.3_e1_s0_n8_t32",
+                       f"runs/{MACHINE}/digits8_mini/standard/cnn/gpu-naive/w2-4_b4_lr0.3_e1_s0_n4_t32",
                        f"profile/{MACHINE}/e1/gpu-naive.csv")
 
 

@@ -56,11 +56,11 @@ def split_clock(variant: str, simulator: bool) -> str:
     return CLOCK_EVENTS if uses_gpu(variant) and not simulator else CLOCK_HOST
 
 
-def throughput(backend, x, y, batch: int, seed: int, timed_epochs: int = TIMED_EPOCHS) -> dict:
+def throughput(backend, x, y, batch: int, seed: int, timed_epochs: int = TIMED_EPOCHS, warm: bool = True) -> dict:
     """Per-step medians (seconds) over `timed_epochs` epochs of the loaded (x, y) after an untimed one (repeated
-    until WARM_S have passed): 'wall' (the
-    epoch's wall time), 'forward' and 'backward' (its EpochResult phases), each over the epoch's steps. An epoch
-    that diverged or stopped early is a GpunnError: its time would not be an epoch's."""
+    until WARM_S have passed; none with `warm` False: under the simulator, where no time is a measurement): 'wall'
+    (the epoch's wall time), 'forward' and 'backward' (its EpochResult phases), each over the epoch's steps. An
+    epoch that diverged or stopped early is a GpunnError: its time would not be an epoch's."""
     steps = len(x) // batch
     backend.load_train_data(x, y)
     backend.warm_up({batch})
@@ -79,9 +79,10 @@ def throughput(backend, x, y, batch: int, seed: int, timed_epochs: int = TIMED_E
                              f"steps to loss {result.loss}; a diverged epoch is no timing")
         return wall, result
 
-    warm = [epoch(batch_order(seed, 0, len(x)))[0]]  # the untimed epoch, repeated while short: a GPU's clocks
-    while sum(warm) < WARM_S and len(warm) < WARM_MAX_EPOCHS:  # ramp up in milliseconds
-        warm.append(epoch(batch_order(seed, 0, len(x)))[0])
+    if warm:
+        warmed = [epoch(batch_order(seed, 0, len(x)))[0]]  # the untimed epoch, repeated while short: a GPU's clocks
+        while sum(warmed) < WARM_S and len(warmed) < WARM_MAX_EPOCHS:  # ramp up in milliseconds
+            warmed.append(epoch(batch_order(seed, 0, len(x)))[0])
     for number in range(1, timed_epochs + 1):
         wall, result = epoch(batch_order(seed, number, len(x)))
         for key, seconds in (("wall", wall), ("forward", result.forward_s), ("backward", result.backward_s)):
@@ -89,10 +90,12 @@ def throughput(backend, x, y, batch: int, seed: int, timed_epochs: int = TIMED_E
     return {key: float(np.median(values)) for key, values in measured.items()}
 
 
-def latency(backend, x, y, batch: int, repeats: int) -> float:
-    """Median wall seconds of one synchronous train_step on host batches of (x, y), after an untimed one."""
+def latency(backend, x, y, batch: int, repeats: int, warm: bool = True) -> float:
+    """Median wall seconds of one synchronous train_step on host batches of (x, y), after an untimed one (none with
+    `warm` False)."""
     batches = [(x[s:s + batch], y[s:s + batch]) for s in range(0, len(x) - batch + 1, batch)]
-    backend.train_step(*batches[0])
+    if warm:
+        backend.train_step(*batches[0])
     seconds = []
     for i in range(repeats):
         xb, yb = batches[i % len(batches)]
@@ -127,8 +130,9 @@ def time_batches(variants, batch_sizes, *, hidden=256, in_features=784, classes=
             backend = make_backend(variant, model, "mlp", lr)
             count = epoch_steps(batch, steps, samples)
             x, y = random_training_data(batch * count, seed, (in_features,), classes)
-            per_step = throughput(backend, x, y, batch, seed, timed_epochs)
-            sync = latency(backend, x, y, batch, repeats)
+            warm = not where["simulator"]  # the simulator compiles nothing and its times measure nothing
+            per_step = throughput(backend, x, y, batch, seed, timed_epochs, warm)
+            sync = latency(backend, x, y, batch, repeats, warm)
             rows.append({"variant": variant, "batch": batch, "hidden": hidden, "features": in_features,
                          "steps": count, "timed_epochs": timed_epochs, "throughput_step_ms": 1e3 * per_step["wall"],
                          "throughput_samples_per_s": batch / per_step["wall"],

@@ -331,6 +331,7 @@ PROFILE_COLUMNS = ["model", "variant", "batch", "order", "phase", "launch", "gri
                    "step_wall_ms", "step_gpu_ms", "kernel_ms", "step_kernels_ms", "host_overhead_us", "wall_steps",
                    *provenance.CSV_COLUMNS]
 PROFILE_EPOCHS = 3   # such epochs; the median after the first (which settles caches and clocks) is kept
+SIMULATOR_PROFILE_EPOCHS = 1  # under the simulator, whose times measure nothing: the loop runs once
 
 
 class StepWall(NamedTuple):
@@ -338,17 +339,21 @@ class StepWall(NamedTuple):
     gpu_ms: float   # the steps' forward + backward GPU time per step (CUDA events around each phase, in the loop)
 
 
-def step_wall(model_name, variant, sizes, batch, steps, epochs=PROFILE_EPOCHS, seed=0, policy=None) -> StepWall:
+def step_wall(model_name, variant, sizes, batch, steps, epochs=None, seed=0, policy=None) -> StepWall:
     """Milliseconds per training step of `variant` as its epoch loop runs steps back to back (its own data path:
     the per-step copies and loss reads, or the resident gather; a graph variant's replays): the median epoch wall
     time over `steps` steps of random data, divided by `steps`, and the GPU time of those epochs' phases. With
-    `policy`, that GPU policy's engine instead of the variant's (the simulator's eager twin of a graph variant)."""
+    `policy`, that GPU policy's engine instead of the variant's (the simulator's eager twin of a graph variant).
+    `epochs`: PROFILE_EPOCHS (SIMULATOR_PROFILE_EPOCHS under the simulator)."""
     import time
 
+    from gpunn.device import simulator_enabled
     from gpunn.seeding import batch_order
 
     model = build_model(model_name, **sizes, seed=seed)
     x, y = random_training_data(batch * steps, seed, model.input_shape, sizes.get("classes", 1))
+    if epochs is None:
+        epochs = SIMULATOR_PROFILE_EPOCHS if simulator_enabled() else PROFILE_EPOCHS
     if policy is None:
         backend = make_backend(variant, model, model_name, EPOCH_MODELS[model_name].lr)
     else:

@@ -26,6 +26,7 @@ QUICK_BLOCKS = (32, 64)
 DEFAULT_REPEATS = 20
 QUICK_REPEATS = 2
 WARMUP_LAUNCHES = 2
+SIMULATOR_WARMUP_LAUNCHES = 1  # under the simulator (a host clock) nothing compiles and no time is a measurement
 MIN_REPEATS = 3
 TIME_BUDGET_MS = 2000.0  # timed launches per configuration stop around this (naive GEMM at 4096^3)
 HOLD_MARGIN = 2.0  # a hold lasts this many times the host's time to issue the launches queued behind it
@@ -244,12 +245,14 @@ def _timed_launches(launch, count: int, clock: Clock, hold_ms: float = 0.0) -> t
     return [1e3 * clock.seconds(2 + 2 * r, 3 + 2 * r) for r in range(count)], issue_ms, held_ms
 
 
-def median_launch_ms(launch, repeats: int, clock: Clock, warmup: int = WARMUP_LAUNCHES) -> Timing:
-    """Warm-up launches, one probe when there is a choice of repeats, then the timed launches queued behind
-    a GPU hold (``Clock.hold``) with an event pair around each: the GPU runs them back to back, so each pair
-    times the kernels alone even where they are shorter than the host's cost of launching them. The hold is
-    sized from the host's issue time and lengthened until the whole batch was issued before it ended
-    (``Timing.queued``)."""
+def median_launch_ms(launch, repeats: int, clock: Clock, warmup: int | None = None) -> Timing:
+    """Warm-up launches (default WARMUP_LAUNCHES; SIMULATOR_WARMUP_LAUNCHES on a host clock), one probe when
+    there is a choice of repeats, then the timed launches queued behind a GPU hold (``Clock.hold``) with an
+    event pair around each: the GPU runs them back to back, so each pair times the kernels alone even where they
+    are shorter than the host's cost of launching them. The hold is sized from the host's issue time and
+    lengthened until the whole batch was issued before it ended (``Timing.queued``)."""
+    if warmup is None:
+        warmup = SIMULATOR_WARMUP_LAUNCHES if clock.host_clock else WARMUP_LAUNCHES
     issue_ms = 0.0
     for _ in range(warmup):
         before = time.perf_counter()

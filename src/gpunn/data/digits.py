@@ -19,7 +19,7 @@ N_TEST = 360
 SPLIT_SEED = 20240  # fixed: the digits split must never change
 SIZES = (8, 28)
 MINI_TRAIN = 160
-MINI_TEST = 80
+MINI_TEST = 40
 _MAX_IN = 16  # load_digits values are integers 0..16
 
 

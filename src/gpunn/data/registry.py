@@ -266,20 +266,20 @@ _SPECS = (
         files=_idx_files(
             "ed03e0b89c64c26805dbb5289366b3c7",
             "c8957eaba14d0399989cf09832276616",
-            "659b7a342765a887e3ae9677e84f37a0",
-            "3e4e50235c2d5184583f0d4b7851c49b",
+            "6957104d1295a9a6dd1fa9f2edd6b71a",
+            "696e8edd4d9923fed8a29e044579705a",
         ),
         content_md5=_idx_files(
             "cdd903ebf60130c2de99c8583ee35b9f",
             "7db4628997c4f74926b6a7b09e1fa935",
-            "06caeff652a73988974619fa4e05662d",
-            "21a886635fc8897df8d29f3740ad0d91",
+            "c5ce17a0c346692df474e3ba595f5578",
+            "b43785bb02e59b748e0207d797bad457",
         ),
         urls=(),
         image_shape=(1, 8, 8),
         class_names=DIGIT_NAMES,
         offline=True,
-        description="the first 160 train / 80 test images of digits8 (real digits, 8x8): the conv models' GPU "
+        description="the first 160 train / 40 test images of digits8 (real digits, 8x8): the conv models' GPU "
                     "variants under the CUDA simulator",
     ),
 )

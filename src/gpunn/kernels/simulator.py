@@ -1,4 +1,4 @@
-"""A fix to numba's CUDA simulator that every simulated gpunn kernel relies on.
+"""Two changes to numba's CUDA simulator that every simulated gpunn kernel runs under: a fix, and a faster block.
 
 The bug (numba-cuda 0.30.4, `numba.cuda.simulator.kernelapi.FakeCUDAShared.array`): the simulator runs a
 block's threads as Python threads and keeps one NumPy array per `cuda.shared.array` call site, created by
@@ -22,10 +22,14 @@ switch inside the window and shows the unpatched simulator failing every time an
 one that does the check and the store under one lock, keyed as numba keys them (the kernel's file and
 line, here read with `sys._getframe`).
 
-It also shortens the interpreter's thread switch interval to SWITCH_INTERVAL_S: the simulator's launch loop
-(`kernel.BlockManager.run`) polls its block's threads without ever waiting, so at CPython's default 5 ms each
-turn of the loop holds the interpreter for a whole interval while the simulated threads wait; every simulated
-launch ran about twice as long as it needs to.
+It also replaces how the simulator runs a block (`kernel.BlockManager.run`, `BlockThread.syncthreads`): numba's
+launch loop polls its block's threads without ever waiting, and frees a `syncthreads` only when that loop
+next finds every live thread blocked, so the polling thread competes for the interpreter with the threads it
+waits for. Here a block's threads meet at a condition-variable barrier (`_Barrier`: the last live thread to
+arrive frees the others; a thread that exits leaves the barrier, as in numba's loop) while the launching thread
+waits in `join`. An exception in one thread aborts the others at their next `syncthreads`, and the launch
+raises the first thread's exception, as numba's does. A simulated launch's result is unchanged; its time drops
+(a tiny softmax-CE launch 3x, a CNN step under gpu-im2col 1.7x: docs/notes/issue-24-first-hour.md).
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ import numpy as np
 __all__ = ["patch", "static_shared_array"]
 
 _ALLOCATION_LOCK = threading.Lock()  # guards every FakeCUDAShared._allocations check-and-store
-_state = {"original": None}
+_state = {"original": None, "thread_run": None}
 
 
 def static_shared_array(shared, key, shape, dtype, wrap=None):
@@ -73,17 +77,91 @@ def _shared_array(self, shape, dtype, alignment=None):
     return static_shared_array(self, caller_key(), shape, dtype)
 
 
-SWITCH_INTERVAL_S = 0.0005  # under the simulator (CPython's default: 5 ms); docs/notes/issue-24-first-hour.md
+class _Barrier:
+    """`syncthreads` for one simulated block: `live` threads not yet exited, `waiting` of them arrived in
+    this round (`generation`); `error`, the first exception a thread of the block raised."""
+
+    __slots__ = ("cond", "live", "waiting", "generation", "error")
+
+    def __init__(self, threads: int):
+        self.cond = threading.Condition(threading.Lock())
+        self.live = threads
+        self.waiting = 0
+        self.generation = 0
+        self.error = None
+
+    def _release(self) -> None:
+        self.waiting = 0
+        self.generation += 1
+        self.cond.notify_all()
+
+    def wait(self) -> None:
+        with self.cond:
+            if self.error is not None:
+                raise RuntimeError("abort flag set on syncthreads call")
+            generation = self.generation
+            self.waiting += 1
+            if self.waiting == self.live:
+                self._release()
+            while generation == self.generation and self.error is None:
+                self.cond.wait()
+            if self.error is not None:
+                raise RuntimeError("abort flag set on syncthreads clear")
+
+    def leave(self, error) -> None:
+        with self.cond:
+            self.live -= 1
+            if error is not None and self.error is None:
+                self.error = error
+                self.cond.notify_all()
+            elif self.live and self.waiting == self.live:
+                self._release()
+
+
+def _syncthreads(thread) -> None:
+    thread._gpunn_barrier.wait()
+
+
+def _thread_run(thread) -> None:
+    try:
+        _state["thread_run"](thread)  # numba's: runs the kernel, records an exception in thread.exception
+    finally:
+        thread._gpunn_barrier.leave(thread.exception)
+
+
+def _run_block(manager, grid_point, *args) -> None:
+    """One block of a simulated launch: a thread per CUDA thread, started, then joined."""
+    from numba.cuda.simulator.kernel import BlockThread
+
+    barrier = _Barrier(int(np.prod(manager._block_dim)))
+
+    def target():
+        manager._f(*args)
+
+    threads = []
+    for block_point in np.ndindex(*manager._block_dim):
+        thread = BlockThread(target, manager, grid_point, block_point, manager._debug)
+        thread._gpunn_barrier = barrier
+        threads.append(thread)
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if barrier.error is not None:
+        raise barrier.error[0].with_traceback(barrier.error[1])
 
 
 def patch() -> None:
-    """Install the locked allocation and the shorter switch interval (idempotent). Needs NUMBA_ENABLE_CUDASIM=1."""
-    from numba.cuda.simulator import kernelapi
+    """Install the locked allocation and the barrier block runner (idempotent). Needs NUMBA_ENABLE_CUDASIM=1."""
+    from numba.cuda.simulator import kernel, kernelapi
 
     if _state["original"] is None:
         _state["original"] = kernelapi.FakeCUDAShared.array
         kernelapi.FakeCUDAShared.array = _shared_array
-    sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
+        _state["thread_run"] = kernel.BlockThread.run
+        kernel.BlockThread.run = _thread_run
+        kernel.BlockThread.syncthreads = _syncthreads
+        kernel.BlockManager.run = _run_block
 
 
 def unpatched():
