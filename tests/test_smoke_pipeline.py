@@ -68,6 +68,11 @@ def test_the_output_is_quiet(smoke):
                for line in lines)
     log = (workdir / "results/smoke/logs/report/cudasim/e1.log").read_text()
     assert log.startswith("+ python -m gpunn report e1 --out results/smoke/report/cudasim/e1 ")  # the command
+    logs = sorted((workdir / "results/smoke/logs").rglob("*.log"))
+    assert len(logs) >= 40
+    for path in logs:  # each job's log opens with its traced command, never with the tee that copies its output
+        text = path.read_text()
+        assert text.startswith("+ ") and "+ tee " not in text, (path, text[:300])
 
 
 def test_every_stage_left_its_outputs(smoke):

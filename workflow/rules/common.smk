@@ -88,8 +88,9 @@ wildcard_constraints:
 def logged(command):
     """A job's shell: `command` with its output on the terminal and in the job's log, the command itself traced into
     the log (bash xtrace on file descriptor 3) instead of printed by Snakemake: each rule's short `message:` names
-    the job on the terminal (profiles: printshellcmds off, reasons quiet), so that no terminal line lists files."""
-    return f"exec 3>{{log}}; BASH_XTRACEFD=3; set -x; {command} 2>&1 | tee -a {{log}}"
+    the job on the terminal (profiles: printshellcmds off, reasons quiet), so that no terminal line lists files.
+    Only the command's subshell traces: a traced `tee` would race it for the log's first line."""
+    return f"exec 3>{{log}}; ( BASH_XTRACEFD=3; set -x; {command} ) 2>&1 | tee -a {{log}}"
 
 
 RUN_NAME = RUN.replace("{", "{wildcards.")  # the run's path in a message: {wildcards.dataset}/...
