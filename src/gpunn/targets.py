@@ -339,13 +339,12 @@ def _measured_inputs(config: dict, experiment: str, layout: "Layout") -> dict[st
     """The report's inputs that no run folder holds, each with its job's log: E3's timing CSVs and block sweep,
     the step profiles, E6's SVM outputs."""
     inputs, files = report_inputs(config, experiment), {}
-    machine_logs = lambda stage: f"{layout.logs(stage)}/{layout.machine}"
     for path in inputs.get("timings", []):
-        files[path] = f"{machine_logs('time_batches')}/{Path(path).stem}.log"
+        files[path] = f"{layout.logs('time_batches')}/{layout.machine}/{Path(path).stem}.log"
     for path in inputs.get("blocks", []):
-        files[path] = f"{machine_logs('sweep_blocks')}.log"
+        files[path] = f"{layout.logs('sweep_blocks')}/{layout.machine}.log"
     for path in inputs.get("profiles", []):
-        files[path] = f"{machine_logs('step_profile')}/{experiment}/{Path(path).stem}.log"
+        files[path] = f"{layout.logs('step_profile')}/{layout.machine}/{experiment}/{Path(path).stem}.log"
     if inputs.get("svm"):
         spec = e6_run(config)
         folder = f"{layout.measured('svm')}/{spec.path}"

@@ -40,10 +40,7 @@ rule svm:
     input:
         FEATURES,
     output:
-        metrics=f"{R}/svm/{M}/{RUN}/metrics.json",
-        confusion=f"{R}/svm/{M}/{RUN}/confusion.csv",
-        per_class=f"{R}/svm/{M}/{RUN}/per_class.csv",
-        figure=f"{R}/svm/{M}/{RUN}/confusion.png",  # in snakemake --report as report_e6's confusion.png
+        [f"{R}/svm/{M}/{RUN}/{name}" for name in SVM_FILES],  # confusion.png: in snakemake --report as report_e6's
     log:
         f"{R}/logs/svm/{M}/{RUN}.log",
     params:

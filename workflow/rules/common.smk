@@ -19,6 +19,7 @@ from gpunn.runspec import WILDCARD_CONSTRAINTS, format_run_path
 from gpunn.targets import (
     EXPERIMENTS,
     FEATURE_FILES,
+    SVM_FILES,
     PROFILED_MODELS,
     Layout,
     edited_intermediates,
