@@ -25,6 +25,7 @@ from gpunn.runspec import RunSpec
 EXPERIMENTS = ("e1", "e2", "e3", "e4", "e5", "e6")
 DEFAULT_RESULTS = "results"
 DEFAULT_MACHINE = "cpu"
+BENCHMARKS = "benchmarks"  # every job's Snakemake benchmark file (its wall time), <results_dir>/benchmarks/
 
 
 def export_source_path(src: str) -> None:
@@ -63,9 +64,25 @@ class Layout:
     def logs(self, stage: str) -> str:
         return f"{self.root}/logs/{stage}"
 
+    def job_log(self, stage: str, name: str) -> str:
+        """The log of a `stage` job named `name` (its wildcards' path), <root>/logs/<stage>/<name>.log."""
+        return f"{self.logs(stage)}/{name}.log"
+
+    def job_benchmark(self, stage: str, name: str) -> str:
+        """Snakemake's benchmark file of that job (its wall time `s`, peak memory, CPU time), beside the logs:
+        <root>/benchmarks/<stage>/<name>.tsv."""
+        return f"{self.root}/{BENCHMARKS}/{stage}/{name}.tsv"
+
+    def benchmark_of(self, log: str) -> str:
+        """The benchmark file of the job whose log is `log` (a path that job_log gives)."""
+        prefix = f"{self.root}/logs/"
+        if not (log.startswith(prefix) and log.endswith(".log")):
+            raise ValueError(f"not a job log under {prefix}: {log}")
+        return f"{self.root}/{BENCHMARKS}/{log[len(prefix):-len('.log')]}.tsv"
+
     def run_log(self, stage: str, spec: RunSpec) -> str:
         """The log of a per-run job (train, evaluate, features)."""
-        return f"{self.logs(stage)}/{self.machine}/{spec.path}.log"
+        return self.job_log(stage, f"{self.machine}/{spec.path}")
 
     def run_dir(self, spec: RunSpec) -> str:
         return f"{self.measured('runs')}/{spec.path}"

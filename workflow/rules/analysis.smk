@@ -14,7 +14,9 @@ rule features:
     output:
         FEATURES,
     log:
-        f"{R}/logs/features/{M}/{RUN}.log",
+        job_log("features", f"{M}/{RUN}"),
+    benchmark:
+        job_benchmark("features", f"{M}/{RUN}"),
     params:
         run_dir=folder_of("input"),
         out=folder_of("output"),
@@ -42,7 +44,9 @@ rule svm:
     output:
         [f"{R}/svm/{M}/{RUN}/{name}" for name in SVM_FILES],  # confusion.png: in snakemake --report as report_e6's
     log:
-        f"{R}/logs/svm/{M}/{RUN}.log",
+        job_log("svm", f"{M}/{RUN}"),
+    benchmark:
+        job_benchmark("svm", f"{M}/{RUN}"),
     params:
         features=folder_of("input"),
         out=folder_of("output"),

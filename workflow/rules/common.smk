@@ -94,6 +94,17 @@ def logged(command):
     return f"exec 3>{{log}}; ( BASH_XTRACEFD=3; set -x; {command} ) 2>&1 | tee -a {{log}}"
 
 
+def job_log(stage, name):
+    """A job's log, <results_dir>/logs/<stage>/<name>.log (`name`: the job's wildcards as a path)."""
+    return LAYOUT.job_log(stage, name)
+
+
+def job_benchmark(stage, name):
+    """A job's Snakemake benchmark file beside its log, <results_dir>/benchmarks/<stage>/<name>.tsv: its wall time
+    in seconds (`s`), peak memory and CPU time; each report's job_times table and the entry page sum them."""
+    return LAYOUT.job_benchmark(stage, name)
+
+
 RUN_NAME = RUN.replace("{", "{wildcards.")  # the run's path in a message: {wildcards.dataset}/...
 
 

@@ -11,7 +11,9 @@ rule make_offline:
     output:
         f"{R}/offline/{{dataset}}/manifest.json",
     log:
-        f"{R}/logs/make_offline/{{dataset}}.log",
+        job_log("make_offline", "{dataset}"),
+    benchmark:
+        job_benchmark("make_offline", "{dataset}"),
     params:
         out=folder_of("output"),
     conda:
@@ -38,7 +40,9 @@ for _kind, _names in RAW_FILES_BY_KIND.items():
             manifest=f"{R}/data/raw/{{dataset}}/manifest.json",
             files=[f"{R}/data/raw/{{dataset}}/{name}" for name in _names],
         log:
-            f"{R}/logs/download/{{dataset}}.log",
+            job_log("download", "{dataset}"),
+        benchmark:
+            job_benchmark("download", "{dataset}"),
         wildcard_constraints:
             dataset="|".join(n for n, spec in DATASETS.items() if spec.kind == _kind),
         params:
@@ -65,7 +69,9 @@ rule prepare:
     output:
         f"{R}/data/prepared/{{dataset}}/{{split}}.npz",
     log:
-        f"{R}/logs/prepare/{{dataset}}/{{split}}.log",
+        job_log("prepare", "{dataset}/{split}"),
+    benchmark:
+        job_benchmark("prepare", "{dataset}/{split}"),
     params:
         raw=folder_of("input"),
         split=split_options,

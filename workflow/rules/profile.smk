@@ -10,7 +10,9 @@ rule step_profile:
     output:
         f"{R}/profile/{M}/{{experiment}}/{{variant}}.csv",
     log:
-        f"{R}/logs/step_profile/{M}/{{experiment}}/{{variant}}.log",
+        job_log("step_profile", f"{M}/{{experiment}}/{{variant}}"),
+    benchmark:
+        job_benchmark("step_profile", f"{M}/{{experiment}}/{{variant}}"),
     wildcard_constraints:
         experiment="|".join(PROFILED_MODELS),
     params:

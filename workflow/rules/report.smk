@@ -16,7 +16,9 @@ for _experiment in EXPERIMENTS:
         output:
             report_files(_experiment),
         log:
-            f"{R}/logs/report/{M}/{_experiment}.log",
+            job_log("report", f"{M}/{_experiment}"),
+        benchmark:
+            job_benchmark("report", f"{M}/{_experiment}"),
         params:
             experiment=_experiment,
             out=folder_of("output"),
@@ -41,7 +43,9 @@ rule report_index:
     output:
         index_outputs(config),
     log:
-        f"{R}/logs/report/{M}/index.log",
+        job_log("report", f"{M}/index"),
+    benchmark:
+        job_benchmark("report", f"{M}/index"),
     params:
         out=folder_of("output"),
         args=" ".join(shlex.quote(a) for a in index_args(config)),

@@ -16,7 +16,9 @@ rule train:
         curve=f"{R}/runs/{M}/{RUN}/metrics.csv",
         weights=f"{R}/runs/{M}/{RUN}/weights.npz",
     log:
-        f"{R}/logs/train/{M}/{RUN}.log",
+        job_log("train", f"{M}/{RUN}"),
+    benchmark:
+        job_benchmark("train", f"{M}/{RUN}"),
     params:
         run=format_run_path,
         out=folder_of("output"),
@@ -45,7 +47,9 @@ rule evaluate:
         f"{R}/eval/{M}/{RUN}/samples.npz",
         f"{R}/eval/{M}/{RUN}/predictions.npy",
     log:
-        f"{R}/logs/evaluate/{M}/{RUN}.log",
+        job_log("evaluate", f"{M}/{RUN}"),
+    benchmark:
+        job_benchmark("evaluate", f"{M}/{RUN}"),
     params:
         run_dir=folder_of("input"),
         out=folder_of("output"),
@@ -67,7 +71,9 @@ rule time_batches:
     output:
         f"{R}/timing/{M}/e3/{{variant}}.csv",
     log:
-        f"{R}/logs/time_batches/{M}/{{variant}}.log",
+        job_log("time_batches", f"{M}/{{variant}}"),
+    benchmark:
+        job_benchmark("time_batches", f"{M}/{{variant}}"),
     params:
         e3=config["experiments"]["e3"],
         batches=",".join(str(b) for b in config["experiments"]["e3"]["batches"]),
@@ -93,7 +99,9 @@ rule sweep_blocks:
     output:
         f"{R}/timing/{M}/e3/blocks.csv",
     log:
-        f"{R}/logs/sweep_blocks/{M}.log",
+        job_log("sweep_blocks", M),
+    benchmark:
+        job_benchmark("sweep_blocks", M),
     params:
         blocks=",".join(str(b) for b in config["experiments"]["e3"]["block_sizes"]),
         shapes=",".join(config["experiments"]["e3"]["sweep_shapes"]),
