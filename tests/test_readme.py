@@ -85,3 +85,16 @@ def test_the_layers_example_runs():
     exec(compile(code.replace("range(10)", "range(40)"), "README.md", "exec"), scope)
     assert math.isfinite(scope["loss"]) and scope["loss"] < math.log(10)
     assert scope["model"].flat.size == 784 * 256 + 256 + 256 * 10 + 10
+
+
+def test_the_results_section_is_the_published_entry_pages():
+    """The README's generated Results section (gpunn publish --readme) is what the published entry page it names
+    gives today, so that the README never disagrees with the index it came from, and every experiment ran there."""
+    from gpunn.report import readme
+
+    text, folder = readme.current(REPO / "README.md")
+    assert (REPO / folder / "index.md").is_file(), folder
+    assert text == readme.section(REPO / folder, REPO)
+    for experiment in ("E1", "E2", "E3", "E4", "E5", "E6"):
+        assert f"\n| {experiment} | " in text and f"\n- {experiment}: " in text and "not run" not in text
+    assert "| Whole run | " in text and "synthetic_cifar10" in text

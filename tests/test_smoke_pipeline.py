@@ -13,6 +13,7 @@ local run they compare with, so that both runs happen once, in one pytest-xdist 
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -141,6 +142,77 @@ def test_the_entry_page_covers_every_experiment(smoke):
     assert "## Provenance" in page and "| 0.30.4 |" in page  # numba-cuda's version, as pinned
     summary = pd.read_csv(results / "report" / MACHINE / "index.csv")
     assert set(summary["experiment"]) == {"E1", "E2", "E3", "E4", "E5", "E6"}
+
+
+def test_every_report_lists_the_wall_time_of_each_job_it_depends_on(smoke):
+    """jobs.csv of each report: one row per job upstream of it (targets.job_benchmarks), each timed by its benchmark
+    file; the entry page sums them per experiment and over the whole run."""
+    from gpunn.publish import load_files
+    from gpunn.targets import job_benchmarks
+
+    results, _, workdir = smoke
+    config = load_files([workdir / "config/smoke.yaml"])
+    for experiment in ("e1", "e2", "e3", "e4", "e5", "e6"):
+        jobs = pd.read_csv(results / "report" / MACHINE / experiment / "jobs.csv")
+        assert len(jobs) == len(job_benchmarks(config, experiment)) and jobs["wall_s"].notna().all(), experiment
+        assert (jobs["wall_s"] > 0).all() and list(jobs["wall_s"]) == sorted(jobs["wall_s"], reverse=True)
+    page = (results / "report" / MACHINE / "index.md").read_text()
+    assert "## How long it took" in page and "\n| Whole run | " in page
+
+
+def _published_readme(tmp_path: Path) -> Path:
+    readme = tmp_path / "README.md"
+    readme.write_text("# gpunn\n\n## Results\n\n<!-- gpunn publish: begin published (generated) -->\nold text\n"
+                      "<!-- gpunn publish: end -->\n\n## Next\n")
+    return readme
+
+
+def _publish(workdir: Path, *args):
+    argv, env = snakemake_command()
+    return subprocess.run([str(Path(argv[0]).parent / "python"), "-m", "gpunn", "publish", "--configfile",
+                           "config/smoke.yaml", *args], cwd=workdir, capture_output=True, text=True, env=env,
+                          timeout=300)
+
+
+def test_publish_copies_the_reports_without_pdfs_and_writes_the_readmes_results(smoke, tmp_path):
+    from gpunn.report import readme
+
+    _, _, workdir = smoke
+    readme_path = _published_readme(tmp_path)
+    out = _publish(workdir, "--to", str(tmp_path / "published"), "--readme", str(readme_path))
+    assert out.returncode == 0, out.stderr[-2000:]
+    published = tmp_path / "published"
+    files = sorted(p.relative_to(published).as_posix() for p in published.rglob("*") if p.is_file())
+    assert "index.md" in files and "e5/reconstructions.png" in files and "e6/jobs.md" in files
+    assert not [f for f in files if f.endswith((".pdf", ".npz", ".npy"))]
+    page = (published / "index.md").read_text()
+    assert "(e5/reconstructions.png): " in page and "[PDF]" not in page  # links only to what was copied
+    text = readme_path.read_text()
+    assert "old text" not in text and text.endswith("<!-- gpunn publish: end -->\n\n## Next\n")
+    assert readme.current(readme_path) == (readme.section(published, tmp_path), "published")
+    assert "| E5 | " in text and "| Whole run | " in text and "](published/e1/summary.md)" in text
+    again = _publish(workdir, "--to", str(published))  # an earlier copy is replaced
+    assert again.returncode == 0, again.stderr[-2000:]
+    taken = _publish(workdir, "--to", str(workdir / "workflow"))  # never into a folder that is not a copy
+    assert taken.returncode == 2 and taken.stderr.count("\n") == 1 and "not a published report" in taken.stderr
+
+
+def test_publish_rebuilds_the_reports_of_a_tree_returned_without_npz_files(smoke, tmp_path):
+    """A run split over machines returns its results without weights and .npz files: --rebuild redraws every
+    report from the run folders, keeping the sample figures their report jobs drew."""
+    results, _, workdir = smoke
+    copy = tmp_path / "work"
+    shutil.copytree(workdir / "config", copy / "config")
+    shutil.copytree(results, copy / "results/smoke", ignore=shutil.ignore_patterns("*.npz", "*.npy", "data"))
+    summary = copy / "results/smoke/report" / MACHINE / "e4/summary.md"
+    summary.unlink()
+    out = _publish(copy, "--to", str(tmp_path / "published"), "--rebuild")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert summary.read_text() == (results / "report" / MACHINE / "e4/summary.md").read_text()
+    assert "gpunn report: kept " in out.stderr and (tmp_path / "published/e5/reconstructions.png").is_file()
+    shutil.rmtree(copy / "results/smoke/runs")
+    missing = _publish(copy, "--to", str(tmp_path / "published"), "--rebuild")
+    assert missing.returncode == 2 and "missing" in missing.stderr and "snakemake e1" in missing.stderr
 
 
 def test_cpu_models_learn_on_smoke_data(smoke):
@@ -300,7 +372,6 @@ RECOMPUTED_ON_SLURM = ("data/prepared/synthetic_cifar10_small/standard.npz",
 def slurm_workdir(smoke_workdir: Path, dest: Path) -> Path:
     """A copy of the workflow holding the local smoke run's results/ and .snakemake/metadata (times kept), less
     RECOMPUTED_ON_SLURM."""
-    import shutil
 
     workdir = copy_workflow(dest)
     shutil.copytree(smoke_workdir / "results", workdir / "results")

@@ -17,8 +17,11 @@ machine-wide timing lock (gpunn.timing_lock) and record where their results came
     gpunn profile --model M --variants V,.. --dataset D --batch B --widths W,.. --out CSV
                                                each launch of one training step of GPU variants, timed alone
     gpunn report EXP --out DIR [--runs ..] [--evals ..] [--timings ..] [--svm ..] [--blocks ..] [--profiles ..]
+                     [--jobs ..]
     gpunn index --out DIR --ran E.. [--not-run E=WHY ..] [--note TEXT ..]
                                                the entry page over the experiments' reports in DIR
+    gpunn publish --configfile F.. --to DIR [--machine M] [--results DIR] [--readme README.md] [--rebuild]
+                                               a run's reports in a folder of the repository, the README's Results
     gpunn captions --out DIR                   the figures' caption files for snakemake --report
 """
 
@@ -198,7 +201,14 @@ def _cmd_report(args):
     from gpunn.report.experiments import make_report
 
     make_report(args.experiment, args.out, runs=args.runs, evals=args.evals, timings=args.timings, svm=args.svm,
-                blocks=args.blocks, profiles=args.profiles)
+                blocks=args.blocks, profiles=args.profiles, jobs=args.jobs)
+
+
+def _cmd_publish(args):
+    from gpunn.publish import load_files, publish
+
+    config = load_files(args.configfile, machine=args.machine, results_dir=args.results)
+    publish(config, args.to, readme_path=args.readme, rebuild_reports=args.rebuild, log=_log)
 
 
 def _cmd_index(args):
@@ -336,6 +346,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--blocks", nargs="*", default=[], help="E3: block-size sweep CSV(s) (results/timing/e3/blocks.csv)")
     p.add_argument("--profiles", nargs="*", default=[],
                    help="E1, E4, E5: step profile CSV(s), one per GPU variant (results/profile/<machine>/eN/)")
+    p.add_argument("--jobs", nargs="*", default=[],
+                   help="the benchmark files (results/benchmarks/...tsv) of the jobs the report depends on: jobs.csv/.md")
     p.set_defaults(func=_cmd_report)
 
     p = sub.add_parser("index", help="the report's entry page (index.md, .csv, .rst) over the experiments' reports")
@@ -346,6 +358,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--note", nargs="*", default=[], help="lines stated under the summary table")
     p.add_argument("--machine", default="", help="the machine's name, for the page title")
     p.set_defaults(func=_cmd_index)
+
+    p = sub.add_parser("publish", help="copy a run's reports (tables, PNG figures) into a folder of the repository, "
+                                        "build the entry page there and write the README's Results section from it")
+    p.add_argument("--configfile", nargs="*", default=[],
+                   help="the config file(s) the run used, as given to snakemake (config/config.yaml is the base)")
+    p.add_argument("--machine", default=None,
+                   help="the run's machine folder (e.g. nvidia-h100-80gb-hbm3); default: this machine's")
+    p.add_argument("--results", default=None, help="the results tree (default: the config's results_dir)")
+    p.add_argument("--to", required=True, help="the published folder, e.g. docs/results/<machine>")
+    p.add_argument("--readme", default=None, help="a README whose generated Results section to rewrite")
+    p.add_argument("--rebuild", action="store_true",
+                   help="first rebuild every report and the entry page from the run folders (a run split over "
+                        "several machines or sittings, its returned results trees merged)")
+    p.set_defaults(func=_cmd_publish)
 
     p = sub.add_parser("captions", help="write the report figures' caption files (reStructuredText)")
     p.add_argument("--out", required=True, help="folder, e.g. workflow/report/captions")

@@ -218,6 +218,7 @@ def report_figures(config: dict, experiment: str) -> list[str]:
 
 
 REPORT_PROVENANCE = "provenance.json"  # every report: where its numbers came from (gpunn.report.sources)
+JOB_TIMES = "jobs"  # every report: the wall time of each job it depends on (gpunn.report.job_times)
 
 
 def report_outputs(config: dict, experiment: str) -> list[str]:
@@ -232,6 +233,7 @@ def report_outputs(config: dict, experiment: str) -> list[str]:
                             "e4": ["paper_table"] + (["blocks"] if study else []),
                             "e5": ["paper_table"]}.get(experiment, []) + ["paper_vs_ours"]
     tables += [STEP_PROFILE] if profiled_variants(config, experiment) else []
+    tables.append(JOB_TIMES)
     figures = report_figures(config, experiment)
     table_files = [f"{base}/{table}.{ext}" for table in tables for ext in ("csv", "md")]
     if experiment == "e1":  # seed 000's CPU-GPU accuracy gap tested (experiments.e1_gap_sentence and its runs)
@@ -244,13 +246,21 @@ INDEX_FILES = ("index.md", "index.csv", "index.rst")
 
 
 def index_args(config: dict) -> list[str]:
-    """The `gpunn index` arguments of a config (unquoted, one per list item): the experiments that ran, why the
-    others did not, and the config facts that leave rows empty or make timings meaningless."""
-    ran = enabled_experiments(config)
+    """The `gpunn index` arguments of a config (unquoted, one per list item): index_setting as options."""
+    ran, not_run, notes = index_setting(config)
     args = ["--machine", Layout.of(config).machine, "--ran", *ran]
-    skipped = [f"{e}=experiments.{e}.enabled is false in this config" for e in EXPERIMENTS if e not in ran]
-    if skipped:
-        args += ["--not-run", *skipped]
+    if not_run:
+        args += ["--not-run", *(f"{e}={why}" for e, why in not_run.items())]
+    if notes:
+        args += ["--note", *notes]
+    return args
+
+
+def index_setting(config: dict) -> tuple[list[str], dict[str, str], list[str]]:
+    """What the entry page of a config states: the experiments that ran, why the others did not, and the config
+    facts that leave rows empty or make timings meaningless."""
+    ran = enabled_experiments(config)
+    not_run = {e: f"experiments.{e}.enabled is false in this config" for e in EXPERIMENTS if e not in ran}
     notes = []
     gpu = config.get("gpu", {})
     if not gpu.get("enabled", True):
@@ -258,9 +268,23 @@ def index_args(config: dict) -> list[str]:
                      "ran, so their rows read '-'.")
     elif gpu.get("simulator", False):
         notes.append("gpu.simulator is true: the GPU variants ran under numba's CUDA simulator on tiny data.")
-    if notes:
-        args += ["--note", *notes]
-    return args
+    notes += synthetic_data_notes(config, ran)
+    return ran, not_run, notes
+
+
+def synthetic_data_notes(config: dict, ran) -> list[str]:
+    """One note per synthetic dataset (synthetic_*: generated offline in a real dataset's format and size) that an
+    experiment of `ran` trained on: its numbers are timings of the real shapes, not results on the real data."""
+    from gpunn.data.registry import get_dataset
+
+    users: dict[str, list[str]] = {}
+    for experiment in ran:
+        for dataset, _ in experiment_data(config, experiment):
+            users.setdefault(dataset, []).append(experiment.upper())
+    return [f"{' and '.join(used)} ran on {name}, {get_dataset(name).description}, generated offline in the real "
+            "dataset's format and size: their times are those of the real shapes; their losses and accuracies are "
+            "not the real dataset's, nor comparable with the paper's." for name, used in users.items()
+            if name.startswith("synthetic_")]
 
 
 def index_outputs(config: dict) -> list[str]:
@@ -329,6 +353,16 @@ def report_inputs(config: dict, experiment: str) -> dict[str, list[str]]:
     return inputs
 
 
+CSV_REPORT_INPUTS = ("timings", "blocks", "profiles", "jobs")  # passed to `gpunn report` as the files themselves
+
+
+def report_options(inputs: dict[str, list[str]]) -> dict[str, list[str]]:
+    """A report's inputs (report_inputs, plus "jobs": job_benchmarks) as `gpunn report` takes them: the CSV and
+    benchmark files themselves, every other kind as the folder holding the file (a run, an evaluation, an SVM)."""
+    return {kind: list(paths) if kind in CSV_REPORT_INPUTS else [os.path.dirname(p) for p in paths]
+            for kind, paths in inputs.items()}
+
+
 def planned_intermediates(config: dict, experiment: str) -> dict[str, str | None]:
     """Every file the experiment's report depends on through the DAG, upstream first (raw files, prepared
     splits, run outputs, the evaluations the report shows, E6's encoder features and SVM, E3's timings, the step
@@ -350,6 +384,22 @@ def planned_intermediates(config: dict, experiment: str) -> dict[str, str | None
         files.update({f"{layout.eval_dir(spec)}/{name}": log for name in EVAL_FILES})
     files.update(_measured_inputs(config, experiment, layout))
     return files
+
+
+def job_benchmarks(config: dict, experiment: str) -> list[str]:
+    """The benchmark files of every job an experiment's report depends on, upstream first: its datasets' generation
+    (offline ones) and download, then the jobs of planned_intermediates (prepare, train, evaluate, features, SVM,
+    E3's timings, the step profiles). The report lists their wall times (gpunn.report.job_times)."""
+    from gpunn.data.registry import get_dataset
+
+    layout = Layout.of(config)
+    logs = []
+    for dataset in dict.fromkeys(dataset for dataset, _ in experiment_data(config, experiment)):
+        if get_dataset(dataset).offline:
+            logs.append(layout.job_log("make_offline", dataset))
+        logs.append(layout.job_log("download", dataset))
+    logs += [log for log in planned_intermediates(config, experiment).values() if log]
+    return [layout.benchmark_of(log) for log in dict.fromkeys(logs)]
 
 
 def _measured_inputs(config: dict, experiment: str, layout: "Layout") -> dict[str, str]:

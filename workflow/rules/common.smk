@@ -29,11 +29,13 @@ from gpunn.targets import (
     export_source_path,
     index_args,
     index_outputs,
+    job_benchmarks,
     keep_diverged_runs,
     missing_intermediates,
     profile_options,
     raw_outputs,
     report_inputs,
+    report_options,
     report_outputs,
 )
 from gpunn.cluster import check_remote_machine, job_resources
@@ -258,17 +260,10 @@ def split_options(wildcards):
     return f"--e2-train {e2['train']} --e2-test {e2['test']} --seed {e2['seed']}" if wildcards.split == "e2" else ""
 
 
-# Report inputs passed as the CSV files themselves; every other kind is passed as the folder holding the file.
-CSV_REPORT_INPUTS = ("timings", "blocks", "profiles")
-
-
 def report_args(inputs):
-    """Command-line options naming the run, eval and svm folders (and the timing, block-sweep and profile CSVs)."""
-    parts = []
-    for kind, paths in inputs.items():
-        folders = paths if kind in CSV_REPORT_INPUTS else [os.path.dirname(p) for p in paths]
-        parts.append(f"--{kind} " + " ".join(folders))
-    return " ".join(parts)
+    """`gpunn report` options naming the run, eval and svm folders and the CSV and benchmark files
+    (gpunn.targets.report_options)."""
+    return " ".join(f"--{kind} " + " ".join(paths) for kind, paths in report_options(inputs).items())
 
 
 def report_files(experiment):

@@ -13,6 +13,7 @@ for _experiment in EXPERIMENTS:
             job_message(f"report_{_experiment}: tables, figures, the paper beside ours")
         input:
             **report_inputs(config, _experiment),
+            jobs=job_benchmarks(config, _experiment),
         output:
             report_files(_experiment),
         log:
@@ -22,7 +23,7 @@ for _experiment in EXPERIMENTS:
         params:
             experiment=_experiment,
             out=folder_of("output"),
-            args=report_args(report_inputs(config, _experiment)),
+            args=report_args({**report_inputs(config, _experiment), "jobs": job_benchmarks(config, _experiment)}),
         conda:
             ENV_FILE
         shell:

@@ -35,6 +35,7 @@ versions and commits of its inputs. make_report returns the title of every table
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -45,7 +46,8 @@ from gpunn import io
 from gpunn.backends.registry import uses_gpu
 from gpunn.errors import GpunnError
 from gpunn.nn.functional import DEFAULT_REDUCTION
-from gpunn.report import divergence, figures, paper_vs_ours, papers, sources, step_profile, tables, titles
+from gpunn.report import (divergence, figures, job_times, paper_vs_ours, papers, sources, step_profile, tables,
+                          titles)
 from gpunn.report.tables import format_ratio, ordered_variants
 from gpunn.runspec import RunSpec, format_widths, parse_run_path
 from gpunn.targets import REPORT_PROVENANCE
@@ -183,10 +185,23 @@ def _note(*lines: str | None) -> str:
     return "\n\n".join(line for line in lines if line)
 
 
+def _samples_missing(path: Path, out_png) -> bool:
+    """True when an evaluation's samples.npz is missing but the figure drawn from it is there: a results tree returned
+    from another machine without its .npz files, whose report job drew the figure (gpunn publish --rebuild keeps it);
+    a missing samples.npz without the figure is one error line."""
+    if path.is_file():
+        return False
+    if Path(out_png).is_file():
+        print(f"gpunn report: kept {out_png}: {path} is not here (a results tree returned without .npz files)",
+              file=sys.stderr)
+        return True
+    raise GpunnError(f"{path}: missing; run the evaluate step first")
+
+
 def _samples_figure(eval_dir, out_png, title) -> None:
     path = Path(eval_dir) / "samples.npz"
-    if not path.is_file():
-        raise GpunnError(f"{path}: missing; run the evaluate step first")
+    if _samples_missing(path, out_png):
+        return
     with np.load(path, allow_pickle=False) as saved:
         if "reconstructions" in saved:
             figures.reconstruction_grid(saved["images"], saved["reconstructions"], out_png, title)
@@ -837,8 +852,8 @@ def _e5_reconstructions(eval_dir, frame: pd.DataFrame, out_png: Path) -> str:
     untitled). Returns its title."""
     run = parse_run_path(_read_json(Path(eval_dir) / "eval.json")["run"])
     path = Path(eval_dir) / "samples.npz"
-    if not path.is_file():
-        raise GpunnError(f"{path}: missing; run the evaluate step first")
+    if _samples_missing(path, out_png):
+        return f"E5: reconstructions by {run.variant}"
     with np.load(path, allow_pickle=False) as saved:
         images, reconstructions = saved["images"], saved["reconstructions"]
         names = None
@@ -919,16 +934,19 @@ def _e6_confusion(svm_dir, row: pd.Series, head: str, out_png: Path) -> str:
 REPORTS = {"e1": report_e1, "e2": report_e2, "e3": report_e3, "e4": report_e4, "e5": report_e5, "e6": report_e6}
 
 
-def make_report(experiment: str, out_dir, runs=(), evals=(), timings=(), svm=(), blocks=(), profiles=(),
+def make_report(experiment: str, out_dir, runs=(), evals=(), timings=(), svm=(), blocks=(), profiles=(), jobs=(),
                 **options) -> dict[str, str]:
-    """Write one experiment's tables and figures into `out_dir`; returns each one's title by file name (the
-    Markdown tables under their .md name)."""
+    """Write one experiment's tables and figures into `out_dir`, and the wall times of its jobs (`jobs`: their
+    benchmark files) as jobs.csv/.md; returns each one's title by file name (the Markdown tables under their .md
+    name)."""
     if experiment not in REPORTS:
         raise GpunnError(f"unknown experiment '{experiment}': choose one of {', '.join(REPORTS)}")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = REPORTS[experiment](runs=list(runs), evals=list(evals), timings=list(timings), svm=list(svm),
                                   blocks=list(blocks), profiles=list(profiles), out_dir=out_dir, **options)
+    if jobs:
+        written.update(job_times.write(out_dir, experiment, jobs))
     # last, so that a report whose tables or figures failed has no provenance.json either (the index needs it)
     sources.write(out_dir / REPORT_PROVENANCE, experiment,
                   sources.collect(runs=runs, svm=svm, timings=timings, blocks=blocks, profiles=profiles))

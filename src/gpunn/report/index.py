@@ -23,7 +23,7 @@ import pandas as pd
 
 from gpunn import io
 from gpunn.errors import GpunnError
-from gpunn.report import captions, divergence, sources
+from gpunn.report import captions, divergence, job_times, sources
 from gpunn.report.paper_vs_ours import ACCURACY_QUANTITIES, row_key
 from gpunn.report.papers import E5_EPOCH_TABLE, SEEDS, PaperValue, paper_value
 from gpunn.report.tables import format_ratio, format_significant
@@ -57,7 +57,7 @@ def run_setting(report_root, experiment: str) -> str | None:
 
 
 # tables of a report folder, in the order the page lists them (others follow by name)
-TABLE_ORDER = ("summary.md", "paper_vs_ours.md", "paper_table.md", "blocks.md", "gap.md", "step_profile.md")
+TABLE_ORDER = ("summary.md", "paper_vs_ours.md", "paper_table.md", "blocks.md", "gap.md", "step_profile.md", "jobs.md")
 
 
 @dataclass(frozen=True)
@@ -273,6 +273,7 @@ def markdown(report_root, ran, not_run, rows, records, notes=(), machine: str = 
     if "e1" in ran and gap.is_file():
         parts += ["## E1's accuracy gap", "", _first_paragraph(gap.read_text()),
                   "", "Details: [e1/gap.md](e1/gap.md).", ""]
+    parts += wall_time_section(report_root, ran)
     parts += ["## Experiments", ""]
     for experiment in EXPERIMENTS:
         seed = SEEDS[experiment].split("_")[0]
@@ -295,6 +296,19 @@ def markdown(report_root, ran, not_run, rows, records, notes=(), machine: str = 
               "run's metrics.json and the timing CSVs; '-dirty': uncommitted changes; driver '-': not a GPU run).",
               "", _md_table(_provenance_cells(records), PROVENANCE_COLUMNS), ""]
     return "\n".join(parts)
+
+
+WALL_TIME_COLUMNS = [("experiment", "Experiment"), ("jobs", "Jobs"), ("wall", "Wall time"),
+                     ("longest", "Longest jobs")]
+
+
+def wall_time_section(report_root, ran, heading: str = "## How long it took") -> list[str]:
+    """The page's wall-time table (gpunn.report.job_times.summary_rows) as Markdown lines; none when no report
+    has its jobs table."""
+    rows = job_times.summary_rows(report_root, ran)
+    if not rows:
+        return []
+    return [heading, "", job_times.SUMMARY_TEXT, "", _md_table(rows, WALL_TIME_COLUMNS), ""]
 
 
 def _first_paragraph(text: str) -> str:
