@@ -148,11 +148,11 @@ def test_cpu_only_switch_drops_every_gpu_job():
 
 def test_e5_report_files():
     """E5's report: the summary, the seed's section 2.4 and 3.1 tables, the seed's numbers beside ours, its MSE,
-    reconstruction and section 3.2 figures, and its GPU variants' step profile (table and figure)."""
+    reconstruction and section 3.2 figures, its GPU variants' step profile (table and figure) and its jobs' times."""
     outputs = report_outputs(load({}), "e5")
     assert [p.rsplit("/", 1)[1] for p in outputs] == [
         "summary.csv", "summary.md", "paper_table.csv", "paper_table.md", "paper_vs_ours.csv", "paper_vs_ours.md",
-        "step_profile.csv", "step_profile.md", "mse_curves.png", "reconstructions.png", "training_time.png",
+        "step_profile.csv", "step_profile.md", "jobs.csv", "jobs.md", "mse_curves.png", "reconstructions.png", "training_time.png",
         "speedup.png", "step_profile.png", "mse_curves.pdf", "reconstructions.pdf", "training_time.pdf", "speedup.pdf",
         "step_profile.pdf", "provenance.json"]
 
@@ -165,7 +165,8 @@ def test_e4_report_files_follow_the_block_study():
     assert all(p.startswith("results/smoke/report/cudasim/e4/") for p in outputs)
     assert [p.rsplit("/", 1)[1] for p in outputs] == [
         "summary.csv", "summary.md", "paper_table.csv", "paper_table.md", "blocks.csv", "blocks.md",
-        "paper_vs_ours.csv", "paper_vs_ours.md", "step_profile.csv", "step_profile.md", "cumulative_time.png",
+        "paper_vs_ours.csv", "paper_vs_ours.md", "step_profile.csv", "step_profile.md", "jobs.csv", "jobs.md",
+        "cumulative_time.png",
         "loss_curves.png", "samples_digits8_mini.png", "block_time.png", "block_loss.png", "step_profile.png",
         "cumulative_time.pdf", "loss_curves.pdf", "samples_digits8_mini.pdf", "block_time.pdf", "block_loss.pdf",
         "step_profile.pdf", "provenance.json"]
