@@ -1,4 +1,4 @@
-"""The Python API (gpunn.api, Sequential.to): cpu and cuda give the same results for one seed, the clear errors,
+"""The Python API (gpunn.api.Trainer): cpu and cuda give the same results for one seed, the clear errors,
 and the README's GPU example, run. Under the simulator the GPU trainings are tiny (a CNN on 8x8 images with
 channels (2, 3), a few samples): about 30 s for the file on 2 cores."""
 
@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gpunn.api import Trainer
 from gpunn.backends.registry import fastest_gpu_variant
 from gpunn.device import simulator_enabled
 from gpunn.errors import GpunnError
@@ -32,7 +33,7 @@ def test_cpu_and_cuda_give_the_same_results():
     for device in ("cpu", "cuda"):
         model = cnn(seed=3, **TINY_CNN)
         initial = model.flat.copy()
-        trainer = model.to(device, lr=0.1)
+        trainer = Trainer(model, device, lr=0.1)
         history = trainer.fit(x, y, epochs=1, batch=3, seed=5)
         assert [row["epoch"] for row in history] == [1] and history[0]["seconds"] > 0
         assert trainer.parameters() is model.flat and not np.array_equal(model.flat, initial)
@@ -50,9 +51,9 @@ def test_fit_continues_the_epochs_and_floats_equal_uint8():
     """Two fit(epochs=1) calls train on the batches of one fit(epochs=2); float images in [0, 1] are the uint8 ones
     scaled as the pipeline scales them; an MLP takes images of any shape of its input size."""
     x, y = tiny_digits(9)
-    once = mlp(in_features=64, hidden=5, classes=4, seed=2).to("cpu", lr=0.1)
+    once = Trainer(mlp(in_features=64, hidden=5, classes=4, seed=2), "cpu", lr=0.1)
     history = once.fit(x, y, epochs=2, batch=4, seed=7)
-    twice = mlp(in_features=64, hidden=5, classes=4, seed=2).to("cpu", lr=0.1)
+    twice = Trainer(mlp(in_features=64, hidden=5, classes=4, seed=2), "cpu", lr=0.1)
     floats = x.reshape(9, 64).astype(np.float32) / np.float32(255)
     steps = twice.fit(floats, y, epochs=1, batch=4, seed=7) + twice.fit(x, y, epochs=1, batch=4, seed=7)
     assert [row["epoch"] for row in steps] == [1, 2] and twice.epochs_done == 2
@@ -64,7 +65,7 @@ def test_fit_continues_the_epochs_and_floats_equal_uint8():
 
 def test_autoencoder_trains_on_its_input():
     x = tiny_digits(5)[0][:, :4, :4]
-    trainer = autoencoder(in_channels=1, image_size=4, channels=(2, 2), seed=1).to("cpu", lr=0.5)
+    trainer = Trainer(autoencoder(in_channels=1, image_size=4, channels=(2, 2), seed=1), "cpu", lr=0.5)
     history = trainer.fit(x, epochs=3, batch=2)
     assert history[-1]["train_loss"] < history[0]["train_loss"]
     result = trainer.evaluate(x)
@@ -88,20 +89,20 @@ def test_autoencoder_trains_on_its_input():
 ])
 def test_device_and_variant_errors(build, kwargs, message):
     with pytest.raises(GpunnError, match=message):
-        build().to(**kwargs)
+        Trainer(build(), **kwargs)
 
 
 @pytest.mark.skipif(not simulator_enabled(), reason="the simulator's refusal")
 def test_gpu_graph_is_refused_under_the_simulator():
     with pytest.raises(GpunnError, match=r"variant 'gpu-graph' does not train the mlp on cuda under numba's CUDA "
                                          r"simulator: choose one of gpu-naive, gpu-tiled, gpu-fused$"):
-        mlp(in_features=4, hidden=3, classes=2).to("cuda", variant="gpu-graph")
+        Trainer(mlp(in_features=4, hidden=3, classes=2), "cuda", variant="gpu-graph")
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # overflow on the way to the NaN is the point
 def test_data_errors_are_one_clear_line():
     x, y = tiny_digits(5)
-    trainer = build_model("cnn", **TINY_CNN).to("cpu")
+    trainer = Trainer(build_model("cnn", **TINY_CNN), "cpu")
     cases = [
         (lambda: trainer.fit(x), r"fit: the cnn is a classifier: pass labels y, class indices in \[0, 4\)"),
         (lambda: trainer.fit(x, y + 3), r"labels must be class indices in \[0, 4\), got \[3, 6\]"),
@@ -115,9 +116,9 @@ def test_data_errors_are_one_clear_line():
         (lambda: trainer.predict(x[:0]), r"expected a non-empty array of samples"),
         (lambda: trainer.fit(x, y, epochs=0), r"fit: epochs must be a positive integer, got 0"),
         (lambda: trainer.fit(x, y, batch=2.5), r"fit: batch must be a positive integer, got 2.5"),
-        (lambda: autoencoder(in_channels=1, image_size=4, channels=(2, 2)).to("cpu").fit(x[:, :4, :4], y),
+        (lambda: Trainer(autoencoder(in_channels=1, image_size=4, channels=(2, 2)), "cpu").fit(x[:, :4, :4], y),
          r"the autoencoder's target is its input; pass no labels"),
-        (lambda: mlp(in_features=64, hidden=16, classes=4).to("cpu", lr=1e30).fit(x, y, batch=1),
+        (lambda: Trainer(mlp(in_features=64, hidden=16, classes=4), "cpu", lr=1e30).fit(x, y, batch=1),
          r"training diverged: the mlp on cpu-numpy at learning rate 1e30: train loss is (nan|inf) at epoch 1 "
          r"batch \d; lower the learning rate"),
     ]
@@ -129,7 +130,7 @@ def test_data_errors_are_one_clear_line():
 def test_the_api_loads_no_numba_for_the_cpu():
     """Importing gpunn.nn loads no numba, and neither does training on "cpu"."""
     code = ("import sys\nimport numpy as np\nfrom gpunn.nn import mlp\nassert 'numba' not in sys.modules\n"
-            "t = mlp(in_features=4, hidden=3, classes=2).to('cpu')\n"
+            "from gpunn.api import Trainer\nt = Trainer(mlp(in_features=4, hidden=3, classes=2), 'cpu')\n"
             "t.fit(np.zeros((3, 4), np.float32), np.array([0, 1, 0]))\nprint('numba' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 0, done.stderr
@@ -143,7 +144,7 @@ def test_readme_gpu_example_runs(monkeypatch, capsys):
     from sklearn.utils import Bunch
 
     blocks = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), flags=re.DOTALL)
-    (code,) = [block for block in blocks if '.to("cuda"' in block]
+    (code,) = [block for block in blocks if 'Trainer(model, "cuda"' in block]
     for old, new in {"1500": "4", "channels=(16, 32)": "channels=(2, 3)", "epochs=10": "epochs=1"}.items():
         assert old in code, f"the README example no longer contains {old!r}"
         code = code.replace(old, new)

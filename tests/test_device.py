@@ -28,13 +28,13 @@ def test_gpu_variant_without_gpu_names_the_simulator_route():
 
 
 def test_api_cuda_without_gpu_ends_a_script_in_one_line_naming_cpu(tmp_path):
-    """The README's `model.to("cuda")` on a machine without a GPU: one stderr line that names .to("cpu"), exit
+    """The README's `Trainer(model, "cuda")` on a machine without a GPU: one stderr line that names device "cpu", exit
     status 1, no traceback (gpunn.errors.install_excepthook); GPUNN_TRACEBACK=1 brings the traceback back."""
     script = tmp_path / "train.py"
     script.write_text("from numba import cuda\n"
                       "if cuda.is_available():\n    print('HAS-GPU'); raise SystemExit(0)\n"
-                      "from gpunn.nn import mlp\n"
-                      "mlp(in_features=4, hidden=3, classes=2, seed=0).to('cuda')\n")
+                      "from gpunn.api import Trainer\nfrom gpunn.nn import mlp\n"
+                      "Trainer(mlp(in_features=4, hidden=3, classes=2, seed=0), 'cuda')\n")
     env = {"PATH": "/usr/bin:/bin", "NUMBA_ENABLE_CUDASIM": "0", "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
     if out.stdout.strip() == "HAS-GPU":
@@ -42,7 +42,7 @@ def test_api_cuda_without_gpu_ends_a_script_in_one_line_naming_cpu(tmp_path):
     assert out.returncode == 1 and out.stdout == ""
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith('gpunn: error: device "cuda" needs a CUDA GPU')
-    assert '.to("cpu")' in lines[0] and "Traceback" not in out.stderr
+    assert 'device "cpu"' in lines[0] and "Traceback" not in out.stderr
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
                          env={**env, "GPUNN_TRACEBACK": "1"})
     assert out.returncode == 1 and "Traceback" in out.stderr and "GpunnError" in out.stderr

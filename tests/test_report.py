@@ -16,19 +16,19 @@ from gpunn import io
 from gpunn.backends.registry import uses_gpu
 from gpunn.cli import main as cli_main
 from gpunn.errors import GpunnError
-from gpunn.report import (
+from gpunn.report.experiments import make_report
+from gpunn.report.figures import (
     batch_timing,
+    block_sweep,
     confusion_matrix_figure,
     e2_heatmaps,
+    e2_phase_times,
+    epoch_time_bars,
     loss_curves,
-    markdown_table,
     reconstruction_grid,
     sample_classifications,
-    summary_table,
 )
-from gpunn.report.experiments import make_report
-from gpunn.report.figures import block_sweep, e2_phase_times, epoch_time_bars
-from gpunn.report.tables import format_significant
+from gpunn.report.tables import format_significant, markdown_table, summary_table
 from gpunn.runspec import RunSpec
 from gpunn.targets import JOB_TIMES, STEP_PROFILE, report_outputs
 from gpunn.batch_timing import BATCH_TIMING_COLUMNS

@@ -6,7 +6,7 @@ Subpackages:
     gpunn.report  figures and summary tables
 
 The Python API (gpunn.api): a model of gpunn.nn trained on "cpu" or "cuda" without the pipeline,
-`model.to("cuda").fit(x, y)`.
+`gpunn.api.Trainer(model, "cuda").fit(x, y)`.
 """
 
 __version__ = "0.1.0"

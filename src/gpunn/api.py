@@ -1,7 +1,8 @@
 """The Python API: train a model of gpunn.nn on the CPU or the GPU without the pipeline (seed 003's plan).
 
+    from gpunn.api import Trainer
     from gpunn.nn import cnn
-    trainer = cnn(image_size=8, channels=(16, 32), seed=0).to("cuda")   # or "cpu"
+    trainer = Trainer(cnn(image_size=8, channels=(16, 32), seed=0), "cuda")   # or "cpu"
     history = trainer.fit(x, y, epochs=10, batch=32, seed=0)            # [{"epoch", "train_loss", "seconds"}, ...]
     trainer.evaluate(x_test, y_test)                                    # {"loss": ..., "accuracy": ...}
     trainer.predict(x_test)                                             # logits (reconstructions: autoencoder)
@@ -45,7 +46,7 @@ def pick_variant(model_name: str, device: str, variant: str | None = None) -> st
 
         if not cuda.is_available():
             raise GpunnError('device "cuda" needs a CUDA GPU and none is usable here (no driver or no device): '
-                             'train on the CPU with .to("cpu"), or for tiny shapes under numba\'s CUDA simulator '
+                             'train on the CPU with device "cpu", or for tiny shapes under numba\'s CUDA simulator '
                              '(NUMBA_ENABLE_CUDASIM=1 set before numba is imported, about 1e5 times slower)')
         simulator = simulator_enabled()
     choices = variants_for(model_name, simulator=simulator, gpu=device == "cuda")
@@ -63,7 +64,7 @@ def pick_variant(model_name: str, device: str, variant: str | None = None) -> st
 
 class Trainer:
     """Trains `model` (built by gpunn.nn.mlp, cnn, autoencoder or build_model) on `device` with plain SGD at `lr`;
-    usually made by `model.to(device)`. After fit, `model.flat` holds the trained weights."""
+    `Trainer(model, "cuda")` or `Trainer(model, "cpu")`. After fit, `model.flat` holds the trained weights."""
 
     def __init__(self, model, device: str = "cuda", variant: str | None = None, lr: float = 0.01, block: int = 0):
         if getattr(model, "name", None) is None or getattr(model, "input_shape", None) is None:

@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpunn.backends.registry import uses_gpu
+from gpunn.data.integrity import MANIFEST
+from gpunn.data.registry import get_dataset
+from gpunn.errors import GpunnError
 from gpunn.nn.functional import DEFAULT_REDUCTION
 from gpunn.runspec import RunSpec
 
@@ -156,7 +159,6 @@ def e4_block_runs(config: dict) -> list[RunSpec]:
 def e6_run(config: dict) -> RunSpec:
     runs = experiment_runs(config, "e6")
     if not runs:
-        from gpunn.errors import GpunnError
 
         raise GpunnError(
             f"config key experiments.e6.variant = '{config['experiments']['e6']['variant']}' is not one of "
@@ -275,8 +277,6 @@ def index_setting(config: dict) -> tuple[list[str], dict[str, str], list[str]]:
 def synthetic_data_notes(config: dict, ran) -> list[str]:
     """One note per synthetic dataset (synthetic_*: generated offline in a real dataset's format and size) that an
     experiment of `ran` trained on: its numbers are timings of the real shapes, not results on the real data."""
-    from gpunn.data.registry import get_dataset
-
     users: dict[str, list[str]] = {}
     for experiment in ran:
         for dataset, _ in experiment_data(config, experiment):
@@ -301,9 +301,6 @@ def experiment_data(config: dict, experiment: str) -> list[tuple[str, str]]:
 
 def raw_outputs(config: dict, dataset: str) -> list[str]:
     """The files the download step leaves for a dataset: its registry files, then manifest.json."""
-    from gpunn.data.integrity import MANIFEST
-    from gpunn.data.registry import get_dataset
-
     raw = Layout.of(config).raw_dir(dataset)
     return [f"{raw}/{name}" for name in get_dataset(dataset).files] + [f"{raw}/{MANIFEST}"]
 
@@ -390,8 +387,6 @@ def job_benchmarks(config: dict, experiment: str) -> list[str]:
     """The benchmark files of every job an experiment's report depends on, upstream first: its datasets' generation
     (offline ones) and download, then the jobs of planned_intermediates (prepare, train, evaluate, features, SVM,
     E3's timings, the step profiles). The report lists their wall times (gpunn.report.job_times)."""
-    from gpunn.data.registry import get_dataset
-
     layout = Layout.of(config)
     logs = []
     for dataset in dict.fromkeys(dataset for dataset, _ in experiment_data(config, experiment)):

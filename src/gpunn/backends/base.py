@@ -27,7 +27,22 @@ from typing import Callable
 
 import numpy as np
 
+from gpunn.errors import GpunnError
+from gpunn.nn.functional import DEFAULT_REDUCTION, REDUCTIONS
 from gpunn.seeding import batch_slices
+
+SUM_REDUCTION_MODELS = ("mlp", "cnn")  # the classifiers: their loss gradient may be the batch sum
+
+
+def check_reduction_setting(model_name: str, reduction: str) -> None:
+    """A one-line GpunnError when a run asks for a loss reduction that is unknown or that `model_name` lacks
+    (called by the backends that build a loss head for any model: cpu-numpy and the GPU engine)."""
+    if reduction not in REDUCTIONS:
+        raise GpunnError(f"loss reduction '{reduction}' is not one of {', '.join(REDUCTIONS)}")
+    if reduction != DEFAULT_REDUCTION and model_name not in SUM_REDUCTION_MODELS:
+        raise GpunnError(f"loss reduction {reduction} (_r{reduction}) is for the classifiers "
+                         f"({', '.join(SUM_REDUCTION_MODELS)}); the {model_name}'s MSE loss trains with the batch "
+                         f"{DEFAULT_REDUCTION} only: drop _r{reduction} from the run path")
 
 
 @dataclass

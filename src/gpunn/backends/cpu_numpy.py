@@ -10,7 +10,7 @@ from gpunn.nn import SGD, MSELoss, SoftmaxCrossEntropy
 from gpunn.nn.functional import DEFAULT_REDUCTION
 
 from .base import Backend, StepTimes
-from .registry import check_reduction_setting
+from .base import check_reduction_setting
 
 
 def make_loss(model_name: str, reduction: str = DEFAULT_REDUCTION):

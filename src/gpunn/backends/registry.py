@@ -26,13 +26,12 @@ from __future__ import annotations
 from typing import Callable, NamedTuple
 
 from gpunn.errors import GpunnError
-from gpunn.nn.functional import DEFAULT_REDUCTION, REDUCTIONS
+from gpunn.nn.functional import DEFAULT_REDUCTION
 
 from .gpu.policy import POLICIES, POLICY_MODELS  # plain data: importing it loads no numba
 
 # models whose loss gradient may be the batch sum (RunSpec.reduction "sum"): the classifiers, whose softmax
 # cross-entropy head takes the scale in every variant; the autoencoder's MSE head keeps the batch mean
-SUM_REDUCTION_MODELS = ("mlp", "cnn")
 
 
 class Variant(NamedTuple):
@@ -111,17 +110,6 @@ def check_block_setting(variant: str, block: int) -> None:
         takes = ", ".join(name for name, entry in VARIANTS.items() if entry.blocks)
         raise GpunnError(f"variant {variant} takes no block size (got _t{block}): its kernels run fixed blocks; "
                          f"the variants that take one are {takes}")
-
-
-def check_reduction_setting(model_name: str, reduction: str) -> None:
-    """A one-line GpunnError when a run asks for a loss reduction that is unknown or that `model_name` lacks
-    (called by the backends that build a loss head for any model: cpu-numpy and the GPU engine)."""
-    if reduction not in REDUCTIONS:
-        raise GpunnError(f"loss reduction '{reduction}' is not one of {', '.join(REDUCTIONS)}")
-    if reduction != DEFAULT_REDUCTION and model_name not in SUM_REDUCTION_MODELS:
-        raise GpunnError(f"loss reduction {reduction} (_r{reduction}) is for the classifiers "
-                         f"({', '.join(SUM_REDUCTION_MODELS)}); the {model_name}'s MSE loss trains with the batch "
-                         f"{DEFAULT_REDUCTION} only: drop _r{reduction} from the run path")
 
 
 def make_backend(variant: str, model, model_name: str, lr: float, block: int = 0,

@@ -468,15 +468,6 @@ class Sequential(Module):
         new.zero_grad()
         return new
 
-    def to(self, device: str = "cuda", variant: str | None = None, lr: float = 0.01, block: int = 0):
-        """A gpunn.api.Trainer that trains this model on `device` ("cpu" or "cuda") with plain SGD at `lr`:
-        fit / predict / evaluate, the same batches and results on either device for one seed. `variant` picks a
-        training variant of gpunn.backends.registry instead of the device's default; `block` sets the threads per
-        block of a variant that takes one. After fit, `flat` holds the trained weights."""
-        from gpunn.api import Trainer  # the backends (and numba for "cuda") load only when asked for
-
-        return Trainer(self, device, variant=variant, lr=lr, block=block)
-
     # -- compute
     def forward(self, x) -> np.ndarray:
         x = np.asarray(x, dtype=self.dtype)

@@ -22,7 +22,7 @@ __all__ = ["mlp", "cnn", "autoencoder", "Autoencoder", "build_model", "MODELS"]
 
 def _named(model: Sequential, name: str, input_shape) -> Sequential:
     """Records what the model is (its backends' model name) and one sample's input shape: the Python API
-    (Sequential.to) needs both to pick a backend and to check the data."""
+    (gpunn.api.Trainer) needs both to pick a backend and to check the data."""
     model.name = name
     model.input_shape = tuple(int(s) for s in input_shape)
     return model

@@ -37,7 +37,7 @@ from gpunn.nn.functional import DEFAULT_REDUCTION
 from gpunn.seeding import batch_slices
 
 from ..base import Backend, EpochResult, StepTimes
-from ..registry import check_reduction_setting
+from ..base import check_reduction_setting
 from . import host_steps
 from .host_steps import single_launches as _launches
 from .layers import HEADS, Act, Binder, LinearStage, head_of, plan
