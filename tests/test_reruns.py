@@ -45,7 +45,7 @@ def planned(workdir, *args, config="small.yaml") -> Counter:
     out = _snakemake(workdir, "-n", *args, config=config)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     # each job is its rule's one-line message, "Job <id>: <rule>: <what>" (workflow/rules/common.smk: job_message)
-    return Counter(re.findall(r"^Job \d+: (\w+): ", out.stdout, flags=re.MULTILINE))
+    return Counter(re.findall(r"^Job \d+: (\w+): ", out.stdout + out.stderr, flags=re.MULTILINE))
 
 
 def planned_wildcards(workdir, *args) -> list[str]:
@@ -63,10 +63,27 @@ def small(workflow_copy):
     return workflow_copy
 
 
-def _rebuild(workdir):
+def _rebuild(workdir) -> Counter:
+    """A real run; the jobs it ran, by rule (their one-line messages), after which nothing is left to do."""
     out = _snakemake(workdir)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-4000:]
     assert planned(workdir) == Counter()
+    return Counter(re.findall(r"^Job \d+: (\w+): ", out.stdout + out.stderr, flags=re.MULTILINE))
+
+
+def _tree(workdir) -> dict[str, tuple[int, bytes]]:
+    """Every file of the results tree and of .snakemake/metadata: its mtime (ns) and bytes."""
+    files = [*(workdir / "results").rglob("*"), *(workdir / ".snakemake/metadata").rglob("*")]
+    return {str(p.relative_to(workdir)): (p.stat().st_mtime_ns, p.read_bytes()) for p in files if p.is_file()}
+
+
+def _dry_run_changes_nothing(workdir) -> str:
+    """`snakemake -n` after a change: the tree is byte-identical (and no timestamp moved); its stderr."""
+    before = _tree(workdir)
+    out = _snakemake(workdir, "-n")
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert _tree(workdir) == before
+    return out.stderr
 
 
 @pytest.mark.parametrize("change", [
@@ -118,9 +135,10 @@ def test_corrupted_raw_file_is_fetched_again(small):
     altered = bytearray(original)
     altered[-1] ^= 0xFF
     raw.write_bytes(gzip.compress(bytes(altered)))
-    jobs = planned(small)
-    assert set(jobs) == {"download_idx", "prepare"} | E1_CHAIN
-    _rebuild(small)
+    said = _dry_run_changes_nothing(small)  # parsing and planning never write (the manifest stays)
+    assert "train-images-idx3-ubyte.gz (" in said
+    assert "a run (not this dry run) fetches it again" in said
+    assert set(_rebuild(small)) == {"download_idx", "prepare"} | E1_CHAIN
     assert gzip.decompress(raw.read_bytes()) == original
 
 
@@ -137,10 +155,11 @@ def test_edited_intermediate_is_remade(small):
     time.sleep(2.5)  # later than the prepare job's log by more than gpunn.targets.EDIT_SLACK_S
     with open(prepared, "wb") as fh:
         np.savez(fh, **arrays)
-    jobs = planned(small)
-    assert set(jobs) == {"prepare"} | E1_CHAIN
+    said = _dry_run_changes_nothing(small)
+    assert f"{prepared.relative_to(small)} was changed after the job that wrote it; a run (not this dry run)" in said
+    assert not Path(f"{prepared}.edited").exists()
+    assert set(_rebuild(small)) == {"prepare"} | E1_CHAIN
     assert Path(f"{prepared}.edited").is_file()
-    _rebuild(small)
     with np.load(prepared) as saved:
         assert np.array_equal(saved["x_train"], original)
 

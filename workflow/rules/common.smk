@@ -287,10 +287,17 @@ def report_front_page():
     built = os.path.abspath(index_outputs(config)[-1])  # results_dir is relative to the working directory
     return built if os.path.exists(built) else "workflow/report/workflow.rst"
 
-def invalidate_changed_downloads(experiments):
+def executing():
+    """True while the main Snakemake process plans jobs it will run: not a dry run (-n), a summary (plugin None) or
+    a cluster job's own Snakemake. Parsing and planning only read; the two checks below move or remove files only
+    then, and under a dry run say what a run would do."""
+    return workflow.is_main_process and workflow.executor_plugin is not None and not workflow.dryrun
+
+
+def invalidate_changed_downloads(experiments, act):
     """A raw file that no longer matches its manifest (edited, replaced, truncated) makes that manifest a lie:
-    remove the manifest, so the download job reruns (re-verifying every file and re-fetching the bad ones)
-    and, after it, everything that depends on the dataset. Runs once, in the main Snakemake process."""
+    remove the manifest (when `act`), so the download job reruns (re-verifying every file and re-fetching the bad
+    ones) and, after it, everything that depends on the dataset."""
     from gpunn.data.integrity import MANIFEST, raw_status
 
     datasets = dict.fromkeys(d for e in experiments for d, _ in experiment_data(config, e))
@@ -302,27 +309,41 @@ def invalidate_changed_downloads(experiments):
         bad = {name: state for name, state in raw_status(dataset, raw).items() if state != "ok"}
         if bad:
             listed = ", ".join(f"{name} ({state})" for name, state in bad.items())
-            print(f"gpunn: {raw}: {listed} no longer match {MANIFEST}; it is fetched again, and what depends "
-                  "on it rerun", file=sys.stderr)
-            os.remove(manifest)
+            if act:
+                print(f"gpunn: {raw}: {listed} no longer match {MANIFEST}; it is fetched again, and what depends "
+                      "on it rerun", file=sys.stderr)
+                os.remove(manifest)
+            else:
+                print(f"gpunn: {raw}: {listed} no longer match {MANIFEST}; a run (not this dry run) fetches it "
+                      "again and reruns what depends on it", file=sys.stderr)
 
 
-def set_aside_edited(experiments):
+def set_aside_edited(experiments, act):
     """Intermediate files changed by hand after their job (gpunn.targets.edited_intermediates) are moved to
-    `<file>.edited`: the job that makes them reruns, and everything that depends on them."""
+    `<file>.edited` (when `act`): the job that makes them reruns, and everything that depends on them."""
     for path in edited_intermediates(config, experiments):
-        os.replace(path, f"{path}.edited")
-        print(f"gpunn: {path} was changed after the job that wrote it; moved to {path}.edited, it is remade "
-              "and what depends on it rerun", file=sys.stderr)
+        if act:
+            os.replace(path, f"{path}.edited")
+            print(f"gpunn: {path} was changed after the job that wrote it; moved to {path}.edited, it is remade "
+                  "and what depends on it rerun", file=sys.stderr)
+        else:
+            print(f"gpunn: {path} was changed after the job that wrote it; a run (not this dry run) moves it to "
+                  f"{path}.edited and remakes it", file=sys.stderr)
 
 
 def target_inputs(experiments):
-    """The inputs of the target rules all and e1 .. e6: the experiments' reports, and every planned intermediate file that is
-    missing, so that removing one reruns it and what depends on it (see gpunn.targets.missing_intermediates)."""
-    if workflow.is_main_process:
-        invalidate_changed_downloads(experiments)
-        if not workflow.touch:  # --touch refreshes outputs on purpose
-            set_aside_edited(experiments)
-    files = [f for e in experiments for f in report_outputs(config, e)]
-    return files + missing_intermediates(config, experiments)
+    """The input function of the target rules all and e1 .. e6: the experiments' reports, and every planned
+    intermediate file that is missing, so that removing one reruns it and what depends on it (see
+    gpunn.targets.missing_intermediates). An input function runs when the DAG is built, once Snakemake knows
+    whether it will execute (executing()); only the target asked for checks its files."""
+
+    def inputs(wildcards):
+        if workflow.is_main_process:
+            invalidate_changed_downloads(experiments, executing())
+            if not workflow.touch:  # --touch refreshes outputs on purpose
+                set_aside_edited(experiments, executing())
+        files = [f for e in experiments for f in report_outputs(config, e)]
+        return files + missing_intermediates(config, experiments)
+
+    return inputs
 
