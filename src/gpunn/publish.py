@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import yaml
+from snakemake.utils import update_config
 
 from gpunn.config import load_config, load_schema
 from gpunn.errors import GpunnError
@@ -23,16 +24,6 @@ from gpunn.targets import (EXPERIMENTS, INDEX_FILES, Layout, enabled_experiments
 BASE_CONFIG = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
 PUBLISHED_SUFFIXES = (".md", ".csv", ".png")  # and each report's provenance.json, which the entry page reads
 PROVENANCE = "provenance.json"
-
-
-def _merge(base: dict, update: dict) -> dict:
-    """`update` merged into `base`, nested mappings key by key (as Snakemake merges --configfile files)."""
-    for key, value in update.items():
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
-            _merge(base[key], value)
-        else:
-            base[key] = value
-    return base
 
 
 def load_files(paths, machine: str | None = None, results_dir: str | None = None) -> dict:
@@ -47,7 +38,7 @@ def load_files(paths, machine: str | None = None, results_dir: str | None = None
             raise GpunnError(f"{path}: cannot read the config file ({exc.strerror})") from None
         if not isinstance(loaded, dict):
             raise GpunnError(f"{path}: a config file must be a mapping of keys to values")
-        _merge(raw, loaded)
+        update_config(raw, loaded)  # nested keys merged, as snakemake --configfile merges files
     if machine:
         raw["machine"] = machine
     if results_dir:

@@ -59,11 +59,7 @@ def section(folder, readme_dir=".") -> str:
             lines.append(f"- {experiment.upper()}: not run")
     notes = _notes(page)
     lines += [""] + [f"- {note}" for note in notes] + ([""] if notes else [])
-    lines += ["| Experiment | " + " | ".join(title for key, title in HEADLINE_COLUMNS[1:]) + " |",
-              "|" + "---|" * len(HEADLINE_COLUMNS)]
-    for row in rows:
-        lines.append("| " + " | ".join(index._md_cell(row.get(key, "")) for key, _ in HEADLINE_COLUMNS) + " |")
-    lines.append("")
+    lines += [index._md_table(rows, HEADLINE_COLUMNS), ""]
     gap = folder / "e1" / "gap.md"
     if "e1" in ran and gap.is_file():
         lines += [f"**E1's accuracy gap** ([gap.md]({link}/e1/gap.md)): {index._first_paragraph(gap.read_text())}", ""]
