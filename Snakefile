@@ -34,55 +34,16 @@ rule all:
         index_outputs(config),
 
 
-rule e1:
-    """E1: MLP 784-256-10 on MNIST per variant: time, accuracy, speedups, loss curves."""
-    message:
-        job_message("e1: every output of E1")
-    localrule: True
-    input:
-        target_inputs(["e1"]),
+# One target rule per experiment (gpunn.experiments), named after it: `snakemake e4` builds every output of E4.
+for _experiment in experiments.ALL:
 
+    rule:
+        name:
+            _experiment.name
+        message:
+            job_message(f"{_experiment.name}: every output of {_experiment.name.upper()}: {_experiment.description}")
+        localrule: True
+        input:
+            target_inputs([_experiment.name]),
 
-rule e2:
-    """E2: MLP hidden x batch sweep on the 37 800 / 4 200 split: train, forward, backward time, accuracy."""
-    message:
-        job_message("e2: every output of E2")
-    localrule: True
-    input:
-        target_inputs(["e2"]),
-
-
-rule e3:
-    """E3: MLP step throughput, forward / backward split and latency per batch size and variant."""
-    message:
-        job_message("e3: every output of E3")
-    localrule: True
-    input:
-        target_inputs(["e3"]),
-
-
-rule e4:
-    """E4: CNN on MNIST and Fashion-MNIST per variant."""
-    message:
-        job_message("e4: every output of E4")
-    localrule: True
-    input:
-        target_inputs(["e4"]),
-
-
-rule e5:
-    """E5: convolutional autoencoder on CIFAR-10: epoch time, MSE, reconstructions."""
-    message:
-        job_message("e5: every output of E5")
-    localrule: True
-    input:
-        target_inputs(["e5"]),
-
-
-rule e6:
-    """E6: RBF SVM on the autoencoder's encoder features: accuracy, confusion matrix."""
-    message:
-        job_message("e6: every output of E6")
-    localrule: True
-    input:
-        target_inputs(["e6"]),
+    workflow.get_rule(_experiment.name).docstring = f"{_experiment.name.upper()}: {_experiment.description}."

@@ -19,7 +19,7 @@ from gpunn.epochs import DIVERGENCE_FACTOR, DivergenceRule, reference_loss, trai
 from gpunn.errors import GpunnError
 from gpunn.evaluate import evaluate_run
 from gpunn.report import divergence, index
-from gpunn.report.experiments import make_report
+from gpunn.report.build import make_report
 from gpunn.runspec import parse_run_path
 from gpunn.targets import experiment_runs, keep_diverged_runs
 from test_report import _capture_figures, _epoch_csv, _md_rows

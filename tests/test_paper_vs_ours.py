@@ -25,8 +25,10 @@ from test_report import (
 from gpunn import io
 from gpunn.errors import GpunnError
 from gpunn.report import paper_vs_ours
-from gpunn.report.experiments import make_report
-from gpunn.report.paper_vs_ours import OursE1, OursE2, rows_for
+from gpunn.report.build import make_report
+from gpunn.experiments.e1 import PAPER_VALUES, OursE1
+from gpunn.experiments.e2 import OursE2
+from gpunn.report.paper_vs_ours import rows_for
 
 
 def _rows(out, table=None) -> pd.DataFrame:
@@ -56,7 +58,7 @@ def test_e1_speedups_accuracy_points_and_a_missing_baseline(tmp_path):
                               else ON_H100)
     out = tmp_path / "report"
     written = make_report("e1", out, runs=runs, evals=evals)
-    assert written["paper_vs_ours.md"].endswith("the paper's numbers (seed 000) beside ours")
+    assert written["paper_vs_ours.md"].endswith("the paper's numbers (paper 000) beside ours")
     table = _rows(out, MEASURED)
     # no cpu-serial run: the CPU row is our cpu-numpy (12 s), PHASES' second choice
     cpu = _one(table, row="Total training time", column="CPU", unit="s")
@@ -93,14 +95,14 @@ def _e1_frame(reduction=True) -> pd.DataFrame:
 
 
 def test_e1_compares_the_cpu_row_with_the_sum_run_and_the_gpu_row_with_the_mean_run():
-    table = pd.DataFrame(rows_for("e1", OursE1(_e1_frame())))
+    table = pd.DataFrame(rows_for(OursE1(_e1_frame(), PAPER_VALUES)))
     cpu = _one(table, row="Total training time", column="CPU", unit="s")
     assert (cpu["ours"], cpu["variant"]) == (300.0, "cpu-serial (reduction sum)")
     gpu = _one(table, row="Total training time", column="GPU", unit="s")
     assert gpu["ours"] == 2.5 and gpu["our_speedup"] == pytest.approx(300.0 / 2.5)  # over the sum run, as the paper
     assert _one(table, row="Test accuracy", column="CPU")["diff_pp"] == pytest.approx(0.0)
     # before the reduction setting existed every run averaged: the CPU row takes it and says so
-    table = pd.DataFrame(rows_for("e1", OursE1(_e1_frame(reduction=False).iloc[1:])))
+    table = pd.DataFrame(rows_for(OursE1(_e1_frame(reduction=False).iloc[1:], PAPER_VALUES)))
     cpu = _one(table, row="Total training time", column="CPU", unit="s")
     assert cpu["ours"] == 310.0 and "loss gradient is the batch mean; the paper's CPU one is the sum" in cpu["note"]
 
@@ -219,6 +221,6 @@ def test_e6_accuracies_time_and_range(tmp_path):
 def test_a_summary_without_a_needed_column_is_one_clear_error():
     frame = _e1_frame().drop(columns="train_time_s")
     with pytest.raises(GpunnError, match="^E1 paper_vs_ours: our summary lacks column.s. train_time_s; it has"):
-        OursE1(frame)
+        OursE1(frame, PAPER_VALUES)
     with pytest.raises(GpunnError, match="^E2 paper_vs_ours: our summary lacks column.s. hidden, forward_time_s"):
-        OursE2(_e1_frame())
+        OursE2(_e1_frame(), PAPER_VALUES)

@@ -12,8 +12,12 @@ import pytest
 
 from gpunn.backends.registry import VARIANTS
 from gpunn.errors import GpunnError
-from gpunn.report import experiments, papers
-from gpunn.report.papers import PAPER_VALUES, PHASES, QUANTITIES, SEEDS, UNITS, paper_value, paper_values
+from gpunn import experiments
+from gpunn.experiments import PAPER_VALUES, e3, e4, e5, paper_value, paper_values
+from gpunn.report import papers
+from gpunn.report.papers import QUANTITIES, UNITS
+
+PAPERS = {e.name: e.paper for e in experiments.ALL}  # experiment -> its paper's file
 
 # ../shared/seeds beside the checkout, as the real datasets in ../shared/data/real (tests/test_data_real.py): a
 # checkout without it (a CI clone elsewhere) skips these tests with that reason instead of passing them
@@ -74,10 +78,10 @@ def _cell(text: str, entry) -> str:
 
 
 @needs_seeds
-@pytest.mark.parametrize("seed", sorted(set(SEEDS.values())))
+@pytest.mark.parametrize("seed", sorted(set(PAPERS.values())))
 def test_every_value_stands_in_its_seed_where_its_entry_says(seed):
     text = _seed_text(seed)
-    entries = [e for e in PAPER_VALUES if e.seed == seed]
+    entries = [e for e in PAPER_VALUES if e.paper == seed]
     assert len(entries) >= 2
     cells = 0
     for entry in entries:
@@ -89,14 +93,14 @@ def test_every_value_stands_in_its_seed_where_its_entry_says(seed):
             cell = _cell(text, entry)
             assert _printed_in(entry.text, cell), f"{entry.source}, {entry.row} / {entry.column}: {cell!r}"
             cells += 1
-    if seed != papers.SEED_E3:  # the plan has no tables
+    if seed != e3.PAPER:  # the plan has no tables
         assert cells >= 3
 
 
 @needs_seeds
 def test_seed_003_plans_its_batch_sizes():
-    section = _seed_text(papers.SEED_E3).split("Benchmarking Plan", 1)[1]
-    assert f"Batch sizes: {', '.join(map(str, papers.E3_PLAN_BATCHES))}." in section
+    section = _seed_text(e3.PAPER).split("Benchmarking Plan", 1)[1]
+    assert f"Batch sizes: {', '.join(map(str, e3.E3_PLAN_BATCHES))}." in section
 
 
 # headline numbers typed again from the seeds (../shared/ANCHORS.md, section 1 quotes most of them)
@@ -118,9 +122,9 @@ HEADLINES = [
     (("e4", "test_time"), dict(phase="naive", dataset="fashion_mnist", row="V100"), "0.12"),
     (("e4", "train_time"), dict(phase="PyTorch CPU", dataset="mnist", workers=4), "159.26"),
     (("e4", "train_loss"), dict(block=1024), "2.303"),
-    (("e5", "epoch_time"), dict(source=papers.E5_EPOCH_TABLE, phase="GPU optimized v2"), "117.97"),
-    (("e5", "speedup"), dict(source=papers.E5_EPOCH_TABLE, phase="GPU optimized v2", versus="CPU"), "251.57"),
-    (("e5", "train_time"), dict(source=papers.E5_TOTAL_TABLE, phase="GPU naive"), "19,832.6"),
+    (("e5", "epoch_time"), dict(source=e5.E5_EPOCH_TABLE, phase="GPU optimized v2"), "117.97"),
+    (("e5", "speedup"), dict(source=e5.E5_EPOCH_TABLE, phase="GPU optimized v2", versus="CPU"), "251.57"),
+    (("e5", "train_time"), dict(source=e5.E5_TOTAL_TABLE, phase="GPU naive"), "19,832.6"),
     (("e5", "gpu_memory"), dict(phase="GPU optimized v2"), "88"),
     (("e6", "test_accuracy"), {}, "67.56"),
     (("e6", "train_accuracy"), {}, "86.03"),
@@ -134,27 +138,27 @@ def test_headline_numbers(selection, fields, printed):
 
 
 def test_entries_are_well_formed():
-    assert Counter(e.experiment for e in PAPER_VALUES).keys() == set(SEEDS)
+    assert Counter(e.experiment for e in PAPER_VALUES).keys() == set(PAPERS)
     for entry in PAPER_VALUES:
-        where = f"{entry.seed} {entry.source} {entry.row} {entry.column} {entry.quantity}"
-        assert SEEDS[entry.experiment] == entry.seed, where
+        where = f"{entry.paper} {entry.source} {entry.row} {entry.column} {entry.quantity}"
+        assert PAPERS[entry.experiment] == entry.paper, where
         assert entry.quantity in QUANTITIES and entry.unit in UNITS, where
         assert entry.hardware.strip() and entry.source.strip() and entry.anchor, where
-        assert entry.phase in PHASES[entry.seed] and (entry.versus is None or entry.versus in PHASES[entry.seed]), where
+        assert entry.phase in entry.phases and (entry.versus is None or entry.versus in entry.phases), where
         if entry.quantity in ("speedup", "expected_speedup", "time_reduction", "memory_reduction", "accuracy_gap"):
             assert entry.versus is not None, where  # a comparison names what it compares with
         assert entry.value >= 0 and (entry.upper is None or entry.upper > entry.value), where
         assert (entry.row is None) == (entry.column is None), where
         assert entry.seconds is not None or entry.unit not in papers.TIME_UNITS, where
-    for ours in (v for phases in PHASES.values() for variants in phases.values() for v in variants):
+    for ours in (v for e in PAPER_VALUES for variants in e.phases.values() for v in variants):
         assert ours in VARIANTS or ours == "exact"  # E6: our SVM method
     assert [e.decimals for e in paper_values("e1", "train_time", phase="CPU")] == [2, 2]  # 298617.53 ms, 298.62 s
-    assert paper_value("e5", "train_time", source=papers.E5_TOTAL_TABLE, phase="CPU").value == 593560.0
+    assert paper_value("e5", "train_time", source=e5.E5_TOTAL_TABLE, phase="CPU").value == 593560.0
 
 
 @needs_seeds
 def test_every_seed_file_exists():
-    assert {SEED_DIR / seed for seed in SEEDS.values()} == set(SEED_DIR.glob("00*.txt"))
+    assert {SEED_DIR / seed for seed in PAPERS.values()} == set(SEED_DIR.glob("00*.txt"))
 
 
 def test_queries_refuse_unknown_fields_and_ambiguity():
@@ -167,12 +171,12 @@ def test_queries_refuse_unknown_fields_and_ambiguity():
 
 
 def test_report_constants_come_from_the_papers():
-    epochs = paper_values("e5", "epoch_time", source=papers.E5_EPOCH_TABLE)
-    assert experiments.E5_SEED_EPOCH_S == {e.ours[0]: e.value for e in epochs}
-    assert experiments.E5_SEED_EPOCH_S == {"cpu-numpy": 29678.0, "gpu-naive": 991.63, "gpu-tiled": 517.18,
+    epochs = paper_values("e5", "epoch_time", source=e5.E5_EPOCH_TABLE)
+    assert e5.E5_SEED_EPOCH_S == {e.ours[0]: e.value for e in epochs}
+    assert e5.E5_SEED_EPOCH_S == {"cpu-numpy": 29678.0, "gpu-naive": 991.63, "gpu-tiled": 517.18,
                                            "gpu-im2col": 117.97}
-    assert [experiments.E5_PHASES[e.ours[0]] for e in epochs] == [e.phase for e in epochs]
-    assert list(experiments.E5_PHASES) == ["cpu-numpy", "gpu-naive", "gpu-tiled", "gpu-im2col", "gpu-graph"]
-    table_3 = papers.column_labels(papers.SEED_E4, "Table 3")
-    assert [experiments.E4_PAPER_HEADERS[c] for c in ("train_time_s", "test_time_s", "test_accuracy")] == list(table_3)
+    assert [e5.E5_PHASES[e.ours[0]] for e in epochs] == [e.phase for e in epochs]
+    assert list(e5.E5_PHASES) == ["cpu-numpy", "gpu-naive", "gpu-tiled", "gpu-im2col", "gpu-graph"]
+    table_3 = papers.column_labels(e4.PAPER_VALUES, "Table 3")
+    assert [e4.E4_PAPER_HEADERS[c] for c in ("train_time_s", "test_time_s", "test_accuracy")] == list(table_3)
     assert table_3 == ("Training Time [s]", "Testing Time [s]", "Test Accuracy")

@@ -16,18 +16,11 @@ from gpunn import io
 from gpunn.backends.registry import uses_gpu
 from gpunn.cli import main as cli_main
 from gpunn.errors import GpunnError
-from gpunn.report.experiments import make_report
-from gpunn.report.figures import (
-    batch_timing,
-    block_sweep,
-    confusion_matrix_figure,
-    e2_heatmaps,
-    e2_phase_times,
-    epoch_time_bars,
-    loss_curves,
-    reconstruction_grid,
-    sample_classifications,
-)
+from gpunn.report.build import make_report
+from gpunn.experiments.e1 import epoch_time_bars
+from gpunn.experiments.e2 import e2_heatmaps, e2_phase_times
+from gpunn.experiments.e3 import batch_timing, block_sweep
+from gpunn.report.figures import confusion_matrix_figure, loss_curves, reconstruction_grid, sample_classifications
 from gpunn.report.tables import format_significant, markdown_table, summary_table
 from gpunn.runspec import RunSpec
 from gpunn.targets import JOB_TIMES, STEP_PROFILE, report_outputs
@@ -403,7 +396,8 @@ def test_e1_report_without_a_baseline_gives_nan_not_a_crash(tmp_path):
 def test_e1_report_with_both_loss_reductions(tmp_path, monkeypatch):
     """E1 trains every variant with the batch-mean and the batch-sum gradient: a row each with its reduction,
     compared with the baselines of its own reduction, and named 'variant (reduction)' in the figures."""
-    from gpunn.report import experiments, figures
+    from gpunn.experiments import e1
+    from gpunn.report import figures
     from gpunn.report.tables import run_labels
 
     results = tmp_path / "results"
@@ -421,7 +415,7 @@ def test_e1_report_with_both_loss_reductions(tmp_path, monkeypatch):
         curves.update(labels=list(runs_by_label), variants=kwargs["variants"])
         return draw_curves(runs_by_label, *args, **kwargs)
 
-    monkeypatch.setattr(experiments.figures, "loss_curves", recorded_loss_curves)
+    monkeypatch.setattr(e1.figures, "loss_curves", recorded_loss_curves)
     out = tmp_path / "report"
     written = make_report("e1", out, runs=runs, evals=evals)
     _assert_written(out, "e1")
@@ -477,7 +471,7 @@ CANNOT = "Seed 000's 4.1-point CPU-GPU accuracy gap cannot be tested here: "
 
 
 def test_e1_gap_sentence_supporting_not_supporting_and_untestable():
-    from gpunn.report.experiments import e1_gap_sentence
+    from gpunn.experiments.e1 import e1_gap_sentence
 
     assert e1_gap_sentence(_gap_frame(GAP_SUPPORTED)) == SUPPORTED_SENTENCE
     # exactly 0.1 points apart (counts / n) is within the tolerance, as in the summary's accuracy_matches_cpu_numpy
@@ -519,7 +513,7 @@ def test_e1_gap_sentence_supporting_not_supporting_and_untestable():
 def test_e1_gap_runs_prefer_the_seeds_designs():
     """Seed 000's CPU is cpu-serial (else cpu-numpy), its GPU gpu-naive (else the first GPU variant in report
     order); a variant that ran with both reductions wins over a preferred one that ran with one."""
-    from gpunn.report.experiments import e1_gap_runs
+    from gpunn.experiments.e1 import e1_gap_runs
 
     def chosen(variants, partial=()):
         frame = _gap_frame({(v, r): 0.9 for v in variants for r in ("mean", "sum") if (v, r) not in partial})
@@ -536,7 +530,7 @@ def test_e1_gap_runs_prefer_the_seeds_designs():
 def test_e1_report_gap_figure_and_note_when_the_runs_support_it(tmp_path, monkeypatch):
     """The supporting case through the whole E1 report: gap.md and summary.md state it, reduction_gap.png draws
     the four runs' train loss with seed 000's points on a log axis."""
-    from gpunn.report import papers
+    from gpunn import experiments
 
     saved = _capture_figures(monkeypatch)
     results = tmp_path / "results"
@@ -564,7 +558,7 @@ def test_e1_report_gap_figure_and_note_when_the_runs_support_it(tmp_path, monkey
     assert lines["cpu-numpy (sum)"][-1] == pytest.approx(0.0063)
     for phase in ("CPU", "GPU"):
         assert list(lines[f"seed 000 {phase} (paper)"]) == [
-            v.value for v in papers.paper_values("e1", "train_loss", phase=phase)]
+            v.value for v in experiments.paper_values("e1", "train_loss", phase=phase)]
     assert figure["yscale"] == ["log"]  # 2.1 after epoch 1 down to 0.0045: more than a decade
     assert figure["panels"][0].replace("\n", " ") == (  # same losses: named, as in every figure
         "(cpu-numpy (mean) and gpu-graph (mean) coincide; cpu-numpy (sum) and gpu-graph (sum) coincide)")
@@ -1061,7 +1055,7 @@ def _capture_figures(monkeypatch):
     from gpunn.report import figures
 
     saved = []
-    original = figures._save
+    original = figures.save
 
     def capture(fig, out_png):
         saved.append({"panels": [ax.get_title() for ax in fig.axes],
@@ -1077,7 +1071,7 @@ def _capture_figures(monkeypatch):
                       "suptitle": fig.get_suptitle()})
         return original(fig, out_png)
 
-    monkeypatch.setattr(figures, "_save", capture)
+    monkeypatch.setattr(figures, "save", capture)
     return saved
 
 
@@ -1529,7 +1523,7 @@ def test_e5_report_refuses_two_datasets_and_checks_figure_inputs(tmp_path):
     with pytest.raises(GpunnError, match="3 column titles for 2 images"):
         reconstruction_grid(np.zeros((2, 3, 8, 8)), np.zeros((2, 3, 8, 8)), tmp_path / "r.png", "t",
                             column_titles=["a", "b", "c"])
-    from gpunn.report.figures import training_time_bars
+    from gpunn.experiments.e5 import training_time_bars
 
     pd.DataFrame({"variant": ["gpu-naive"], "full_train_time_s": [0.0], "full_set_extrapolated": [False],
                   "speedup_vs_cpu_numpy": [np.nan]}).to_csv(tmp_path / "zero.csv", index=False)

@@ -13,8 +13,9 @@ import yaml
 from gpunn.cli import main as cli_main
 from gpunn.config import load_config
 from gpunn.errors import GpunnError
+from gpunn import experiments
 from gpunn.report import captions, index, sources
-from gpunn.report.experiments import make_report
+from gpunn.report.build import make_report
 from gpunn.targets import EXPERIMENTS, index_args, report_figures
 from test_report import _cpu_and_h100, _cpu_and_simulated, _e1_results, _provenance
 
@@ -84,13 +85,13 @@ def test_index_headlines_beside_the_papers_and_not_run_experiments(tmp_path):
     # each experiment headed by what its run trained (its summary's title), the paper's setting beside it
     setting = index.run_setting(root, "e1")
     assert setting and setting.startswith("MLP ") and ", timed on" not in setting
-    assert f"### E1: {setting} (seed 000: {index.EXPERIMENT_TITLES['e1']})" in page
-    assert f"### E2: {index.EXPERIMENT_TITLES['e2']} (seed 002)" in page  # not run: the paper's setting alone
+    assert f"### E1: {setting} (seed 000: {experiments.get('e1').title})" in page
+    assert f"### E2: {experiments.get('e2').title} (seed 002)" in page  # not run: the paper's setting alone
     # links to every table and figure of the report that ran, each figure with its caption and its PDF
     for name in ("summary.md", "paper_vs_ours.md"):
         assert f"(e1/{name})" in page
     for figure in ("loss_curves.png", "epoch_time.png", "samples.png"):
-        assert f"[{figure}](e1/{figure}) ([PDF](e1/{figure[:-4]}.pdf)): {captions.caption('e1', figure).text()}" in page
+        assert f"[{figure}](e1/{figure}) ([PDF](e1/{figure[:-4]}.pdf)): {experiments.get('e1').caption(figure).text()}" in page
     # the provenance: both devices, their versions and the experiments that used them
     h100 = _md_row(page, "NVIDIA H100 80GB HBM3")
     assert h100[-1] == "E1"
@@ -130,10 +131,11 @@ def test_index_cli_and_its_argument_errors(tmp_path, capsys):
 
 
 def test_every_headline_names_one_paper_value():
-    for headline in index.HEADLINES:
-        entry = headline.entry()  # paper_value raises unless exactly one entry matches
-        assert entry.experiment == headline.experiment and entry.quantity == headline.quantity
-    assert {h.experiment for h in index.HEADLINES} == set(EXPERIMENTS)
+    for experiment in experiments.ALL:
+        assert experiment.headlines, experiment.name
+        for headline in experiment.headlines:
+            entry = experiment.headline_value(headline)  # raises unless exactly one value matches
+            assert entry.experiment == headline.experiment == experiment.name and entry.quantity == headline.quantity
 
 
 def test_index_args_say_why_experiments_and_gpu_rows_are_missing():
@@ -153,15 +155,16 @@ def test_every_report_figure_has_a_caption_and_a_caption_file(config_file):
                          gpu_name=lambda: None)
     for experiment in EXPERIMENTS:
         for figure in report_figures(config, experiment):
-            found = captions.caption(experiment, figure)
-            assert found.shows.endswith(".") and found.seed.startswith("seed ")
-            assert (REPO / "workflow/report/captions" / captions.rst_name(experiment, figure)).is_file()
+            found = experiments.get(experiment)
+            assert found.caption(figure).shows.endswith(".") and found.caption(figure).seed.startswith("seed ")
+            name = captions.rst_name(experiment, found.caption_key(figure))
+            assert (REPO / "workflow/report/captions" / name).is_file()
 
 
 def test_caption_files_are_generated_from_the_registry(tmp_path):
     """workflow/report/captions/ is exactly what `python -m gpunn captions` writes (regenerate it after editing
-    gpunn.report.captions)."""
-    written = captions.write_rst(tmp_path)
+    an experiment's CAPTIONS)."""
+    written = captions.write_rst(tmp_path, {e.name: e.captions for e in experiments.ALL})
     committed = REPO / "workflow/report/captions"
     assert sorted(p.name for p in written) == sorted(p.name for p in committed.glob("*.rst"))
     for path in written:
@@ -170,5 +173,6 @@ def test_caption_files_are_generated_from_the_registry(tmp_path):
 
 def test_a_figure_without_a_caption_is_named():
     with pytest.raises(GpunnError, match="no caption for e1 figure 'new_figure.png'"):
-        captions.caption("e1", "new_figure.png")
-    assert captions.rst_name("e4", "samples_fashion_mnist.png") == "e4_samples.rst"
+        experiments.get("e1").caption("new_figure.png")
+    e4 = experiments.get("e4")
+    assert captions.rst_name("e4", e4.caption_key("samples_fashion_mnist.png")) == "e4_samples.rst"

@@ -17,7 +17,7 @@ from gpunn.cli import main as cli_main
 from gpunn.config import load_config
 from gpunn.errors import GpunnError
 from gpunn.report import step_profile
-from gpunn.report.experiments import make_report
+from gpunn.report.build import make_report
 from gpunn.targets import profiled_variants, report_inputs, report_outputs
 from gpunn.timing import PROFILE_COLUMNS
 from snakemake_helpers import run_snakemake
@@ -64,7 +64,7 @@ def _profiles(tmp_path, timed=True):
 def _drawn(monkeypatch):
     """Capture what step_profile.figure draws: {'title', 'ylabel', 'host': heights of the hatched segments}."""
     seen = {}
-    save = step_profile.figures._save
+    save = step_profile.figures.save
 
     def capture(fig, out_png):
         ax = fig.axes[0]
@@ -72,7 +72,7 @@ def _drawn(monkeypatch):
                     host=[p.get_height() for p in ax.patches if p.get_hatch() == "//"])
         return save(fig, out_png)
 
-    monkeypatch.setattr(step_profile.figures, "_save", capture)
+    monkeypatch.setattr(step_profile.figures, "save", capture)
     return seen
 
 

@@ -379,7 +379,7 @@ def test_kernel_device_choices(feature_files, tmp_path):
 
 
 def test_subset_runs_say_so(feature_files, tmp_path, monkeypatch):
-    from gpunn.report.experiments import make_report
+    from gpunn.report.build import make_report
 
     lines = []
     metrics = _run(feature_files, tmp_path / "sub", train_subset=80, class_names=NAMES, log=lines.append)

@@ -198,7 +198,7 @@ def _cmd_profile(args):
 
 
 def _cmd_report(args):
-    from gpunn.report.experiments import make_report
+    from gpunn.report.build import make_report
 
     make_report(args.experiment, args.out, runs=args.runs, evals=args.evals, timings=args.timings, svm=args.svm,
                 blocks=args.blocks, profiles=args.profiles, jobs=args.jobs)
@@ -225,9 +225,10 @@ def _cmd_index(args):
 
 
 def _cmd_captions(args):
+    from gpunn import experiments
     from gpunn.report import captions
 
-    written = captions.write_rst(args.out)
+    written = captions.write_rst(args.out, {e.name: e.captions for e in experiments.ALL})
     _log(f"wrote {len(written)} caption files into {args.out}")
 
 

@@ -28,13 +28,13 @@ from typing import Any, Callable
 
 import yaml
 
+from gpunn import experiments
 from gpunn.backends import registry as variants
+from gpunn.configcheck import check_dataset, check_variants
 from gpunn.errors import GpunnError
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 
-# which model each experiment trains (E3 times the MLP's steps; E6 reuses an E5 run)
-EXPERIMENT_MODELS = {"e1": "mlp", "e2": "mlp", "e3": "mlp", "e4": "cnn", "e5": "autoencoder"}
 SIMULATOR_MACHINE = "cudasim"
 CPU_MACHINE = "cpu"
 _TRUE = {"true", "yes", "on", "1"}
@@ -119,123 +119,46 @@ def _schema_errors(config: dict, schema: dict) -> None:
         raise GpunnError(f"config key {_key(tuple(error.absolute_path))}: {error.message}")
 
 
-def _choice_error(key: str, value, choices, why: str = "") -> GpunnError:
-    return GpunnError(f"config key {key} = {value!r}{why}; choose one of {', '.join(map(str, choices))}")
-
-
-def _check_dataset(key: str, name, model: str | None = None) -> None:
-    from gpunn.data.registry import DATASETS
-
-    if name not in DATASETS:
-        raise _choice_error(key, name, DATASETS, " is not a known dataset")
-    if model == "autoencoder":
-        _, height, width = DATASETS[name].image_shape
-        if height != width or height % 4:
-            fits = [n for n, s in DATASETS.items() if s.image_shape[1] == s.image_shape[2] and s.image_shape[1] % 4 == 0]
-            raise _choice_error(key, name, fits, f" has {height}x{width} images; the autoencoder needs square "
-                                                 "images with a side divisible by 4")
-
-
-def _check_variants(key: str, names, model: str, simulator: bool) -> None:
-    if len(set(names)) != len(names):
-        raise GpunnError(f"config key {key} lists a variant twice: {list(names)}")
-    for name in names:
-        if name not in variants.VARIANTS:
-            raise _choice_error(key, name, variants.VARIANTS, " is not a known variant")
-        if model not in variants.supported_models(name):
-            raise _choice_error(key, name, variants.variants_for(model), f" does not train the {model}")
-        if simulator and not variants.runs_on_simulator(name):
-            raise _choice_error(key, name, variants.variants_for(model, simulator=True),
-                                " cannot run under the CUDA simulator (gpu.simulator: true)")
-
-
-def _check_block_study(e4: dict, simulator: bool) -> None:
-    """E4's block-size study: GPU variants that take a block size, a known dataset, no size twice."""
-    _check_variants("experiments.e4.block_variants", e4["block_variants"], "cnn", simulator)
-    for name in e4["block_variants"]:
-        if not variants.takes_block(name):
-            fits = [v for v in variants.VARIANTS if variants.takes_block(v) and "cnn" in variants.supported_models(v)]
-            raise _choice_error("experiments.e4.block_variants", name, fits, " takes no block size")
-    if len(set(e4["block_sizes"])) != len(e4["block_sizes"]):
-        raise GpunnError(f"config key experiments.e4.block_sizes lists a size twice: {e4['block_sizes']}")
-    if e4["block_variants"] and not e4["block_sizes"]:
-        raise GpunnError("config key experiments.e4.block_sizes is empty while experiments.e4.block_variants "
-                         "lists variants; list block sizes or set block_variants: []")
-    if e4["block_variants"]:
-        _check_dataset("experiments.e4.block_dataset", e4["block_dataset"], "cnn")
-
-
 def _check_registries(config: dict) -> None:
+    """Every experiment that trains a model: its datasets and variants (configcheck), a variant listed while it is
+    enabled; then each experiment's own checks (Experiment.check)."""
     exps = config["experiments"]
     simulator = config["gpu"]["simulator"]
-    for exp, model in EXPERIMENT_MODELS.items():
-        if exp != "e3":
-            for key in ("dataset", "datasets"):
-                if key in exps[exp]:
-                    names = exps[exp][key] if key == "datasets" else [exps[exp][key]]
-                    for i, name in enumerate(names):
-                        where = f"experiments.{exp}.{key}" + (f"[{i}]" if key == "datasets" else "")
-                        _check_dataset(where, name, model)
-        _check_variants(f"experiments.{exp}.variants", exps[exp]["variants"], model, simulator)
-    _check_block_study(exps["e4"], simulator)
-    for exp in EXPERIMENT_MODELS:
-        if not exps[exp]["variants"] and exps[exp]["enabled"]:
-            raise GpunnError(f"config key experiments.{exp}.variants is empty"
+    for experiment in experiments.ALL:
+        name, block = experiment.name, exps[experiment.name]
+        if experiment.model is None:
+            continue
+        for key in ("dataset", "datasets"):
+            if key in block:
+                names = block[key] if key == "datasets" else [block[key]]
+                for i, dataset in enumerate(names):
+                    check_dataset(f"experiments.{name}.{key}" + (f"[{i}]" if key == "datasets" else ""), dataset,
+                                  experiment.model)
+        check_variants(f"experiments.{name}.variants", block["variants"], experiment.model, simulator)
+        if not block["variants"] and block["enabled"]:
+            raise GpunnError(f"config key experiments.{name}.variants is empty"
                              + (" once gpu.enabled: false drops the GPU variants" if not config["gpu"]["enabled"] else "")
-                             + f"; list a variant or set experiments.{exp}.enabled: false")
-    unknown = sorted(set(exps["e5"]["variant_epochs"]) - set(exps["e5"]["variants"]))
-    if unknown:
-        raise _choice_error("experiments.e5.variant_epochs", unknown[0], exps["e5"]["variants"],
-                            " is not one of experiments.e5.variants")
-    if exps["e6"]["variant"] == E6_AUTO:
-        exps["e6"]["variant"] = e6_auto_variant(exps["e5"]["variants"])
-    if exps["e6"]["variant"] not in exps["e5"]["variants"]:
-        raise _choice_error("experiments.e6.variant", exps["e6"]["variant"], exps["e5"]["variants"],
-                            " is not one of experiments.e5.variants")
-    subset = exps["e6"]["train_subset"]
-    if isinstance(subset, str) and subset != "auto":
-        raise _choice_error("experiments.e6.train_subset", subset, ["auto", "0 (all rows)", "a row count"])
-    gamma = exps["e6"]["gamma"]
-    if isinstance(gamma, str) and gamma not in ("scale", "auto"):
-        raise _choice_error("experiments.e6.gamma", gamma, ["scale", "auto", "a positive number"])
-    if not isinstance(gamma, str) and not gamma > 0:
-        raise GpunnError(f"config key experiments.e6.gamma = {gamma!r}: a number must be positive")
-
-
-E6_AUTO = "auto"
-# E6's `auto` encoder: the fastest GPU variant E5 trains, on the full training set
-E6_AUTO_ORDER = ("gpu-graph", "gpu-im2col", "gpu-tiled", "gpu-naive")
-
-
-def e6_auto_variant(e5_variants) -> str | None:
-    """The E5 variant whose encoder E6 uses when experiments.e6.variant is auto."""
-    for name in E6_AUTO_ORDER:
-        if name in e5_variants:
-            return name
-    return e5_variants[0] if e5_variants else None
+                             + f"; list a variant or set experiments.{name}.enabled: false")
+    for experiment in experiments.ALL:
+        if experiment.check is not None:
+            experiment.check(config)
 
 
 def _drop_gpu_jobs(config: dict, log: Callable[[str], None]) -> None:
-    """gpu.enabled false: every GPU variant leaves every experiment, E3's kernel block sweep is not run, and
-    E6 computes its SVM kernel on the CPU (kernel_device auto or gpu becomes cpu)."""
-    e6 = config["experiments"]["e6"]
-    gpu_kernel = e6["kernel_device"] == "gpu"
-    e6["kernel_device"] = "cpu"
-    dropped = set()
-    for exp in EXPERIMENT_MODELS:
-        kept = [v for v in config["experiments"][exp]["variants"] if not variants.uses_gpu(v)]
-        dropped.update(set(config["experiments"][exp]["variants"]) - set(kept))
-        config["experiments"][exp]["variants"] = kept
-    e5 = config["experiments"]["e5"]
-    e5["variant_epochs"] = {name: epochs for name, epochs in e5["variant_epochs"].items() if name in e5["variants"]}
-    study = config["experiments"]["e4"]
-    dropped.update(study["block_variants"])
-    study["block_variants"] = []
-    if dropped or gpu_kernel:
-        log(f"gpunn: gpu.enabled is false: not running {', '.join(sorted(dropped)) or 'any GPU variant'} nor "
-            "E3's block sweep nor E4's block-size study" + (", and E6's SVM kernel is computed on the CPU "
-                                                           "(experiments.e6.kernel_device: gpu ignored)"
-                                                           if gpu_kernel else ""))
+    """gpu.enabled false: every GPU variant leaves every experiment, and each experiment drops what else needs a GPU
+    (Experiment.without_gpu: E3's kernel block sweep, E4's block-size study, E6's SVM kernel on the GPU)."""
+    dropped, notes = set(), []
+    for experiment in experiments.ALL:
+        block = config["experiments"][experiment.name]
+        if experiment.model is not None:
+            kept = [v for v in block["variants"] if not variants.uses_gpu(v)]
+            dropped.update(set(block["variants"]) - set(kept))
+            block["variants"] = kept
+        if experiment.without_gpu is not None:
+            notes += experiment.without_gpu(config)
+    if dropped or notes:
+        log(f"gpunn: gpu.enabled is false: not running {', '.join(sorted(dropped)) or 'any GPU variant'}"
+            + "".join(f"; {note}" for note in notes))
 
 
 def detect_gpu_name(timeout_s: float = 10.0) -> str | None:

@@ -17,7 +17,7 @@ from snakemake.utils import update_config
 from gpunn.config import load_config, load_schema
 from gpunn.errors import GpunnError
 from gpunn.report import index, readme
-from gpunn.report.experiments import make_report
+from gpunn.report.build import make_report
 from gpunn.targets import (EXPERIMENTS, INDEX_FILES, Layout, enabled_experiments, index_setting, job_benchmarks,
                            report_inputs, report_options)
 

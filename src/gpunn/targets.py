@@ -18,14 +18,17 @@ from base64 import urlsafe_b64encode
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpunn import experiments
 from gpunn.backends.registry import uses_gpu
 from gpunn.data.integrity import MANIFEST
 from gpunn.data.registry import get_dataset
-from gpunn.errors import GpunnError
-from gpunn.nn.functional import DEFAULT_REDUCTION
+from gpunn.experiments import e6
+from gpunn.report.job_times import JOB_TIMES
+from gpunn.report.sources import PROVENANCE as REPORT_PROVENANCE
+from gpunn.report.step_profile import STEP_PROFILE
 from gpunn.runspec import RunSpec
 
-EXPERIMENTS = ("e1", "e2", "e3", "e4", "e5", "e6")
+EXPERIMENTS = experiments.NAMES
 DEFAULT_RESULTS = "results"
 DEFAULT_MACHINE = "cpu"
 BENCHMARKS = "benchmarks"  # every job's Snakemake benchmark file (its wall time), <results_dir>/benchmarks/
@@ -106,30 +109,9 @@ class Layout:
         return f"{self.data('data/prepared')}/{dataset}/{split}.npz"
 
 
-def _as_list(value):
-    return list(value) if isinstance(value, (list, tuple)) else [value]
-
-
 def experiment_runs(config: dict, experiment: str) -> list[RunSpec]:
     """Training runs of one experiment (E3 times steps without training runs; E6 uses an E5 run)."""
-    exp = config["experiments"][experiment]
-    if experiment == "e1":  # every variant once per loss reduction (the first reduction's run of each first)
-        return [RunSpec(exp["dataset"], "standard", "mlp", v, (exp["hidden"],), exp["batch"], exp["lr"],
-                        exp["epochs"], exp["seed"], exp["subset"], reduction=r)
-                for v in exp["variants"] for r in exp.get("reductions", [DEFAULT_REDUCTION])]
-    if experiment == "e2":
-        return [RunSpec(exp["dataset"], "e2", "mlp", v, (h,), b, exp["lr"], exp["epochs"], exp["seed"])
-                for v in exp["variants"] for h in _as_list(exp["hidden"]) for b in _as_list(exp["batch"])]
-    if experiment == "e4":
-        return e4_main_runs(config) + e4_block_runs(config)
-    if experiment == "e5":
-        return [RunSpec(exp["dataset"], "standard", "autoencoder", v, tuple(exp["channels"]), exp["batch"], exp["lr"],
-                        exp.get("variant_epochs", {}).get(v, exp["epochs"]), exp["seed"],
-                        exp["subset"] if uses_gpu(v) else exp.get("cpu_subset", exp["subset"]))
-                for v in exp["variants"]]
-    if experiment == "e6":
-        return [r for r in experiment_runs(config, "e5") if r.variant == config["experiments"]["e6"]["variant"]]
-    return []
+    return experiments.get(experiment).runs(config)
 
 
 def keep_diverged_runs(config: dict) -> set[str]:
@@ -140,52 +122,22 @@ def keep_diverged_runs(config: dict) -> set[str]:
             for spec in experiment_runs(config, experiment)}
 
 
-def e4_main_runs(config: dict) -> list[RunSpec]:
-    """E4's runs: every variant on every dataset, each kernel at its default block."""
-    exp = config["experiments"]["e4"]
-    return [RunSpec(d, "standard", "cnn", v, tuple(exp["channels"]), exp["batch"], exp["lr"], exp["epochs"],
-                    exp["seed"], exp["subset"]) for d in exp["datasets"] for v in exp["variants"]]
-
-
-def e4_block_runs(config: dict) -> list[RunSpec]:
-    """E4's block-size study (seed 001's Figures 3-4): each of block_variants at each of block_sizes on
-    block_dataset, with the main runs' other settings."""
-    exp = config["experiments"]["e4"]
-    return [RunSpec(exp["block_dataset"], "standard", "cnn", v, tuple(exp["channels"]), exp["batch"], exp["lr"],
-                    exp["epochs"], exp["seed"], exp["subset"], block=b)
-            for v in exp.get("block_variants", []) for b in exp.get("block_sizes", [])]
-
-
 def e6_run(config: dict) -> RunSpec:
-    runs = experiment_runs(config, "e6")
-    if not runs:
-
-        raise GpunnError(
-            f"config key experiments.e6.variant = '{config['experiments']['e6']['variant']}' is not one of "
-            f"experiments.e5.variants {config['experiments']['e5']['variants']}"
-        )
-    return runs[0]
+    """The E5 run whose encoder gives E6's features."""
+    return e6.encoder_run(config)
 
 
 def enabled_experiments(config: dict) -> list[str]:
     return [e for e in EXPERIMENTS if config["experiments"][e]["enabled"]]
 
 
-def block_sweep_enabled(config: dict) -> bool:
-    """E3's kernel block-size sweep needs a GPU (or the simulator): dropped with gpu.enabled false."""
-    return bool(config.get("gpu", {}).get("enabled", True))
-
-
-# Where each training step's time goes (gpunn.timing.step_profile, rule step_profile): the model each of these
-# experiments trains, and the dataset whose sample shape it is profiled at
-PROFILED_MODELS = {"e1": "mlp", "e4": "cnn", "e5": "autoencoder"}
-STEP_PROFILE = "step_profile"  # the report's table (.csv, .md) and figure (.png, .pdf) of them
+PROFILED = tuple(e.name for e in experiments.ALL if e.profiled)  # experiments whose training steps are profiled
 
 
 def profiled_variants(config: dict, experiment: str) -> list[str]:
-    """The GPU variants of E1, E4 or E5 (its main runs' variants) whose training step is profiled; none for the
-    other experiments, nor where gpu.enabled false has dropped the GPU variants."""
-    if experiment not in PROFILED_MODELS:
+    """The GPU variants of a profiled experiment (E1, E4, E5: its main runs' variants) whose training step is
+    profiled; none for the other experiments, nor where gpu.enabled false has dropped the GPU variants."""
+    if not experiments.get(experiment).profiled:
         return []
     return [v for v in dict.fromkeys(config["experiments"][experiment].get("variants", [])) if uses_gpu(v)]
 
@@ -193,7 +145,7 @@ def profiled_variants(config: dict, experiment: str) -> list[str]:
 def profile_options(config: dict, experiment: str) -> list[str]:
     """The `gpunn profile` options of an experiment's jobs: its model, dataset (the first of E4's: they share
     MNIST's shape), batch and widths, as its runs train."""
-    exp, model = config["experiments"][experiment], PROFILED_MODELS[experiment]
+    exp, model = config["experiments"][experiment], experiments.get(experiment).model
     widths = [exp["hidden"]] if model == "mlp" else exp["channels"]
     dataset = exp["dataset"] if "dataset" in exp else exp["datasets"][0]
     return ["--model", model, "--dataset", dataset, "--batch", str(exp["batch"]),
@@ -201,26 +153,10 @@ def profile_options(config: dict, experiment: str) -> list[str]:
 
 
 def report_figures(config: dict, experiment: str) -> list[str]:
-    """The PNG figures of an experiment's report, by file name: E3's block figure only with its kernel block
-    sweep, E4's only with a block-size study (e4_block_runs), E1's, E4's and E5's step profile only with a GPU
-    variant (profiled_variants). Each has a PDF twin (report_outputs)."""
-    exp = config["experiments"][experiment]
-    sweep = experiment == "e3" and block_sweep_enabled(config)
-    study = experiment == "e4" and bool(e4_block_runs(config))
+    """The PNG figures of an experiment's report, by file name (Experiment.figures), and the step profile's where
+    a GPU variant is profiled (profiled_variants). Each has a PDF twin (report_outputs)."""
     profile = [f"{STEP_PROFILE}.png"] if profiled_variants(config, experiment) else []
-    return {
-        "e1": ["loss_curves.png", "epoch_time.png", "samples.png", "reduction_gap.png"],
-        "e2": ["heatmaps.png", "forward_backward.png"],
-        "e3": ["batch_timing.png"] + (["block_sweep.png"] if sweep else []),
-        "e4": ["cumulative_time.png", "loss_curves.png"] + [f"samples_{d}.png" for d in exp.get("datasets", [])]
-              + (["block_time.png", "block_loss.png"] if study else []),
-        "e5": ["mse_curves.png", "reconstructions.png", "training_time.png", "speedup.png"],
-        "e6": ["confusion.png"],
-    }[experiment] + profile
-
-
-REPORT_PROVENANCE = "provenance.json"  # every report: where its numbers came from (gpunn.report.sources)
-JOB_TIMES = "jobs"  # every report: the wall time of each job it depends on (gpunn.report.job_times)
+    return experiments.get(experiment).figures(config) + profile
 
 
 def report_outputs(config: dict, experiment: str) -> list[str]:
@@ -228,18 +164,12 @@ def report_outputs(config: dict, experiment: str) -> list[str]:
     as PNG then as PDF, and provenance.json. E3's block tables only with its kernel block sweep, E4's only with
     a block-size study, the step profile table only with a profiled variant."""
     base = Layout.of(config).report_dir(experiment)
-    sweep = experiment == "e3" and block_sweep_enabled(config)
-    study = experiment == "e4" and bool(e4_block_runs(config))
-    # paper_vs_ours: the seed's numbers beside ours (gpunn.report.paper_vs_ours), for every experiment
-    tables = ["summary"] + {"e2": ["paper_table"], "e3": ["blocks"] if sweep else [],
-                            "e4": ["paper_table"] + (["blocks"] if study else []),
-                            "e5": ["paper_table"]}.get(experiment, []) + ["paper_vs_ours"]
+    tables = experiments.get(experiment).tables(config)
     tables += [STEP_PROFILE] if profiled_variants(config, experiment) else []
     tables.append(JOB_TIMES)
     figures = report_figures(config, experiment)
     table_files = [f"{base}/{table}.{ext}" for table in tables for ext in ("csv", "md")]
-    if experiment == "e1":  # seed 000's CPU-GPU accuracy gap tested (experiments.e1_gap_sentence and its runs)
-        table_files.append(f"{base}/gap.md")
+    table_files += [f"{base}/{name}" for name in experiments.get(experiment).files(config)]
     return (table_files + [f"{base}/{name}" for name in figures]
             + [f"{base}/{name[:-len('.png')]}.pdf" for name in figures] + [f"{base}/{REPORT_PROVENANCE}"])
 
@@ -312,36 +242,19 @@ FEATURE_FILES = tuple(f"{part}_{kind}.npy" for part in ("train", "test") for kin
 
 
 def shown_runs(config: dict, experiment: str) -> list[RunSpec]:
-    """The runs whose evaluation an experiment's report shows (E1, E4, E5): the first listed variant, the
-    reference, per dataset (its sample figure); E4's among its main runs only, so that a block study on a
-    dataset of its own adds no sample figure. E5's reconstructions are those of the run E6 encodes with
-    (experiments.e6.variant: by default the fastest GPU variant, trained on the full set like the paper's), or,
-    when E5 does not train that variant, of its first."""
-    if experiment not in ("e1", "e4", "e5"):
-        return []
-    runs = e4_main_runs(config) if experiment == "e4" else experiment_runs(config, experiment)
-    if experiment == "e5":
-        encoder = [spec for spec in runs if spec.variant == config["experiments"]["e6"]["variant"]]
-        runs = encoder + runs
-    shown = {}
-    for spec in runs:
-        shown.setdefault(spec.dataset, spec)
-    return list(shown.values())
+    """The runs whose evaluation an experiment's report shows (Experiment.shown_runs: E1's and E4's first variant
+    per dataset, E5's encoder run)."""
+    return experiments.get(experiment).shown_runs(config)
 
 
 def report_inputs(config: dict, experiment: str) -> dict[str, list[str]]:
-    """Input files of one experiment's report, by kind: runs (metrics.json), evals (eval.json of the
-    shown_runs), timings and blocks (E3 CSVs), svm (E6), profiles (E1, E4, E5: a step profile CSV per
+    """Input files of one experiment's report, by kind: its own (Experiment.inputs: E3's timings and blocks, E6's
+    svm), else runs (metrics.json), evals (eval.json of the shown_runs) and profiles (a step profile CSV per
     profiled variant)."""
     layout = Layout.of(config)
-    if experiment == "e3":
-        timing = layout.measured("timing")
-        inputs = {"timings": [f"{timing}/e3/{v}.csv" for v in config["experiments"]["e3"]["variants"]]}
-        if block_sweep_enabled(config):
-            inputs["blocks"] = [f"{timing}/e3/blocks.csv"]
-        return inputs
-    if experiment == "e6":
-        return {"svm": [f"{layout.measured('svm')}/{e6_run(config).path}/metrics.json"]}
+    own = experiments.get(experiment).inputs
+    if own is not None:
+        return own(config, layout)
     inputs = {"runs": [f"{layout.run_dir(r)}/metrics.json" for r in experiment_runs(config, experiment)]}
     if shown := shown_runs(config, experiment):
         inputs["evals"] = [f"{layout.eval_dir(r)}/eval.json" for r in shown]
@@ -373,7 +286,7 @@ def planned_intermediates(config: dict, experiment: str) -> dict[str, str | None
     for spec in experiment_runs(config, experiment):
         log = layout.run_log("train", spec)
         files.update({f"{layout.run_dir(spec)}/{name}": log for name in RUN_FILES})
-        if experiment == "e6":
+        if "svm" in report_inputs(config, experiment):  # E6: the features of its encoder run
             log = layout.run_log("features", spec)
             files.update({f"{layout.features_dir(spec)}/{name}": log for name in FEATURE_FILES})
     for spec in shown_runs(config, experiment):

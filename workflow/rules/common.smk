@@ -12,7 +12,8 @@ sys.path.insert(0, _SRC)
 
 from gpunn.config import CPU_MACHINE, SIMULATOR_MACHINE, load_config, load_schema, missing_gpu_note
 from gpunn.data.registry import DATASETS
-from gpunn.report import captions as figure_captions
+from gpunn import experiments
+from gpunn.report.captions import rst_name as caption_file
 from gpunn.errors import GpunnError
 from gpunn.runspec import RUN_PATTERN as RUN
 from gpunn.runspec import WILDCARD_CONSTRAINTS, format_run_path
@@ -20,7 +21,7 @@ from gpunn.targets import (
     EXPERIMENTS,
     FEATURE_FILES,
     SVM_FILES,
-    PROFILED_MODELS,
+    PROFILED,
     Layout,
     edited_intermediates,
     enabled_experiments,
@@ -268,15 +269,15 @@ def report_args(inputs):
 
 def report_files(experiment):
     """Targets of the report: tables, PDFs and provenance.json as plain outputs, the PNG figures marked for
-    `snakemake --report`, in the experiment's category, each with its own caption (gpunn.report.captions,
-    generated into workflow/report/captions/) and its seed figure as a label."""
-    files = []
+    `snakemake --report`, in the experiment's category, each with its own caption (the experiment's CAPTIONS,
+    generated into workflow/report/captions/) and its paper's figure as a label."""
+    found, files = experiments.get(experiment), []
     for path in report_outputs(config, experiment):
         if path.endswith(".png"):
             name = os.path.basename(path)
-            path = report(path, caption=f"../report/captions/{figure_captions.rst_name(experiment, name)}",
-                          category=experiment.upper(),
-                          labels={"figure": name, "mirrors": figure_captions.caption(experiment, name).seed})
+            key = found.caption_key(name)
+            path = report(path, caption=f"../report/captions/{caption_file(experiment, key)}",
+                          category=experiment.upper(), labels={"figure": name, "mirrors": found.captions[key].seed})
         files.append(path)
     return files
 

@@ -14,7 +14,7 @@ rule step_profile:
     benchmark:
         job_benchmark("step_profile", f"{M}/{{experiment}}/{{variant}}"),
     wildcard_constraints:
-        experiment="|".join(PROFILED_MODELS),
+        experiment="|".join(PROFILED),
     params:
         options=profile_args,
         env=gpu_env(True),

@@ -16,27 +16,18 @@ gpunn.report.sources).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from gpunn import io
 from gpunn.errors import GpunnError
-from gpunn.report import captions, divergence, job_times, sources
+from gpunn import experiments
+from gpunn.report import divergence, job_times, sources
 from gpunn.report.paper_vs_ours import ACCURACY_QUANTITIES, row_key
-from gpunn.report.papers import E5_EPOCH_TABLE, SEEDS, PaperValue, paper_value
+from gpunn.report.papers import PaperValue
 from gpunn.report.tables import format_ratio, format_significant
-from gpunn.targets import EXPERIMENTS, REPORT_PROVENANCE
 
-EXPERIMENT_TITLES = {
-    "e1": "MLP 784-256-10 on MNIST, CPU against GPU",
-    "e2": "MLP hidden size x batch size sweep",
-    "e3": "MLP step throughput, forward / backward split and latency per batch size, kernel block sizes",
-    "e4": "CNN on MNIST and Fashion-MNIST",
-    "e5": "Convolutional autoencoder on CIFAR-10",
-    "e6": "RBF SVM on the autoencoder's encoder features",
-}
 SETTING_ENDS = (", per ", ", timed on", " — ")  # where a summary title's setting ends and its timing note begins
 
 
@@ -60,43 +51,6 @@ def run_setting(report_root, experiment: str) -> str | None:
 TABLE_ORDER = ("summary.md", "paper_vs_ours.md", "paper_table.md", "blocks.md", "gap.md", "step_profile.md", "jobs.md")
 
 
-@dataclass(frozen=True)
-class Headline:
-    """One number of a seed shown on the entry page: `select` picks its PaperValue (papers.paper_value)."""
-
-    experiment: str
-    label: str
-    quantity: str
-    select: dict = field(default_factory=dict)
-    # paper_vs_ours.csv columns that find its row (None: all of paper_vs_ours.row_key); where several rows match
-    # (E3: one per GPU variant and large batch) the one with the largest value of ours stands for it
-    match: tuple[str, ...] | None = None
-
-    def entry(self) -> PaperValue:
-        return paper_value(self.experiment, self.quantity, **self.select)
-
-
-HEADLINES = (
-    Headline("e1", "CPU test accuracy", "test_accuracy", {"phase": "CPU"}),
-    Headline("e1", "GPU test accuracy", "test_accuracy", {"phase": "GPU"}),
-    Headline("e1", "GPU speedup over the CPU", "speedup", {"phase": "GPU"}),
-    Headline("e2", "tiled GPU test accuracy, hidden 256, batch 128", "test_accuracy",
-             {"phase": "Optimization #2", "hidden": 256, "batch": 128}),
-    Headline("e2", "tiled GPU speedup over serial, hidden 256, batch 128", "speedup", {"phase": "Optimization #2"}),
-    Headline("e3", "expected GPU speedup over NumPy (ours: the best throughput speedup, batch >= 128)",
-             "expected_speedup", {}, match=("table", "row", "quantity")),
-    Headline("e4", "optimized test accuracy, MNIST (A40)", "test_accuracy", {"source": "Table 4", "row": "A40"}),
-    Headline("e4", "optimized test accuracy, Fashion-MNIST (A40)", "test_accuracy",
-             {"source": "Table 6", "row": "A40"}),
-    Headline("e4", "optimized speedup over naive (A40)", "speedup", {"source": "4.2 Cuda results"}),
-    Headline("e5", "optimized v2 GPU epoch (s, 50 000 images)", "epoch_time",
-             {"source": E5_EPOCH_TABLE, "phase": "GPU optimized v2"}),
-    Headline("e5", "optimized v2 GPU speedup over the CPU, per epoch", "speedup",
-             {"source": E5_EPOCH_TABLE, "phase": "GPU optimized v2", "versus": "CPU"}),
-    Headline("e6", "SVM train accuracy", "train_accuracy", {}),
-    Headline("e6", "SVM test accuracy", "test_accuracy", {}),
-    Headline("e6", "SVM fit time (s)", "fit_time", {}),
-)
 INDEX_COLUMNS = ("experiment", "seed", "headline", "paper", "ours", "comparison", "paper_device", "variant",
                  "our_device", "simulator", "note")
 
@@ -163,16 +117,16 @@ def headline_rows(report_root, ran: list[str], not_run: dict[str, str]) -> list[
     experiment that did not (with the reason in `not_run`)."""
     report_root = Path(report_root)
     rows = []
-    for experiment in EXPERIMENTS:
-        seed = SEEDS[experiment].split("_")[0]
+    for found in experiments.ALL:
+        experiment, seed = found.name, found.paper.split("_")[0]
         if experiment not in ran:
             reason = not_run.get(experiment, "not run in this configuration")
             rows.append({"experiment": experiment.upper(), "seed": seed, "headline": "-", "paper": "-", "ours": "-",
                          "comparison": "-", "note": f"not run: {reason}"})
             continue
         table = _paper_rows(report_root, experiment)
-        for headline in (h for h in HEADLINES if h.experiment == experiment):
-            entry = headline.entry()
+        for headline in found.headlines:
+            entry = found.headline_value(headline)
             key = {k: v for k, v in row_key(entry).items() if headline.match is None or k in headline.match}
             match = table
             for column, value in key.items():
@@ -198,7 +152,7 @@ def headline_rows(report_root, ran: list[str], not_run: dict[str, str]) -> list[
 def provenance_records(report_root, ran: list[str]) -> list[dict]:
     """The distinct provenance records of the experiments' reports, each with the experiments that used it."""
     return sources.merge(((experiment.upper(), record) for experiment in ran
-                          for record in sources.read(Path(report_root) / experiment / REPORT_PROVENANCE)["sources"]),
+                          for record in sources.read(Path(report_root) / experiment / sources.PROVENANCE)["sources"]),
                          label="experiments")
 
 
@@ -206,9 +160,9 @@ def _experiment_files(report_root: Path, experiment: str) -> tuple[list[str], li
     folder = report_root / experiment
     names = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
     tables = [n for n in TABLE_ORDER if n in names] + [n for n in names if n.endswith(".md") and n not in TABLE_ORDER]
-    order = [figure for e, figure in captions.CAPTIONS if e == experiment]  # the report's own order
-    figures = sorted((n for n in names if n.endswith(".png")),
-                     key=lambda n: (order.index(captions.caption_key(experiment, n)[1]), n))
+    found = experiments.get(experiment)
+    order = list(found.captions)  # the report's own order
+    figures = sorted((n for n in names if n.endswith(".png")), key=lambda n: (order.index(found.caption_key(n)), n))
     return tables, figures
 
 
@@ -275,11 +229,10 @@ def markdown(report_root, ran, not_run, rows, records, notes=(), machine: str = 
                   "", "Details: [e1/gap.md](e1/gap.md).", ""]
     parts += wall_time_section(report_root, ran)
     parts += ["## Experiments", ""]
-    for experiment in EXPERIMENTS:
-        seed = SEEDS[experiment].split("_")[0]
+    for found in experiments.ALL:
+        experiment, seed = found.name, found.paper.split("_")[0]
         ours = run_setting(report_root, experiment) if experiment in ran else None
-        heading = (f"{ours} (seed {seed}: {EXPERIMENT_TITLES[experiment]})" if ours
-                   else f"{EXPERIMENT_TITLES[experiment]} (seed {seed})")
+        heading = f"{ours} (seed {seed}: {found.title})" if ours else f"{found.title} (seed {seed})"
         parts += [f"### {experiment.upper()}: {heading}", ""]
         if experiment not in ran:
             parts += [f"Not run: {not_run.get(experiment, 'not run in this configuration')}.", ""]
@@ -289,7 +242,7 @@ def markdown(report_root, ran, not_run, rows, records, notes=(), machine: str = 
         for name in figures:
             pdf = name[:-4] + ".pdf"
             pdf_link = f" ([PDF]({experiment}/{pdf}))" if (report_root / experiment / pdf).is_file() else ""
-            parts.append(f"- [{name}]({experiment}/{name}){pdf_link}: {captions.caption(experiment, name).text()}")
+            parts.append(f"- [{name}]({experiment}/{name}){pdf_link}: {found.caption(name).text()}")
         parts.append("")
     parts += ["## Provenance", "",
               "Every device, driver, package version and commit the reports' inputs were produced with (from each "
@@ -358,9 +311,9 @@ def write(out_dir, ran, not_run=None, notes=(), machine: str = "") -> dict[str, 
     report folders); every file is written only after all three are built."""
     out_dir = Path(out_dir)
     not_run = dict(not_run or {})
-    unknown = [e for e in [*ran, *not_run] if e not in EXPERIMENTS]
+    unknown = [e for e in [*ran, *not_run] if e not in experiments.NAMES]
     if unknown:
-        raise GpunnError(f"index: unknown experiment(s) {', '.join(unknown)}; choose from {', '.join(EXPERIMENTS)}")
+        raise GpunnError(f"index: unknown experiment(s) {', '.join(unknown)}; choose from {', '.join(experiments.NAMES)}")
     rows = headline_rows(out_dir, ran, not_run)
     records = provenance_records(out_dir, ran)
     page = markdown(out_dir, ran, not_run, rows, records, notes, machine)

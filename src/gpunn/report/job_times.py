@@ -13,6 +13,7 @@ import pandas as pd
 from gpunn import io
 from gpunn.errors import GpunnError
 
+JOB_TIMES = "jobs"  # every report's table of the wall time of each job it depends on (.csv, .md)
 JOB_COLUMNS = ("stage", "job", "wall_s", "max_rss_mb", "cpu_time_s")
 BENCHMARK_DIR = "/benchmarks/"
 LONGEST = 3  # jobs named per experiment on the entry page

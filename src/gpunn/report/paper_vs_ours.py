@@ -11,7 +11,7 @@ How the two are compared:
   * accuracies directly: `diff_pp` is ours minus the paper's, in percentage points; losses, MSE, memory and
     parameter counts by `ratio`;
   * a range or target the paper expects: ours is placed within, below or above it (note), no ratio.
-Which of our runs stands for a paper phase: papers.PHASES (the first variant that ran), in the entry's setting
+Which of our runs stands for a paper phase: the experiment's PHASES (the first variant that ran), in the entry's setting
 (dataset, hidden size, batch size, block size); where our setting differs (a smoke run's dataset, batch 64
 against the seed's 1), the note says so. A row whose run did not happen shows '-' for ours and says why; a number
 produced under numba's CUDA simulator has device cuda-simulator and a note that its timing is not meaningful; one
@@ -26,11 +26,9 @@ from collections.abc import Callable, Sequence
 import pandas as pd
 
 from gpunn import io
-from gpunn.backends.registry import uses_gpu
 from gpunn.errors import GpunnError
-from gpunn.nn.functional import DEFAULT_REDUCTION  # also what runs recorded before the setting existed used
 from gpunn.report import divergence, tables, titles
-from gpunn.report.papers import E4_BLOCK_SOURCE, E4_CUDA_TABLES, PHASES, TIME_UNITS, PaperValue, paper_values
+from gpunn.report.papers import TIME_UNITS, PaperValue, select
 from gpunn.report.tables import format_ratio, format_significant
 
 COLUMNS = ("table", "row", "column", "quantity", "unit", "paper_text", "paper", "ours", "ratio", "diff_pp",
@@ -45,13 +43,8 @@ ACCURACY_QUANTITIES = ("test_accuracy", "train_accuracy", "expected_accuracy", "
 CELL_PARTS = {"host_memory": "RAM", "gpu_memory": "VRAM"}
 SIMULATED = "under numba's CUDA simulator: its timing is not meaningful"
 
-# Seed 000's CPU losses (0.2257 after one epoch, 0.0045 after ten, at lr 0.01) are those of a gradient summed over
-# the batch, its GPU's (0.8420 -> 0.2218) of the mean it states (section 1.1): its CPU row compares with our
-# E1 run of reduction 'sum' (run path suffix _rsum), its GPU row with our 'mean' run, where both ran.
-E1_REDUCTION = {"CPU": "sum", "GPU": "mean"}
 
-
-def _missing(value) -> bool:
+def missing(value) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
@@ -63,14 +56,14 @@ def require_columns(frame: pd.DataFrame, columns: Sequence[str], experiment: str
                          f"it has {', '.join(map(str, frame.columns))}")
 
 
-def _device(run: pd.Series) -> str:
+def run_device(run: pd.Series) -> str:
     """The device of one of our runs; the CPU by its model where the run recorded it."""
     device = str(run.get("device", titles.UNKNOWN_DEVICE))
     cpu = run.get("cpu")
     return f"cpu ({cpu})" if device == "cpu" and isinstance(cpu, str) and cpu else device
 
 
-def _joined(values) -> str:
+def joined(values) -> str:
     return " vs ".join(dict.fromkeys(str(v) for v in values))
 
 
@@ -84,9 +77,10 @@ class Ours:
     base_phase: str | None = None  # the paper's CPU baseline phase: speedups of its times are over it
     time_column = "train_time_s"   # the time a speedup compares
 
-    def __init__(self, frame: pd.DataFrame):
+    def __init__(self, frame: pd.DataFrame, values: Sequence[PaperValue]):
         require_columns(frame, ("device", "simulator", *self.needs), self.experiment)
         self.frame = frame
+        self.values = tuple(values)  # the experiment's paper values
 
     # --- to give
     def candidates(self, entry: PaperValue) -> pd.DataFrame:
@@ -99,7 +93,7 @@ class Ours:
     # --- shared
     def run(self, entry: PaperValue, phase: str) -> tuple[pd.Series | None, str]:
         """Our run of the first variant of PHASES[seed][phase] that ran in the entry's setting, and why none."""
-        variants = PHASES[entry.seed][phase]
+        variants = entry.phases[phase]
         if not variants:
             return None, f"gpunn has no counterpart of the paper's {phase}"
         rows = self.candidates(entry)
@@ -118,13 +112,13 @@ class Ours:
     def time(self, entry: PaperValue, run: pd.Series) -> float | None:
         """The seconds a speedup of `run` compares."""
         value = run.get(self.time_column)
-        return None if _missing(value) else float(value)
+        return None if missing(value) else float(value)
 
     def paper_baseline(self, entry: PaperValue) -> PaperValue | None:
         """The paper's entry of its CPU baseline that a time entry's speedup is over (itself for the baseline)."""
         if self.base_phase is None or entry.quantity not in TIME_QUANTITIES:
             return None
-        return _one_baseline(paper_values(entry.experiment, entry.quantity, phase=self.base_phase, source=entry.source,
+        return one_baseline(select(self.values, entry.experiment, entry.quantity, phase=self.base_phase, source=entry.source,
                                           batch=entry.batch, hidden=entry.hidden, dataset=entry.dataset), entry)
 
     def differences(self, entry: PaperValue, run: pd.Series) -> list[str]:
@@ -132,7 +126,7 @@ class Ours:
         differs = []
         for field in ("dataset", "batch", "epochs"):
             paper, our = getattr(entry, field), run.get(field)
-            if paper is None or _missing(our) or str(paper) == str(our):
+            if paper is None or missing(our) or str(paper) == str(our):
                 continue
             if field == "dataset" and str(paper).split(" ")[0] == str(our):
                 continue  # 'cifar10 encoder features (8192)' is cifar10
@@ -145,7 +139,7 @@ class Ours:
         return f"ours: {', '.join(differs)}" if differs else ""
 
 
-def _one_baseline(found: Sequence[PaperValue], entry: PaperValue) -> PaperValue | None:
+def one_baseline(found: Sequence[PaperValue], entry: PaperValue) -> PaperValue | None:
     """The baseline among `found`: the one in the entry's unit, else the only one (compared in seconds)."""
     same_unit = [f for f in found if f.unit == entry.unit]
     if len(same_unit) == 1:
@@ -153,22 +147,22 @@ def _one_baseline(found: Sequence[PaperValue], entry: PaperValue) -> PaperValue 
     return found[0] if len(found) == 1 else None
 
 
-def _scaled_time(seconds: float | None, unit: str) -> float | None:
+def scaled_time(seconds: float | None, unit: str) -> float | None:
     return None if seconds is None else seconds / TIME_UNITS[unit]
 
 
-def _accuracy(value, unit: str) -> float | None:
+def accuracy_in(value, unit: str) -> float | None:
     """An accuracy fraction in the entry's unit (% or fraction)."""
-    if _missing(value):
+    if missing(value):
         return None
     return 100.0 * float(value) if unit == "%" else float(value)
 
 
-def _epoch_loss(run: pd.Series, epoch: int | None, final_column: str) -> tuple[float | None, str]:
+def epoch_loss(run: pd.Series, epoch: int | None, final_column: str) -> tuple[float | None, str]:
     """The run's mean train loss of `epoch` (its metrics.csv; None: the last epoch, the summary's)."""
     if epoch is None:
         value = run.get(final_column)
-        return (None, "not recorded") if _missing(value) else (float(value), "")
+        return (None, "not recorded") if missing(value) else (float(value), "")
     if int(run["epochs"]) < epoch:
         return None, f"our run trained {int(run['epochs'])} epoch{'' if int(run['epochs']) == 1 else 's'}"
     path = run.get("metrics_csv")
@@ -179,7 +173,7 @@ def _epoch_loss(run: pd.Series, epoch: int | None, final_column: str) -> tuple[f
     return (None, f"epoch {epoch} not in {path}") if at.empty else (float(at.iloc[0]), "")
 
 
-def _range_note(ours: float | None, entry: PaperValue) -> str:
+def range_note(ours: float | None, entry: PaperValue) -> str:
     """Where ours falls against a range (low-high) or a target (> low)."""
     if ours is None:
         return ""
@@ -211,12 +205,12 @@ def compare(entries: Sequence[PaperValue], ours: Ours) -> list[dict]:
             whys.append(measured_why)
         # our variants and devices only where our run of the paper's phase exists (not its baseline's alone)
         runs = [r for r in runs if r is not None] if run is not None else []
-        row = _row(entry, value)
+        row = value_row(entry, value)
         if entry.quantity in TIME_QUANTITIES:
             _add_speedups(row, entry, ours, value)
         if runs:
-            row.update(variant=_joined(divergence.marked(r["variant"], r) for r in runs),
-                       our_device=_joined(_device(r) for r in runs),
+            row.update(variant=joined(divergence.marked(r["variant"], r) for r in runs),
+                       our_device=joined(run_device(r) for r in runs),
                        simulator=any(bool(r.get("simulator")) for r in runs))
             notes += [divergence.paper_note(runs), ours.setting_note(entry, runs[0])]
             if row["simulator"] and (entry.quantity in TIME_QUANTITIES or "speedup" in entry.quantity
@@ -224,7 +218,7 @@ def compare(entries: Sequence[PaperValue], ours: Ours) -> list[dict]:
                 notes.append(SIMULATED)
         notes.extend(dict.fromkeys(w for w in whys if w))
         if entry.upper_text is not None or entry.quantity.startswith("expected"):
-            notes.append(_range_note(value, entry))
+            notes.append(range_note(value, entry))
         row["note"] = "; ".join(n for n in notes if n)
         rows.append(row)
     return rows
@@ -235,7 +229,7 @@ def _between(entry: PaperValue, ours: Ours, run: pd.Series, base: pd.Series) -> 
     accuracy gap (base's test accuracy minus run's, pp)."""
     if entry.quantity == "accuracy_gap":
         a, b = run.get("test_accuracy"), base.get("test_accuracy")
-        return (None, "accuracy not recorded") if _missing(a) or _missing(b) else (100.0 * (b - a), "")
+        return (None, "accuracy not recorded") if missing(a) or missing(b) else (100.0 * (b - a), "")
     if entry.quantity == "memory_reduction":
         return None, "gpunn does not record host memory"
     t, t_base = ours.time(entry, run), ours.time(entry, base)
@@ -246,7 +240,7 @@ def _between(entry: PaperValue, ours: Ours, run: pd.Series, base: pd.Series) -> 
     return t_base / t, ""
 
 
-def _row(entry: PaperValue, ours: float | None) -> dict:
+def value_row(entry: PaperValue, ours: float | None) -> dict:
     paper = entry.value
     ratio = None if ours is None or paper == 0 or entry.upper_text is not None else ours / paper
     diff = None
@@ -266,8 +260,8 @@ def _row(entry: PaperValue, ours: float | None) -> dict:
 
 def row_key(entry: PaperValue) -> dict:
     """The columns that find an entry's row in paper_vs_ours.csv: table, row, column, quantity, unit and the
-    paper's text (as _row writes them)."""
-    row = _row(entry, None)
+    paper's text (as value_row writes them)."""
+    row = value_row(entry, None)
     return {key: row[key] for key in ("table", "row", "column", "quantity", "unit", "paper_text")}
 
 
@@ -293,244 +287,6 @@ def _add_speedups(row: dict, entry: PaperValue, ours: Ours, value: float | None)
     if value is not None and base_value is not None and value > 0:
         row["our_speedup"] = base_value * TIME_UNITS[base.unit] / (value * TIME_UNITS[entry.unit])
         row["speedup_ratio"] = row["our_speedup"] / row["paper_speedup"]
-
-
-# --------------------------------------------------------------------------------------------- per experiment
-class OursE1(Ours):
-    """E1: our runs per variant, seed 000's CPU row from the 'sum' run and its GPU row from the 'mean' run."""
-
-    experiment = "e1"
-    needs = ("variant", "train_time_s", "time_per_epoch_s", "test_accuracy", "final_train_loss", "epochs")
-    base_phase = "CPU"
-
-    def choose(self, entry, phase, rows):
-        want = E1_REDUCTION.get(phase, DEFAULT_REDUCTION)
-        reduction = rows["reduction"] if "reduction" in rows else pd.Series(DEFAULT_REDUCTION, index=rows.index)
-        reduction = reduction.fillna(DEFAULT_REDUCTION)
-        matching = rows[reduction == want]
-        run = (matching if not matching.empty else rows).iloc[0].copy()
-        got = reduction[run.name]
-        note = "" if got == want else (f"our {run['variant']} run's loss gradient is the batch {got}; the paper's "
-                                       f"{phase} one is the {want}")
-        if got != DEFAULT_REDUCTION:  # name the run apart from the same variant's mean run
-            run["variant"] = f"{run['variant']} (reduction {got})"
-        return run, note
-
-    def measure(self, entry, run):
-        quantity = entry.quantity
-        if quantity == "train_time":
-            return _scaled_time(float(run["train_time_s"]), entry.unit), ""
-        if quantity == "epoch_time":
-            return _scaled_time(float(run["time_per_epoch_s"]), entry.unit), ""
-        if quantity == "test_accuracy":
-            return _accuracy(run["test_accuracy"], entry.unit), ""
-        if quantity == "train_loss":
-            return _epoch_loss(run, entry.epoch, "final_train_loss")
-        return None, f"gpunn does not measure {quantity}"
-
-
-
-class OursE2(Ours):
-    """E2: the run of each variant in the entry's (batch, hidden) cell; speedups over cpu-serial's cell."""
-
-    experiment = "e2"
-    needs = ("variant", "batch", "hidden", "train_time_s", "forward_time_s", "backward_time_s", "test_accuracy",
-             "n_train", "n_test")
-    base_phase = "Serial"
-
-    def candidates(self, entry):
-        return self.frame[(self.frame["batch"] == entry.batch) & (self.frame["hidden"] == entry.hidden)]
-
-    def where(self, entry):
-        return f" at batch {entry.batch}, hidden {entry.hidden}"
-
-    def paper_baseline(self, entry):
-        if entry.quantity not in TIME_QUANTITIES:
-            return None  # the serial cell of the same batch and hidden size, in the serial section's table
-        return _one_baseline(paper_values("e2", entry.quantity, phase=self.base_phase, batch=entry.batch,
-                                          hidden=entry.hidden), entry)
-
-    def measure(self, entry, run):
-        column = {"train_time": "train_time_s", "forward_time": "forward_time_s",
-                  "backward_time": "backward_time_s"}.get(entry.quantity)
-        if column is not None:
-            return _scaled_time(float(run[column]), entry.unit), ""
-        if entry.quantity == "test_accuracy":
-            return _accuracy(run["test_accuracy"], entry.unit), ""
-        return None, f"gpunn does not measure {entry.quantity}"
-
-    def differences(self, entry, run):
-        differs = super().differences(entry, run)
-        if (run["n_train"], run["n_test"]) != (entry.n_train, entry.n_test):
-            differs.append(f"{titles.count(run['n_train'])} train / {titles.count(run['n_test'])} test")
-        return differs
-
-
-class OursE4(Ours):
-    """E4: the main run of each variant on the entry's dataset; the block-size study's run at the entry's block.
-    Tables 3-6's speedups are over the paper's PyTorch CPU (Tables 1-2, 4 workers: its recommended setting)."""
-
-    experiment = "e4"
-    needs = ("variant", "dataset", "block", "train_time_s", "test_time_s", "test_accuracy", "final_train_loss",
-             "epochs")
-    base_phase = "PyTorch CPU"
-
-    def __init__(self, main: pd.DataFrame, study: pd.DataFrame):
-        super().__init__(main)
-        self.study = study
-
-    def candidates(self, entry):
-        if entry.source == E4_BLOCK_SOURCE:
-            return self.study[self.study["block"] == entry.block]
-        return self.frame[self.frame["dataset"] == entry.dataset]
-
-    def where(self, entry):
-        if entry.source == E4_BLOCK_SOURCE:
-            return f" with {entry.block} threads per block"
-        return f" on {entry.dataset}"
-
-    def paper_baseline(self, entry):
-        if entry.source in E4_CUDA_TABLES and entry.quantity in TIME_QUANTITIES:
-            found = paper_values("e4", entry.quantity, phase=self.base_phase, dataset=entry.dataset, workers=4)
-            return found[0] if len(found) == 1 else None
-        return super().paper_baseline(entry)
-
-    def measure(self, entry, run):
-        if entry.quantity in ("train_time", "test_time"):
-            value = run.get(f"{entry.quantity}_s")
-            return (None, "not recorded by this run") if _missing(value) else (_scaled_time(float(value), entry.unit),
-                                                                               "")
-        if entry.quantity == "test_accuracy":
-            return _accuracy(run["test_accuracy"], entry.unit), ""
-        if entry.quantity == "train_loss":
-            return _epoch_loss(run, entry.epoch, "final_train_loss")
-        return None, f"gpunn does not measure {entry.quantity}"
-
-
-class OursE5(Ours):
-    """E5: each variant's run; times over the entry's number of images (and epochs), extrapolated from the run's
-    own as seed 004 extrapolated its CPU's; speedups per epoch over 50 000 images."""
-
-    experiment = "e5"
-    needs = ("variant", "n_train", "epochs", "time_per_epoch_s", "train_time_s", "full_epoch_s", "final_train_mse",
-             "test_mse", "peak_gpu_memory_mib", "parameters")
-    base_phase = "CPU"
-
-    def time(self, entry, run):
-        return float(run["full_epoch_s"])
-
-    def measure(self, entry, run):
-        quantity, scale = entry.quantity, (entry.n_train or run["n_train"]) / run["n_train"]
-        epoch_s = float(run["time_per_epoch_s"]) * scale
-        if quantity == "epoch_time":
-            return _scaled_time(epoch_s, entry.unit), "extrapolated" if scale != 1 else ""
-        if quantity == "block_time":
-            return _scaled_time(float(run["time_per_epoch_s"]) * 100 / run["n_train"], entry.unit), (
-                "extrapolated" if run["n_train"] != 100 else "")
-        if quantity == "train_time":
-            if scale == 1 and int(run["epochs"]) == entry.epochs:
-                return _scaled_time(float(run["train_time_s"]), entry.unit), ""
-            return _scaled_time(epoch_s * entry.epochs, entry.unit), "extrapolated"
-        if quantity == "train_mse":
-            return _epoch_loss(run, entry.epoch, "final_train_mse")
-        if quantity == "test_mse":
-            value = run.get("test_mse")
-            return (None, "not recorded") if _missing(value) else (float(value), "")
-        if quantity == "gpu_memory":
-            value = run.get("peak_gpu_memory_mib")
-            return (None, "peak GPU memory not recorded (CPU, the simulator, older runs)") if _missing(value) else (
-                float(value), "")
-        if quantity == "parameters":
-            return float(run["parameters"]), ""
-        return None, f"gpunn does not record {quantity.replace('_', ' ')}"
-
-    def differences(self, entry, run):
-        differs = super().differences(entry, run)
-        if entry.n_train and run["n_train"] != entry.n_train:
-            differs.append(f"{titles.count(run['n_train'])} train images")
-        return differs
-
-
-SEED_FEATURES = 8192  # seed 004's encoder output, 8 x 8 x 128
-
-
-class OursE6(Ours):
-    """E6: the SVM's one run (our E6 report has one): accuracies and fit time against the paper's cuML SVC."""
-
-    experiment = "e6"
-    needs = ("method", "train_accuracy", "test_accuracy", "fit_time_s")
-
-    def run(self, entry, phase):
-        if self.frame.empty:
-            return None, "no SVM run"
-        row = self.frame.iloc[0].copy()
-        row["variant"] = f"svm {row.get('method') or '?'}"
-        return row, ""
-
-    def measure(self, entry, run):
-        if entry.quantity == "fit_time":
-            value = run.get("fit_time_s")
-            return (None, "not recorded") if _missing(value) else (_scaled_time(float(value), entry.unit), "")
-        if entry.quantity in ("train_accuracy", "test_accuracy", "expected_accuracy"):
-            column = "train_accuracy" if entry.quantity == "train_accuracy" else "test_accuracy"
-            return _accuracy(run.get(column), entry.unit), ""
-        return None, f"gpunn does not measure {entry.quantity}"
-
-    def differences(self, entry, run):
-        differs = [] if run.get("method") in PHASES[entry.seed][entry.phase] else [f"method {run.get('method')}"]
-        if entry.n_train and not _missing(run.get("n_train")) and int(run["n_train"]) != entry.n_train:
-            differs.append(f"{titles.count(run['n_train'])} training rows")
-        if not _missing(run.get("n_features")) and int(run["n_features"]) != SEED_FEATURES:
-            differs.append(f"{titles.count(run['n_features'])} features")
-        return differs
-
-    def setting_note(self, entry, run):
-        kernel = run.get("kernel_device")
-        where = None if _missing(kernel) else f"our RBF kernel computed on the {kernel}"
-        return "; ".join(n for n in (super().setting_note(entry, run), where) if n)
-
-
-def e3_rows(frame: pd.DataFrame) -> list[dict]:
-    """Seed 003's plan against E3's throughput: its expected 5-50x on large batches beside each GPU variant's
-    throughput speedup over cpu-numpy (cpu-numpy's time per step, steps run back to back, over the variant's) at our
-    large batches (128 and up; else the largest we timed); its tolerance, which the test suite checks and the
-    pipeline does not measure."""
-    require_columns(frame, ("variant", "batch", "throughput_step_ms", "device", "simulator"), "e3")
-    rows = []
-    expected = paper_values("e3", "expected_speedup")[0]
-    batches = sorted(int(b) for b in frame["batch"].unique())
-    large = [b for b in batches if b >= 128] or batches[-1:]
-    cpu = frame[frame["variant"] == "cpu-numpy"].set_index("batch")
-    gpu = [v for v in tables.ordered_variants(frame["variant"]) if uses_gpu(v)]
-    for variant in gpu or [None]:
-        for batch in large:
-            row = _row(expected, None)
-            row["column"] = f"{row['column']}, batch {batch}"
-            notes = [expected.note]
-            of = frame[(frame["variant"] == variant) & (frame["batch"] == batch)] if variant else frame.iloc[:0]
-            if of.empty:
-                notes.append("no GPU variant timed here")
-            else:
-                run = of.iloc[0]
-                row.update(variant=variant, our_device=_device(run), simulator=bool(run["simulator"]))
-                if batch in cpu.index:
-                    row["ours"] = float(cpu.loc[batch, "throughput_step_ms"]) / float(run["throughput_step_ms"])
-                    notes.append("ours: throughput (time per step, steps back to back)")
-                    row["variant"] = f"{variant} vs cpu-numpy"
-                    row["our_device"] = _joined([_device(run), _device(cpu.loc[batch])])
-                    notes.append(_range_note(row["ours"], expected))
-                else:
-                    notes.append("cpu-numpy not timed at this batch")
-                if row["simulator"]:
-                    notes.append(SIMULATED)
-                if batch < 128:
-                    notes.append(f"our largest batch timed is {batch}")
-            row["note"] = "; ".join(n for n in notes if n)
-            rows.append(row)
-    tolerance = paper_values("e3", "relative_error")[0]
-    rows.append({**_row(tolerance, None), "note": f"{tolerance.note}; checked by the test suite (GPU variants against "
-                                                  "cpu-numpy, tests/test_gpu_*.py), not measured by the pipeline"})
-    return rows
 
 
 # --------------------------------------------------------------------------------------------- output
@@ -612,25 +368,16 @@ def simulated_line(rows: list[dict]) -> str | None:
     return None
 
 
-def report(experiment: str, rows: list[dict], out_dir, head: str) -> str:
-    """Write one experiment's paper_vs_ours files under `head` (its runs' description); returns the md title."""
-    seed = paper_values(experiment)[0].seed
-    title = f"{head}: the paper's numbers (seed {seed.split('_')[0]}) beside ours"
+def report(rows: list[dict], out_dir, head: str, paper: str) -> str:
+    """Write one experiment's paper_vs_ours files under `head` (its runs' description), the numbers of `paper` (its
+    file name); returns the md title."""
+    title = f"{head}: the paper's numbers (paper {paper.split('_')[0]}) beside ours"
     write(rows, out_dir, title, simulated_line(rows))
     return title
 
 
-def rows_for(experiment: str, ours: Ours, keep: Callable[[PaperValue], bool] = lambda e: True) -> list[dict]:
-    """compare() over the experiment's paper values that `keep` selects, in the seeds' order."""
-    return compare([e for e in paper_values(experiment) if keep(e)], ours)
-
-
-def e4_keep(entry: PaperValue) -> bool:
-    """E4 shows Tables 3-6, the text's headline numbers and the block-size result, and of PyTorch's Tables 1-2
-    only the CPU rows with 4 workers (the CPU baseline of Tables 3-6's speedups): their CUDA rows are PyTorch's GPU
-    times, which the pipeline does not run."""
-    if entry.source in ("Table 1", "Table 2"):
-        return entry.phase == "PyTorch CPU" and entry.workers == 4
-    return True
+def rows_for(ours: Ours, keep: Callable[[PaperValue], bool] = lambda e: True) -> list[dict]:
+    """compare() over the experiment's paper values (ours.values) that `keep` selects, in the paper's order."""
+    return compare([e for e in ours.values if keep(e)], ours)
 
 

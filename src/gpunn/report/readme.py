@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from gpunn import io
+from gpunn import experiments, io
 from gpunn.errors import GpunnError
-from gpunn.report import index, sources
-from gpunn.targets import EXPERIMENTS
+from gpunn.report import index
 
 BEGIN = "<!-- gpunn publish: begin {folder} (generated from {folder}/index.md by gpunn publish; do not edit) -->"
 END = "<!-- gpunn publish: end -->"
@@ -24,7 +23,7 @@ HEADLINE_COLUMNS = [c for c in index.SUMMARY_COLUMNS if c[0] != "seed"]
 
 
 def _ran(folder: Path) -> list[str]:
-    return [e for e in EXPERIMENTS if (folder / e / "provenance.json").is_file()]
+    return [e for e in experiments.NAMES if (folder / e / "provenance.json").is_file()]
 
 
 def _provenance_line(records: list[dict]) -> str:
@@ -50,10 +49,10 @@ def section(folder, readme_dir=".") -> str:
     rows = pd.read_csv(folder / "index.csv", dtype=str, keep_default_na=False).to_dict("records")
     lines = [BEGIN.format(folder=link), "",
              f"From [`{link}/index.md`]({link}/index.md), which links every table and figure: one results tree with "
-             f"{len(ran)} of the {len(EXPERIMENTS)} experiments. {_provenance_line(records)}", ""]
-    for experiment in EXPERIMENTS:
+             f"{len(ran)} of the {len(experiments.NAMES)} experiments. {_provenance_line(records)}", ""]
+    for experiment in experiments.NAMES:
         if experiment in ran:
-            setting = index.run_setting(folder, experiment) or index.EXPERIMENT_TITLES[experiment]
+            setting = index.run_setting(folder, experiment) or experiments.get(experiment).title
             lines.append(f"- {experiment.upper()}: {setting} ([summary]({link}/{experiment}/summary.md))")
         else:
             lines.append(f"- {experiment.upper()}: not run")

@@ -22,6 +22,7 @@ from gpunn.errors import GpunnError
 RECORD_KEYS = ("device", "driver", "simulator", "cpu", "python", "numpy", "numba", "numba_cuda", "snakemake",
                "commit")
 UNKNOWN = "unknown"
+PROVENANCE = "provenance.json"  # in every report folder
 
 
 def _record(provenance: dict | None) -> dict:

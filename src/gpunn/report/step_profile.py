@@ -14,18 +14,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
+from gpunn.errors import GpunnError
+from gpunn.report import figures, tables, titles
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from gpunn.errors import GpunnError  # noqa: E402
-from gpunn.report import figures, tables, titles  # noqa: E402
-from gpunn.targets import STEP_PROFILE  # noqa: E402
-
+STEP_PROFILE = "step_profile"  # the report's table (.csv, .md) and figure (.png, .pdf)
 COLUMNS = ("model", "variant", "batch", "order", "phase", "launch", "grid", "block", "ms", "share", "step_wall_ms",
            "kernel_ms", "step_kernels_ms", "host_overhead_us")
 TOP = 3                 # launches per variant in the table
@@ -146,12 +141,12 @@ def figure(frame: pd.DataFrame, out_png, title: str) -> Path:
     step. Untimed (title ending in UNTIMED): each variant's launches per op, counted."""
     table = op_table(frame)
     ops = [c for c in table.columns if c != HOST]
-    palette = [c for i, c in enumerate(plt.get_cmap("tab10").colors) if i != 7]  # tab10's grey is "other"'s
+    palette = [c for i, c in enumerate(figures.pyplot().get_cmap("tab10").colors) if i != 7]  # tab10's grey is "other"'s
     colors = {op: palette[i % len(palette)] for i, op in enumerate(ops)} | {OTHER: "0.75", HOST: "white"}
     segments = table.clip(lower=0).fillna(0)
     timed = is_timed(frame)
     panels = 2 if timed else 1
-    fig, axes = plt.subplots(1, panels, figsize=(panels * (1.1 * len(table) + 3.0) + 2.5, 4.6), squeeze=False)
+    fig, axes = figures.pyplot().subplots(1, panels, figsize=(panels * (1.1 * len(table) + 3.0) + 2.5, 4.6), squeeze=False)
     axes = axes[0]
     _stacked_bars(axes[0], segments, colors)
     if timed:
@@ -173,7 +168,7 @@ def figure(frame: pd.DataFrame, out_png, title: str) -> Path:
                     loc="upper left")
     fig.suptitle(title)
     fig.tight_layout()
-    return figures._save(fig, out_png)
+    return figures.save(fig, out_png)
 
 
 def report(experiment: str, profiles: Sequence, out_dir) -> dict[str, str]:

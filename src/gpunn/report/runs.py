@@ -1,0 +1,174 @@
+"""The rows of finished runs, as every experiment's report reads them: one tidy row per training run (run_row),
+speedups and accuracy differences against baseline runs, report order, notes, and the evaluation's sample figure."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from gpunn.errors import GpunnError
+from gpunn.report import divergence, figures, sources, tables, titles
+from gpunn.report.tables import format_ratio, ordered_variants
+from gpunn.runspec import RunSpec, format_widths
+
+read_json = sources.read_json  # one reader, one error line, for every report input
+
+
+def run_row(run_dir) -> dict:
+    """One tidy row describing a finished training run."""
+    path = Path(run_dir) / "metrics.json"
+    summary = read_json(path)
+    try:
+        return _run_row(summary)
+    except KeyError as exc:
+        raise GpunnError(f"{path}: lacks key {exc}; rerun its training step") from None
+    except GpunnError as exc:  # a spec the run path grammar no longer reads
+        raise GpunnError(f"{path}: {exc}; rerun its training step") from None
+
+
+def _run_row(summary: dict) -> dict:
+    """The spec, sizes, times and final metrics of a run; its device and whether it ran under the simulator
+    (unknown and false for runs recorded before metrics.json had provenance); the MLP's input and output sizes
+    for titles. The testing time is None for runs recorded before it was measured; the peak GPU memory in bytes
+    is None where the run did not record it (CPU variants, the simulator, older runs); whether it diverged and
+    ended at chance (gpunn.report.divergence)."""
+    spec = RunSpec.from_dict(summary["spec"])
+    return {
+        "dataset": spec.dataset, "split": spec.split, "model": spec.model, "variant": spec.variant,
+        "widths": format_widths(spec.widths), "batch": spec.batch, "lr": spec.lr,
+        "epochs": spec.epochs, "seed": spec.seed, "n_train": summary["n_train"], "n_test": summary["n_test"],
+        "parameters": summary["num_parameters"], "train_time_s": summary["total_train_time_s"],
+        "time_per_epoch_s": summary["mean_epoch_time_s"], "test_time_s": summary.get("test_time_s"),
+        "block": spec.block, "reduction": spec.reduction, "forward_time_s": summary["forward_time_s"],
+        "backward_time_s": summary["backward_time_s"], "final_train_loss": summary["final_train_loss"],
+        "test_loss": summary["final_test_loss"], "test_accuracy": summary["final_test_accuracy"],
+        **titles.device_fields(summary.get("provenance")),
+        "in_features": titles.mlp_in_features(summary, spec.widths[0]) if spec.model == "mlp" else None,
+        "classes": summary.get("num_classes"),
+        "peak_gpu_memory_bytes": summary.get("peak_gpu_memory_bytes"),
+        **divergence.run_fields(summary),
+    }
+
+
+BASELINES = ("cpu-serial", "cpu-numpy")
+
+
+# A correct port matches the reference's test accuracy; E1's paper lost 4 pp on the GPU.
+ACCURACY_TOLERANCE_PP = 0.1
+
+
+def speedup_column(baseline: str) -> str:
+    return f"speedup_vs_{baseline.replace('-', '_')}"
+
+
+def baseline_value(frame: pd.DataFrame, baseline: str, column: str, keys: Sequence[str]) -> pd.Series:
+    """For every row, `column` of the `baseline` variant's run with the same `keys`; NaN where it did not run."""
+    of_baseline = frame[column].where(frame["variant"] == baseline)
+    return of_baseline.groupby([frame[k] for k in keys]).transform("first")
+
+
+def add_baseline_comparisons(frame: pd.DataFrame, keys: Sequence[str],
+                             baselines: Sequence[str] = BASELINES) -> pd.DataFrame:
+    """Speedup in training time over each of the `baselines` (default: the CPU ones) run with the same `keys`,
+    and the test-accuracy comparison with cpu-numpy's run (add_accuracy_comparison); NaN without the baseline."""
+    frame = frame.copy()
+    for baseline in baselines:
+        frame[speedup_column(baseline)] = baseline_value(frame, baseline, "train_time_s", keys) / frame["train_time_s"]
+    return add_accuracy_comparison(frame, baseline_value(frame, "cpu-numpy", "test_accuracy", keys))
+
+
+def add_accuracy_comparison(frame: pd.DataFrame, reference: pd.Series) -> pd.DataFrame:
+    """`frame` with the test-accuracy difference to `reference` (cpu-numpy's accuracy for each row, NaN where it
+    did not run) in percentage points, and whether it is within ACCURACY_TOLERANCE_PP."""
+    diff = 100.0 * (frame["test_accuracy"] - reference)
+    # accuracies are counts / n: allow for the rounding of their difference
+    matches = [None if pd.isna(d) else bool(abs(d) <= ACCURACY_TOLERANCE_PP + 1e-9) for d in diff]
+    return frame.assign(accuracy_diff_vs_cpu_numpy_pp=diff, accuracy_matches_cpu_numpy=matches)
+
+
+def sorted_rows(frame: pd.DataFrame, columns: Sequence[str], appearance: Sequence[str] = ()) -> pd.DataFrame:
+    """Rows ordered by `columns`, the variant column in report order (baselines first), not alphabetically, and
+    the columns in `appearance` in the order their values first appear (the config's order of datasets)."""
+    ranks = {"variant": {v: i for i, v in enumerate(ordered_variants(frame["variant"]))}}
+    ranks.update({c: {v: i for i, v in enumerate(dict.fromkeys(frame[c]))} for c in appearance})
+    return frame.sort_values(list(columns), key=lambda col: col.map(ranks[col.name]) if col.name in ranks else col,
+                             kind="stable").reset_index(drop=True)
+
+
+def one_run_each(frame: pd.DataFrame, experiment: str, keys: Sequence[str]) -> None:
+    """Refuse two runs of one variant with the same `keys`: a table or figure would show one of them."""
+    repeated = frame[frame.duplicated(["variant", *keys])]
+    if not repeated.empty:
+        first = repeated.iloc[0]
+        at = ", ".join(f"{k} {first[k]}" for k in keys)
+        raise GpunnError(f"{experiment} has two runs of {first['variant']} at {at}; "
+                         f"keep one per variant, {titles.join_words(keys)}")
+
+
+def times(value) -> str:
+    return format_ratio(value)
+
+
+def comparison_formats(baselines: Sequence[str] = BASELINES) -> dict:
+    """Markdown formats of add_baseline_comparisons' columns: speedups as '125x', differences as '+0.05'."""
+    return {speedup_column(b): times for b in baselines} | {"accuracy_diff_vs_cpu_numpy_pp": "{:+.2f}"}
+
+
+COMPARISON_FORMATS = comparison_formats()
+
+
+COMPARISON_NOTE = ("Speedup: the baseline's training time over the variant's, on the same data with the same "
+                   "settings. accuracy_diff_vs_cpu_numpy_pp: test accuracy minus cpu-numpy's in percentage points; "
+                   f"accuracy_matches_cpu_numpy: within {ACCURACY_TOLERANCE_PP} pp. '-': that baseline did not run.")
+
+
+def join_notes(*lines: str | None) -> str:
+    return "\n\n".join(line for line in lines if line)
+
+
+def samples_missing(path: Path, out_png) -> bool:
+    """True when an evaluation's samples.npz is missing but the figure drawn from it is there: a results tree returned
+    from another machine without its .npz files, whose report job drew the figure (gpunn publish --rebuild keeps it);
+    a missing samples.npz without the figure is one error line."""
+    if path.is_file():
+        return False
+    if Path(out_png).is_file():
+        print(f"gpunn report: kept {out_png}: {path} is not here (a results tree returned without .npz files)",
+              file=sys.stderr)
+        return True
+    raise GpunnError(f"{path}: missing; run the evaluate step first")
+
+
+def samples_figure(eval_dir, out_png, title) -> None:
+    path = Path(eval_dir) / "samples.npz"
+    if samples_missing(path, out_png):
+        return
+    with np.load(path, allow_pickle=False) as saved:
+        if "reconstructions" in saved:
+            figures.reconstruction_grid(saved["images"], saved["reconstructions"], out_png, title)
+        else:
+            figures.sample_classifications(saved["images"], saved["labels"], saved["predictions"],
+                                           [str(c) for c in saved["class_names"]], out_png, title)
+
+
+def metrics_paths(runs) -> list[Path]:
+    return [Path(r) / "metrics.csv" for r in runs]
+
+
+def read_csvs(paths, columns, what) -> pd.DataFrame:
+    """The CSVs' rows, with device and simulator columns normalised (filled in for CSVs written before the
+    timings recorded their provenance)."""
+    frame = pd.concat([tables.read_table(p, columns, what) for p in paths], ignore_index=True)
+    return titles.with_device_fields(frame)
+
+
+def metrics_csvs(frame: pd.DataFrame, group: str, label: str) -> dict[str, dict[str, Path]]:
+    """{value of `group`: {value of `label`: that run's metrics.csv}} over the rows of `frame`, in its order."""
+    groups: dict[str, dict[str, Path]] = {}
+    for group_value, label_value, path in frame[[group, label, "metrics_csv"]].itertuples(index=False):
+        groups.setdefault(str(group_value), {})[str(label_value)] = path
+    return groups
