@@ -10,6 +10,8 @@ change and compares the planned jobs with the expected set; tests that change fi
 from __future__ import annotations
 
 import gzip
+import json
+import os
 import re
 import time
 from collections import Counter
@@ -162,6 +164,34 @@ def test_edited_intermediate_is_remade(small):
     assert Path(f"{prepared}.edited").is_file()
     with np.load(prepared) as saved:
         assert np.array_equal(saved["x_train"], original)
+
+
+def test_touched_intermediates_are_no_edit(small):
+    """Each job of a planned intermediate file records its outputs' fingerprints beside its log; every output
+    touched later (as Snakemake does on a cluster, minutes after the log) keeps its bytes: no edit, nothing reruns.
+    Without its job's record, a touched file counts as edited (the mtime alone decides)."""
+    from gpunn.fingerprints import SUFFIX, fingerprint
+
+    logs = small / "results/small/logs"
+    records = {p: p.read_bytes() for p in logs.rglob(f"*{SUFFIX}")}
+    assert {p.relative_to(logs).parts[0] for p in records} == {"prepare", "train", "evaluate"}
+    for record in records:
+        for path, recorded in json.loads(record.read_bytes()).items():
+            assert fingerprint(small / path) == recorded
+    outputs = [p for p in (small / "results/small").rglob("*")  # with the benchmarks (Snakemake's oldest outputs)
+               if p.is_file() and p.relative_to(small / "results/small").parts[0] != "logs"]
+    time.sleep(2.5)  # later than every log by more than gpunn.targets.EDIT_SLACK_S
+    now = time.time()
+    for path in outputs:  # one time for all: no input becomes newer than what is made from it
+        os.utime(path, (now, now))
+    said = _dry_run_changes_nothing(small)
+    assert "was changed after" not in said
+    assert planned(small) == Counter()
+    (record,) = [p for p in records if p.relative_to(logs).parts[0] == "prepare" and "digits8" in p.parts]
+    record.unlink()
+    assert "standard.npz was changed after the job that wrote it" in _dry_run_changes_nothing(small)
+    record.write_bytes(records[record])
+    assert planned(small) == Counter()
 
 
 def test_removed_run_output_reruns_that_run_only(small):

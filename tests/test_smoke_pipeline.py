@@ -449,7 +449,8 @@ def test_slurm_results_equal_the_local_run(smoke, slurm_smoke):
 @pytest.mark.slurm
 def test_second_slurm_run_has_nothing_to_do(slurm, slurm_smoke):
     """Snakemake touches a cluster job's outputs when it sees the job end, later than the job's own log: the
-    workflow's check for hand-edited files must not take that for an edit (gpunn.targets.recorded_end)."""
+    workflow's check for hand-edited files must not take that for an edit: the outputs' bytes still match the
+    fingerprints their jobs recorded (gpunn.fingerprints)."""
     workdir, _, _ = slurm_smoke
     out = run_on_slurm(slurm, workdir, "-n")
     assert out.returncode == 0, out.stderr[-2000:]

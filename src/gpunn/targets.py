@@ -12,9 +12,7 @@ Layout (paths relative to the workflow's directory; see the README):
 
 from __future__ import annotations
 
-import json
 import os
-from base64 import urlsafe_b64encode
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +21,7 @@ from gpunn.backends.registry import uses_gpu
 from gpunn.data.integrity import MANIFEST
 from gpunn.data.registry import get_dataset
 from gpunn.experiments import e6
+from gpunn.fingerprints import matches, read_record
 from gpunn.report.job_times import JOB_TIMES
 from gpunn.report.sources import PROVENANCE as REPORT_PROVENANCE
 from gpunn.report.step_profile import STEP_PROFILE
@@ -327,49 +326,36 @@ def _measured_inputs(config: dict, experiment: str, layout: "Layout") -> dict[st
     return files
 
 
-# A job's log is finished after its outputs are renamed into place (its last line says "done"), and Snakemake
-# then touches every output and records that mtime as the job's end in .snakemake/metadata. On a cluster that
-# happens when Snakemake sees the job finish (seconds to minutes after the log), so the end is the later of
-# the two. An output modified later than that, by more than this slack for coarse file-system clocks, was
-# changed by hand.
+# A job's log is finished after its outputs are renamed into place (its last line says "done"); the job then
+# records its outputs' fingerprints beside the log (gpunn.fingerprints), and Snakemake touches every output. On
+# a cluster that touch comes when Snakemake sees the job finish, seconds to minutes after the log. An output
+# modified later than its log, by more than this slack for coarse file-system clocks, whose bytes no longer
+# match its recorded fingerprint (or that has none recorded) was changed by hand.
 EDIT_SLACK_S = 2.0
-
-
-def recorded_end(path: str, workdir: Path) -> float | None:
-    """The output mtime Snakemake recorded when the job that wrote `path` finished (the `endtime` of its record
-    in .snakemake/metadata, one file per output named by the path in url-safe base64, split into folders of
-    "@"-prefixed parts where longer than a file name may be), or None without a readable record."""
-    metadata = workdir / ".snakemake" / "metadata"
-    try:
-        name_max = os.pathconf(metadata, "PC_NAME_MAX") or 255
-    except OSError:
-        return None
-    encoded = urlsafe_b64encode(str(path).encode()).decode()
-    parts = [encoded[i:i + name_max - 1] for i in range(0, len(encoded), name_max - 1)]
-    record = metadata.joinpath(*(["@" + part for part in parts[:-1]] + parts[-1:]))
-    try:
-        return float(json.loads(record.read_text())["endtime"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
 
 
 def edited_intermediates(config: dict, experiments, workdir: str | Path = ".") -> list[str]:
     """Planned intermediate files changed after the job that wrote them finished (edited, overwritten,
     truncated by hand): they no longer are what that job made. The workflow moves each aside (to
-    `<file>.edited`), so that it is remade and everything that depends on it reruns."""
+    `<file>.edited`), so that it is remade and everything that depends on it reruns. Only files newer than
+    their log are hashed; a file only touched keeps its fingerprint and is no edit."""
     workdir = Path(workdir)
-    edited = []
+    edited, checked, records = [], set(), {}
     for experiment in experiments:
         for path, log in planned_intermediates(config, experiment).items():
-            if log is None or path in edited:
+            if log is None or path in checked:
                 continue
+            checked.add(path)
             try:
                 written = (workdir / path).stat().st_mtime
                 finished = (workdir / log).stat().st_mtime
             except FileNotFoundError:
                 continue  # missing: see missing_intermediates; no log: not made by this workflow's job
-            finished = max(finished, recorded_end(path, workdir) or finished)
-            if written > finished + EDIT_SLACK_S:
+            if written <= finished + EDIT_SLACK_S:
+                continue
+            if log not in records:
+                records[log] = read_record(workdir / log)
+            if not matches(workdir / path, records[log].get(os.path.normpath(path))):
                 edited.append(path)
     return edited
 

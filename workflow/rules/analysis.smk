@@ -30,7 +30,8 @@ rule features:
     shell:
         logged(
             "{params.env}python -m gpunn features --run {params.run_dir} --data {input.data} "
-            "--out {params.out} --train-limit {params.train_limit}"
+            "--out {params.out} --train-limit {params.train_limit}",
+            fingerprints=True,
         )
 
 
@@ -65,5 +66,6 @@ rule svm:
             " --train-subset {params.e6[train_subset]} --test-subset {params.e6[test_subset]}"
             " --method {params.e6[method]} --C {params.e6[C]} --gamma {params.e6[gamma]}"
             " --components {params.e6[components]} --seed {params.e6[seed]} --kernel-device {params.kernel_device}"
-            " --class-names {params.class_names:q}"
+            " --class-names {params.class_names:q}",
+            fingerprints=True,
         )

@@ -89,12 +89,15 @@ wildcard_constraints:
     **WILDCARD_CONSTRAINTS,
 
 
-def logged(command):
+def logged(command, fingerprints=False):
     """A job's shell: `command` with its output on the terminal and in the job's log, the command itself traced into
     the log (bash xtrace on file descriptor 3) instead of printed by Snakemake: each rule's short `message:` names
     the job on the terminal (profiles: printshellcmds off, reasons quiet), so that no terminal line lists files.
-    Only the command's subshell traces: a traced `tee` would race it for the log's first line."""
-    return f"exec 3>{{log}}; ( BASH_XTRACEFD=3; set -x; {command} ) 2>&1 | tee -a {{log}}"
+    Only the command's subshell traces: a traced `tee` would race it for the log's first line. With `fingerprints`
+    (jobs of planned intermediate files), once the command succeeded (bash pipefail), its outputs' sizes and hashes
+    go to `<log>.outputs.json` (gpunn.fingerprints), which tells a hand edit from Snakemake's later touch."""
+    shell = f"exec 3>{{log}}; ( BASH_XTRACEFD=3; set -x; {command} ) 2>&1 | tee -a {{log}}"
+    return f"{shell}; python -m gpunn.fingerprints {{log:q}} {{output:q}}" if fingerprints else shell
 
 
 def job_log(stage, name):

@@ -82,5 +82,6 @@ rule prepare:
     shell:
         logged(
             "python -m gpunn prepare {wildcards.dataset} --raw {params.raw} --out {output} "
-            "--split {wildcards.split} {params.split}"
+            "--split {wildcards.split} {params.split}",
+            fingerprints=True,
         )

@@ -25,5 +25,6 @@ rule step_profile:
         ENV_FILE
     shell:
         logged(
-            "{params.env}python -m gpunn profile {params.options} --variants {wildcards.variant} --out {output}"
+            "{params.env}python -m gpunn profile {params.options} --variants {wildcards.variant} --out {output}",
+            fingerprints=True,
         )

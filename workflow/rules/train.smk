@@ -31,7 +31,8 @@ rule train:
         ENV_FILE
     shell:
         logged(
-            "{params.env}python -m gpunn train {params.run} --data {input} --out {params.out} {params.keep}"
+            "{params.env}python -m gpunn train {params.run} --data {input} --out {params.out} {params.keep}",
+            fingerprints=True,
         )
 
 
@@ -60,7 +61,8 @@ rule evaluate:
         ENV_FILE
     shell:
         logged(
-            "python -m gpunn evaluate --run {params.run_dir} --data {input.data} --out {params.out}"
+            "python -m gpunn evaluate --run {params.run_dir} --data {input.data} --out {params.out}",
+            fingerprints=True,
         )
 
 
@@ -88,7 +90,8 @@ rule time_batches:
             "{params.env}python -m gpunn time-batches --variants {wildcards.variant} --batches {params.batches} "
             "--hidden {params.e3[hidden]} --features {params.e3[features]} --steps {params.e3[steps]} "
             "--samples {params.e3[samples]} "
-            "--timed-epochs {params.e3[timed_epochs]} --repeats {params.e3[repeats]} --out {output}"
+            "--timed-epochs {params.e3[timed_epochs]} --repeats {params.e3[repeats]} --out {output}",
+            fingerprints=True,
         )
 
 
@@ -115,5 +118,6 @@ rule sweep_blocks:
     shell:
         logged(
             "{params.env}python -m gpunn sweep-blocks --blocks {params.blocks} --shapes {params.shapes} "
-            "--repeats {params.repeats} --out {output}"
+            "--repeats {params.repeats} --out {output}",
+            fingerprints=True,
         )
