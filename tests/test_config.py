@@ -147,7 +147,7 @@ def test_cpu_only_switch_drops_every_gpu_job():
 
 
 def test_e5_report_files():
-    """E5's report: the summary, the seed's section 2.4 and 3.1 tables, the seed's numbers beside ours, its MSE,
+    """E5's report: the summary, the paper's section 2.4 and 3.1 tables, the paper's numbers beside ours, its MSE,
     reconstruction and section 3.2 figures, its GPU variants' step profile (table and figure) and its jobs' times."""
     outputs = report_outputs(load({}), "e5")
     assert [p.rsplit("/", 1)[1] for p in outputs] == [

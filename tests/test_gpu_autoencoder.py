@@ -2,7 +2,7 @@
 
 Under the simulator (tiny shapes: 2x4x4 images, channels (3, 2), latent 2x1x1): one-batch gradients within 1e-5 of
 cpu-numpy's at an odd batch, and a short epoch (5 samples in batches of 3, a partial last batch) and a batch-1 epoch
-(the seed's one image per step) ending within 1e-4 in parameters (each test on the variants it adds something
+(the paper's one image per step) ending within 1e-4 in parameters (each test on the variants it adds something
 for: the simulator runs these convolutions slowly). gpu-graph needs a real GPU: its eager twin (the
 same policy without graphs) runs here. The GPU encoder of gpunn.features is checked against the CPU encoder. On a
 real GPU (-m gpu): the real network (3x32x32, channels 256 and 128) on 1 000 CIFAR-shaped images, each variant's
@@ -59,7 +59,7 @@ def test_autoencoder_variants_are_registered_with_the_seeds_designs():
     assert fastest_gpu_variant("autoencoder", simulator=False) == "gpu-graph"
     assert fastest_gpu_variant("autoencoder", simulator=True) == "gpu-im2col"
     tiled, im2col = POLICIES["gpu-tiled"], POLICIES["gpu-im2col"]
-    # the seed's optimized v1: shared-memory tiles, block-reduction weight and bias gradients
+    # the paper's optimized v1: shared-memory tiles, block-reduction weight and bias gradients
     assert tiled.conv == {"forward": "tiled", "backward_data": "tiled", "backward_weight": "block", "bias_grad": "block"}
     # its v2: the implicit-im2col GEMM for all three passes
     assert {im2col.conv[s] for s in ("forward", "backward_data", "backward_weight")} == {"implicit_gemm"}

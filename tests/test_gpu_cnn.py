@@ -64,7 +64,7 @@ def test_cnn_variants_are_registered_with_their_facts():
     naive, optimized, im2col = POLICIES["gpu-naive"], POLICIES["gpu-optimized"], POLICIES["gpu-im2col"]
     assert naive.sgd == "per_layer" and not naive.fuse and naive.copy == "sync" and naive.pool_backward == "atomic"
     assert set(naive.conv.values()) == {"naive"} and naive.gemm == "naive"
-    # the seed's optimized list, each item a field
+    # the paper's optimized list, each item a field
     assert optimized.fuse and optimized.gemm == "tiled16" and optimized.copy == "pipelined" and optimized.sgd == "flat"
     assert optimized.conv["forward"] == "tiled" and optimized.conv["backward_weight"] == "shuffle"
     assert im2col.resident and set(im2col.conv[s] for s in ("forward", "backward_data", "backward_weight")) == {

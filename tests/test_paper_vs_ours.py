@@ -1,4 +1,4 @@
-"""paper_vs_ours.csv / .md of each report (gpunn.report.paper_vs_ours): the seed's numbers beside ours from small
+"""paper_vs_ours.csv / .md of each report (gpunn.report.paper_vs_ours): the paper's numbers beside ours from small
 fake runs (the builders of tests/test_report.py): speedups over each side's own CPU baseline, accuracy differences
 in points, '-' and a note where our run is missing, the simulator named, E1's runs picked by their reduction."""
 
@@ -122,7 +122,7 @@ def test_e2_cells_speedups_and_missing_cells(tmp_path):
     out = tmp_path / "report"
     make_report("e2", out, runs=runs)
     table = _rows(out)
-    assert len(table) == 4 * 3 * 4 * 4 + 4  # every number of the seed's 12 tables, and its text's
+    assert len(table) == 4 * 3 * 4 * 4 + 4  # every number of the paper's 12 tables, and its text's
     naive = _one(table, table="Naive Parallel Implementation, Batch size 32", row="Training time (s)",
                  column="32 nodes")
     assert naive["ours"] == pytest.approx(2.0 * 2)  # E2_FACTOR 2 x hidden 32 / 32 x 64 / batch 32
@@ -195,7 +195,7 @@ def test_e5_phase_tables_memory_and_a_variant_not_run(tmp_path):
     vram = _one(totals, row="GPU Naive", column="Memory (RAM/VRAM): VRAM")
     assert vram["ours"] == pytest.approx(120.0) and vram["ratio"] == pytest.approx(120.0 / 116)
     assert "does not record host memory" in _one(totals, row="GPU Naive", column="Memory (RAM/VRAM): RAM")["note"]
-    assert "batch 32" in vram["note"]  # the seed trained one image per step
+    assert "batch 32" in vram["note"]  # the paper trained one image per step
     md = (out / "paper_vs_ours.md").read_text()
     assert _md_row(md, "GPU Optimized v1 (2.3)", "Epoch Time (s)")[3] == "-"
 

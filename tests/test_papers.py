@@ -58,7 +58,7 @@ def _table_lines(text: str, entry) -> list[str]:
     table = []
     for line in lines:
         if "\t" in line:
-            if table and line.startswith("Batch size"):  # seed 002: the next table's title row
+            if table and line.startswith("Batch size"):  # paper 002: the next table's title row
                 break
             table.append(line)
         elif line.strip() and table:
@@ -70,7 +70,7 @@ def _cell(text: str, entry) -> str:
     lines = [[cell.strip() for cell in line.split("\t")] for line in _table_lines(text, entry)]
     header = next(cells for cells in lines if entry.column in cells)
     rows = [cells for cells in lines if cells[0] == entry.row]
-    if entry.workers is not None:  # seed 001's Tables 1-2 repeat a device per DataLoader setting
+    if entry.workers is not None:  # paper 001's Tables 1-2 repeat a device per DataLoader setting
         rows = [r for r in rows if r[header.index("Num workers")].rstrip("*") == str(entry.workers)
                 and r[header.index("Pin memory")] == {None: "-", True: "True", False: "False"}[entry.pin_memory]]
     assert len(rows) == 1, f"{entry.source}: {len(rows)} rows labelled {entry.row!r}"
@@ -172,8 +172,8 @@ def test_queries_refuse_unknown_fields_and_ambiguity():
 
 def test_report_constants_come_from_the_papers():
     epochs = paper_values("e5", "epoch_time", source=e5.E5_EPOCH_TABLE)
-    assert e5.E5_SEED_EPOCH_S == {e.ours[0]: e.value for e in epochs}
-    assert e5.E5_SEED_EPOCH_S == {"cpu-numpy": 29678.0, "gpu-naive": 991.63, "gpu-tiled": 517.18,
+    assert e5.E5_PAPER_EPOCH_S == {e.ours[0]: e.value for e in epochs}
+    assert e5.E5_PAPER_EPOCH_S == {"cpu-numpy": 29678.0, "gpu-naive": 991.63, "gpu-tiled": 517.18,
                                            "gpu-im2col": 117.97}
     assert [e5.E5_PHASES[e.ours[0]] for e in epochs] == [e.phase for e in epochs]
     assert list(e5.E5_PHASES) == ["cpu-numpy", "gpu-naive", "gpu-tiled", "gpu-im2col", "gpu-graph"]

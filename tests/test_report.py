@@ -1,6 +1,6 @@
 """Report figures (non-empty, non-blank PNGs), summary tables (CSV round trip, Markdown formatting) and the
 experiment reports E1-E6 built from synthetic run folders, timing CSVs and SVM outputs (tables checked cell by cell;
-E1's verdict on seed 000's CPU-GPU gap for each case the data can show)."""
+E1's verdict on paper 000's CPU-GPU gap for each case the data can show)."""
 
 from __future__ import annotations
 
@@ -373,10 +373,10 @@ def test_e1_report_speedups_accuracy_difference_and_figures(tmp_path):
     md = (out / "summary.md").read_text()
     assert "| gpu-naive " in md and "125x" in md and "+0.05" in md and "-0.50" in md and "0.1 pp" in md
     # mean runs only (E1_RUNS): the gap cannot be tested, and the gap figure says what it lacks
-    cannot = ("Seed 000's 4.1-point CPU-GPU accuracy gap cannot be tested here: E1 ran only with reduction mean; "
+    cannot = ("Paper 000's 4.1-point CPU-GPU accuracy gap cannot be tested here: E1 ran only with reduction mean; "
               "set experiments.e1.reductions to [mean, sum].")
     assert cannot in md and cannot in (out / "gap.md").read_text()
-    assert written["reduction_gap.png"].replace("\n", " ").endswith("and seed 000's (missing: the sum runs)")
+    assert written["reduction_gap.png"].replace("\n", " ").endswith("and paper 000's (missing: the sum runs)")
 
 
 def test_e1_report_without_a_baseline_gives_nan_not_a_crash(tmp_path):
@@ -439,7 +439,7 @@ def test_e1_report_with_both_loss_reductions(tmp_path, monkeypatch):
     # the sum runs lost accuracy here (-0.90 and -0.93 points): the verdict says the data does not support the gap
     verdict = ("Under either reduction our CPU (cpu-numpy) and GPU (gpu-naive) runs agree within 0.05 points (mean: "
                "97.90 % vs 97.95 %; sum: 97.00 % vs 97.02 %), but sum minus mean is -0.90 points on the CPU and -0.93 "
-               "on the GPU, not the seed's +4.1: these runs do not show the loss reduction behind the seed's CPU-GPU "
+               "on the GPU, not the paper's +4.1: these runs do not show the loss reduction behind the paper's CPU-GPU "
                "gap.")
     assert verdict in (out / "summary.md").read_text()
     gap = (out / "gap.md").read_text()
@@ -460,14 +460,14 @@ def _gap_frame(accuracies, reductions=True):
     return frame if reductions else frame.drop(columns="reduction")
 
 
-# seed 000's gap as our H100 runs showed it: CPU and GPU agree under either reduction, the sum gains 4.2 points
+# paper 000's gap as our H100 runs showed it: CPU and GPU agree under either reduction, the sum gains 4.2 points
 GAP_SUPPORTED = {("cpu-numpy", "mean"): 0.9404, ("cpu-numpy", "sum"): 0.9824, ("gpu-graph", "mean"): 0.9405,
                  ("gpu-graph", "sum"): 0.9826}
 SUPPORTED_SENTENCE = (
     "Under either reduction our CPU (cpu-numpy) and GPU (gpu-graph) runs agree within 0.02 points (mean: 94.04 % vs "
-    "94.05 %; sum: 98.24 % vs 98.26 %), while sum vs mean differs by 4.2 points: the seed's 4.1-point CPU-GPU gap "
+    "94.05 %; sum: 98.24 % vs 98.26 %), while sum vs mean differs by 4.2 points: the paper's 4.1-point CPU-GPU gap "
     "follows the loss reduction, not the device.")
-CANNOT = "Seed 000's 4.1-point CPU-GPU accuracy gap cannot be tested here: "
+CANNOT = "Paper 000's 4.1-point CPU-GPU accuracy gap cannot be tested here: "
 
 
 def test_e1_gap_sentence_supporting_not_supporting_and_untestable():
@@ -482,17 +482,17 @@ def test_e1_gap_sentence_supporting_not_supporting_and_untestable():
     assert e1_gap_sentence(_gap_frame({**GAP_SUPPORTED, ("gpu-graph", "mean"): 0.9304})) == (
         "Under reduction mean our CPU (cpu-numpy) and GPU (gpu-graph) runs differ by more than 0.1 points (mean: "
         "94.04 % vs 93.04 %; sum: 98.24 % vs 98.26 %): the device changes the accuracy here, so these runs do not "
-        "show the seed's 4.1-point CPU-GPU gap following the loss reduction alone (sum minus mean: +4.71 points).")
+        "show the paper's 4.1-point CPU-GPU gap following the loss reduction alone (sum minus mean: +4.71 points).")
     # the devices agree, and so do the reductions: nothing explains a gap
     same = {("cpu-numpy", r): 0.9404 for r in ("mean", "sum")} | {("gpu-graph", r): 0.9405 for r in ("mean", "sum")}
     assert e1_gap_sentence(_gap_frame(same)) == (
         "Under either reduction our CPU (cpu-numpy) and GPU (gpu-graph) runs agree within 0.01 points (mean: 94.04 % "
         "vs 94.05 %; sum: 94.04 % vs 94.05 %), but sum minus mean is +0.00 points on the CPU and +0.00 on the GPU, "
-        "not the seed's +4.1: these runs do not show the loss reduction behind the seed's CPU-GPU gap.")
-    # a reduction gain well short of the seed's gap is not claimed to explain it
+        "not the paper's +4.1: these runs do not show the loss reduction behind the paper's CPU-GPU gap.")
+    # a reduction gain well short of the paper's gap is not claimed to explain it
     small = {**GAP_SUPPORTED, ("cpu-numpy", "sum"): 0.9504, ("gpu-graph", "sum"): 0.9505}
     assert e1_gap_sentence(_gap_frame(small)).endswith(
-        "while sum vs mean differs by only 1.00 points: the device does not explain the seed's 4.1-point CPU-GPU "
+        "while sum vs mean differs by only 1.00 points: the device does not explain the paper's 4.1-point CPU-GPU "
         "gap, and the loss reduction explains less than half of it here.")
 
     mean_only = {key: a for key, a in GAP_SUPPORTED.items() if key[1] == "mean"}
@@ -511,7 +511,7 @@ def test_e1_gap_sentence_supporting_not_supporting_and_untestable():
 
 
 def test_e1_gap_runs_prefer_the_seeds_designs():
-    """Seed 000's CPU is cpu-serial (else cpu-numpy), its GPU gpu-naive (else the first GPU variant in report
+    """Paper 000's CPU is cpu-serial (else cpu-numpy), its GPU gpu-naive (else the first GPU variant in report
     order); a variant that ran with both reductions wins over a preferred one that ran with one."""
     from gpunn.experiments.e1 import e1_gap_runs
 
@@ -529,7 +529,7 @@ def test_e1_gap_runs_prefer_the_seeds_designs():
 
 def test_e1_report_gap_figure_and_note_when_the_runs_support_it(tmp_path, monkeypatch):
     """The supporting case through the whole E1 report: gap.md and summary.md state it, reduction_gap.png draws
-    the four runs' train loss with seed 000's points on a log axis."""
+    the four runs' train loss with paper 000's points on a log axis."""
     from gpunn import experiments
 
     saved = _capture_figures(monkeypatch)
@@ -554,10 +554,10 @@ def test_e1_report_gap_figure_and_note_when_the_runs_support_it(tmp_path, monkey
     figure = next(f for f in saved if f["suptitle"] == written["reduction_gap.png"])
     lines = dict(zip([label for label, _, _ in figure["lines"][0]], figure["ydata"][0]))
     assert list(lines) == ["cpu-numpy (mean)", "cpu-numpy (sum)", "gpu-graph (mean)", "gpu-graph (sum)",
-                           "seed 000 CPU (paper)", "seed 000 GPU (paper)"]
+                           "paper 000 CPU", "paper 000 GPU"]
     assert lines["cpu-numpy (sum)"][-1] == pytest.approx(0.0063)
     for phase in ("CPU", "GPU"):
-        assert list(lines[f"seed 000 {phase} (paper)"]) == [
+        assert list(lines[f"paper 000 {phase}"]) == [
             v.value for v in experiments.paper_values("e1", "train_loss", phase=phase)]
     assert figure["yscale"] == ["log"]  # 2.1 after epoch 1 down to 0.0045: more than a decade
     assert figure["panels"][0].replace("\n", " ") == (  # same losses: named, as in every figure
@@ -1001,7 +1001,7 @@ def test_e4_e5_e6_titles_come_from_the_outputs(tmp_path, monkeypatch):
     warning = "timings of cpu-numpy under the CUDA simulator: not meaningful"
     assert _title_line(tmp_path / "e5" / "summary.md") == f"{head}, per variant — {warning}"
     assert _title_line(tmp_path / "e5" / "paper_table.md") == (
-        f"{head}, laid out as in the seed's sections 2.4 and 3.1 — {warning}")
+        f"{head}, laid out as in the paper's sections 2.4 and 3.1 — {warning}")
     assert "cuda-simulator" in _md_row(tmp_path / "e5" / "summary.md", "cpu-numpy")
     assert written["training_time.png"].endswith(f"\n{warning}") and written["speedup.png"].endswith(f"\n{warning}")
     assert "simulator" not in written["mse_curves.png"]
@@ -1101,7 +1101,7 @@ def test_coinciding_curves_are_named_and_styled_apart(tmp_path, monkeypatch):
     assert len({(marker, style) for _, marker, style in saved[-1]["lines"][0]}) == 3
 
 
-# ------------------------------------------------------------------------ E4: seed 001's tables, figures, block study
+# ------------------------------------------------------------------------ E4: paper 001's tables, figures, block study
 E4_RUNS = {  # (dataset, variant): (train time s, test accuracy, testing time s; None: not recorded)
     ("mnist", "cpu-numpy"): (180.0, 0.9800, 2.9), ("mnist", "gpu-naive"): (24.0, 0.9805, 0.09),
     ("mnist", "gpu-optimized"): (6.0, 0.9808, 0.11), ("mnist", "gpu-im2col"): (3.0, 0.9770, None),
@@ -1109,7 +1109,7 @@ E4_RUNS = {  # (dataset, variant): (train time s, test accuracy, testing time s;
     ("fashion_mnist", "gpu-optimized"): (5.0, 0.8753, 0.12), ("fashion_mnist", "gpu-im2col"): (2.5, 0.8751, 0.05),
 }
 E4_BLOCK_RUNS = {  # (variant, threads per block): (train time s, final train loss, test accuracy)
-    ("gpu-naive", 1024): (60.0, 2.303, 0.0980),  # the seed's failure: loss stuck at ln 10
+    ("gpu-naive", 1024): (60.0, 2.303, 0.0980),  # the paper's failure: loss stuck at ln 10
     ("gpu-naive", 128): (22.0, 0.05, 0.8755), ("gpu-optimized", 1024): (6.1, 0.04, 0.8762),
     ("gpu-optimized", 128): (6.2, 0.04, 0.8758),
 }
@@ -1194,7 +1194,7 @@ def test_e4_report_paper_tables_speedups_and_block_study(tmp_path):
                                    "simulator"]
     assert list(zip(paper["dataset"], paper["variant"])) == order
     assert paper["train_time_s"].tolist() == pytest.approx([E4_RUNS[k][0] for k in order])
-    header, rows = _md_rows(out / "paper_table.md")  # headed as the seed's tables
+    header, rows = _md_rows(out / "paper_table.md")  # headed as the paper's tables
     assert header == ["Dataset", "Variant", "Device", "Training Time [s]", "Testing Time [s]", "Test Accuracy"]
     assert "Also in paper_table.csv: simulator." in (out / "paper_table.md").read_text()  # False on every row
     assert rows[1] == ["mnist", "gpu-naive", "NVIDIA H100 80GB HBM3", "24.0", "0.0900", "98.05 %"]
@@ -1207,7 +1207,7 @@ def test_e4_report_paper_tables_speedups_and_block_study(tmp_path):
                                     "accuracy_matches_cpu_numpy", "diverged", "at_chance", "simulator"]
     keys = [("gpu-naive", 128), ("gpu-naive", 1024), ("gpu-optimized", 128), ("gpu-optimized", 1024)]
     assert list(zip(blocks["variant"], blocks["block"])) == keys  # block sizes by number, not as text
-    # the seed's failed block 1024 (9.8 % on 10 classes) is at chance, below 1.5 / 10; no run diverged
+    # the paper's failed block 1024 (9.8 % on 10 classes) is at chance, below 1.5 / 10; no run diverged
     assert list(blocks["at_chance"]) == [False, True, False, False] and not blocks["diverged"].any()
     assert "at_chance: test accuracy below 1.5 / classes." in (out / "blocks.md").read_text()
     for _, row in blocks.iterrows():
@@ -1223,7 +1223,7 @@ def test_e4_report_paper_tables_speedups_and_block_study(tmp_path):
     assert _title_line(out / "summary.md") == (
         f"{head} and fashion_mnist (60 000 train / 10 000 test), batch 64, 5 epochs, per dataset and variant, "
         "timed on cpu (AMD EPYC 9454) and NVIDIA H100 80GB HBM3")
-    assert _title_line(out / "paper_table.md").endswith("laid out as in the seed's Tables 3-6, timed on cpu "
+    assert _title_line(out / "paper_table.md").endswith("laid out as in the paper's Tables 3-6, timed on cpu "
                                                         "(AMD EPYC 9454) and NVIDIA H100 80GB HBM3")
     assert _title_line(out / "blocks.md") == (
         "E4: CNN (conv channels 16, 32) on fashion_mnist (60 000 train / 10 000 test), batch 64, 5 epochs, "
@@ -1306,11 +1306,11 @@ def test_e4_report_refuses_two_runs_of_one_variant_and_dataset(tmp_path):
         make_report("e4", tmp_path / "report", runs=runs, evals=evals)
 
 
-# ------------------------------------------------------------------------ E5: seed 004's tables and figures
+# ------------------------------------------------------------------------ E5: paper 004's tables and figures
 E5_EPOCHS = 3
 MIB = 2 ** 20
 E5_RUNS = {  # variant: (n_train, seconds per epoch, peak GPU memory in bytes; None: not recorded, absent: CPU)
-    "cpu-numpy": (1000, 600.0, "absent"),  # 30 000 s per 50 000-image epoch, extrapolated as the seed did
+    "cpu-numpy": (1000, 600.0, "absent"),  # 30 000 s per 50 000-image epoch, extrapolated as the paper did
     "gpu-naive": (50000, 1000.0, 120 * MIB), "gpu-tiled": (50000, 500.0, 90 * MIB + MIB // 2),
     "gpu-im2col": (50000, 120.0, None), "gpu-graph": (50000, 100.0, 88 * MIB),
 }
@@ -1388,7 +1388,7 @@ def test_e5_report_speedups_per_full_set_epoch_memory_and_paper_tables(tmp_path)
     assert [cells[v]["peak_gpu_memory_mib"] for v in variants] == ["-", "120", "90.5", "-", "88"]
     md = (out / "summary.md").read_text()
     assert "The runs trained on 1 000 and 50 000 images, so every speedup compares epochs over 50 000 images" in md
-    assert "as the seed extrapolated its CPU epoch" in md
+    assert "as the paper extrapolated its CPU epoch" in md
 
     paper = pd.read_csv(out / "paper_table.csv")
     assert list(paper["implementation"]) == ["CPU (extrapolated)", "GPU naive", "GPU optimized v1", "GPU optimized v2",
@@ -1397,17 +1397,17 @@ def test_e5_report_speedups_per_full_set_epoch_memory_and_paper_tables(tmp_path)
     assert paper["full_epoch_s"].tolist() == pytest.approx(full_epoch)
     assert paper["speedup_vs_cpu"].tolist() == pytest.approx([1.0, 30.0, 60.0, 250.0, 300.0])
     assert paper["speedup_vs_previous"].tolist() == pytest.approx([np.nan, 30.0, 2.0, 500 / 120, 1.2], nan_ok=True)
-    assert paper["seed_full_epoch_s"].tolist() == pytest.approx([29678.0, 991.63, 517.18, 117.97, np.nan],
+    assert paper["paper_full_epoch_s"].tolist() == pytest.approx([29678.0, 991.63, 517.18, 117.97, np.nan],
                                                                 nan_ok=True)
     assert paper["full_train_time_s"].tolist() == pytest.approx([E5_EPOCHS * t for t in full_epoch])
     assert paper["incremental_speedup"].tolist() == pytest.approx([np.nan, 30.0, 2.0, 500 / 120, 1.2], nan_ok=True)
     text = (out / "paper_table.md").read_text()
     epoch_part, total_part = text.split("### ")[1:]
-    assert epoch_part.startswith("Seed's section 2.4: time per epoch on 50 000 images")
-    assert total_part.startswith("Seed's section 3.1: training time for all epochs on 50 000 images")
+    assert epoch_part.startswith("Paper's section 2.4: time per epoch on 50 000 images")
+    assert total_part.startswith("Paper's section 3.1: training time for all epochs on 50 000 images")
     epoch_lines = [_md_cells(line) for line in epoch_part.splitlines() if line.startswith("|")]
     assert epoch_lines[0] == ["Implementation", "Variant", "Epoch time (s)", "Speedup vs CPU",
-                              "Speedup vs previous phase", "Seed's epoch time (s)"]
+                              "Speedup vs previous phase", "Paper's epoch time (s)"]
     assert epoch_lines[2] == ["CPU (extrapolated)", "cpu-numpy", "30000", "1.00x", "-", "29678.00"]
     assert epoch_lines[4] == ["GPU optimized v1", "gpu-tiled", "500", "60.0x", "2.00x", "517.18"]
     assert epoch_lines[6] == ["GPU graph (ours, not in the paper)", "gpu-graph", "100", "300x", "1.20x", "-"]
@@ -1422,7 +1422,7 @@ def test_e5_report_speedups_per_full_set_epoch_memory_and_paper_tables(tmp_path)
             "batch 32, 3 epochs")
     timed = "timed on cpu (AMD EPYC 9454) and NVIDIA H100 80GB HBM3"
     assert _title_line(out / "summary.md") == f"{head}, per variant, {timed}"
-    assert _title_line(out / "paper_table.md") == f"{head}, laid out as in the seed's sections 2.4 and 3.1, {timed}"
+    assert _title_line(out / "paper_table.md") == f"{head}, laid out as in the paper's sections 2.4 and 3.1, {timed}"
     assert written["training_time.png"].endswith(f"\n{timed}") and "timed on" not in written["mse_curves.png"]
 
 

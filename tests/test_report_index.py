@@ -71,7 +71,7 @@ def test_index_headlines_beside_the_papers_and_not_run_experiments(tmp_path):
     not_run = {e: f"experiments.{e}.enabled is false in this config" for e in EXPERIMENTS if e != "e1"}
     paths = index.write(root, ["e1"], not_run, notes=["a stated note"], machine="nvidia-h100")
     page = paths["index.md"].read_text()
-    # seed 000's CPU row compares with cpu-serial (its CPU phase), the GPU row with gpu-naive
+    # paper 000's CPU row compares with cpu-serial (its CPU phase), the GPU row with gpu-naive
     cpu = _md_row(page, "E1", "000", "CPU test accuracy")
     assert cpu[3:6] == ["97.93 %", "97.93 %", "+0.00 pp"] and cpu[7] == "cpu-serial"
     gpu = _md_row(page, "E1", "000", "GPU test accuracy")
@@ -85,8 +85,8 @@ def test_index_headlines_beside_the_papers_and_not_run_experiments(tmp_path):
     # each experiment headed by what its run trained (its summary's title), the paper's setting beside it
     setting = index.run_setting(root, "e1")
     assert setting and setting.startswith("MLP ") and ", timed on" not in setting
-    assert f"### E1: {setting} (seed 000: {experiments.get('e1').title})" in page
-    assert f"### E2: {experiments.get('e2').title} (seed 002)" in page  # not run: the paper's setting alone
+    assert f"### E1: {setting} (paper 000: {experiments.get('e1').title})" in page
+    assert f"### E2: {experiments.get('e2').title} (paper 002)" in page  # not run: the paper's setting alone
     # links to every table and figure of the report that ran, each figure with its caption and its PDF
     for name in ("summary.md", "paper_vs_ours.md"):
         assert f"(e1/{name})" in page
@@ -156,7 +156,7 @@ def test_every_report_figure_has_a_caption_and_a_caption_file(config_file):
     for experiment in EXPERIMENTS:
         for figure in report_figures(config, experiment):
             found = experiments.get(experiment)
-            assert found.caption(figure).shows.endswith(".") and found.caption(figure).seed.startswith("seed ")
+            assert found.caption(figure).shows.endswith(".") and found.caption(figure).paper.startswith("paper ")
             name = captions.rst_name(experiment, found.caption_key(figure))
             assert (REPO / "workflow/report/captions" / name).is_file()
 

@@ -106,7 +106,7 @@ def test_every_stage_left_its_outputs(smoke):
             assert (report / f"{name}.png").read_bytes()[:8] == PNG_SIGNATURE
             assert (report / f"{name}.pdf").read_bytes()[:5] == b"%PDF-"
         assert json.loads((report / "provenance.json").read_text())["sources"]
-    # E5's cpu-numpy trains on 500 images: the seed's tables show its epoch extrapolated to 50 000
+    # E5's cpu-numpy trains on 500 images: the paper's tables show its epoch extrapolated to 50 000
     e5_paper = pd.read_csv(results / "report" / MACHINE / "e5" / "paper_table.csv")
     assert list(e5_paper["implementation"]) == ["CPU (extrapolated)"]
 
@@ -243,7 +243,7 @@ def test_e1_variants_end_where_cpu_numpy_ends(smoke, variant):
 @pytest.mark.parametrize("run", [*(f"{v}/*" for v in E4_VARIANTS[1:]), "gpu-naive/*_t32"])
 def test_e4_gpu_variants_end_where_cpu_numpy_ends(smoke, run):
     """E4 under the simulator: every CNN variant (and the block-size study's run) from cpu-numpy's init and
-    batches ends at cpu-numpy's losses and accuracy; the block study and the seed's table are reported."""
+    batches ends at cpu-numpy's losses and accuracy; the block study and the paper's table are reported."""
     results, _, _ = smoke
     (numpy_run,) = _runs(results, "digits8_mini/standard/cnn/cpu-numpy/*")
     (other,) = [r for r in _runs(results, f"digits8_mini/standard/cnn/{run}")
@@ -291,9 +291,9 @@ def test_snakemake_report_bundles_the_figures(smoke):
         assert any(name.endswith(figure) for name in names), figure
     with zipfile.ZipFile(workdir / "report.zip") as bundle:
         page = bundle.read("report/report.html").decode()
-    # its front page is the entry page's summary table, each figure has its own caption naming the seed figure
+    # its front page is the entry page's summary table, each figure has its own caption naming the paper figure
     assert "CPU test accuracy" in page and "Provenance" in page
-    assert "seed 001&#39;s Figure 1" in page or "seed 001's Figure 1" in page
+    assert "paper 001&#39;s Figure 1" in page or "paper 001's Figure 1" in page
 
 
 # --- the smoke run on Slurm ---------------------------------------------------------------------------------

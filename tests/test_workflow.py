@@ -121,7 +121,7 @@ def test_default_config_has_the_papers_settings():
     config = yaml.safe_load((REPO / "config/config.yaml").read_text())
     config.setdefault("splits", {})
     e1 = experiment_runs(config, "e1")
-    # every variant with the batch-mean and the batch-sum gradient (seed 000's CPU-GPU accuracy gap)
+    # every variant with the batch-mean and the batch-sum gradient (paper 000's CPU-GPU accuracy gap)
     assert [(r.variant, r.reduction) for r in e1] == [
         (v, reduction) for v in ("cpu-numpy", "cpu-serial", "gpu-naive", "gpu-tiled", "gpu-fused", "gpu-graph")
         for reduction in ("mean", "sum")]

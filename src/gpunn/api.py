@@ -1,4 +1,4 @@
-"""The Python API: train a model of gpunn.nn on the CPU or the GPU without the pipeline (seed 003's plan).
+"""The Python API: train a model of gpunn.nn on the CPU or the GPU without the pipeline (paper 003's plan).
 
     from gpunn.api import Trainer
     from gpunn.nn import cnn

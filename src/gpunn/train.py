@@ -11,7 +11,7 @@ Outputs of a run directory, all written atomically at the end:
     metrics.json   the run spec (its fields, the loss reduction among them, and its path), data sizes, final
                    figures, the testing time ("test_time_s": the whole test set through the trained model's
                    forward pass after the last epoch, in batches of
-                   gpunn.evaluate.EVAL_BATCH, outputs copied back to the host: the seeds' testing time; a GPU
+                   gpunn.evaluate.EVAL_BATCH, outputs copied back to the host: the papers' testing time; a GPU
                    variant compiles those kernels before the first epoch), where the run came from
                    ("provenance": device,
                    threads, versions, commit; gpunn.provenance) and the seconds it waited for the timing

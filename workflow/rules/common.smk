@@ -280,7 +280,7 @@ def report_files(experiment):
             name = os.path.basename(path)
             key = found.caption_key(name)
             path = report(path, caption=f"../report/captions/{caption_file(experiment, key)}",
-                          category=experiment.upper(), labels={"figure": name, "mirrors": found.captions[key].seed})
+                          category=experiment.upper(), labels={"figure": name, "mirrors": found.captions[key].paper})
         files.append(path)
     return files
 

@@ -5,11 +5,11 @@ same init and batch order (gpunn.seeding).
 
     cpu-numpy   NumPy float32 reference: gpunn.nn layers, one flat parameter buffer, SGD (all models)
     cpu-serial  plain loops under numba @njit on one thread, like the papers' serial C++ (MLP only)
-    gpu-naive      numba.cuda, E1's and seed 001's naive design: batch copied every step, one kernel per op, one
+    gpu-naive      numba.cuda, E1's and paper 001's naive design: batch copied every step, one kernel per op, one
                    thread per output element (gpunn.backends.gpu) (MLP, CNN, autoencoder)
     gpu-tiled      the same with shared-memory tiled GEMMs forward and backward; the autoencoder's convolutions
                    with shared-memory tiles and block-reduction weight gradients (MLP, autoencoder)
-    gpu-optimized  seed 001's optimized CNN: conv+ReLU fused, shared-memory tiles, tiled FC GEMM, warp-shuffle
+    gpu-optimized  paper 001's optimized CNN: conv+ReLU fused, shared-memory tiles, tiled FC GEMM, warp-shuffle
                    weight gradients, pinned triple-buffered batch copies on a stream, one SGD launch (CNN)
     gpu-fused      training set resident on the GPU, batches gathered there, fused epilogues, 8 launches a step (MLP)
     gpu-im2col     the convolutions as implicit-im2col GEMMs, data resident, deterministic reductions (CNN, autoencoder)

@@ -92,7 +92,7 @@ REDUCTION_NOTE = ("reduction: the loss gradient of the batch mean (mean) or of t
                   "its reduction. Losses are per-sample means either way.")
 
 
-# Seed 000's CPU-GPU accuracy gap (97.93 % against 93.86 %): its CPU curve looks like a gradient summed over the
+# Paper 000's CPU-GPU accuracy gap (97.93 % against 93.86 %): its CPU curve looks like a gradient summed over the
 # batch, its GPU's like the batch mean. Its CPU and GPU designs, each run under both reductions, test that.
 GAP_PHASES = ("CPU", "GPU")
 
@@ -101,7 +101,7 @@ GAP_REDUCTIONS = ("mean", "sum")
 
 
 def _gap_candidates(variants, phase: str) -> list[str]:
-    """The variants among `variants` that stand for seed 000's `phase`, preferred first: its own designs
+    """The variants among `variants` that stand for paper 000's `phase`, preferred first: its own designs
     (PHASES: cpu-serial, then cpu-numpy; gpu-naive), then, for the GPU, every other GPU variant in report
     order."""
     ours = PHASES[phase]
@@ -110,7 +110,7 @@ def _gap_candidates(variants, phase: str) -> list[str]:
 
 
 def e1_gap_runs(frame: pd.DataFrame) -> dict[tuple[str, str], pd.Series]:
-    """The runs that test seed 000's CPU-GPU gap by (phase, reduction), CPU then GPU, mean then sum; a pair that did
+    """The runs that test paper 000's CPU-GPU gap by (phase, reduction), CPU then GPU, mean then sum; a pair that did
     not run is absent. Each phase takes one variant, its runs under both reductions: of _gap_candidates, the first
     that ran with the most of them (cpu-serial, else cpu-numpy; gpu-naive, else the first GPU variant in report
     order). `frame`: E1's rows (run_row's, or summary.csv's) with variant, test_accuracy and reduction (a table
@@ -163,16 +163,16 @@ def _gap_absent(gap_runs: dict) -> list[str]:
 
 
 def e1_gap_sentence(frame: pd.DataFrame) -> str:
-    """One sentence on what E1's runs say about seed 000's CPU-GPU accuracy gap, from the runs of e1_gap_runs:
+    """One sentence on what E1's runs say about paper 000's CPU-GPU accuracy gap, from the runs of e1_gap_runs:
     whether our CPU and GPU runs agree within ACCURACY_TOLERANCE_PP under each reduction and how far the sum's
     accuracy lies from the mean's; where the data does not support the gap following the reduction (the devices
     differ, or the reductions do not), it says so; where the runs cannot test it, why and what to configure.
     `frame`: as e1_gap_runs takes it (E1's summary frame or summary.csv)."""
-    seed_gap = _value("accuracy_gap").text
+    paper_gap = _value("accuracy_gap").text
     gap_runs = e1_gap_runs(frame)
     missing = _gap_missing(frame, gap_runs)
     if missing:
-        return f"Seed 000's {seed_gap}-point CPU-GPU accuracy gap cannot be tested here: {missing}."
+        return f"Paper 000's {paper_gap}-point CPU-GPU accuracy gap cannot be tested here: {missing}."
     accuracy = {key: 100.0 * float(row["test_accuracy"]) for key, row in gap_runs.items()}
     cpu, gpu = gap_runs[("CPU", "mean")]["variant"], gap_runs[("GPU", "mean")]["variant"]
     device_diff = {r: accuracy[("GPU", r)] - accuracy[("CPU", r)] for r in GAP_REDUCTIONS}
@@ -184,20 +184,20 @@ def e1_gap_sentence(frame: pd.DataFrame) -> str:
     apart = [r for r in GAP_REDUCTIONS if abs(device_diff[r]) > tolerance]
     if apart:
         return (f"Under reduction {titles.join_words(apart)} {pair} differ by more than {ACCURACY_TOLERANCE_PP} "
-                f"points ({each}): the device changes the accuracy here, so these runs do not show the seed's "
-                f"{seed_gap}-point CPU-GPU gap following the loss reduction alone (sum minus mean: {effect:+.2f} "
+                f"points ({each}): the device changes the accuracy here, so these runs do not show the paper's "
+                f"{paper_gap}-point CPU-GPU gap following the loss reduction alone (sum minus mean: {effect:+.2f} "
                 "points).")
     worst = max(abs(d) for d in device_diff.values())
     agree = f"Under either reduction {pair} agree " + (f"within {worst:.2f} points" if worst else "exactly")
     if min(reduction_diff.values()) <= tolerance:
         return (f"{agree} ({each}), but sum minus mean is {reduction_diff['CPU']:+.2f} points on the CPU and "
-                f"{reduction_diff['GPU']:+.2f} on the GPU, not the seed's +{seed_gap}: these runs do not show the "
-                "loss reduction behind the seed's CPU-GPU gap.")
-    if effect < float(seed_gap) / 2:
+                f"{reduction_diff['GPU']:+.2f} on the GPU, not the paper's +{paper_gap}: these runs do not show the "
+                "loss reduction behind the paper's CPU-GPU gap.")
+    if effect < float(paper_gap) / 2:
         return (f"{agree} ({each}), while sum vs mean differs by only {effect:.2f} points: the device does not "
-                f"explain the seed's {seed_gap}-point CPU-GPU gap, and the loss reduction explains less than half "
+                f"explain the paper's {paper_gap}-point CPU-GPU gap, and the loss reduction explains less than half "
                 "of it here.")
-    return (f"{agree} ({each}), while sum vs mean differs by {effect:.1f} points: the seed's {seed_gap}-point "
+    return (f"{agree} ({each}), while sum vs mean differs by {effect:.1f} points: the paper's {paper_gap}-point "
             "CPU-GPU gap follows the loss reduction, not the device.")
 
 
@@ -211,7 +211,7 @@ def _seed_gap_note() -> str:
         losses = ", ".join(f"{v.text} (epoch {v.epoch})" for v in _values("train_loss", phase=name))
         return f"{name} {accuracy} %, train loss {losses}"
 
-    return (f"Seed 000: {phase('CPU')}; {phase('GPU')}. Ours: its CPU as cpu-serial (its serial loops), else "
+    return (f"Paper 000: {phase('CPU')}; {phase('GPU')}. Ours: its CPU as cpu-serial (its serial loops), else "
             "cpu-numpy; its GPU as gpu-naive (its design), else the first GPU variant that ran (report order); each "
             "the variant's runs under both loss reductions. final_train_loss: the last epoch's mean per-sample loss.")
 
@@ -224,9 +224,9 @@ def _e1_gap_report(frame: pd.DataFrame, out_dir: Path) -> dict[str, str]:
     shown = pd.DataFrame(list(gap_runs.values())).assign(phase=[phase for phase, _ in gap_runs])
     absent = _gap_absent(gap_runs)
     written = {
-        "gap.md": titles.runs_head("E1", shown, "seed 000's CPU-GPU accuracy gap and the loss reduction"),
+        "gap.md": titles.runs_head("E1", shown, "paper 000's CPU-GPU accuracy gap and the loss reduction"),
         "reduction_gap.png": titles.figure_title(titles.runs_head(
-            "E1", shown, "train loss per epoch of the CPU and GPU runs under each loss reduction, and seed 000's"
+            "E1", shown, "train loss per epoch of the CPU and GPU runs under each loss reduction, and paper 000's"
             + (f" (missing: {titles.join_words(absent)})" if absent else ""))),
     }
     io.write_text(out_dir / "gap.md", f"## {written['gap.md']}\n\n{e1_gap_sentence(frame)}\n\n"
@@ -240,7 +240,7 @@ def _e1_gap_report(frame: pd.DataFrame, out_dir: Path) -> dict[str, str]:
     references = {}
     for phase in GAP_PHASES:
         points = _values("train_loss", phase=phase)
-        references[f"seed 000 {phase} (paper)"] = ([p.epoch for p in points], [p.value for p in points])
+        references[f"paper 000 {phase}"] = ([p.epoch for p in points], [p.value for p in points])
     figures.epoch_series(series, out_dir / "reduction_gap.png", written["reduction_gap.png"],
                          "average train loss per sample", references=references, variants=variant_of)
     return written
@@ -329,7 +329,7 @@ def epoch_time_bars(table_csv, out_png, title: str = "E1: time per epoch per var
     return figures.save(fig, out_png)
 
 
-# Seed 000's CPU losses (0.2257 after one epoch, 0.0045 after ten, at lr 0.01) are those of a gradient summed over
+# Paper 000's CPU losses (0.2257 after one epoch, 0.0045 after ten, at lr 0.01) are those of a gradient summed over
 # the batch, its GPU's (0.8420 -> 0.2218) of the mean it states (section 1.1): its CPU row compares with our
 # E1 run of reduction 'sum' (run path suffix _rsum), its GPU row with our 'mean' run, where both ran.
 E1_REDUCTION = {"CPU": "sum", "GPU": "mean"}
@@ -337,7 +337,7 @@ E1_REDUCTION = {"CPU": "sum", "GPU": "mean"}
 
 # --------------------------------------------------------------------------------------------- per experiment
 class OursE1(paper_vs_ours.Ours):
-    """E1: our runs per variant, seed 000's CPU row from the 'sum' run and its GPU row from the 'mean' run."""
+    """E1: our runs per variant, paper 000's CPU row from the 'sum' run and its GPU row from the 'mean' run."""
 
     experiment = "e1"
     needs = ("variant", "train_time_s", "time_per_epoch_s", "test_accuracy", "final_train_loss", "epochs")
@@ -372,24 +372,24 @@ class OursE1(paper_vs_ours.Ours):
 CAPTIONS = {
     "loss_curves.png": Caption(
         "Train and test loss (and test accuracy) per epoch of every E1 run, one line per variant and loss reduction.",
-        "seed 000's training convergence (section 2.5), which it states as text: CPU loss 0.2257 -> 0.0045, GPU "
-        "0.8420 -> 0.2218 over 10 epochs", "seed 000 section 2.5"),
+        "paper 000's training convergence (section 2.5), which it states as text: CPU loss 0.2257 -> 0.0045, GPU "
+        "0.8420 -> 0.2218 over 10 epochs", "paper 000 section 2.5"),
     "epoch_time.png": Caption(
         "Time per epoch of each variant, on a log axis.",
-        "seed 000's 'Avg. time per epoch' row (section 2.5, Measured Performance: CPU 29.86 s, T4 0.225 s)",
-        "seed 000 section 2.5 table"),
+        "paper 000's 'Avg. time per epoch' row (section 2.5, Measured Performance: CPU 29.86 s, T4 0.225 s)",
+        "paper 000 section 2.5 table"),
     "samples.png": Caption(
         "Test images with the predicted and the true class, wrong predictions in red, from the reference variant.",
-        "seed 003's planned 'sample classifications' (seed 000 has no such figure)", "seed 003 plan"),
+        "paper 003's planned 'sample classifications' (paper 000 has no such figure)", "paper 003 plan"),
     "reduction_gap.png": Caption(
         "Train loss per epoch of the CPU baseline and of a GPU variant, each trained with the batch-mean and with "
-        "the batch-sum gradient, beside seed 000's CPU and GPU losses (markers): which reduction each of the "
+        "the batch-sum gradient, beside paper 000's CPU and GPU losses (markers): which reduction each of the "
         "seed's trajectories follows, and so where its 4-point CPU-GPU accuracy gap comes from.",
-        "seed 000's loss trajectories and accuracy gap (sections 2.5 and 3.5), stated as text there",
-        "seed 000 sections 2.5, 3.5"),
+        "paper 000's loss trajectories and accuracy gap (sections 2.5 and 3.5), stated as text there",
+        "paper 000 sections 2.5, 3.5"),
     "step_profile.png": Caption(
         STEP_PROFILE_SHOWS,
-        "seed 003's planned profiling snapshots (seed 000 has no profile)", "seed 003 plan"),
+        "paper 003's planned profiling snapshots (paper 000 has no profile)", "paper 003 plan"),
 }
 
 

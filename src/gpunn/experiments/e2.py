@@ -41,7 +41,7 @@ _E2_ROWS = {"Training time (s)": ("train_time", "s"), "Forward propagation time 
 _E2_HIDDEN = (32, 64, 128, 256)
 
 
-# phase: (its section heading in the seed, as printed), then per batch size each row's cells for hidden 32 ... 256
+# phase: (its section heading in the paper, as printed), then per batch size each row's cells for hidden 32 ... 256
 _E2_TABLES = {
     "Serial": ("Serial Implementation:**", {
         32: (("53.7502", "101.854", "298.495", "641.182"), ("25.547", "48.2244", "142.924", "305.355"),
@@ -78,9 +78,9 @@ _E2_TABLES = {
 }
 
 
-_E2_NOTES = {"Optimization #1": "cudaMalloc + cudaMemcpy instead of unified memory; its accuracy loss is the seed's "
+_E2_NOTES = {"Optimization #1": "cudaMalloc + cudaMemcpy instead of unified memory; its accuracy loss is the paper's "
                                 "uninitialised buffers",
-             "Optimization #2": "the seed tiled the forward GEMM only"}
+             "Optimization #2": "the paper tiled the forward GEMM only"}
 
 
 def _e2_heading(heading: str) -> str:
@@ -273,7 +273,7 @@ def e2_heatmaps(table_csv, out_png, title: str = "E2: MLP hidden size x batch si
 
 def e2_phase_times(table_csv, out_png,
                    title: str = "E2: training, forward and backward time against hidden size") -> Path:
-    """Training time (top row: seed 002's figure, training time against hidden size per batch size and variant),
+    """Training time (top row: paper 002's figure, training time against hidden size per batch size and variant),
     then its forward and backward parts (the rows below), each summed over training, against hidden size; one
     column of panels per batch size and one line per variant. Log axes shared by all panels, so batch sizes and
     phases compare directly."""
@@ -354,13 +354,13 @@ class OursE2(paper_vs_ours.Ours):
 CAPTIONS = {
     "heatmaps.png": Caption(
         "Training time (log colour scale) and test accuracy over hidden size x batch size, one panel per variant.",
-        "seed 002's tables, one per implementation and batch size, of training time and test accuracy per hidden "
-        "size", "seed 002 tables"),
+        "paper 002's tables, one per implementation and batch size, of training time and test accuracy per hidden "
+        "size", "paper 002 tables"),
     "forward_backward.png": Caption(
         "Training, forward and backward time summed over training against hidden size, one column of panels per "
         "batch size, one line per variant, log axes shared by all panels.",
-        "seed 002's 'Training time', 'Forward propagation time' and 'Backpropagation time' rows across its hidden "
-        "sizes, drawn as lines", "seed 002 tables"),
+        "paper 002's 'Training time', 'Forward propagation time' and 'Backpropagation time' rows across its hidden "
+        "sizes, drawn as lines", "paper 002 tables"),
 }
 
 

@@ -287,11 +287,11 @@ CAPTIONS = {
         "loss, and the backward pass with the update, per step of the throughput epochs: GPU time from CUDA events "
         "around each phase for the GPU variants (the batch copy excluded), the host clock for the CPU variants and "
         "under numba's simulator (panel titles name the clock).",
-        "seed 003's benchmarking plan (batch sizes 1 to 512, custom kernels against a NumPy CPU baseline), which "
-        "has no figure", "seed 003 plan"),
+        "paper 003's benchmarking plan (batch sizes 1 to 512, custom kernels against a NumPy CPU baseline), which "
+        "has no figure", "paper 003 plan"),
     "block_sweep.png": Caption(
         "Kernel time against threads per block, one line per op, one panel per matrix shape.",
-        "seed 003's planned block-size sweep, which has no figure", "seed 003 plan"),
+        "paper 003's planned block-size sweep, which has no figure", "paper 003 plan"),
 }
 
 

@@ -111,7 +111,7 @@ def _e4_tables() -> tuple[PaperValue, ...]:
                     phase=phase, hardware=_E4_CPU if device == "CPU" else "NVIDIA V100", dataset=_E4_DATASETS[name],
                     row=device, column=column, workers=int(workers.rstrip("*")),
                     pin_memory=None if pin == "-" else pin == "True",
-                    note="PyTorch warned about too many workers (the seed's '*')" if workers.endswith("*") else "",
+                    note="PyTorch warned about too many workers (the paper's '*')" if workers.endswith("*") else "",
                     **_E4))
     for table, (name, phase, columns, rows) in _E4_CUDA.items():
         for gpu, *cells in rows:
@@ -128,7 +128,7 @@ _E4_RTX = "NVIDIA RTX 6000"
 
 _E4_FIGURE_1 = dict(source="4.2 Cuda results: Figure 1 (cumulative time per epoch)",
                     anchor=("The cumulative time per epoch Figure 1",), dataset="mnist",
-                    note="the seed does not name Figure 1's dataset; MNIST is its default", **_E4)
+                    note="the paper does not name Figure 1's dataset; MNIST is its default", **_E4)
 
 
 E4_BLOCK_SOURCE = "4.2 Cuda results: block sizes (Figures 3-4)"
@@ -178,7 +178,7 @@ E4_SUMMARY_COLUMNS = ("dataset", "variant", "device", "widths", "n_train", "n_te
 
 
 # paper 001's Tables 3-6 (one per dataset and version, a row per GPU) as one tidy table: CSV column -> its heading,
-# the measured columns headed as the seed's Table 3 heads them
+# the measured columns headed as the paper's Table 3 heads them
 E4_PAPER_HEADERS = {"dataset": "Dataset", "variant": "Variant", "device": "Device",
                     **dict(zip(("train_time_s", "test_time_s", "test_accuracy"),
                                column_labels(PAPER_VALUES, E4_CUDA_TABLES[0]))),
@@ -207,7 +207,7 @@ def report_e4(runs, evals, out_dir, profiles=(), **_) -> dict[str, str]:
     timing = titles.timing_parts(main)
     written = {
         "summary.md": titles.table_title(titles.runs_head("E4", main, "per dataset and variant"), timing),
-        "paper_table.md": titles.table_title(titles.runs_head("E4", main, "laid out as in the seed's Tables 3-6"),
+        "paper_table.md": titles.table_title(titles.runs_head("E4", main, "laid out as in the paper's Tables 3-6"),
                                              timing),
         "cumulative_time.png": titles.figure_title(titles.runs_head("E4", main, "cumulative training time per epoch"),
                                                    timing),
@@ -247,7 +247,7 @@ def report_e4(runs, evals, out_dir, profiles=(), **_) -> dict[str, str]:
 
 
 def _e4_block_study(study: pd.DataFrame, main: pd.DataFrame, out_dir: Path) -> dict[str, str]:
-    """Seed 001's block-size study: per variant and block size, time, final loss and test accuracy (with its
+    """Paper 001's block-size study: per variant and block size, time, final loss and test accuracy (with its
     difference to cpu-numpy's main run on the same dataset); cumulative time and loss per epoch per block."""
     reference = main.loc[main["variant"] == "cpu-numpy"].set_index("dataset")["test_accuracy"]
     study = sorted_rows(add_accuracy_comparison(study, study["dataset"].map(reference)), ["variant", "block"])
@@ -329,24 +329,24 @@ def e4_keep(entry: PaperValue) -> bool:
 CAPTIONS = {
     "cumulative_time.png": Caption(
         "Cumulative training time after each epoch, one panel per dataset, one line per variant.",
-        "paper 001's Figure 1 (cumulative time per epoch on an RTX 6000)", "seed 001 Figure 1"),
+        "paper 001's Figure 1 (cumulative time per epoch on an RTX 6000)", "paper 001 Figure 1"),
     "loss_curves.png": Caption(
         "Average train loss and test accuracy per epoch, one panel per dataset, one line per variant.",
-        "paper 001's Figure 2 (average loss per epoch on an RTX 6000)", "seed 001 Figure 2"),
+        "paper 001's Figure 2 (average loss per epoch on an RTX 6000)", "paper 001 Figure 2"),
     "samples_*.png": Caption(
         "Test images of one dataset with the predicted and the true class, wrong predictions in red.",
-        "seed 003's planned sample classifications (seed 001 has no such figure)", "seed 003 plan"),
+        "paper 003's planned sample classifications (paper 001 has no such figure)", "paper 003 plan"),
     "block_time.png": Caption(
         "Cumulative training time per epoch for each threads-per-block setting, one panel per variant.",
         "paper 001's Figure 3 (cumulative training time per epoch for different block sizes, naive implementation)",
-        "seed 001 Figure 3"),
+        "paper 001 Figure 3"),
     "block_loss.png": Caption(
         "Average train loss per epoch for each threads-per-block setting, one panel per variant.",
         "paper 001's Figure 4 (average loss per epoch for different block sizes, naive implementation)",
-        "seed 001 Figure 4"),
+        "paper 001 Figure 4"),
     "step_profile.png": Caption(
         STEP_PROFILE_SHOWS,
-        "seed 003's planned profiling snapshots (seed 001 has no profile)", "seed 003 plan"),
+        "paper 003's planned profiling snapshots (paper 001 has no profile)", "paper 003 plan"),
 }
 
 

@@ -179,7 +179,7 @@ E5_SHOWN = ("variant", "device", "n_train", "time_per_epoch_s", "full_epoch_s", 
             "diverged")
 
 
-# E5: seed 004 trained its CPU baseline on 1 000 images and extrapolated the epoch to CIFAR-10's 50 000
+# E5: paper 004 trained its CPU baseline on 1 000 images and extrapolated the epoch to CIFAR-10's 50 000
 E5_FULL_TRAIN = 50000
 
 
@@ -192,22 +192,22 @@ E5_SUMMARY_COLUMNS = ("variant", "device", "dataset", "n_train", "n_test", "batc
                       "peak_gpu_memory_mib", "diverged", "simulator")
 
 
-# seed 004's section 2.4 table: every phase's epoch time over 50 000 images (the CPU's extrapolated from 1 000)
-_E5_SEED_EPOCHS = select(PAPER_VALUES, "e5", "epoch_time", source=E5_EPOCH_TABLE)
+# paper 004's section 2.4 table: every phase's epoch time over 50 000 images (the CPU's extrapolated from 1 000)
+_E5_PAPER_EPOCHS = select(PAPER_VALUES, "e5", "epoch_time", source=E5_EPOCH_TABLE)
 
 
-# seed 004's phases 2.1-2.4 by the variant that reproduces each, in its tables' order; gpu-graph is ours
-E5_PHASES = {**{entry.ours[0]: entry.phase for entry in _E5_SEED_EPOCHS},
+# paper 004's phases 2.1-2.4 by the variant that reproduces each, in its tables' order; gpu-graph is ours
+E5_PHASES = {**{entry.ours[0]: entry.phase for entry in _E5_PAPER_EPOCHS},
              "gpu-graph": "GPU graph (ours, not in the paper)"}
 
 
-# seed 004's own epoch times, by the variant that reproduces each phase
-E5_SEED_EPOCH_S = {entry.ours[0]: entry.value for entry in _E5_SEED_EPOCHS}
+# paper 004's own epoch times, by the variant that reproduces each phase
+E5_PAPER_EPOCH_S = {entry.ours[0]: entry.value for entry in _E5_PAPER_EPOCHS}
 
 
 E5_EPOCH_HEADERS = {"implementation": "Implementation", "variant": "Variant", "full_epoch_s": "Epoch time (s)",
                     "speedup_vs_cpu": "Speedup vs CPU", "speedup_vs_previous": "Speedup vs previous phase",
-                    "seed_full_epoch_s": "Seed's epoch time (s)"}
+                    "paper_full_epoch_s": "Paper's epoch time (s)"}
 
 
 E5_TOTAL_HEADERS = {"phase": "Phase", "variant": "Variant",
@@ -230,10 +230,10 @@ def _extrapolated_word(flag) -> str:
 
 def e5_full_set(frame: pd.DataFrame, full_train_size: int = E5_FULL_TRAIN, epochs: int | None = None) -> pd.DataFrame:
     """`frame` with each run's epoch time over `full_train_size` images (measured where it trained on that many,
-    else its own scaled by full_train_size / n_train as seed 004 extrapolated its CPU epoch: full_set_extrapolated)
+    else its own scaled by full_train_size / n_train as paper 004 extrapolated its CPU epoch: full_set_extrapolated)
     and its training time for all `epochs` (all_epochs; None: the most any run trained, the experiment's `epochs`)
     on that many images: measured where the run trained all of them on the full set, else its mean epoch time
-    there x all_epochs, as the seed did for its 20-epoch table (train_time_extrapolated: a run timed over fewer
+    there x all_epochs, as the paper did for its 20-epoch table (train_time_extrapolated: a run timed over fewer
     epochs, experiments.e5.variant_epochs, or a subset); the speedups over cpu-numpy and gpu-naive (same dataset)
     per such epoch, so that runs on different training-set sizes compare; the peak GPU memory in MiB."""
     scale = full_train_size / frame["n_train"]
@@ -252,9 +252,9 @@ def e5_full_set(frame: pd.DataFrame, full_train_size: int = E5_FULL_TRAIN, epoch
 
 
 def e5_paper_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Seed 004's section 2.4 and 3.1 tables as one tidy table: a row per variant of E5_PHASES that ran (report
-    order), named as the seed's phase ('(extrapolated)' where its times are), with its epoch time over the full
-    set, speedup per such epoch over cpu-numpy and over the row above, the seed's own epoch time, the training time
+    """Paper 004's section 2.4 and 3.1 tables as one tidy table: a row per variant of E5_PHASES that ran (report
+    order), named as the paper's phase ('(extrapolated)' where its times are), with its epoch time over the full
+    set, speedup per such epoch over cpu-numpy and over the row above, the paper's own epoch time, the training time
     for all epochs over the full set, its speedup over cpu-numpy's and the row above's (incremental), and its
     peak GPU memory. `frame`: e5_full_set's rows of one dataset, in report order."""
     rows = frame[frame["variant"].isin(list(E5_PHASES))].reset_index(drop=True)
@@ -270,7 +270,7 @@ def e5_paper_table(frame: pd.DataFrame) -> pd.DataFrame:
         "variant": rows["variant"], "device": rows["device"],
         "full_epoch_s": rows["full_epoch_s"], "speedup_vs_cpu": cpu_epoch / rows["full_epoch_s"],
         "speedup_vs_previous": rows["full_epoch_s"].shift(1) / rows["full_epoch_s"],
-        "seed_full_epoch_s": rows["variant"].map(E5_SEED_EPOCH_S),
+        "paper_full_epoch_s": rows["variant"].map(E5_PAPER_EPOCH_S),
         "full_train_time_s": rows["full_train_time_s"],
         "training_speedup_vs_cpu": cpu_total / rows["full_train_time_s"],
         "incremental_speedup": rows["full_train_time_s"].shift(1) / rows["full_train_time_s"],
@@ -296,7 +296,7 @@ E5_SUMMARY_NOTE = ("Speedup: the baseline's full_epoch_s over the variant's ('-'
 
 def report_e5(runs, evals, out_dir, full_train_size: int = E5_FULL_TRAIN, profiles=(), **_) -> dict[str, str]:
     """Summary (per variant: times, their full-set epoch, measured or extrapolated, speedups per full-set epoch,
-    MSE, peak GPU memory), paper_table (seed 004's section 2.4 and 3.1 tables), mse_curves, reconstructions (the
+    MSE, peak GPU memory), paper_table (paper 004's section 2.4 and 3.1 tables), mse_curves, reconstructions (the
     first test image of each class), training_time and speedup (its section 3.2 figures)."""
     frame = pd.DataFrame([run_row(r) for r in runs]).assign(metrics_csv=metrics_paths(runs))
     if frame["dataset"].nunique() > 1:
@@ -309,7 +309,7 @@ def report_e5(runs, evals, out_dir, full_train_size: int = E5_FULL_TRAIN, profil
     size = titles.count(full_train_size)
     written = {
         "summary.md": titles.table_title(titles.runs_head("E5", frame, "per variant"), timing),
-        "paper_table.md": titles.table_title(titles.runs_head("E5", frame, "laid out as in the seed's sections 2.4 "
+        "paper_table.md": titles.table_title(titles.runs_head("E5", frame, "laid out as in the paper's sections 2.4 "
                                                                            "and 3.1"), timing),
         "mse_curves.png": titles.figure_title(titles.runs_head("E5", frame, "train and test MSE per epoch")),
         "training_time.png": titles.figure_title(titles.runs_head("E5", frame, f"training time for all epochs (each "
@@ -324,7 +324,7 @@ def report_e5(runs, evals, out_dir, full_train_size: int = E5_FULL_TRAIN, profil
                          formats=comparison_formats(E5_BASELINES) | extrapolated,
                          note=join_notes(f"full_epoch_s: one epoch over {size} training images, measured where the run "
                                     f"trained on {size} (full_set_extrapolated: 'measured'), else its own epoch x "
-                                    f"{size} / n_train, as the seed extrapolated its CPU epoch ('extrapolated'). "
+                                    f"{size} / n_train, as the paper extrapolated its CPU epoch ('extrapolated'). "
                                     f"full_train_time_s: all_epochs epochs over {size} images, measured where the "
                                     "run trained them all on the full set, else full_epoch_s x all_epochs "
                                     "(train_time_extrapolated; a run timed over fewer epochs, "
@@ -332,9 +332,9 @@ def report_e5(runs, evals, out_dir, full_train_size: int = E5_FULL_TRAIN, profil
                                     divergence.summary_note(frame), simulated))
     _e5_paper_tables(frame, out_dir, written["paper_table.md"],
                      join_notes(f"Times over {size} training images: measured where the run trained on {size}, else its "
-                           f"own times x {size} / n_train, as the seed extrapolated its CPU epoch; the training time "
+                           f"own times x {size} / n_train, as the paper extrapolated its CPU epoch; the training time "
                            f"for all {int(frame['all_epochs'].iloc[0])} epochs of a run timed over fewer is its epoch "
-                           "time x that many, as the seed's section 3.1 did; such rows read '(extrapolated)'.",
+                           "time x that many, as the paper's section 3.1 did; such rows read '(extrapolated)'.",
                            sizes, simulated), size)
     figures.loss_curves({row["variant"]: row["metrics_csv"] for _, row in frame.iterrows()},
                         out_dir / "mse_curves.png", written["mse_curves.png"], quantity="MSE",
@@ -356,15 +356,15 @@ def _e5_paper_tables(frame: pd.DataFrame, out_dir: Path, title: str, note: str, 
     tables."""
     paper = e5_paper_table(frame)
     formats = {c: times for c in ("speedup_vs_cpu", "speedup_vs_previous", "training_speedup_vs_cpu",
-                                   "incremental_speedup")} | {"seed_full_epoch_s": "{:.2f}"}  # as the seed prints them
+                                   "incremental_speedup")} | {"paper_full_epoch_s": "{:.2f}"}  # as the paper prints them
     epoch = tables.markdown_section(
-        f"Seed's section 2.4: time per epoch on {size} images", paper[list(E5_EPOCH_HEADERS)], formats,
+        f"Paper's section 2.4: time per epoch on {size} images", paper[list(E5_EPOCH_HEADERS)], formats,
         E5_EPOCH_HEADERS, level=3,
-        note=join_notes("Speedup vs previous phase: the row above's epoch time over this row's ('-': first row). Seed's "
-                   "epoch time: seed 004's own (its GPU; its CPU epoch extrapolated from 1 000 images); '-': not in "
-                   "the seed."))
+        note=join_notes("Speedup vs previous phase: the row above's epoch time over this row's ('-': first row). Paper's "
+                   "epoch time: paper 004's own (its GPU; its CPU epoch extrapolated from 1 000 images); '-': not in "
+                   "the paper."))
     total = tables.markdown_section(
-        f"Seed's section 3.1: training time for all epochs on {size} images", paper[list(E5_TOTAL_HEADERS)],
+        f"Paper's section 3.1: training time for all epochs on {size} images", paper[list(E5_TOTAL_HEADERS)],
         formats, E5_TOTAL_HEADERS, level=3,
         note=join_notes("Incremental speedup: the row above's training time over this row's. Memory: peak GPU memory of "
                    "the training process; '-': not recorded (CPU, the CUDA simulator, older runs)."))
@@ -454,7 +454,7 @@ def _variant_bars(ax, frame: pd.DataFrame, column: str, label, flag: str = "full
 
 
 def training_time_bars(table_csv, out_png, title: str, full_train_size: int = 50000) -> Path:
-    """E5 (seed 004's section 3.2 'total training time'): each variant's training time for all its epochs over
+    """E5 (paper 004's section 3.2 'total training time'): each variant's training time for all its epochs over
     `full_train_size` images as a bar on a log axis, annotated in seconds (and hours or minutes); a bar
     extrapolated from a smaller training set or from fewer epochs is cross-hatched and labelled 'extrapolated'."""
     frame = read_table(table_csv, E5_COLUMNS, "E5 summary table")
@@ -475,7 +475,7 @@ def training_time_bars(table_csv, out_png, title: str, full_train_size: int = 50
 
 
 def speedup_bars(table_csv, out_png, title: str, full_train_size: int = 50000) -> Path:
-    """E5 (seed 004's section 3.2 'cumulative speedup'): each variant's speedup over cpu-numpy per epoch on
+    """E5 (paper 004's section 3.2 'cumulative speedup'): each variant's speedup over cpu-numpy per epoch on
     `full_train_size` images as a bar on a log axis, annotated '251x', with cpu-numpy's 1x as a dashed line;
     without a cpu-numpy run the panel says so."""
     frame = read_table(table_csv, E5_COLUMNS, "E5 summary table")
@@ -499,7 +499,7 @@ def speedup_bars(table_csv, out_png, title: str, full_train_size: int = 50000) -
 
 class OursE5(paper_vs_ours.Ours):
     """E5: each variant's run; times over the entry's number of images (and epochs), extrapolated from the run's
-    own as seed 004 extrapolated its CPU's; speedups per epoch over 50 000 images."""
+    own as paper 004 extrapolated its CPU's; speedups per epoch over 50 000 images."""
 
     experiment = "e5"
     needs = ("variant", "n_train", "epochs", "time_per_epoch_s", "train_time_s", "full_epoch_s", "final_train_mse",
@@ -544,22 +544,22 @@ class OursE5(paper_vs_ours.Ours):
 CAPTIONS = {
     "mse_curves.png": Caption(
         "Train and test MSE per epoch of each variant (the legend gives each one's training-set size).",
-        "seed 004's MSE graph (Phase 2.1: the CPU on 1 000 images) and its GPU convergence text",
-        "seed 004 Phase 2.1"),
+        "paper 004's MSE graph (Phase 2.1: the CPU on 1 000 images) and its GPU convergence text",
+        "paper 004 Phase 2.1"),
     "reconstructions.png": Caption(
         "The first test image of each class (top) above the autoencoder's reconstruction of it (bottom).",
-        "seed 004's Original / Reconstructed images (Phase 2.2)", "seed 004 Phase 2.2"),
+        "paper 004's Original / Reconstructed images (Phase 2.2)", "paper 004 Phase 2.2"),
     "training_time.png": Caption(
         "Training time for all epochs over 50 000 images per variant, log axis; bars extrapolated from a subset or "
         "from fewer epochs are cross-hatched.",
-        "seed 004's 'Total Training Time (Log Scale)' (section 3.2)", "seed 004 section 3.2"),
+        "paper 004's 'Total Training Time (Log Scale)' (section 3.2)", "paper 004 section 3.2"),
     "speedup.png": Caption(
         "Speedup of each variant over cpu-numpy per 50 000-image epoch, log axis.",
-        "seed 004's 'Cumulative Speedup Analysis' (section 3.2)", "seed 004 section 3.2"),
+        "paper 004's 'Cumulative Speedup Analysis' (section 3.2)", "paper 004 section 3.2"),
     "step_profile.png": Caption(
         STEP_PROFILE_SHOWS,
-        "seed 004's 'Profiling Analysis' kernel breakdowns of Phases 2.2-2.4 (e.g. its naive conv weight gradient at "
-        "84.4 % of the kernel time), as a bar per variant", "seed 004 Phases 2.2-2.4 profiles"),
+        "paper 004's 'Profiling Analysis' kernel breakdowns of Phases 2.2-2.4 (e.g. its naive conv weight gradient at "
+        "84.4 % of the kernel time), as a bar per variant", "paper 004 Phases 2.2-2.4 profiles"),
 }
 
 

@@ -149,8 +149,8 @@ CAPTIONS = {
     "confusion.png": Caption(
         "Confusion matrix of the RBF SVM on the encoder's features of the test set: rows are true classes, columns "
         "predicted ones, cells are counts.",
-        "seed 004's SVM results (Phase 2.5), which give accuracies only; the matrix shows where they come from",
-        "seed 004 Phase 2.5"),
+        "paper 004's SVM results (Phase 2.5), which give accuracies only; the matrix shows where they come from",
+        "paper 004 Phase 2.5"),
 }
 
 

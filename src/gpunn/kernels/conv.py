@@ -17,7 +17,7 @@ or ``LaunchGroup`` and runs it once unless ``launch=False``):
 * backward_weight ``conv_backward_weight_vN(x, dy, dw, padding, ...)``: dw (Cout, Cin, k, k).
 * bias_grad       ``conv_bias_grad_vN(dy, db)``: db (Cout,) = sum of dy over n, oh, ow (v3 also takes ``splits``).
 
-Versions (llm.c ``dev/cuda`` style; the seeds' naive and optimized CUDA kernels, seeds 001 and 004), one line each:
+Versions (llm.c ``dev/cuda`` style; the papers' naive and optimized CUDA kernels, papers 001 and 004), one line each:
 
     v1 naive          all passes: one thread per output element (dx gathered, no atomics; dw one per weight)
     v2 tiled          forward / backward-data: TH x TW output tile x COG channels per block, input tile + halo

@@ -9,7 +9,7 @@ These are the ground truth the GPU kernels are validated against, op by op. Conv
 * Losses are means (over the batch for cross-entropy, over all elements for MSE), so their gradients and
   every parameter gradient derived from them are batch means. The cross-entropy gradient can instead be the
   batch SUM (`reduction="sum"`, REDUCTIONS): the reported loss stays the per-sample mean, only the gradient
-  drops its 1/N (a step N times larger at the same lr; what seed 000's CPU numbers look like).
+  drops its 1/N (a step N times larger at the same lr; what paper 000's CPU numbers look like).
 * Bad shapes (wrong rank, mismatched sizes, zero-sized dimensions) raise `ValueError` naming the op and
   the shapes.
 """

@@ -17,8 +17,8 @@ from gpunn.errors import GpunnError
 @dataclass(frozen=True)
 class Caption:
     shows: str    # what the figure shows, in a sentence or two
-    mirrors: str  # which seed figure, table or section it regenerates, and how it differs
-    seed: str     # short: "seed 001 Figure 1", "seed 002 tables", for the report's label column
+    mirrors: str  # which paper figure, table or section it regenerates, and how it differs
+    paper: str    # short: "paper 001 Figure 1", "paper 002 tables", for the report's label column
 
     def text(self) -> str:
         return f"{self.shows} Mirrors {self.mirrors}."

@@ -2,7 +2,7 @@
 written when its experiment keeps diverged runs (keep_diverged); every report then marks it `diverged`: a
 `diverged` column in the summary tables, '(diverged)' after its name in figure legends and in paper_vs_ours
 (with a note), and a list on the entry page. A classifier that ends at chance, test accuracy below
-CHANCE_FACTOR / classes (15 % for 10 classes; seed 001's failed block 1024 sits at 10 %), is flagged `at_chance`
+CHANCE_FACTOR / classes (15 % for 10 classes; paper 001's failed block 1024 sits at 10 %), is flagged `at_chance`
 in its summary row, diverged or not.
 
     run_fields(summary)         diverged, diverged_epoch, diverged_reason, at_chance of a run's metrics.json

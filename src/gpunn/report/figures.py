@@ -3,7 +3,7 @@
 
     loss_curves              per-epoch train / test loss of several runs, and test accuracy when present
     epoch_series             named per-epoch series on one axis with named reference points (E1: train loss of
-                             the CPU and GPU runs under each loss reduction beside seed 000's)
+                             the CPU and GPU runs under each loss reduction beside paper 000's)
     epoch_lines              per-epoch cumulative training time, train loss or test accuracy, one panel per group
                              of runs (E4: a dataset, or a variant of the block-size study), one line per run
     confusion_matrix_figure  heatmap of a confusion matrix with counts (gpunn.svm, and the E6 report)
@@ -425,7 +425,7 @@ def epoch_lines(groups: Mapping[str, Mapping[str, str | Path]], measures: Sequen
                 diverged: Collection[str] = ()) -> Path:
     """Per-epoch lines of several runs against the epoch: one column of panels per group of `groups` ({panel
     name: {line label: metrics.csv}}; E4: a dataset, or a variant of the block-size study) and one row per
-    measure of EPOCH_MEASURES ('cumulative_time': the training time up to each epoch, seed 001's Figures 1
+    measure of EPOCH_MEASURES ('cumulative_time': the training time up to each epoch, paper 001's Figures 1
     and 3; 'train_loss': the epoch's average train loss, its Figures 2 and 4; 'test_accuracy'). A line keeps
     its colour and style in every panel: variants their fixed colours, or with `ordinal` ordered settings
     (block sizes) a sequential colour map. Panels of a row share their y axis. Group names and line labels

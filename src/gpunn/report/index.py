@@ -2,7 +2,7 @@
 summary table as index.csv, and index.rst, the same page as the front page of `snakemake --report`.
 
 It opens with one "paper vs ours" table across the experiments: each experiment's headline numbers (HEADLINES:
-its accuracies and its speedup, as the seed states them) beside ours, taken from the experiment's
+its accuracies and its speedup, as the paper states them) beside ours, taken from the experiment's
 paper_vs_ours.csv, with both devices named. An experiment that did not run (disabled in the config) is one row
 saying so, and a headline whose run did not happen (no GPU, a variant not configured) keeps the reason that
 paper_vs_ours gives, so that a missing number is never mistaken for a failure. A headline from a diverged run
@@ -51,7 +51,7 @@ def run_setting(report_root, experiment: str) -> str | None:
 TABLE_ORDER = ("summary.md", "paper_vs_ours.md", "paper_table.md", "blocks.md", "gap.md", "step_profile.md", "jobs.md")
 
 
-INDEX_COLUMNS = ("experiment", "seed", "headline", "paper", "ours", "comparison", "paper_device", "variant",
+INDEX_COLUMNS = ("experiment", "paper_no", "headline", "paper", "ours", "comparison", "paper_device", "variant",
                  "our_device", "simulator", "note")
 
 
@@ -118,10 +118,10 @@ def headline_rows(report_root, ran: list[str], not_run: dict[str, str]) -> list[
     report_root = Path(report_root)
     rows = []
     for found in experiments.ALL:
-        experiment, seed = found.name, found.paper.split("_")[0]
+        experiment, paper_no = found.name, found.paper.split("_")[0]
         if experiment not in ran:
             reason = not_run.get(experiment, "not run in this configuration")
-            rows.append({"experiment": experiment.upper(), "seed": seed, "headline": "-", "paper": "-", "ours": "-",
+            rows.append({"experiment": experiment.upper(), "paper_no": paper_no, "headline": "-", "paper": "-", "ours": "-",
                          "comparison": "-", "note": f"not run: {reason}"})
             continue
         table = _paper_rows(report_root, experiment)
@@ -138,7 +138,7 @@ def headline_rows(report_root, ran: list[str], not_run: dict[str, str]) -> list[
                                  f"'{headline.label}' ({', '.join(map(str, key.values()))}); rerun report_{experiment}")
             row = match.iloc[0]
             rows.append({
-                "experiment": experiment.upper(), "seed": seed, "headline": headline.label,
+                "experiment": experiment.upper(), "paper_no": paper_no, "headline": headline.label,
                 "paper": _paper_text(entry), "ours": _ours_text(entry, row), "comparison": _comparison(entry, row),
                 "paper_device": entry.hardware,
                 "variant": "-" if _missing(row.get("variant")) else row["variant"],
@@ -176,7 +176,7 @@ def _md_table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
-SUMMARY_COLUMNS = [("experiment", "Experiment"), ("seed", "Seed"), ("headline", "Headline"), ("paper", "Paper"),
+SUMMARY_COLUMNS = [("experiment", "Experiment"), ("paper_no", "Paper no."), ("headline", "Headline"), ("paper", "Paper"),
                    ("ours", "Ours"), ("comparison", "Ours vs paper"), ("paper_device", "Paper's device"),
                    ("variant", "Our variant"), ("our_device", "Our device"), ("note", "Note")]
 PROVENANCE_COLUMNS = [("device", "Device"), ("driver", "Driver"), ("simulator", "Simulator"), ("cpu", "CPU"),
@@ -209,10 +209,10 @@ def markdown(report_root, ran, not_run, rows, records, notes=(), machine: str = 
     parts = [f"# gpunn report{f' ({machine})' if machine else ''}: the papers' numbers beside ours", "",
              _devices_line(records), ""]
     parts += ["## Paper vs ours", "",
-              "Each experiment's headline numbers as its seed prints them, beside ours from the same setting where we "
+              "Each experiment's headline numbers as its paper prints them, beside ours from the same setting where we "
               "ran it. Accuracies compare by their difference in points; times only through speedups over each "
               "side's own CPU baseline (a T4 is not an H100); a paper's speedup against ours over our own runs. "
-              "'-' with a note: not run here, and why (never a failure). Every number of every seed: each "
+              "'-' with a note: not run here, and why (never a failure). Every number of every paper: each "
               "experiment's paper_vs_ours.md.", "", _md_table(rows, SUMMARY_COLUMNS), ""]
     extra = [line for line in (*notes, _simulated_line(rows)) if line]
     if extra:
@@ -230,9 +230,9 @@ def markdown(report_root, ran, not_run, rows, records, notes=(), machine: str = 
     parts += wall_time_section(report_root, ran)
     parts += ["## Experiments", ""]
     for found in experiments.ALL:
-        experiment, seed = found.name, found.paper.split("_")[0]
+        experiment, paper_no = found.name, found.paper.split("_")[0]
         ours = run_setting(report_root, experiment) if experiment in ran else None
-        heading = f"{ours} (seed {seed}: {found.title})" if ours else f"{found.title} (seed {seed})"
+        heading = f"{ours} (paper {paper_no}: {found.title})" if ours else f"{found.title} (paper {paper_no})"
         parts += [f"### {experiment.upper()}: {heading}", ""]
         if experiment not in ran:
             parts += [f"Not run: {not_run.get(experiment, 'not run in this configuration')}.", ""]
@@ -291,8 +291,8 @@ def rst(report_root, ran, rows, records, notes=(), machine: str = "") -> str:
     report_root = Path(report_root)
     title = f"gpunn: the papers' numbers beside ours{f' ({machine})' if machine else ''}"
     parts = [title, "=" * len(title), "", _devices_line(records), "",
-             "Each experiment's headline numbers as its seed prints them, beside ours. Every figure is in the "
-             "experiment's category below, with a caption saying which seed figure it mirrors; every table is in "
+             "Each experiment's headline numbers as its paper prints them, beside ours. Every figure is in the "
+             "experiment's category below, with a caption saying which paper figure it mirrors; every table is in "
              f"``report/{machine or '<machine>'}/<experiment>/`` (``index.md`` links them all).", "",
              _rst_table(rows, SUMMARY_COLUMNS), ""]
     parts += [f"* {line}" for line in (*notes, _simulated_line(rows)) if line]

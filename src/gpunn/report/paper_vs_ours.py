@@ -1,5 +1,5 @@
-"""Paper vs ours: every number of a seed's tables and text (gpunn.report.papers) beside the same number from our
-runs, one row per paper cell, grouped as the seed groups them (its tables and sections, rows and columns labelled
+"""Paper vs ours: every number of a paper's tables and text (gpunn.report.papers) beside the same number from our
+runs, one row per paper cell, grouped as the paper groups them (its tables and sections, rows and columns labelled
 as it prints them), both devices named. Written as paper_vs_ours.csv (tidy, raw values) and paper_vs_ours.md by
 each experiment's report.
 
@@ -13,7 +13,7 @@ How the two are compared:
   * a range or target the paper expects: ours is placed within, below or above it (note), no ratio.
 Which of our runs stands for a paper phase: the experiment's PHASES (the first variant that ran), in the entry's setting
 (dataset, hidden size, batch size, block size); where our setting differs (a smoke run's dataset, batch 64
-against the seed's 1), the note says so. A row whose run did not happen shows '-' for ours and says why; a number
+against the paper's 1), the note says so. A row whose run did not happen shows '-' for ours and says why; a number
 produced under numba's CUDA simulator has device cuda-simulator and a note that its timing is not meaningful; one
 from a run that diverged (kept by keep_diverged) names the variant '(diverged)' and says so in its note.
 """
@@ -344,7 +344,7 @@ _FORMATS = {"ratio": _times, "paper_speedup": _times, "our_speedup": _times,
 
 def write(rows: list[dict], out_dir, title: str, note: str | None = None) -> pd.DataFrame:
     """paper_vs_ours.csv (every row, COLUMNS) and paper_vs_ours.md (`title`, the rules, one section per paper table
-    in the seed's order), both written atomically."""
+    in the paper's order), both written atomically."""
     if not rows:
         raise GpunnError(f"{out_dir}/paper_vs_ours.csv: no paper values to compare")
     frame = pd.DataFrame([{c: r.get(c) for c in COLUMNS} for r in rows], columns=list(COLUMNS))

@@ -50,11 +50,11 @@ UNITS = {**{u: "time" for u in TIME_UNITS}, "%": "percent", "fraction": "a fract
 
 @dataclass(frozen=True)
 class PaperValue:
-    """One number of a seed, as printed, in its setting (module docstring)."""
+    """One number of a paper, as printed, in its setting (module docstring)."""
 
     experiment: str            # e1 ... e6
     paper: str                 # the paper's file name under ../shared/seeds
-    source: str                # the table or section as the seed names it
+    source: str                # the table or section as the paper names it
     anchor: tuple[str, ...]    # seed text found in this order; the value stands after the last (caption_below: before)
     quantity: str              # a key of QUANTITIES
     unit: str                  # a key of UNITS
@@ -74,7 +74,7 @@ class PaperValue:
     hidden: int | None = None
     block: int | None = None   # threads per block
     epoch: int | None = None   # the epoch of a per-epoch value
-    workers: int | None = None  # seed 001's PyTorch DataLoader settings
+    workers: int | None = None  # paper 001's PyTorch DataLoader settings
     pin_memory: bool | None = None
     note: str = ""
     # the paper's phase -> the gpunn variants that reproduce it, first preferred (its experiment's PHASES)

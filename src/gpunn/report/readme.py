@@ -19,7 +19,7 @@ from gpunn.report import index
 BEGIN = "<!-- gpunn publish: begin {folder} (generated from {folder}/index.md by gpunn publish; do not edit) -->"
 END = "<!-- gpunn publish: end -->"
 BEGIN_PATTERN = re.compile(r"<!-- gpunn publish: begin (\S+) .*?-->")
-HEADLINE_COLUMNS = [c for c in index.SUMMARY_COLUMNS if c[0] != "seed"]
+HEADLINE_COLUMNS = [c for c in index.SUMMARY_COLUMNS if c[0] != "paper_no"]
 
 
 def _ran(folder: Path) -> list[str]:

@@ -13,7 +13,7 @@ two captured CUDA graphs. Each step's forward and backward times come from one e
 accumulate in an epoch-long device buffer, read once at the end.
 
 Per-step policies copy each batch from the host. `copy: sync` (gpu-naive, gpu-tiled) copies it before the step and
-reads the step's losses back after it, as the seeds' naive code does, through bound copies and launches only
+reads the step's losses back after it, as the papers' naive code does, through bound copies and launches only
 (host_steps.py). `copy: pipelined` (gpu-optimized) gathers the next
 batches into PIPELINE_DEPTH pinned host buffers and copies each on a copy stream of its own into its slot's
 device input, while the GPU computes the current step: events order a slot's copy after the last step that read
@@ -289,7 +289,7 @@ class GpuEngine(Backend):
 
     # ---- the backend contract
     def train_step(self, xb: np.ndarray, target) -> StepTimes:
-        """One synchronous step on a host batch: copied in, its losses read back (the seeds' naive step; E3's
+        """One synchronous step on a host batch: copied in, its losses read back (the papers' naive step; E3's
         latency); its forward and backward times are GPU times from events around each phase."""
         rows = len(xb)
         program = self._step_program(rows, xb.shape[1:])

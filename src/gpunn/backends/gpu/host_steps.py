@@ -1,4 +1,4 @@
-"""The per-step variants' host path (`copy: sync`, the seeds' naive design): every step copies its batch to the GPU
+"""The per-step variants' host path (`copy: sync`, the papers' naive design): every step copies its batch to the GPU
 and reads its losses back, as E1's naive C++ does, through bound calls only (gpunn.kernels.transfers, .launch).
 
 An epoch runs a plan made once per (training-set size, batch, sample shape): for each step its two bound uploads
@@ -7,7 +7,7 @@ download of the per-sample losses into that step's place in a pinned epoch-long 
 the host gathers the next batch into the other pinned buffer and queues its upload behind the step's download (the
 GPU copies it as soon as the step is done, before the host has woken), then waits for the step's losses, spinning
 on an event recorded after their download: the losses are read back every step and the next step is launched only
-once they are on the host, so the steps stay the seeds' synchronous ones. Nothing is summed on the host per step: the
+once they are on the host, so the steps stay the papers' synchronous ones. Nothing is summed on the host per step: the
 losses are added up once the epoch ends, when the first non-finite one (if any) names the batch where training
 diverged. Measured on an H100 machine (issue 22): a driver call costs 2 us (an event record) to 7 us (a kernel
 launch) there, so the MLP's 13-14 launches a step set the floor of these variants' step time.

@@ -214,7 +214,7 @@ class Conv2dStage(Stage):
         return functools.partial(launcher, launch=False, **threads)
 
     def forward(self, binder, x, y):
-        # the bias is part of every conv forward (as in the seeds' naive kernels); the ReLU only when fused
+        # the bias is part of every conv forward (as in the papers' naive kernels); the ReLU only when fused
         p = binder.params
         return [self._version(binder, "forward")(x.view, self.weight(p), self.bias(p), y.view, self.padding,
                                                  relu=self.relu)]

@@ -17,13 +17,13 @@ CUDA graphs or not. The engine (gpunn.backends.gpu.engine) reads nothing else to
                version for the layer's shape (conv "auto": conv_version), its forward and backward launches
                captured once into two CUDA graphs and replayed (real GPU only: the simulator has no graphs)
 
-The CNN's variants (seed 001's naive and optimized CUDA versions, and ours):
+The CNN's variants (paper 001's naive and optimized CUDA versions, and ours):
 
     gpu-naive      (shared with the MLP) one thread per output element in every kernel: direct convolutions, a
                    separate ReLU kernel, max-pool backward with atomics, naive GEMM for the FC layer; the batch
                    copied host->device every step, the loss read back every step, one SGD launch per layer
-                   (conv1, conv2, fc: the seed's SGDBackward per parameter set)
-    gpu-optimized  the seed's optimized list, each a field here: conv+ReLU fused (`fuse`), shared-memory input
+                   (conv1, conv2, fc: the paper's SGDBackward per parameter set)
+    gpu-optimized  the paper's optimized list, each a field here: conv+ReLU fused (`fuse`), shared-memory input
                    tiles (conv `tiled`), tiled FC GEMM (`gemm: tiled16`), warp-shuffle weight-gradient reductions
                    (conv backward_weight `shuffle`), pinned host buffers with a copy stream so the next batch's copy
                    overlaps this step's compute, three buffers deep (`copy: pipelined`), one SGD launch over the
@@ -32,13 +32,13 @@ The CNN's variants (seed 001's naive and optimized CUDA versions, and ours):
                    resident on the GPU, deterministic reductions only (fixed-order split-K and split bias-gradient
                    sums, race-free gather max-pool backward): two runs give the same bits
 
-The autoencoder's variants (seed 004's three conv implementations, and ours), all one image or one mini-batch
-per step (RunSpec.batch; batch 1 is the seed's setting):
+The autoencoder's variants (paper 004's three conv implementations, and ours), all one image or one mini-batch
+per step (RunSpec.batch; batch 1 is the paper's setting):
 
     gpu-naive      (shared) direct convolutions, one thread per output element, atomic max-pool backward
-    gpu-tiled      the seed's "optimized v1": shared-memory input tiles for the forward and backward-data passes,
+    gpu-tiled      the paper's "optimized v1": shared-memory input tiles for the forward and backward-data passes,
                    block-reduction weight and bias gradients (TILED_CONV), unfused ReLU, 16x16 tiled GEMMs
-    gpu-im2col     the seed's "optimized v2": every conv pass an implicit-im2col GEMM, data resident
+    gpu-im2col     the paper's "optimized v2": every conv pass an implicit-im2col GEMM, data resident
     gpu-graph      the fastest: conv "auto" per layer shape, captured in CUDA graphs
 
 A run's block size (RunSpec.block, `_t<threads>` in its path) reaches the kernels that take a thread count
@@ -105,7 +105,7 @@ TILED_CONV = {"forward": "tiled", "backward_data": "tiled", "backward_weight": "
 # the fused policies' conv: every pass an implicit-im2col GEMM (bias + ReLU, and the ReLU mask, in its epilogue)
 FUSED_CONV = {"forward": "implicit_gemm", "backward_data": "implicit_gemm", "backward_weight": "implicit_gemm",
               "bias_grad": "split"}
-# the seed's optimized CNN: shared-memory input tiles with bias + ReLU fused, warp-shuffle weight gradients
+# the paper's optimized CNN: shared-memory input tiles with bias + ReLU fused, warp-shuffle weight gradients
 OPTIMIZED_CONV = {"forward": "tiled", "backward_data": "tiled", "backward_weight": "shuffle", "bias_grad": "block"}
 # conv versions needing a real GPU (warp shuffles) -> the simulator's stand-in with the same block decomposition
 SIMULATOR_TWIN = {"shuffle": "block"}
@@ -132,7 +132,7 @@ POLICIES = {
                         pool_backward="gather"),
 }
 # which models each GPU variant trains (the registry's `models`): E1-E3's MLP variants, E4's CNN variants and E5's
-# autoencoder variants (seed 004's naive, "optimized v1" = gpu-tiled and "optimized v2" = gpu-im2col, and ours)
+# autoencoder variants (paper 004's naive, "optimized v1" = gpu-tiled and "optimized v2" = gpu-im2col, and ours)
 POLICY_MODELS = {
     "gpu-naive": ("mlp", "cnn", "autoencoder"),
     "gpu-tiled": ("mlp", "autoencoder"),
