@@ -36,9 +36,9 @@ def test_every_op_validates_on_quick_shapes(op, capsys):
     problems = bench.op_problems(op, quick=True)
     configurations = bench.validate(problems, bench.QUICK_BLOCKS)
     assert "all results match" in capsys.readouterr().out
-    variants = {c.variant for c in configurations}
-    if op == "gemm":  # every registered variant, on every quick case
-        assert variants == set(gemm.VERSIONS)
+    versions = {c.version for c in configurations}
+    if op == "gemm":  # every version with a dense launcher, on every quick case
+        assert versions == set(gemm.DENSE_LAUNCHERS)
         assert {c.problem.case for c in configurations} == {case.case for case in bench.QUICK_GEMM_CASES}
     else:
         assert len(configurations) == len(problems) * len(bench.QUICK_BLOCKS)
@@ -57,7 +57,7 @@ def _unwritten_relu_forward(x, out, block=256, stream=0, launch=True):
 
 @pytest.mark.parametrize("broken, detail", [(_negated_relu_forward, "max relative error"),
                                             (_unwritten_relu_forward, "111 NaN")])
-def test_a_wrong_kernel_stops_validation_naming_op_variant_and_block(monkeypatch, broken, detail):
+def test_a_wrong_kernel_stops_validation_naming_op_version_and_block(monkeypatch, broken, detail):
     monkeypatch.setattr(elementwise, "relu_forward", broken)
     problems = bench.op_problems("elementwise", quick=True)
     with pytest.raises(bench.BenchMismatch) as info:
@@ -68,29 +68,29 @@ def test_a_wrong_kernel_stops_validation_naming_op_variant_and_block(monkeypatch
     assert "\n" not in message
 
 
-def test_a_new_gemm_variant_is_picked_up_and_validated(monkeypatch):
-    naive = gemm.VERSIONS["naive"]
+def test_a_new_gemm_version_is_picked_up_and_validated(monkeypatch):
+    naive = gemm.DENSE_LAUNCHERS["naive"]
 
     def relu_forgotten(a, b, out, trans_a=False, trans_b=False, bias=None, relu=False, relu_mask=None,
                        block=(16, 16), stream=0, launch=True):
         return naive(a, b, out, trans_a=trans_a, trans_b=trans_b, bias=bias, relu=False, block=block,
                      stream=stream, launch=launch)
 
-    monkeypatch.setitem(gemm.VERSIONS, "relu_forgotten", relu_forgotten)
+    monkeypatch.setitem(gemm.DENSE_LAUNCHERS, "relu_forgotten", relu_forgotten)
     (problem,) = bench.gemm_problems(bench.QUICK_GEMM_CASES[:1])
-    assert set(problem.variants) == set(gemm.VERSIONS)
-    problem.variants = {"relu_forgotten": relu_forgotten}  # only the new one: the others are tested above
+    assert set(problem.versions) == set(gemm.DENSE_LAUNCHERS)
+    problem.versions = {"relu_forgotten": relu_forgotten}  # only the new one: the others are tested above
     with pytest.raises(bench.BenchMismatch, match=r"gemm/relu_forgotten block 16x16 on quick_bias_relu 19x13x11"):
         bench.validate([problem], [])
 
 
-def test_fixed_block_gemm_variants_skip_other_sizes():
+def test_fixed_block_gemm_versions_skip_other_sizes():
     (problem,) = bench.gemm_problems(bench.QUICK_GEMM_CASES[1:])
     configurations = bench.validate([problem], [32, 256])
-    blocks = {(c.variant, bench.block_dims(c.block)) for c in configurations}
+    blocks = {(c.version, bench.block_dims(c.block)) for c in configurations}
     # naive takes the sizes (32 x threads/32); versions with a fixed block run it once, under its own name
     assert {("naive", "16x16"), ("naive", "32x1"), ("naive", "32x8"), ("tiled16", "16x16")} <= blocks
-    assert len(blocks) == len(configurations) == 3 + (len(gemm.VERSIONS) - 1)
+    assert len(blocks) == len(configurations) == 3 + (len(gemm.DENSE_LAUNCHERS) - 1)
 
 
 def test_gemm_tolerance_grows_with_k():
@@ -106,7 +106,7 @@ def test_benchmark_rows_one_per_configuration(capsys):
     out = capsys.readouterr().out
     assert list(frame.columns) == bench.BENCH_COLUMNS
     assert len(frame) == len(problems) * 2
-    assert set(zip(frame["variant"], frame["block"])) == {(v, b) for v in ("colsum_atomic", "colsum_tree")
+    assert set(zip(frame["version"], frame["block"])) == {(v, b) for v in ("colsum_atomic", "colsum_tree")
                                                          for b in (32, 64)}
     assert _positive_finite(frame["ms"]) and _positive_finite(frame["gbps"])
     assert frame["gflops"].isna().all() and (frame["rows"] == 3).all() and (frame["cols"] == 37).all()
@@ -131,8 +131,8 @@ def test_bench_gemm_quick_end_to_end(tmp_path):
     frame = pd.read_csv(out)
     assert list(frame.columns) == bench.BENCH_COLUMNS
     assert len(frame) == sum(1 for line in lines if " ms " in line)
-    assert not frame.duplicated(["case", "variant", "block_dims"]).any()
-    assert set(frame["variant"]) == set(gemm.VERSIONS)
+    assert not frame.duplicated(["case", "version", "block_dims"]).any()
+    assert set(frame["version"]) == set(gemm.DENSE_LAUNCHERS)
     assert _positive_finite(frame["ms"]) and _positive_finite(frame["gflops"])
     row = frame[frame["case"] == "quick_bias_relu"].iloc[0]
     assert row["gflops"] == pytest.approx(2 * 19 * 13 * 11 / row["ms"] / 1e6)
@@ -203,7 +203,7 @@ def test_block_sweep_rejects_zero_repeats():
 def test_gpu_timings_come_from_cuda_events():
     stream = cuda.stream()
     assert not bench.numba_clock(stream).host_clock
-    problems = {p.case: p for p in bench.op_problems("elementwise") if p.variants.keys() == {"relu_forward"}}
+    problems = {p.case: p for p in bench.op_problems("elementwise") if p.versions.keys() == {"relu_forward"}}
     large, small = bench.validate([problems["large_odd"]], [256]) + bench.validate([problems["mlp_hidden"]], [256])
     timing = bench.time_configuration(large, 10, stream)
     # 8191 x 4099 floats read and written: well above launch overhead, well below a second on any GPU

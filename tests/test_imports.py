@@ -97,7 +97,8 @@ def test_the_graph_sees_function_level_and_relative_imports():
     graph = import_graph()
     assert "gpunn.backends.base" in graph["gpunn.backends.cpu_numpy"]  # `from .base import ...`
     assert "gpunn.kernels.gemm" in graph["gpunn.backends.gpu.layers"]  # inside a method
-    assert "gpunn.nn.functional" in graph["gpunn.kernels.conv"]  # `from gpunn.nn import functional as F`
+    assert "gpunn.nn.functional" in graph["gpunn.kernels.conv.reference"]  # `from gpunn.nn import functional as F`
+    assert "gpunn.kernels.gemm.versions" in graph["gpunn.kernels.gemm.split_k"]  # `from .versions import ...`
 
 
 def test_no_import_cycle_in_gpunn():

@@ -41,9 +41,9 @@ def _block(block):
     return {} if block is None else {"block": block}
 
 
-def _blocks(variant, blocks):
+def _blocks(version, blocks):
     """The block sizes to try for a version: its own fixed one for implicit_gemm (test_kernels_conv_gemm)."""
-    return (OWN_BLOCK,) if variant == "implicit_gemm" else blocks
+    return (OWN_BLOCK,) if version == "implicit_gemm" else blocks
 
 
 def _rng(*key):
@@ -71,59 +71,59 @@ def out_hw(h, w, k, p):
     return h + 2 * p - k + 1, w + 2 * p - k + 1
 
 
-def run_forward(variant, n, cin, cout, h, w, k, p, bias=True, relu=False, block=None, key=()):
-    rng = _rng("forward", variant, n, cin, cout, h, w, k, p, bias, relu, block, *key)
+def run_forward(version, n, cin, cout, h, w, k, p, bias=True, relu=False, block=None, key=()):
+    rng = _rng("forward", version, n, cin, cout, h, w, k, p, bias, relu, block, *key)
     x, wt = rand(rng, n, cin, h, w), rand(rng, cout, cin, k, k)
     b = rand(rng, cout) if bias else None
     out = poisoned(n, cout, *out_hw(h, w, k, p))
     kw = _block(block)
-    launch = C.VERSIONS["forward"][variant](cuda.to_device(x), cuda.to_device(wt),
-                                            None if b is None else cuda.to_device(b), out, p, relu=relu, **kw)
+    launch = C.VERSIONS["forward"][version].launcher(cuda.to_device(x), cuda.to_device(wt),
+                                                     None if b is None else cuda.to_device(b), out, p, relu=relu, **kw)
     assert isinstance(launch, Launch)
     return rel_err(out.copy_to_host(), C.conv_forward_ref(x, wt, b, p, relu))
 
 
-def run_backward_data(variant, n, cin, cout, h, w, k, p, mask=False, block=None, key=()):
-    rng = _rng("backward_data", variant, n, cin, cout, h, w, k, p, mask, block, *key)
+def run_backward_data(version, n, cin, cout, h, w, k, p, mask=False, block=None, key=()):
+    rng = _rng("backward_data", version, n, cin, cout, h, w, k, p, mask, block, *key)
     dy, wt = rand(rng, n, cout, *out_hw(h, w, k, p)), rand(rng, cout, cin, k, k)
     relu_mask = rand(rng, n, cin, h, w) if mask else None
     dx = poisoned(n, cin, h, w)
     kw = _block(block)
-    C.VERSIONS["backward_data"][variant](cuda.to_device(dy), cuda.to_device(wt), dx, p,
-                                         relu_mask=None if relu_mask is None else cuda.to_device(relu_mask), **kw)
+    d_mask = None if relu_mask is None else cuda.to_device(relu_mask)
+    C.VERSIONS["backward_data"][version].launcher(cuda.to_device(dy), cuda.to_device(wt), dx, p, relu_mask=d_mask, **kw)
     got = dx.copy_to_host()
     if mask:
         assert np.all(got[relu_mask <= 0] == 0.0)
     return rel_err(got, C.conv_backward_data_ref(dy, wt, (n, cin, h, w), p, relu_mask))
 
 
-def run_backward_weight(variant, n, cin, cout, h, w, k, p, key=(), **kw):
+def run_backward_weight(version, n, cin, cout, h, w, k, p, key=(), **kw):
     kw = {**_block(kw.pop("block", None)), **kw}
-    rng = _rng("backward_weight", variant, n, cin, cout, h, w, k, p, *key)
+    rng = _rng("backward_weight", version, n, cin, cout, h, w, k, p, *key)
     x, dy = rand(rng, n, cin, h, w), rand(rng, n, cout, *out_hw(h, w, k, p))
     dw = poisoned(cout, cin, k, k)
-    C.VERSIONS["backward_weight"][variant](cuda.to_device(x), cuda.to_device(dy), dw, p, **kw)
+    C.VERSIONS["backward_weight"][version].launcher(cuda.to_device(x), cuda.to_device(dy), dw, p, **kw)
     return rel_err(dw.copy_to_host(), C.conv_backward_weight_ref(x, dy, k, p))
 
 
 # --------------------------------------------------------------------------------------------- forward
 @pytest.mark.parametrize("padding, bias, relu", [(0, True, True), (1, True, False), (1, False, True)])
-@pytest.mark.parametrize("variant", ["naive", "tiled"])
-def test_forward(variant, padding, bias, relu):
-    assert run_forward(variant, N, CIN, COUT, H, W, 3, padding, bias, relu) < TOL
+@pytest.mark.parametrize("version", ["naive", "tiled"])
+def test_forward(version, padding, bias, relu):
+    assert run_forward(version, N, CIN, COUT, H, W, 3, padding, bias, relu) < TOL
 
 
 @pytest.mark.parametrize("k, padding", [(1, 0), (5, 1), (3, 3)])
-@pytest.mark.parametrize("variant", ["naive", "tiled"])
-def test_forward_kernel_sizes_and_wide_padding(variant, k, padding):
+@pytest.mark.parametrize("version", ["naive", "tiled"])
+def test_forward_kernel_sizes_and_wide_padding(version, k, padding):
     # k = 1 and 5; padding 3 > k - 1: outputs whose whole window lies in the padding (bias only)
-    assert run_forward(variant, 2, CIN, COUT, 6, 5, k, padding) < TOL
+    assert run_forward(version, 2, CIN, COUT, 6, 5, k, padding) < TOL
 
 
-@pytest.mark.parametrize("variant, block", [("naive", 48), ("tiled", 48), ("tiled", (4, 3))])
-def test_forward_blocks_that_do_not_divide_the_output(variant, block):
+@pytest.mark.parametrize("version, block", [("naive", 48), ("tiled", 48), ("tiled", (4, 3))])
+def test_forward_blocks_that_do_not_divide_the_output(version, block):
     # 48 threads: 1.5 warps; tiled 48 -> a 16x3 tile; (4, 3): tiles straddle every edge of the 7x9 output
-    assert run_forward(variant, N, CIN, COUT, H, W, 3, 1, relu=True, block=block) < TOL
+    assert run_forward(version, N, CIN, COUT, H, W, 3, 1, relu=True, block=block) < TOL
 
 
 def test_channel_group():
@@ -148,25 +148,25 @@ def test_tile_shape():
 
 # --------------------------------------------------------------------------------------------- backward-data
 @pytest.mark.parametrize("padding, mask", [(0, False), (1, True), (0, True)])
-@pytest.mark.parametrize("variant", ["naive", "tiled"])
-def test_backward_data(variant, padding, mask):
-    assert run_backward_data(variant, N, CIN, COUT, H, W, 3, padding, mask) < TOL
+@pytest.mark.parametrize("version", ["naive", "tiled"])
+def test_backward_data(version, padding, mask):
+    assert run_backward_data(version, N, CIN, COUT, H, W, 3, padding, mask) < TOL
 
 
 @pytest.mark.parametrize("k, padding", [(1, 0), (5, 2), (3, 3)])
-@pytest.mark.parametrize("variant", ["naive", "tiled"])
-def test_backward_data_kernel_sizes_and_wide_padding(variant, k, padding):
+@pytest.mark.parametrize("version", ["naive", "tiled"])
+def test_backward_data_kernel_sizes_and_wide_padding(version, k, padding):
     # padding 3 > k - 1: the tiled kernel's offset k - 1 - p is negative; (4, 3) tiles straddle the edges
-    block = (4, 3) if variant == "tiled" else None
-    assert run_backward_data(variant, 2, CIN, COUT, 6, 5, k, padding, mask=True, block=block) < TOL
+    block = (4, 3) if version == "tiled" else None
+    assert run_backward_data(version, 2, CIN, COUT, 6, 5, k, padding, mask=True, block=block) < TOL
 
 
 # --------------------------------------------------------------------------------------------- backward-weight
 @pytest.mark.parametrize("padding", [0, 1])
-@pytest.mark.parametrize("variant", ["naive", "block", "deterministic"])
-def test_backward_weight(variant, padding):
+@pytest.mark.parametrize("version", ["naive", "block", "deterministic"])
+def test_backward_weight(version, padding):
     # auto splits at these shapes: one per image, so block sums with atomics and deterministic in two passes
-    assert run_backward_weight(variant, 2, WG_CIN, WG_COUT, H, W, 3, padding) < TOL
+    assert run_backward_weight(version, 2, WG_CIN, WG_COUT, H, W, 3, padding) < TOL
 
 
 @pytest.mark.parametrize("k, padding", [(1, 0), (5, 2)])
@@ -197,8 +197,8 @@ def test_deterministic_weight_gradient_is_bit_identical_across_runs():
     results = []
     for _ in range(2):
         dw = poisoned(WG_COUT, WG_CIN, 3, 3)
-        launch = C.conv_backward_weight_v2_deterministic(cuda.to_device(x), cuda.to_device(dy), dw, 1, **_block(None),
-                                                         splits=2)
+        launch = C.conv_backward_weight_deterministic(cuda.to_device(x), cuda.to_device(dy), dw, 1, **_block(None),
+                                                      splits=2)
         assert isinstance(launch, LaunchGroup)  # partial sums, then their fixed-order sum
         results.append(dw.copy_to_host())
     np.testing.assert_array_equal(results[0], results[1])
@@ -209,18 +209,18 @@ def test_shuffle_weight_gradient_refuses_the_simulator():
     if ON_GPU:
         pytest.skip("simulator only")
     x, dy = cuda.to_device(np.ones((1, 1, 3, 3), np.float32)), cuda.to_device(np.ones((1, 1, 1, 1), np.float32))
-    with pytest.raises(ValueError, match="conv_backward_weight_v2_shuffle: warp shuffles need a real GPU"):
-        C.conv_backward_weight_v2_shuffle(x, dy, cuda.to_device(np.ones((1, 1, 3, 3), np.float32)), 0)
+    with pytest.raises(ValueError, match="conv_backward_weight_shuffle: warp shuffles need a real GPU"):
+        C.conv_backward_weight_shuffle(x, dy, cuda.to_device(np.ones((1, 1, 3, 3), np.float32)), 0)
     assert "shuffle" not in C.runnable_versions("backward_weight")
 
 
 # --------------------------------------------------------------------------------------------- bias gradient
-@pytest.mark.parametrize("variant, block", [("naive", 3), ("block", 32), ("split", 32)])
-def test_bias_grad(variant, block):
-    rng = _rng("bias_grad", variant)
+@pytest.mark.parametrize("version, block", [("naive", 3), ("block", 32), ("split", 32)])
+def test_bias_grad(version, block):
+    rng = _rng("bias_grad", version)
     dy = rand(rng, N, COUT, H, W)
     db = poisoned(COUT)
-    C.VERSIONS["bias_grad"][variant](cuda.to_device(dy), db, block=block)
+    C.VERSIONS["bias_grad"][version].launcher(cuda.to_device(dy), db, block=block)
     assert rel_err(db.copy_to_host(), C.conv_bias_grad_ref(dy)) < TOL
 
 
@@ -232,7 +232,7 @@ def run_split_bias_grad(shape, splits, block, dy_view=None, key=()):
     else:
         dy, d_dy = dy_view
     db = poisoned(shape[1])
-    launch = C.conv_bias_grad_v3(d_dy, db, block=block, splits=splits)
+    launch = C.conv_bias_grad_split(d_dy, db, block=block, splits=splits)
     got = db.copy_to_host()
     return got, launch, rel_err(got, C.conv_bias_grad_ref(dy))
 
@@ -257,7 +257,7 @@ def test_split_bias_grad_is_deterministic_and_replays():
     dy = rand(rng, 3, 5, 7, 9)
     d_dy = cuda.to_device(dy)
     db = poisoned(5)
-    group = C.conv_bias_grad_v3(d_dy, db, block=16, splits=3, launch=False)
+    group = C.conv_bias_grad_split(d_dy, db, block=16, splits=3, launch=False)
     assert isinstance(group, LaunchGroup) and np.isnan(db.copy_to_host()).all()  # launch=False: nothing ran
     results = []
     for _ in range(2):
@@ -281,7 +281,7 @@ def test_split_bias_grad_strided_views():
     dy = big[:, 1:6, :, ::2]
     for splits in (1, 2):
         buf = poisoned(9)
-        C.conv_bias_grad_v3(view, buf[2:7], block=8, splits=splits)
+        C.conv_bias_grad_split(view, buf[2:7], block=8, splits=splits)
         got = buf.copy_to_host()
         assert rel_err(got[2:7], C.conv_bias_grad_ref(dy)) < TOL, splits
         assert np.isnan(got[:2]).all() and np.isnan(got[7:]).all()  # nothing outside the view
@@ -326,28 +326,28 @@ def test_strided_weight_views_and_replay():
     w_view = cuda.to_device(block_w)[:, 1:CIN + 1]
     assert not w_view.is_c_contiguous()
     wt = block_w[:, 1:CIN + 1]
-    for variant, fn in C.VERSIONS["forward"].items():
+    for version, spec in C.VERSIONS["forward"].items():
         d_x = cuda.to_device(x)
         out = poisoned(2, WG_COUT, 5, 6)
-        own_block = variant == "implicit_gemm"  # runs its GEMM version's fixed block (test_kernels_conv_gemm)
-        launch = fn(d_x, w_view, None, out, 1, launch=False, **({} if own_block else _block(None)))
+        own_block = not spec.takes_threads  # runs its GEMM version's fixed block (test_kernels_conv_gemm)
+        launch = spec.launcher(d_x, w_view, None, out, 1, launch=False, **({} if own_block else _block(None)))
         assert np.isnan(out.copy_to_host()).all()  # launch=False: nothing ran
         launch()
-        assert rel_err(out.copy_to_host(), C.conv_forward_ref(x, wt, None, 1)) < TOL, variant
+        assert rel_err(out.copy_to_host(), C.conv_forward_ref(x, wt, None, 1)) < TOL, version
         d_x.copy_to_device(-x)
         launch()
-        assert rel_err(out.copy_to_host(), C.conv_forward_ref(-x, wt, None, 1)) < TOL, variant
+        assert rel_err(out.copy_to_host(), C.conv_forward_ref(-x, wt, None, 1)) < TOL, version
     dy = rand(rng, 2, WG_COUT, 5, 6)
     dx = poisoned(2, CIN, 5, 6)
-    C.conv_backward_data_v2(cuda.to_device(dy), w_view, dx, 1, **_block(None))
+    C.conv_backward_data_tiled(cuda.to_device(dy), w_view, dx, 1, **_block(None))
     assert rel_err(dx.copy_to_host(), C.conv_backward_data_ref(dy, wt, x.shape, 1)) < TOL
-    for variant in ("naive", "block"):
+    for version in ("naive", "block"):
         dw_block = cuda.to_device(np.full((WG_COUT, CIN + 2, 3, 3), np.nan, np.float32))
         dw_view = dw_block[:, 1:CIN + 1]
-        kw = {**_block(None), **({} if variant == "naive" else {"splits": 2})}  # zeroing + atomics on a view
-        C.VERSIONS["backward_weight"][variant](cuda.to_device(x), cuda.to_device(dy), dw_view, 1, **kw)
+        kw = {**_block(None), **({} if version == "naive" else {"splits": 2})}  # zeroing + atomics on a view
+        C.VERSIONS["backward_weight"][version].launcher(cuda.to_device(x), cuda.to_device(dy), dw_view, 1, **kw)
         got = dw_block.copy_to_host()
-        assert rel_err(got[:, 1:CIN + 1], C.conv_backward_weight_ref(x, dy, 3, 1)) < TOL, variant
+        assert rel_err(got[:, 1:CIN + 1], C.conv_backward_weight_ref(x, dy, 3, 1)) < TOL, version
         assert np.isnan(got[:, 0]).all() and np.isnan(got[:, CIN + 1]).all()  # nothing outside the view
 
 
@@ -356,10 +356,10 @@ def _dev(*shape):
     return cuda.to_device(np.ones(shape, np.float32))
 
 
-@pytest.mark.parametrize("variant", ["naive", "tiled"])
-def test_forward_shape_errors(variant):
-    fn = C.VERSIONS["forward"][variant]
-    op = f"conv_forward_v{1 if variant == 'naive' else 2}"
+@pytest.mark.parametrize("version", ["naive", "tiled"])
+def test_forward_shape_errors(version):
+    fn = C.VERSIONS["forward"][version].launcher
+    op = f"conv_forward_{version}"
     x, w, b = _dev(2, 3, 7, 9), _dev(5, 3, 3, 3), _dev(5)
     with pytest.raises(ValueError, match=rf"{op}: x\(2, 4, 7, 9\).*has 4 channels, w expects Cin = 3"):
         fn(_dev(2, 4, 7, 9), w, b, _dev(2, 5, 5, 7), 0)
@@ -381,38 +381,39 @@ def test_forward_shape_errors(variant):
 
 def test_pass_shape_errors():
     dy, w = _dev(2, 5, 5, 7), _dev(5, 3, 3, 3)
-    with pytest.raises(ValueError, match=r"conv_backward_data_v2: .*dy\(2, 5, 5, 7\): dy must be \(2, 5, 7, 9\)"):
-        C.conv_backward_data_v2(dy, w, _dev(2, 3, 7, 9), 1)
-    with pytest.raises(ValueError, match=r"conv_backward_data_v1: relu_mask must have dx's shape \(2, 3, 7, 9\)"):
-        C.conv_backward_data_v1(dy, w, _dev(2, 3, 7, 9), 0, relu_mask=_dev(2, 3, 7, 8))
-    with pytest.raises(ValueError, match=r"conv_backward_weight_v2_block: .*dw expects Cin = 4"):
-        C.conv_backward_weight_v2_block(_dev(2, 3, 7, 9), dy, _dev(5, 4, 3, 3), 0)
-    with pytest.raises(ValueError, match=r"conv_backward_weight_v1: dw \(5, 3, 4, 4\) .* one odd k"):
-        C.conv_backward_weight_v1(_dev(2, 3, 7, 9), dy, _dev(5, 3, 4, 4), 0)
-    with pytest.raises(ValueError, match=r"conv_backward_weight_v2_deterministic: splits must be a positive int"):
-        C.conv_backward_weight_v2_deterministic(_dev(2, 3, 7, 9), dy, _dev(5, 3, 3, 3), 0, splits=0)
-    with pytest.raises(ValueError, match=r"conv_backward_weight_v2_block: block must be a power of two"):
-        C.conv_backward_weight_v2_block(_dev(2, 3, 7, 9), dy, _dev(5, 3, 3, 3), 0, block=48)
-    with pytest.raises(ValueError, match=r"conv_bias_grad_v2: db must be \(5,\)"):
-        C.conv_bias_grad_v2(dy, _dev(4))
-    with pytest.raises(ValueError, match=r"conv_bias_grad_v1: dy is a host NumPy array"):
-        C.conv_bias_grad_v1(np.ones((2, 5, 5, 7), np.float32), _dev(5))
-    with pytest.raises(ValueError, match=r"conv_bias_grad_v3: splits must be a positive int or None"):
-        C.conv_bias_grad_v3(dy, _dev(5), splits=0)
-    with pytest.raises(ValueError, match=r"conv_bias_grad_v3: block must be a power of two"):
-        C.conv_bias_grad_v3(dy, _dev(5), block=48)
-    with pytest.raises(ValueError, match=r"conv_forward_v2: block must be a thread count or \(TW, TH\)"):
-        C.conv_forward_v2(_dev(2, 3, 7, 9), w, None, dy, 0, block=(4, 0))
-    with pytest.raises(ValueError, match=r"conv_forward_v2: .*does not fit in 49152 bytes of shared memory"):
-        C.conv_forward_v2(_dev(1, 1, 5, 5), _dev(1, 1, 81, 81), None, _dev(1, 1, 5, 5), 40, block=(32, 32))
+    with pytest.raises(ValueError, match=r"conv_backward_data_tiled: .*dy\(2, 5, 5, 7\): dy must be \(2, 5, 7, 9\)"):
+        C.conv_backward_data_tiled(dy, w, _dev(2, 3, 7, 9), 1)
+    with pytest.raises(ValueError, match=r"conv_backward_data_naive: relu_mask must have dx's shape \(2, 3, 7, 9\)"):
+        C.conv_backward_data_naive(dy, w, _dev(2, 3, 7, 9), 0, relu_mask=_dev(2, 3, 7, 8))
+    with pytest.raises(ValueError, match=r"conv_backward_weight_block: .*dw expects Cin = 4"):
+        C.conv_backward_weight_block(_dev(2, 3, 7, 9), dy, _dev(5, 4, 3, 3), 0)
+    with pytest.raises(ValueError, match=r"conv_backward_weight_naive: dw \(5, 3, 4, 4\) .* one odd k"):
+        C.conv_backward_weight_naive(_dev(2, 3, 7, 9), dy, _dev(5, 3, 4, 4), 0)
+    with pytest.raises(ValueError, match=r"conv_backward_weight_deterministic: splits must be a positive int"):
+        C.conv_backward_weight_deterministic(_dev(2, 3, 7, 9), dy, _dev(5, 3, 3, 3), 0, splits=0)
+    with pytest.raises(ValueError, match=r"conv_backward_weight_block: block must be a power of two"):
+        C.conv_backward_weight_block(_dev(2, 3, 7, 9), dy, _dev(5, 3, 3, 3), 0, block=48)
+    with pytest.raises(ValueError, match=r"conv_bias_grad_block: db must be \(5,\)"):
+        C.conv_bias_grad_block(dy, _dev(4))
+    with pytest.raises(ValueError, match=r"conv_bias_grad_naive: dy is a host NumPy array"):
+        C.conv_bias_grad_naive(np.ones((2, 5, 5, 7), np.float32), _dev(5))
+    with pytest.raises(ValueError, match=r"conv_bias_grad_split: splits must be a positive int or None"):
+        C.conv_bias_grad_split(dy, _dev(5), splits=0)
+    with pytest.raises(ValueError, match=r"conv_bias_grad_split: block must be a power of two"):
+        C.conv_bias_grad_split(dy, _dev(5), block=48)
+    with pytest.raises(ValueError, match=r"conv_forward_tiled: block must be a thread count or \(TW, TH\)"):
+        C.conv_forward_tiled(_dev(2, 3, 7, 9), w, None, dy, 0, block=(4, 0))
+    with pytest.raises(ValueError, match=r"conv_forward_tiled: .*does not fit in 49152 bytes of shared memory"):
+        C.conv_forward_tiled(_dev(1, 1, 5, 5), _dev(1, 1, 81, 81), None, _dev(1, 1, 5, 5), 40, block=(32, 32))
 
 
 def test_registry():
     assert set(C.VERSIONS) == set(C.PASSES)
     assert set(C.VERSIONS["backward_weight"]) >= {"naive", "block", "shuffle", "deterministic"}
-    assert all(name in C.VERSIONS[pass_name] for pass_name, name in C.NEEDS_GPU)
-    assert C.conv_launcher("forward", "tiled") is C.conv_forward_v2
-    with pytest.raises(ValueError, match=r"conv: unknown backward_data variant 'x'; choose from \['naive'"):
+    assert [(p, n) for p, table in C.VERSIONS.items() for n, v in table.items() if v.needs_gpu] == [
+        ("backward_weight", "shuffle")]
+    assert C.conv_launcher("forward", "tiled") is C.conv_forward_tiled
+    with pytest.raises(ValueError, match=r"conv: unknown backward_data version 'x'; choose from \['naive'"):
         C.conv_launcher("backward_data", "x")
     with pytest.raises(ValueError, match="conv: unknown pass"):
         C.conv_launcher("sideways", "naive")
@@ -424,8 +425,8 @@ def test_every_version_validates_through_the_bench(capsys):
     assert {p.op for p in problems} == {f"conv_{name}" for name in C.PASSES}
     configurations = bench.validate(problems, [32])
     assert "all results match" in capsys.readouterr().out
-    validated = {(c.problem.op, c.variant) for c in configurations}
-    assert validated == {(f"conv_{name}", variant) for name in C.PASSES for variant in C.runnable_versions(name)}
+    validated = {(c.problem.op, c.version) for c in configurations}
+    assert validated == {(f"conv_{name}", version) for name in C.PASSES for version in C.runnable_versions(name)}
 
 
 # --------------------------------------------------------------------------------------------- real GPU
@@ -444,38 +445,38 @@ def test_shuffle_weight_gradient_gpu(padding):
 @pytest.mark.gpu
 @pytest.mark.parametrize("padding", [0, 1])
 def test_every_version_gpu_sizes(padding):
-    for variant in C.VERSIONS["forward"]:
-        for block in _blocks(variant, (64, 256, 1024)):
-            assert run_forward(variant, *GPU_SHAPE, 3, padding, relu=True, block=block, key=("gpu",)) < TOL
-    for variant in C.VERSIONS["backward_data"]:
-        for block in _blocks(variant, (64, 256, 1024)):
-            assert run_backward_data(variant, *GPU_SHAPE, 3, padding, mask=True, block=block, key=("gpu",)) < TOL
+    for version in C.VERSIONS["forward"]:
+        for block in _blocks(version, (64, 256, 1024)):
+            assert run_forward(version, *GPU_SHAPE, 3, padding, relu=True, block=block, key=("gpu",)) < TOL
+    for version in C.VERSIONS["backward_data"]:
+        for block in _blocks(version, (64, 256, 1024)):
+            assert run_backward_data(version, *GPU_SHAPE, 3, padding, mask=True, block=block, key=("gpu",)) < TOL
     n, cin, cout, h, w = GPU_SHAPE
-    for variant in C.runnable_versions("backward_weight", (cin, cout, 3, padding, h, w)):
-        for block in _blocks(variant, (64, 256, 1024)):
-            assert run_backward_weight(variant, *GPU_SHAPE, 3, padding, block=block, key=("gpu",)) < 1e-4
+    for version in C.runnable_versions("backward_weight", (cin, cout, 3, padding, h, w)):
+        for block in _blocks(version, (64, 256, 1024)):
+            assert run_backward_weight(version, *GPU_SHAPE, 3, padding, block=block, key=("gpu",)) < 1e-4
     for shape in ((8, 3, 37, 21, 19), (8, 37, 3, 21, 19)):  # the staged version's narrow input, narrow output
         for block in (64, 256, 1024):
             assert run_backward_weight("staged", *shape, 3, padding, block=block, key=("gpu",)) < 1e-4
-    for variant in C.VERSIONS["bias_grad"]:
-        rng = _rng("gpu bias", variant)
+    for version in C.VERSIONS["bias_grad"]:
+        rng = _rng("gpu bias", version)
         dy = rand(rng, 64, 33, 26, 26)
         db = poisoned(33)
-        C.VERSIONS["bias_grad"][variant](cuda.to_device(dy), db)
+        C.VERSIONS["bias_grad"][version].launcher(cuda.to_device(dy), db)
         assert rel_err(db.copy_to_host(), C.conv_bias_grad_ref(dy)) < 1e-4
 
 
 @pytest.mark.gpu
 def test_kernel_size_5_with_1024_threads_gpu():
     """k = 5: 25 sums, reduced in several trees when 1024 threads leave shared memory for only 11 rows."""
-    for variant in ("block", "deterministic", "shuffle"):
-        assert run_backward_weight(variant, 4, 5, 6, 20, 21, 5, 2, block=1024, splits=2) < 1e-4
-    for variant in C.VERSIONS["forward"]:
-        (block,) = _blocks(variant, (1024,))
-        assert run_forward(variant, 4, 5, 6, 20, 21, 5, 2, block=block) < TOL
-    for variant in C.VERSIONS["backward_data"]:
-        (block,) = _blocks(variant, (1024,))
-        assert run_backward_data(variant, 4, 5, 6, 20, 21, 5, 2, mask=True, block=block) < TOL
+    for version in ("block", "deterministic", "shuffle"):
+        assert run_backward_weight(version, 4, 5, 6, 20, 21, 5, 2, block=1024, splits=2) < 1e-4
+    for version in C.VERSIONS["forward"]:
+        (block,) = _blocks(version, (1024,))
+        assert run_forward(version, 4, 5, 6, 20, 21, 5, 2, block=block) < TOL
+    for version in C.VERSIONS["backward_data"]:
+        (block,) = _blocks(version, (1024,))
+        assert run_backward_data(version, 4, 5, 6, 20, 21, 5, 2, mask=True, block=block) < TOL
 
 
 @pytest.mark.gpu
@@ -483,17 +484,17 @@ def test_deterministic_bit_identical_and_atomics_close_gpu():
     rng = _rng("gpu determinism")
     x, dy = rand(rng, 64, 16, 26, 26), rand(rng, 64, 32, 24, 24)
     runs = {}
-    for variant in ("deterministic", "block", "shuffle"):
-        runs[variant] = []
+    for version in ("deterministic", "block", "shuffle"):
+        runs[version] = []
         for _ in range(3):
             dw = poisoned(32, 16, 3, 3)
-            C.VERSIONS["backward_weight"][variant](cuda.to_device(x), cuda.to_device(dy), dw, 0, splits=16)
-            runs[variant].append(dw.copy_to_host())
+            C.VERSIONS["backward_weight"][version].launcher(cuda.to_device(x), cuda.to_device(dy), dw, 0, splits=16)
+            runs[version].append(dw.copy_to_host())
     for again in runs["deterministic"][1:]:
         np.testing.assert_array_equal(runs["deterministic"][0], again)
     ref = C.conv_backward_weight_ref(x, dy, 3, 0)
-    for variant, results in runs.items():
-        assert rel_err(results[0], ref) < 1e-4, variant
+    for version, results in runs.items():
+        assert rel_err(results[0], ref) < 1e-4, version
 
 
 @pytest.mark.gpu
@@ -507,7 +508,7 @@ def test_split_bias_grad_gpu():
             runs = []
             for _ in range(2):
                 db = poisoned(shape[1])
-                C.conv_bias_grad_v3(d_dy, db, block=block)
+                C.conv_bias_grad_split(d_dy, db, block=block)
                 runs.append(db.copy_to_host())
             np.testing.assert_array_equal(runs[0], runs[1])
             assert rel_err(runs[0], C.conv_bias_grad_ref(dy)) < 1e-4, (shape, block)

@@ -1,4 +1,4 @@
-"""Implicit-im2col convolutions (kernels/conv_gemm.py) against the float64 NumPy references.
+"""Implicit-im2col convolutions (kernels/conv/implicit_gemm.py) against the float64 NumPy references.
 
 Under the CUDA simulator the shapes are tiny and odd (batch 3, 3 -> 5 channels, 7x9 images, not multiples
 of any tile); outputs are poisoned with NaN so unwritten elements fail, and every test draws fresh random
@@ -14,8 +14,11 @@ import numpy as np
 import pytest
 from numba import config, cuda
 
-from gpunn.kernels import conv_gemm as C
 from gpunn.kernels import gemm as G
+from gpunn.kernels.conv import implicit_gemm as C
+from gpunn.kernels.conv import reference as R
+from gpunn.kernels.gemm import split_k
+from gpunn.kernels.gemm.skinny import SK_KC
 from gpunn.kernels.launch import Launch, LaunchGroup
 
 # The mappings compute window origins above or left of the image as oh - pad mod 2^32 (uint32 wrap,
@@ -64,10 +67,11 @@ def _forward(version, p, k=3, bias=True, relu=True, shape=SHAPE, splits=None):
     x, w = _rand(rng, n, cin, h, wd), _rand(rng, cout, cin, k, k)
     b = _rand(rng, cout) if bias else None
     out = _nan((n, cout, oh, ow))
-    launch = C.conv_forward_v3(cuda.to_device(x), cuda.to_device(w), None if b is None else cuda.to_device(b),
-                               out, p, relu=relu, version=version, splits=splits)
+    launch = C.conv_forward_implicit_gemm(cuda.to_device(x), cuda.to_device(w),
+                                          None if b is None else cuda.to_device(b), out, p, relu=relu,
+                                          version=version, splits=splits)
     assert isinstance(launch, Launch if splits in (None, 1) else LaunchGroup)
-    return _rel_err(out.copy_to_host(), C.conv_forward_reference(x, w, b, p, relu))
+    return _rel_err(out.copy_to_host(), R.conv_forward_ref(x, w, b, p, relu))
 
 
 def _backward_data(version, p, k=3, mask=True, shape=SHAPE, splits=None):
@@ -77,9 +81,10 @@ def _backward_data(version, p, k=3, mask=True, shape=SHAPE, splits=None):
     dy, w = _rand(rng, n, cout, oh, ow), _rand(rng, cout, cin, k, k)
     m = _mask(rng, n, cin, h, wd) if mask else None
     dx = _nan((n, cin, h, wd))
-    C.conv_backward_data_v3(cuda.to_device(dy), cuda.to_device(w), dx, p,
-                            relu_mask=None if m is None else cuda.to_device(m), version=version, splits=splits)
-    return _rel_err(dx.copy_to_host(), C.conv_backward_data_reference(dy, w, (n, cin, h, wd), p, m))
+    C.conv_backward_data_implicit_gemm(cuda.to_device(dy), cuda.to_device(w), dx, p,
+                                       relu_mask=None if m is None else cuda.to_device(m), version=version,
+                                       splits=splits)
+    return _rel_err(dx.copy_to_host(), R.conv_backward_data_ref(dy, w, (n, cin, h, wd), p, m))
 
 
 def _backward_weight(version, p, k=3, shape=SHAPE, splits=None):
@@ -88,12 +93,12 @@ def _backward_weight(version, p, k=3, shape=SHAPE, splits=None):
     oh, ow = _out_hw(p, k, h, wd)
     x, dy = _rand(rng, n, cin, h, wd), _rand(rng, n, cout, oh, ow)
     dw = _nan((cout, cin, k, k))
-    launch = C.conv_backward_weight_v3(cuda.to_device(x), cuda.to_device(dy), dw, p, version=version,
-                                       splits=splits)
+    launch = C.conv_backward_weight_implicit_gemm(cuda.to_device(x), cuda.to_device(dy), dw, p, version=version,
+                                                  splits=splits)
     if splits is None and config.ENABLE_CUDASIM:  # the automatic count there: SIMULATOR_SPLITS, K permitting
-        used, _ = G.split_k_chunks(n * oh * ow, G.SIMULATOR_SPLITS, G.K_STEPS[version or "regblock"])
+        used, _ = G.split_k_chunks(n * oh * ow, G.SIMULATOR_SPLITS, G.VERSIONS[version or "regblock"].k_step)
         assert _splits_of(launch) == used
-    return _rel_err(dw.copy_to_host(), C.conv_backward_weight_reference(x, dy, k, p))
+    return _rel_err(dw.copy_to_host(), R.conv_backward_weight_ref(x, dy, k, p))
 
 
 def _splits_of(launch):
@@ -188,16 +193,16 @@ def test_strided_weight_views():
     w_dev = cuda.to_device(w_big)[1:, 1 : 1 + CIN]
     assert not w_dev.is_c_contiguous()
     out = _nan((N, COUT, oh, ow))
-    C.conv_forward_v3(cuda.to_device(x), w_dev, None, out, p, version="regblock")
-    assert _rel_err(out.copy_to_host(), C.conv_forward_reference(x, w, None, p)) < TOL
+    C.conv_forward_implicit_gemm(cuda.to_device(x), w_dev, None, out, p, version="regblock")
+    assert _rel_err(out.copy_to_host(), R.conv_forward_ref(x, w, None, p)) < TOL
     dx = _nan((N, CIN, H, W))
-    C.conv_backward_data_v3(cuda.to_device(dy), w_dev, dx, p, version="tiled16")
-    assert _rel_err(dx.copy_to_host(), C.conv_backward_data_reference(dy, w, x.shape, p)) < TOL
+    C.conv_backward_data_implicit_gemm(cuda.to_device(dy), w_dev, dx, p, version="tiled16")
+    assert _rel_err(dx.copy_to_host(), R.conv_backward_data_ref(dy, w, x.shape, p)) < TOL
     dw_big = _nan((COUT + 1, CIN + 2, k, k))
-    C.conv_backward_weight_v3(cuda.to_device(x), cuda.to_device(dy), dw_big[1:, 1 : 1 + CIN], p,
-                              version="regblock", splits=2)  # the fixed-order sum writes the view
+    C.conv_backward_weight_implicit_gemm(cuda.to_device(x), cuda.to_device(dy), dw_big[1:, 1 : 1 + CIN], p,
+                                         version="regblock", splits=2)  # the fixed-order sum writes the view
     got_big = dw_big.copy_to_host()
-    assert _rel_err(got_big[1:, 1 : 1 + CIN], C.conv_backward_weight_reference(x, dy, k, p)) < TOL
+    assert _rel_err(got_big[1:, 1 : 1 + CIN], R.conv_backward_weight_ref(x, dy, k, p)) < TOL
     outside = np.ones(got_big.shape, dtype=bool)
     outside[1:, 1 : 1 + CIN] = False
     assert np.isnan(got_big[outside]).all(), "wrote outside the dw view"
@@ -209,12 +214,12 @@ def test_bound_launch_reads_live_arrays():
     oh, ow = _out_hw(p, k)
     x, w, b = _rand(rng, N, CIN, H, W), _rand(rng, COUT, CIN, k, k), _rand(rng, COUT)
     x_dev, out = cuda.to_device(x), _nan((N, COUT, oh, ow))
-    launch = C.conv_forward_v3(x_dev, cuda.to_device(w), cuda.to_device(b), out, p, relu=True,
-                               version="tiled16", launch=False)
+    launch = C.conv_forward_implicit_gemm(x_dev, cuda.to_device(w), cuda.to_device(b), out, p, relu=True,
+                                          version="tiled16", launch=False)
     assert np.isnan(out.copy_to_host()).all(), "launch=False must not launch"
     for _ in range(2):
         launch()
-        assert _rel_err(out.copy_to_host(), C.conv_forward_reference(x, w, b, p, True)) < TOL
+        assert _rel_err(out.copy_to_host(), R.conv_forward_ref(x, w, b, p, True)) < TOL
         x = _rand(rng, N, CIN, H, W)
         x_dev.copy_to_device(x)
 
@@ -239,7 +244,7 @@ def test_split_k_group_is_deterministic_and_replays():
     rng = _rng("split-group")
     x, dy = _rand(rng, n, cin, h, wd), _rand(rng, n, cout, h, wd)
     x_dev, dy_dev, dw = cuda.to_device(x), cuda.to_device(dy), _nan((cout, cin, k, k))
-    group = C.conv_backward_weight_v3(x_dev, dy_dev, dw, p, version="regblock", splits=3, launch=False)
+    group = C.conv_backward_weight_implicit_gemm(x_dev, dy_dev, dw, p, version="regblock", splits=3, launch=False)
     assert _splits_of(group) == 3
     assert np.isnan(dw.copy_to_host()).all(), "launch=False must not launch"
     partials = group.launches[0].args[2]
@@ -248,7 +253,7 @@ def test_split_k_group_is_deterministic_and_replays():
         dw.copy_to_device(np.full(dw.shape, np.nan, np.float32))
         group()
         results.append(dw.copy_to_host())
-        assert _rel_err(results[-1], C.conv_backward_weight_reference(x, dy, k, p)) < TOL
+        assert _rel_err(results[-1], R.conv_backward_weight_ref(x, dy, k, p)) < TOL
     assert results[0].tobytes() == results[1].tobytes(), "two runs differ"
     parts = partials.copy_to_host().reshape(3, cout, cin * k * k)
     in_order = (parts[0] + parts[1]) + parts[2]  # float32, the fixed order
@@ -258,7 +263,7 @@ def test_split_k_group_is_deterministic_and_replays():
     dy_dev.copy_to_device(dy)
     dw.copy_to_device(np.full(dw.shape, np.nan, np.float32))
     group()
-    assert _rel_err(dw.copy_to_host(), C.conv_backward_weight_reference(x, dy, k, p)) < TOL
+    assert _rel_err(dw.copy_to_host(), R.conv_backward_weight_ref(x, dy, k, p)) < TOL
 
 
 def test_split_k_counts():
@@ -284,8 +289,8 @@ def test_split_k_counts():
 def test_split_k_errors():
     x, dy, dw = _dev(2, 3, 7, 9), _dev(2, 5, 7, 9), _dev(5, 3, 3, 3)
     for bad in (0, -1, True, 2.0, "2", 65536):
-        with pytest.raises(ValueError, match=r"conv_backward_weight_v3: splits must be None or an int"):
-            C.conv_backward_weight_v3(x, dy, dw, 1, splits=bad)
+        with pytest.raises(ValueError, match=r"conv_backward_weight_implicit_gemm: splits must be None or an int"):
+            C.conv_backward_weight_implicit_gemm(x, dy, dw, 1, splits=bad)
 
 
 def test_fast_divmod_constants():
@@ -317,7 +322,7 @@ def test_references_against_direct_sums():
     for kh in range(k):
         for kw in range(k):
             y += np.einsum("nchw,oc->nohw", xp[:, :, kh : kh + oh, kw : kw + ow], w[:, :, kh, kw])
-    np.testing.assert_allclose(C.conv_forward_reference(x, w, None, p), y, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(R.conv_forward_ref(x, w, None, p), y, rtol=1e-12, atol=1e-12)
     dy = rng.standard_normal(y.shape)
     dw = np.zeros(w.shape)
     dxp = np.zeros(xp.shape)
@@ -325,8 +330,8 @@ def test_references_against_direct_sums():
         for kw in range(k):
             dw[:, :, kh, kw] = np.einsum("nohw,nchw->oc", dy, xp[:, :, kh : kh + oh, kw : kw + ow])
             dxp[:, :, kh : kh + oh, kw : kw + ow] += np.einsum("nohw,oc->nchw", dy, w[:, :, kh, kw])
-    np.testing.assert_allclose(C.conv_backward_weight_reference(x, dy, k, p), dw, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(C.conv_backward_data_reference(dy, w, x.shape, p), dxp[:, :, p:-p, p:-p],
+    np.testing.assert_allclose(R.conv_backward_weight_ref(x, dy, k, p), dw, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(R.conv_backward_data_ref(dy, w, x.shape, p), dxp[:, :, p:-p, p:-p],
                                rtol=1e-12, atol=1e-12)
 
 
@@ -338,47 +343,47 @@ def _dev(*shape, dtype=np.float32):
 def test_forward_errors():
     x, w, b = _dev(2, 3, 7, 9), _dev(5, 3, 3, 3), _dev(5)
     with pytest.raises(ValueError, match=r"channels differ.*\(2, 4, 7, 9\)"):
-        C.conv_forward_v3(_dev(2, 4, 7, 9), w, b, _dev(2, 5, 7, 9), 1)
+        C.conv_forward_implicit_gemm(_dev(2, 4, 7, 9), w, b, _dev(2, 5, 7, 9), 1)
     with pytest.raises(ValueError, match=r"out must have shape \(2, 5, 5, 7\), got \(2, 5, 7, 9\)"):
-        C.conv_forward_v3(x, w, b, _dev(2, 5, 7, 9), 0)
+        C.conv_forward_implicit_gemm(x, w, b, _dev(2, 5, 7, 9), 0)
     with pytest.raises(ValueError, match=r"bias must have shape \(5,\)"):
-        C.conv_forward_v3(x, w, _dev(3), _dev(2, 5, 7, 9), 1)
+        C.conv_forward_implicit_gemm(x, w, _dev(3), _dev(2, 5, 7, 9), 1)
     with pytest.raises(ValueError, match=r"kernel must be square"):
-        C.conv_forward_v3(x, _dev(5, 3, 3, 1), b, _dev(2, 5, 7, 9), 1)
+        C.conv_forward_implicit_gemm(x, _dev(5, 3, 3, 1), b, _dev(2, 5, 7, 9), 1)
     with pytest.raises(ValueError, match=r"padding must be a non-negative int"):
-        C.conv_forward_v3(x, w, b, _dev(2, 5, 7, 9), -1)
+        C.conv_forward_implicit_gemm(x, w, b, _dev(2, 5, 7, 9), -1)
     with pytest.raises(ValueError, match=r"smaller than the 5x5 kernel"):
-        C.conv_forward_v3(_dev(2, 3, 3, 9), _dev(5, 3, 5, 5), b, _dev(2, 5, 1, 5), 0)
+        C.conv_forward_implicit_gemm(_dev(2, 3, 3, 9), _dev(5, 3, 5, 5), b, _dev(2, 5, 1, 5), 0)
     with pytest.raises(ValueError, match=r"x must be 4-D"):
-        C.conv_forward_v3(_dev(2, 3, 63), w, b, _dev(2, 5, 7, 9), 1)
+        C.conv_forward_implicit_gemm(_dev(2, 3, 63), w, b, _dev(2, 5, 7, 9), 1)
     with pytest.raises(ValueError, match=r"x must be float32"):
-        C.conv_forward_v3(_dev(2, 3, 7, 9, dtype=np.float64), w, b, _dev(2, 5, 7, 9), 1)
+        C.conv_forward_implicit_gemm(_dev(2, 3, 7, 9, dtype=np.float64), w, b, _dev(2, 5, 7, 9), 1)
     with pytest.raises(ValueError, match=r"x is a host NumPy array"):
-        C.conv_forward_v3(np.ones((2, 3, 7, 9), np.float32), w, b, _dev(2, 5, 7, 9), 1)
+        C.conv_forward_implicit_gemm(np.ones((2, 3, 7, 9), np.float32), w, b, _dev(2, 5, 7, 9), 1)
     with pytest.raises(ValueError, match=r"x must be C-contiguous"):
-        C.conv_forward_v3(_dev(2, 3, 7, 10)[:, :, :, :9], w, b, _dev(2, 5, 7, 9), 1)
+        C.conv_forward_implicit_gemm(_dev(2, 3, 7, 10)[:, :, :, :9], w, b, _dev(2, 5, 7, 9), 1)
     with pytest.raises(ValueError, match=r"unknown version 'cublas'"):
-        C.conv_forward_v3(x, w, b, _dev(2, 5, 7, 9), 1, version="cublas")
+        C.conv_forward_implicit_gemm(x, w, b, _dev(2, 5, 7, 9), 1, version="cublas")
     with pytest.raises(ValueError, match=r"block must be 256 threads"):
-        C.conv_forward_v3(x, w, b, _dev(2, 5, 7, 9), 1, version="regblock", block=128)
+        C.conv_forward_implicit_gemm(x, w, b, _dev(2, 5, 7, 9), 1, version="regblock", block=128)
 
 
 def test_backward_errors():
     x, w, dy = _dev(2, 3, 7, 9), _dev(5, 3, 3, 3), _dev(2, 5, 7, 9)
     with pytest.raises(ValueError, match=r"dy must have shape \(2, 5, 5, 7\), got \(2, 5, 7, 9\)"):
-        C.conv_backward_data_v3(dy, w, _dev(2, 3, 7, 9), 0)
+        C.conv_backward_data_implicit_gemm(dy, w, _dev(2, 3, 7, 9), 0)
     with pytest.raises(ValueError, match=r"channels differ"):
-        C.conv_backward_data_v3(dy, w, _dev(2, 4, 7, 9), 1)
+        C.conv_backward_data_implicit_gemm(dy, w, _dev(2, 4, 7, 9), 1)
     with pytest.raises(ValueError, match=r"relu_mask must have shape \(2, 3, 7, 9\)"):
-        C.conv_backward_data_v3(dy, w, _dev(2, 3, 7, 9), 1, relu_mask=_dev(2, 5, 7, 9))
+        C.conv_backward_data_implicit_gemm(dy, w, _dev(2, 3, 7, 9), 1, relu_mask=_dev(2, 5, 7, 9))
     with pytest.raises(ValueError, match=r"dx must be C-contiguous"):
-        C.conv_backward_data_v3(dy, w, _dev(2, 3, 7, 10)[:, :, :, :9], 1)
+        C.conv_backward_data_implicit_gemm(dy, w, _dev(2, 3, 7, 10)[:, :, :, :9], 1)
     with pytest.raises(ValueError, match=r"dy must have shape \(2, 5, 7, 9\), got \(2, 4, 7, 9\)"):
-        C.conv_backward_weight_v3(x, _dev(2, 4, 7, 9), _dev(5, 3, 3, 3), 1)
+        C.conv_backward_weight_implicit_gemm(x, _dev(2, 4, 7, 9), _dev(5, 3, 3, 3), 1)
     with pytest.raises(ValueError, match=r"channels differ.*dw \(5, 2, 3, 3\)"):
-        C.conv_backward_weight_v3(x, dy, _dev(5, 2, 3, 3), 1)
+        C.conv_backward_weight_implicit_gemm(x, dy, _dev(5, 2, 3, 3), 1)
     with pytest.raises(ValueError, match=r"dw must be float32"):
-        C.conv_backward_weight_v3(x, dy, _dev(5, 3, 3, 3, dtype=np.float64), 1)
+        C.conv_backward_weight_implicit_gemm(x, dy, _dev(5, 3, 3, 3, dtype=np.float64), 1)
 
 
 # --------------------------------------------------------------------------------------------- real GPU
@@ -397,18 +402,18 @@ def test_gpu_sizes(version):
         x, wt, b = _rand(rng, n, cin, h, w), _rand(rng, cout, cin, k, k), _rand(rng, cout)
         dy, mask = _rand(rng, n, cout, oh, ow), _mask(rng, n, cin, h, w)
         out = _nan((n, cout, oh, ow))
-        C.conv_forward_v3(cuda.to_device(x), cuda.to_device(wt), cuda.to_device(b), out, p, relu=True,
-                          version=version)
-        assert _rel_err(out.copy_to_host(), C.conv_forward_reference(x, wt, b, p, True)) < TOL
+        C.conv_forward_implicit_gemm(cuda.to_device(x), cuda.to_device(wt), cuda.to_device(b), out, p, relu=True,
+                                     version=version)
+        assert _rel_err(out.copy_to_host(), R.conv_forward_ref(x, wt, b, p, True)) < TOL
         dx = _nan((n, cin, h, w))
-        C.conv_backward_data_v3(cuda.to_device(dy), cuda.to_device(wt), dx, p, relu_mask=cuda.to_device(mask),
-                                version=version)
-        assert _rel_err(dx.copy_to_host(), C.conv_backward_data_reference(dy, wt, x.shape, p, mask)) < TOL
-        dw_ref = C.conv_backward_weight_reference(x, dy, k, p)
+        C.conv_backward_data_implicit_gemm(cuda.to_device(dy), cuda.to_device(wt), dx, p,
+                                           relu_mask=cuda.to_device(mask), version=version)
+        assert _rel_err(dx.copy_to_host(), R.conv_backward_data_ref(dy, wt, x.shape, p, mask)) < TOL
+        dw_ref = R.conv_backward_weight_ref(x, dy, k, p)
         for splits in (1, None):  # the single launch; the device's automatic split-K
             dw = _nan((cout, cin, k, k))
-            launch = C.conv_backward_weight_v3(cuda.to_device(x), cuda.to_device(dy), dw, p, version=version,
-                                               splits=splits)
+            launch = C.conv_backward_weight_implicit_gemm(cuda.to_device(x), cuda.to_device(dy), dw, p, version=version,
+                                                          splits=splits)
             first = dw.copy_to_host()
             assert _rel_err(first, dw_ref) < 2 * TOL
             launch()
@@ -431,8 +436,8 @@ def test_split_k_forward_and_backward_data(version, splits):
 def test_underfilled_splits_rule(monkeypatch):
     """Split outputs whose tiles fill at most half the SMs to about 2 blocks per SM, in two those that fill at most
     one wave, none beyond (the H100 measurements in gemm.underfilled_splits)."""
-    monkeypatch.setattr(G.device, "simulator_enabled", lambda: False)
-    monkeypatch.setattr(G, "_multiprocessors", lambda: 132)
+    monkeypatch.setattr(split_k.device, "simulator_enabled", lambda: False)
+    monkeypatch.setattr(split_k, "multiprocessors", lambda: 132)
     # autoencoder 128->128 at 8x8, batch 64: 4096 x 128 output, 32 tiles of 128x128; K = 1152 -> 4 splits
     assert G.underfilled_splits("regblock128", G.GemmProblem(64 * 8 * 8, 128, 128 * 9)) == 4
     # 256->128 at 16x16 backward data: 16384 x 256, 256 tiles fill the SMs -> no split; its forward, 128
@@ -440,7 +445,7 @@ def test_underfilled_splits_rule(monkeypatch):
     assert G.underfilled_splits("regblock128", G.GemmProblem(64 * 16 * 16, 256, 128 * 9)) == 1
     assert G.underfilled_splits("regblock128", G.GemmProblem(64 * 16 * 16, 128, 256 * 9)) == 2
     # the weight gradient of 256->128 at 16x16 (18 tiles, K = 16384) asks for 4 blocks per SM
-    assert G.auto_splits(64 * 16 * 16, 18, 132, waves=G.WGRAD_SPLIT_WAVES) == 30
+    assert G.auto_splits(64 * 16 * 16, 18, 132, waves=C.WGRAD_SPLIT_WAVES) == 30
     # CNN conv1 forward: K = 9 leaves nothing to split
     assert G.underfilled_splits("regblock", G.GemmProblem(64 * 26 * 26, 16, 9)) == 1
     assert G.underfilled_splits("regblock", G.GemmProblem(64, 16, 9)) == 1
@@ -448,7 +453,7 @@ def test_underfilled_splits_rule(monkeypatch):
     # 512 row blocks, ceil(48 * 132 / 512) = 13 asked, K = 2304 in chunks of 192 -> 12 used
     ae_dec3 = G.GemmProblem(64 * 32 * 32, 3, 256 * 9)
     asked = G.underfilled_splits("skinny", ae_dec3)
-    assert asked == 13 and G.split_k_chunks(ae_dec3.k, asked, G.SK_KC) == (12, 192)
+    assert asked == 13 and G.split_k_chunks(ae_dec3.k, asked, SK_KC) == (12, 192)
     # the 1-channel input gradient of 1->16 at 28x28: K = 144 has 5 K steps of 32 -> 5 chunks
     cnn1 = G.GemmProblem(64 * 28 * 28, 1, 16 * 9)
-    assert G.split_k_chunks(cnn1.k, G.underfilled_splits("skinny", cnn1), G.SK_KC) == (5, 32)
+    assert G.split_k_chunks(cnn1.k, G.underfilled_splits("skinny", cnn1), SK_KC) == (5, 32)

@@ -55,30 +55,30 @@ def _rel_err(got, ref):
     return float(np.abs(got - ref).max() / np.abs(ref).max())
 
 
-def _run(variant, m, n, k, trans_a, trans_b, epilogue, key=(), **kw):
-    """Launch one variant on fresh random inputs; return the relative max error vs the reference."""
-    rng = _rng(variant, m, n, k, trans_a, trans_b, epilogue, *key)
+def _run(version, m, n, k, trans_a, trans_b, epilogue, key=(), **kw):
+    """Launch one version on fresh random inputs; return the relative max error vs the reference."""
+    rng = _rng(version, m, n, k, trans_a, trans_b, epilogue, *key)
     a, b = _stored(rng, m, n, k, trans_a, trans_b)
     bias, relu, mask = _epilogue_args(rng, m, n, epilogue)
     out = _nan((m, n))
-    launch = G.gemm(cuda.to_device(a), cuda.to_device(b), out, variant=variant, trans_a=trans_a,
+    launch = G.gemm(cuda.to_device(a), cuda.to_device(b), out, version=version, trans_a=trans_a,
                     trans_b=trans_b, bias=_dev_or_none(bias), relu=relu, relu_mask=_dev_or_none(mask), **kw)
     assert isinstance(launch, Launch)
     got = out.copy_to_host()
-    assert np.isfinite(got).all(), f"{variant}: unwritten (NaN) outputs"
+    assert np.isfinite(got).all(), f"{version}: unwritten (NaN) outputs"
     return _rel_err(got, G.gemm_reference(a, b, trans_a, trans_b, bias, relu, mask))
 
 
 # --------------------------------------------------------------------------------------------- correctness
 @pytest.mark.parametrize("epilogue", G.EPILOGUES)
 @pytest.mark.parametrize("trans_a,trans_b", TRANS, ids=TRANS_IDS)
-@pytest.mark.parametrize("variant", list(G.VERSIONS))
-def test_gemm_every_variant_transpose_epilogue(variant, trans_a, trans_b, epilogue):
+@pytest.mark.parametrize("version", list(G.DENSE_LAUNCHERS))
+def test_gemm_every_version_transpose_epilogue(version, trans_a, trans_b, epilogue):
     m, n, k = SMALL[trans_a, trans_b]
-    assert _run(variant, m, n, k, trans_a, trans_b, epilogue) < TOL
+    assert _run(version, m, n, k, trans_a, trans_b, epilogue) < TOL
 
 
-@pytest.mark.parametrize("variant,trans_a,trans_b,m,n,k", [
+@pytest.mark.parametrize("version,trans_a,trans_b,m,n,k", [
     ("tiled16", False, False, 17, 19, 23),     # 2x2 blocks, 2 K steps
     ("tiled16", True, True, 17, 19, 23),
     ("regblock", False, False, 66, 5, 9),      # 2 blocks of the 64x64 tile along M, 2 K steps
@@ -86,13 +86,13 @@ def test_gemm_every_variant_transpose_epilogue(variant, trans_a, trans_b, epilog
     ("regblock128", False, False, 130, 5, 17),  # 2 blocks of the 128x128 tile along M, 3 K steps
     ("regblock128", True, True, 3, 131, 10),    # 2 blocks along N
 ])
-def test_gemm_across_tiles(variant, trans_a, trans_b, m, n, k):
-    assert _run(variant, m, n, k, trans_a, trans_b, "bias_relu") < TOL
+def test_gemm_across_tiles(version, trans_a, trans_b, m, n, k):
+    assert _run(version, m, n, k, trans_a, trans_b, "bias_relu") < TOL
 
 
-@pytest.mark.parametrize("variant", list(G.VERSIONS))
-def test_gemm_batch_of_one(variant):
-    assert _run(variant, 1, 10, 12, False, True, "bias_relu") < TOL
+@pytest.mark.parametrize("version", list(G.DENSE_LAUNCHERS))
+def test_gemm_batch_of_one(version):
+    assert _run(version, 1, 10, 12, False, True, "bias_relu") < TOL
 
 
 def test_naive_block_sizes():
@@ -101,12 +101,12 @@ def test_naive_block_sizes():
 
 
 @pytest.mark.parametrize("trans_a,trans_b", [(False, True), (True, False)], ids=["NT", "TN"])
-@pytest.mark.parametrize("variant", list(G.VERSIONS))
-def test_gemm_strided_views(variant, trans_a, trans_b):
+@pytest.mark.parametrize("version", list(G.DENSE_LAUNCHERS))
+def test_gemm_strided_views(version, trans_a, trans_b):
     """a: columns of a wider array (a (B, 785) batch's first 784 columns); b: a reshaped slice of a flat
     parameter buffer; out: an interior window of a larger buffer, whose other elements must stay NaN."""
     m, n, k = 6, 5, 7
-    rng = _rng("strided", variant, trans_a, trans_b)
+    rng = _rng("strided", version, trans_a, trans_b)
     a, b = _stored(rng, m, n, k, trans_a, trans_b)
     bias = rng.standard_normal(n).astype(np.float32)
     a_big = rng.standard_normal((a.shape[0], a.shape[1] + 1)).astype(np.float32)
@@ -117,7 +117,7 @@ def test_gemm_strided_views(variant, trans_a, trans_b):
     b_dev = cuda.to_device(flat)[4 : 4 + b.size].reshape(b.shape)
     out_big = _nan((m + 3, n + 2))
     out = out_big[1 : 1 + m, 2:]
-    G.gemm(a_dev, b_dev, out, variant=variant, trans_a=trans_a, trans_b=trans_b,
+    G.gemm(a_dev, b_dev, out, version=version, trans_a=trans_a, trans_b=trans_b,
            bias=cuda.to_device(bias), relu=True)
     got_big = out_big.copy_to_host()
     got = got_big[1 : 1 + m, 2:]
@@ -128,15 +128,15 @@ def test_gemm_strided_views(variant, trans_a, trans_b):
     assert _rel_err(got, G.gemm_reference(a, b, trans_a, trans_b, bias, True)) < TOL
 
 
-@pytest.mark.parametrize("variant", list(G.VERSIONS))
-def test_bound_launch_reads_live_arrays(variant):
+@pytest.mark.parametrize("version", list(G.DENSE_LAUNCHERS))
+def test_bound_launch_reads_live_arrays(version):
     """launch=False only binds; each call recomputes from the arrays' current contents."""
     m, n, k = 5, 6, 9
-    rng = _rng("bound", variant)
+    rng = _rng("bound", version)
     a, b = _stored(rng, m, n, k, False, True)
     h = np.maximum(rng.standard_normal((m, n)), 0).astype(np.float32)
     a_dev, b_dev, h_dev, out = cuda.to_device(a), cuda.to_device(b), cuda.to_device(h), _nan((m, n))
-    launch = G.gemm(a_dev, b_dev, out, variant=variant, trans_b=True, relu_mask=h_dev, launch=False)
+    launch = G.gemm(a_dev, b_dev, out, version=version, trans_b=True, relu_mask=h_dev, launch=False)
     assert isinstance(launch, Launch) and "mask" in launch.name
     assert np.isnan(out.copy_to_host()).all(), "launch=False must not launch"
     for _ in range(2):
@@ -167,7 +167,7 @@ def test_reference_matches_numpy():
 # --------------------------------------------------------------------------------------------- split-K (dense)
 # 5 x 3 outputs: one output tile for every version; K = 301 = 18 * 16 + 13 (141 = 17 * 8 + 5 for the register-
 # blocked versions, slow under the simulator): the last chunk ends inside a K step.
-@pytest.mark.parametrize("variant,trans_a,trans_b,epilogue,splits,k,kw", [
+@pytest.mark.parametrize("version,trans_a,trans_b,epilogue,splits,k,kw", [
     ("naive", False, False, "bias", 3, 301, {"block": (4, 2)}),
     ("tiled16", True, False, "bias_relu", 2, 301, {}),
     ("tiled16", False, False, "none", 5, 301, {}),
@@ -175,11 +175,11 @@ def test_reference_matches_numpy():
     ("regblock128", True, True, "relu", None, 141, {}),  # automatic: SIMULATOR_SPLITS under the simulator
 ], ids=["naive-NN-bias-3", "tiled16-TN-bias_relu-2", "tiled16-NN-none-5", "regblock-NT-mask-3",
         "regblock128-TT-relu-auto"])
-def test_dense_split_k_matches_the_single_launch(variant, trans_a, trans_b, epilogue, splits, k, kw):
+def test_dense_split_k_matches_the_single_launch(version, trans_a, trans_b, epilogue, splits, k, kw):
     """Split K through the dense launchers: the epilogue (bias, ReLU, mask) applied by the fixed-order sum; the
     result within float32 tolerance of the float64 reference and of the single launch."""
     m, n = 5, 3
-    rng = _rng("split", variant, trans_a, trans_b, epilogue)
+    rng = _rng("split", version, trans_a, trans_b, epilogue)
     a, b = _stored(rng, m, n, k, trans_a, trans_b)
     bias, relu, mask = _epilogue_args(rng, m, n, epilogue)
     args = dict(trans_a=trans_a, trans_b=trans_b, bias=_dev_or_none(bias), relu=relu, relu_mask=_dev_or_none(mask),
@@ -188,7 +188,7 @@ def test_dense_split_k_matches_the_single_launch(variant, trans_a, trans_b, epil
     outs = {}
     for s in (1, splits):
         outs[s] = _nan((m, n))
-        launch = G.VERSIONS[variant](d_a, d_b, outs[s], splits=s, **args)
+        launch = G.DENSE_LAUNCHERS[version](d_a, d_b, outs[s], splits=s, **args)
         assert isinstance(launch, Launch if s == 1 else LaunchGroup)
     used = G.SIMULATOR_SPLITS if splits is None else splits
     assert f"[split {used} x " in launch.launches[0].name and f"[sum {used}]" in launch.launches[1].name
@@ -203,13 +203,13 @@ def test_dense_split_k_matches_the_single_launch(variant, trans_a, trans_b, epil
 
 def test_dense_split_k_default_and_errors():
     a, b = _dev(3, 40), _dev(40, 2)
-    assert isinstance(G.gemm_v2(a, b, _dev(3, 2), launch=False), Launch)  # splits=1: the single launch
-    assert isinstance(G.gemm_v2(a, b, _dev(3, 2), splits=np.int64(1), launch=False), Launch)
+    assert isinstance(G.gemm_tiled16(a, b, _dev(3, 2), launch=False), Launch)  # splits=1: the single launch
+    assert isinstance(G.gemm_tiled16(a, b, _dev(3, 2), splits=np.int64(1), launch=False), Launch)
     for bad in (0, True, 2.0, 70000):
-        with pytest.raises(ValueError, match=r"gemm_v2: splits must be None or an int in \[1, 65535\]"):
-            G.gemm_v2(a, b, _dev(3, 2), splits=bad, launch=False)
+        with pytest.raises(ValueError, match=r"gemm_tiled16: splits must be None or an int in \[1, 65535\]"):
+            G.gemm_tiled16(a, b, _dev(3, 2), splits=bad, launch=False)
     # more splits than K steps: fewer chunks (split_k_chunks), none empty
-    group = G.gemm_v3(a, b, _dev(3, 2), splits=9, launch=False)
+    group = G.gemm_regblock(a, b, _dev(3, 2), splits=9, launch=False)
     assert "[split 5 x 8]" in group.launches[0].name
 
 
@@ -233,7 +233,7 @@ def test_gemm_splits_rule():
     assert rule(64, 10, 4608, policy=POLICIES["gpu-optimized"]) == 1  # a fixed GEMM version: never
     # what the automatic count makes of the FC forward on an H100: 18 chunks of 256, 72 blocks
     assert G.auto_splits(4608, G.output_tiles("tiled16", 64, 10), 132) == 18
-    assert G.split_k_chunks(4608, 18, G.K_STEPS["tiled16"]) == (18, 256)
+    assert G.split_k_chunks(4608, 18, G.VERSIONS["tiled16"].k_step) == (18, 256)
 
 
 def test_binder_splits_only_where_the_rule_says(monkeypatch):
@@ -242,7 +242,7 @@ def test_binder_splits_only_where_the_rule_says(monkeypatch):
     from gpunn.backends.gpu.layers import Binder
     from gpunn.backends.gpu.policy import POLICIES
 
-    monkeypatch.setattr(G, "_multiprocessors", lambda: 132)
+    monkeypatch.setattr(G, "multiprocessors", lambda: 132)
     auto = Binder(POLICIES["gpu-im2col"], None, None, 0.01)
     group = auto.gemm(_dev(64, 4608), _dev(4608, 10), _dev(64, 10), bias=_dev(10))
     assert isinstance(group, LaunchGroup) and f"[split {G.SIMULATOR_SPLITS} x " in group.launches[0].name
@@ -257,10 +257,10 @@ def _dev(*shape, dtype=np.float32):
     return cuda.to_device(np.zeros(shape, dtype=dtype))
 
 
-@pytest.mark.parametrize("variant", list(G.VERSIONS))
-def test_gemm_shape_and_dtype_errors(variant):
+@pytest.mark.parametrize("version", list(G.DENSE_LAUNCHERS))
+def test_gemm_shape_and_dtype_errors(version):
     def call(a, b, out, **kw):
-        return G.gemm(a, b, out, variant=variant, **kw)
+        return G.gemm(a, b, out, version=version, **kw)
 
     with pytest.raises(ValueError, match=r"inner dimensions"):
         call(_dev(3, 4), _dev(5, 6), _dev(3, 6))
@@ -290,26 +290,26 @@ def test_gemm_shape_and_dtype_errors(variant):
         call(_dev(3, 4), np.zeros((4, 6), np.float32), _dev(3, 6))
 
 
-@pytest.mark.parametrize("variant", list(G.VERSIONS))
+@pytest.mark.parametrize("version", list(G.DENSE_LAUNCHERS))
 @pytest.mark.parametrize("m,n,k", [(0, 6, 4), (3, 0, 4), (3, 6, 0)])
-def test_gemm_zero_sized(variant, m, n, k):
+def test_gemm_zero_sized(version, m, n, k):
     with pytest.raises(ValueError, match=r"zero-sized"):
-        G.gemm(_dev(m, k), _dev(k, n), _dev(m, n), variant=variant)
+        G.gemm(_dev(m, k), _dev(k, n), _dev(m, n), version=version)
 
 
-def test_unknown_variant_and_bad_blocks():
+def test_unknown_version_and_bad_blocks():
     with pytest.raises(ValueError, match=r"naive.*regblock.*regblock128.*tiled16"):
-        G.gemm(_dev(2, 2), _dev(2, 2), _dev(2, 2), variant="cublas")
+        G.gemm(_dev(2, 2), _dev(2, 2), _dev(2, 2), version="cublas")
     with pytest.raises(ValueError, match=r"block"):
-        G.gemm(_dev(2, 2), _dev(2, 2), _dev(2, 2), variant="tiled16", block=(8, 8))
+        G.gemm(_dev(2, 2), _dev(2, 2), _dev(2, 2), version="tiled16", block=(8, 8))
     with pytest.raises(ValueError, match=r"block"):
-        G.gemm(_dev(2, 2), _dev(2, 2), _dev(2, 2), variant="regblock", block=128)
+        G.gemm(_dev(2, 2), _dev(2, 2), _dev(2, 2), version="regblock", block=128)
     with pytest.raises(ValueError, match=r"block"):
-        G.gemm(_dev(2, 2), _dev(2, 2), _dev(2, 2), variant="regblock128", block=(16, 8))
+        G.gemm(_dev(2, 2), _dev(2, 2), _dev(2, 2), version="regblock128", block=(16, 8))
     with pytest.raises(ValueError, match=r"block"):
-        G.gemm(_dev(2, 2), _dev(2, 2), _dev(2, 2), variant="naive", block=(64, 32))
+        G.gemm(_dev(2, 2), _dev(2, 2), _dev(2, 2), version="naive", block=(64, 32))
     with pytest.raises(ValueError, match=r"block"):
-        G.gemm(_dev(2, 2), _dev(2, 2), _dev(2, 2), variant="naive", block=256)
+        G.gemm(_dev(2, 2), _dev(2, 2), _dev(2, 2), version="naive", block=256)
 
 
 def test_gemm_mapped_entry_and_its_errors():
@@ -329,7 +329,7 @@ def test_gemm_mapped_entry_and_its_errors():
         G.gemm_mapped("naive", *args, store="nhwc")
     with pytest.raises(ValueError, match=r"unknown epilogue 'gelu'"):
         G.gemm_mapped("naive", *args, epilogue="gelu")
-    with pytest.raises(ValueError, match=r"unknown variant 'cublas'"):
+    with pytest.raises(ValueError, match=r"unknown version 'cublas'"):
         G.gemm_mapped("cublas", *args)
     with pytest.raises(ValueError, match=r"M, N, K = 0, 2, 2"):
         G.GemmProblem(0, 2, 2)
@@ -342,36 +342,36 @@ _ON_GPU = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") != "1" and cuda.is_availab
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _ON_GPU, reason="needs a real CUDA GPU")
-@pytest.mark.parametrize("variant", list(G.VERSIONS))
-def test_gemm_gpu_sizes(variant):
+@pytest.mark.parametrize("version", list(G.DENSE_LAUNCHERS))
+def test_gemm_gpu_sizes(version):
     for trans_a, trans_b in TRANS:
         for epilogue in G.EPILOGUES:
-            err = _run(variant, 257, 129, 301, trans_a, trans_b, epilogue, key=("gpu",))
-            assert err < TOL, (variant, trans_a, trans_b, epilogue, err)
+            err = _run(version, 257, 129, 301, trans_a, trans_b, epilogue, key=("gpu",))
+            assert err < TOL, (version, trans_a, trans_b, epilogue, err)
     for trans_a, trans_b in [(False, False), (True, True)]:
-        err = _run(variant, 1024, 1024, 1024, trans_a, trans_b, "bias_relu", key=("gpu",))
-        assert err < TOL, (variant, trans_a, trans_b, err)
+        err = _run(version, 1024, 1024, 1024, trans_a, trans_b, "bias_relu", key=("gpu",))
+        assert err < TOL, (version, trans_a, trans_b, err)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _ON_GPU, reason="needs a real CUDA GPU")
-@pytest.mark.parametrize("variant", list(G.VERSIONS))
-def test_gemm_gpu_strided_mlp_shapes(variant):
+@pytest.mark.parametrize("version", list(G.DENSE_LAUNCHERS))
+def test_gemm_gpu_strided_mlp_shapes(version):
     """The MLP's views at real size: X = batch[:, :784] of a (64, 785) array, W1 (784, 256) in a flat
     buffer; dH = dZ @ W2^T masked by H."""
-    rng = _rng("gpu-mlp", variant)
+    rng = _rng("gpu-mlp", version)
     batch = rng.standard_normal((64, 785)).astype(np.float32)
     params = rng.standard_normal(784 * 256 + 256 * 10 + 7).astype(np.float32)
     x = cuda.to_device(batch)[:, :784]
     w1 = cuda.to_device(params)[:784 * 256].reshape(784, 256)
     w2 = cuda.to_device(params)[784 * 256 : 784 * 256 + 2560].reshape(256, 10)
     h = cuda.device_array((64, 256), np.float32)
-    G.gemm(x, w1, h, variant=variant, relu=True)
+    G.gemm(x, w1, h, version=version, relu=True)
     h_ref = G.gemm_reference(batch[:, :784], params[:784 * 256].reshape(784, 256), relu=True)
     assert _rel_err(h.copy_to_host(), h_ref) < TOL
     dz = rng.standard_normal((64, 10)).astype(np.float32)
     dh = _nan((64, 256))
-    G.gemm(cuda.to_device(dz), w2, dh, variant=variant, trans_b=True, relu_mask=h)
+    G.gemm(cuda.to_device(dz), w2, dh, version=version, trans_b=True, relu_mask=h)
     ref = G.gemm_reference(dz, params[784 * 256 : 784 * 256 + 2560].reshape(256, 10), trans_b=True,
                            relu_mask=h.copy_to_host())
     assert _rel_err(dh.copy_to_host(), ref) < TOL
@@ -387,14 +387,14 @@ def test_dense_split_k_gpu_cnn_fc_forward():
     bias = rng.standard_normal(10).astype(np.float32)
     d_x, d_w, d_bias = cuda.to_device(x), cuda.to_device(w), cuda.to_device(bias)
     ref = G.gemm_reference(x, w, bias=bias)
-    for variant in G.VERSIONS:
+    for version in G.DENSE_LAUNCHERS:
         outs = []
         for splits in (1, None, None):
             out = _nan((64, 10))
-            G.VERSIONS[variant](d_x, d_w, out, bias=d_bias, splits=splits)
+            G.DENSE_LAUNCHERS[version](d_x, d_w, out, bias=d_bias, splits=splits)
             outs.append(out.copy_to_host())
         np.testing.assert_array_equal(outs[1], outs[2])
-        assert _rel_err(outs[1], ref) < 1e-4 and _rel_err(outs[1], outs[0]) < 1e-4, variant  # K = 4608
+        assert _rel_err(outs[1], ref) < 1e-4 and _rel_err(outs[1], outs[0]) < 1e-4, version  # K = 4608
 
 
 @pytest.mark.gpu
@@ -407,7 +407,7 @@ def test_gpu_direct_launch_matches_the_ordinary_call():
     bias = rng.standard_normal(129).astype(np.float32)
     d_a, d_b, d_bias = cuda.to_device(a), cuda.to_device(b), cuda.to_device(bias)
     out = cuda.to_device(np.full((257, 129), np.nan, np.float32))
-    bound = G.gemm_v4(d_a, d_b, out, bias=d_bias, relu=True, launch=False)
+    bound = G.gemm_regblock128(d_a, d_b, out, bias=d_bias, relu=True, launch=False)
     bound()
     first = out.copy_to_host()
     assert bound.direct
@@ -421,5 +421,5 @@ def test_gpu_direct_launch_matches_the_ordinary_call():
         ref = G.gemm_reference(a_used, b, bias=bias, relu=True)
         assert np.max(np.abs(got - ref)) / np.max(np.abs(ref)) < 1e-5
     ordinary = cuda.to_device(np.full((257, 129), np.nan, np.float32))
-    G.gemm_v4(d_a, d_b, ordinary, bias=d_bias, relu=True)
+    G.gemm_regblock128(d_a, d_b, ordinary, bias=d_bias, relu=True)
     np.testing.assert_array_equal(ordinary.copy_to_host(), out.copy_to_host())

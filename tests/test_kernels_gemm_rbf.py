@@ -1,4 +1,4 @@
-"""The float64 RBF GEMM (gpunn.kernels.gemm_rbf) against scikit-learn's rbf_kernel and the float64 reference.
+"""The float64 RBF GEMM (gpunn.kernels.gemm.rbf) against scikit-learn's rbf_kernel and the float64 reference.
 
 Under the CUDA simulator the shapes are tiny and not multiples of any tile (each simulated thread is a Python
 thread: a 64x64 tile of the register-blocked version is 256 of them); outputs and norms are poisoned with NaN
@@ -13,7 +13,7 @@ import pytest
 from numba import cuda
 from sklearn.metrics.pairwise import rbf_kernel
 
-from gpunn.kernels import gemm_rbf as R
+from gpunn.kernels.gemm import rbf as R
 from gpunn.kernels.launch import Launch
 
 TOL = 1e-6  # E6's requirement; float64 accumulation lands near 1e-15
@@ -34,7 +34,7 @@ def _rel_err(got, ref):
     return float(np.abs(got - ref).max() / np.abs(ref).max())
 
 
-def _gpu_rbf(a, b, gamma, variant, symmetric=False, **kw):
+def _gpu_rbf(a, b, gamma, version, symmetric=False, **kw):
     """The kernel of host a vs b on the device, every output and norm poisoned with NaN first."""
     da = cuda.to_device(a)
     db = da if symmetric else cuda.to_device(b)
@@ -42,12 +42,12 @@ def _gpu_rbf(a, b, gamma, variant, symmetric=False, **kw):
     R.row_sq_norms(da, a_sq)
     R.row_sq_norms(db, b_sq)
     out = _nan((a.shape[0], b.shape[0]))
-    if variant == "naive":
+    if version == "naive":
         kw.setdefault("block", SMALL_NAIVE_BLOCK)
-    launch = R.rbf_gemm(da, db, out, a_sq, b_sq, gamma, variant=variant, **kw)
+    launch = R.rbf_gemm(da, db, out, a_sq, b_sq, gamma, version=version, **kw)
     assert isinstance(launch, Launch)
     got = out.copy_to_host()
-    assert np.isfinite(got).all(), f"{variant}: unwritten (NaN) outputs"
+    assert np.isfinite(got).all(), f"{version}: unwritten (NaN) outputs"
     return got
 
 
@@ -57,12 +57,12 @@ def _features(rng, m, k):
 
 
 @pytest.mark.parametrize("symmetric", [False, True], ids=["a_vs_b", "a_vs_a"])
-@pytest.mark.parametrize("variant", list(R.VERSIONS))
-def test_every_variant_equals_sklearn_rbf_kernel(variant, symmetric):
-    rng = _rng(variant, symmetric)
+@pytest.mark.parametrize("version", list(R.VERSIONS))
+def test_every_version_equals_sklearn_rbf_kernel(version, symmetric):
+    rng = _rng(version, symmetric)
     a, gamma = _features(rng, 37, 19)
     b = a if symmetric else rng.standard_normal((23, 19))
-    got = _gpu_rbf(a, b, gamma, variant, symmetric)
+    got = _gpu_rbf(a, b, gamma, version, symmetric)
     ref = rbf_kernel(a, b, gamma=gamma)  # float64, what SVC(kernel="rbf") evaluates
     assert _rel_err(got, ref) < TOL
     np.testing.assert_allclose(got, ref, rtol=TOL, atol=0)  # element by element too: small values included
@@ -76,7 +76,7 @@ def test_register_blocked_version_at_tile_edges(m, n, k):
     rng = _rng("edges", m, n, k)
     a, gamma = _features(rng, m, k)
     b = rng.standard_normal((n, k)) + 0.3
-    got = _gpu_rbf(a, b, gamma * 0.7, R.DEFAULT_VARIANT)
+    got = _gpu_rbf(a, b, gamma * 0.7, R.DEFAULT_VERSION)
     assert _rel_err(got, R.rbf_reference(a, b, gamma * 0.7)) < 1e-13
 
 
@@ -86,7 +86,7 @@ def test_far_apart_rows_give_zero_and_rounding_never_exceeds_one():
     rng = _rng("clamp")
     a = rng.standard_normal((9, 5)) * 1e3
     b = np.vstack([a[:4], a[:2] + 1e6])  # identical rows (distance 0 up to rounding) and far ones
-    got = _gpu_rbf(a, b, 0.5, R.DEFAULT_VARIANT)
+    got = _gpu_rbf(a, b, 0.5, R.DEFAULT_VERSION)
     assert got.max() <= 1.0 and np.all(got[:, 4:] == 0.0)
     np.testing.assert_allclose(got, rbf_kernel(a, b, gamma=0.5), rtol=TOL, atol=1e-300)
 
@@ -115,12 +115,12 @@ def test_bad_operands_are_refused():
         R.rbf_gemm(a, b, out, b_sq, b_sq, 1.0)
     with pytest.raises(ValueError, match="gamma"):
         R.rbf_gemm(a, b, out, a_sq, b_sq, 0.0)
-    with pytest.raises(ValueError, match="unknown variant"):
-        R.rbf_gemm(a, b, out, a_sq, b_sq, 1.0, variant="cublas")
+    with pytest.raises(ValueError, match="unknown version"):
+        R.rbf_gemm(a, b, out, a_sq, b_sq, 1.0, version="cublas")
     with pytest.raises(ValueError, match="block must be 256"):
-        R.rbf_gemm(a, b, out, a_sq, b_sq, 1.0, variant="regblock64", block=128)
+        R.rbf_gemm(a, b, out, a_sq, b_sq, 1.0, version="regblock64", block=128)
     with pytest.raises(ValueError, match="block must be"):
-        R.rbf_gemm(a, b, out, a_sq, b_sq, 1.0, variant="naive", block=(0, 4))
+        R.rbf_gemm(a, b, out, a_sq, b_sq, 1.0, version="naive", block=(0, 4))
     with pytest.raises(ValueError, match="out must be"):
         R.row_sq_norms(a, b_sq)
 
@@ -133,9 +133,9 @@ def test_e6_width_on_the_gpu():
     b = rng.standard_normal((517, 8192)).astype(np.float32).astype(np.float64)
     gamma = 1.0 / 8192
     ref = rbf_kernel(a, b, gamma=gamma)
-    for variant in R.VERSIONS:
-        got = _gpu_rbf(a, b, gamma, variant, block=(16, 16)) if variant == "naive" else _gpu_rbf(a, b, gamma, variant)
-        assert _rel_err(got, ref) < TOL, variant
+    for version in R.VERSIONS:
+        got = _gpu_rbf(a, b, gamma, version, block=(16, 16)) if version == "naive" else _gpu_rbf(a, b, gamma, version)
+        assert _rel_err(got, ref) < TOL, version
         np.testing.assert_allclose(got, ref, rtol=TOL, atol=0)
-    got = _gpu_rbf(a, a, gamma, R.DEFAULT_VARIANT, symmetric=True)
+    got = _gpu_rbf(a, a, gamma, R.DEFAULT_VERSION, symmetric=True)
     assert _rel_err(got, rbf_kernel(a, gamma=gamma)) < TOL

@@ -295,7 +295,7 @@ def test_bench_pool_quick_problems_validate_and_time(capsys):
     """Every version of every pool/upsample/MSE op validates on the quick shapes, then goes through the
     benchmark's timing path (the simulator's host clock)."""
     problems = bench_pool.pool_problems(quick=True)
-    kernels = {variant for p in problems for variant in p.variants}
+    kernels = {version for p in problems for version in p.versions}
     assert {k.split("+")[0] for k in kernels} == {
         *(f"maxpool2x2_forward_{v}" for v in pool.OPS["maxpool2x2_forward"]),
         *(f"maxpool2x2_backward_{v}" for v in pool.OPS["maxpool2x2_backward"]),
@@ -308,7 +308,7 @@ def test_bench_pool_quick_problems_validate_and_time(capsys):
     assert "all results match" in capsys.readouterr().out
     rows = bench.benchmark(problems[:2], [32], repeats=1, compare_torch=False)
     frame = bench.bench_frame(rows)
-    assert list(frame["variant"]) == ["maxpool2x2_forward_v1", "maxpool2x2_backward_atomic"]
+    assert list(frame["version"]) == ["maxpool2x2_forward_v1", "maxpool2x2_backward_atomic"]
     assert (frame["ms"] > 0).all() and (frame["gbps"] > 0).all()
     assert list(frame["rows"]) == [3, 3] and list(frame["cols"]) == [5 * 7 * 9] * 2
 
@@ -321,7 +321,7 @@ def test_bench_pool_catches_an_unwritten_argmax(monkeypatch):
         return pool.maxpool2x2_forward_v1(x, out, scratch, block=block, stream=stream, launch=launch)
 
     problem = bench_pool.pool_problems(quick=True)[0]
-    problem.variants = {"values_only": values_only}
+    problem.versions = {"values_only": values_only}
     with pytest.raises(bench.BenchMismatch, match="output 'argmax'"):
         bench.validate([problem], [32])
 

@@ -27,13 +27,14 @@ H100 = {"device": "NVIDIA H100 80GB HBM3", "driver": "NVIDIA 580.159.04, CUDA 13
         "commit": "abc1234"}
 SIMULATED = {"device": "cuda-simulator", "driver": None, "simulator": True, "commit": "abc1234"}
 # (phase, launch, ms) of one CNN step per variant, and the host overhead in µs: every gemm launch alone is under 5 %
-# of gpu-naive's kernel time but the op (gemm_v1) is over it; relu_forward and sgd_step are under 5 % in both variants
-NAIVE = [("forward", "conv_forward_v1[k3,p0,bias]", 0.6), ("forward", "relu_forward", 0.02),
-         ("forward", "gemm_v1[NN,none]", 0.3), ("backward", "gemm_v1[TN,none]", 0.25),
-         ("backward", "conv_backward_weight_v1[k3,p0]", 6.0), ("backward", "conv_bias_grad_v1", 3.0),
+# of gpu-naive's kernel time but the op (gemm_naive) is over it; relu_forward and sgd_step are under 5 % in both
+# variants
+NAIVE = [("forward", "conv_forward_naive[k3,p0,bias]", 0.6), ("forward", "relu_forward", 0.02),
+         ("forward", "gemm_naive[NN,none]", 0.3), ("backward", "gemm_naive[TN,none]", 0.25),
+         ("backward", "conv_backward_weight_naive[k3,p0]", 6.0), ("backward", "conv_bias_grad_naive", 3.0),
          ("backward", "sgd_step", 0.03)]
-OPTIMIZED = [("forward", "conv_forward_v2[k3,p0,bias]", 0.2), ("forward", "relu_forward", 0.01),
-             ("backward", "conv_backward_weight_v2[k3,p0]", 0.15), ("backward", "conv_bias_grad_v2", 0.05),
+OPTIMIZED = [("forward", "conv_forward_tiled[k3,p0,bias]", 0.2), ("forward", "relu_forward", 0.01),
+             ("backward", "conv_backward_weight_shuffle[k3,p0]", 0.15), ("backward", "conv_bias_grad_block", 0.05),
              ("backward", "sgd_step", 0.01)]
 HOST_US = {"gpu-naive": 250.0, "gpu-optimized": 80.0}  # others: 100
 BACK_TO_BACK = 0.9  # the step's launches run back to back take this fraction of their times alone, summed
@@ -82,9 +83,9 @@ def test_timed_profile_top_three_other_merge_and_host_segment(tmp_path, monkeypa
     written = step_profile.report("e4", _profiles(tmp_path), tmp_path / "out")
     table = pd.read_csv(tmp_path / "out" / "step_profile.csv")
     assert list(table["variant"]) == ["gpu-naive"] * 3 + ["gpu-optimized"] * 3  # report order, not the inputs'
-    assert list(table["launch"]) == ["conv_backward_weight_v1[k3,p0]", "conv_bias_grad_v1",
-                                     "conv_forward_v1[k3,p0,bias]", "conv_forward_v2[k3,p0,bias]",
-                                     "conv_backward_weight_v2[k3,p0]", "conv_bias_grad_v2"]
+    assert list(table["launch"]) == ["conv_backward_weight_naive[k3,p0]", "conv_bias_grad_naive",
+                                     "conv_forward_naive[k3,p0,bias]", "conv_forward_tiled[k3,p0,bias]",
+                                     "conv_backward_weight_shuffle[k3,p0]", "conv_bias_grad_block"]
     assert list(table["ms"]) == [6.0, 3.0, 0.6, 0.2, 0.15, 0.05]
     naive = table[table["variant"] == "gpu-naive"]
     assert naive["kernel_ms"].tolist() == pytest.approx([10.2] * 3)
@@ -99,7 +100,7 @@ def test_timed_profile_top_three_other_merge_and_host_segment(tmp_path, monkeypa
     ops = step_profile.op_table(step_profile.read_profiles(_profiles(tmp_path)))
     assert list(ops.index) == ["gpu-naive", "gpu-optimized"]
     # an op's time: its launches' share of the summed alone times, of the step's back-to-back kernel time
-    assert ops.loc["gpu-naive", "gemm_v1"] == pytest.approx(0.55 * BACK_TO_BACK)  # its two launches, one op
+    assert ops.loc["gpu-naive", "gemm_naive"] == pytest.approx(0.55 * BACK_TO_BACK)  # its two launches, one op
     assert "relu_forward" not in ops and "sgd_step" not in ops
     assert ops[step_profile.OTHER].tolist() == pytest.approx([0.05 * BACK_TO_BACK, 0.02 * BACK_TO_BACK])
     assert list(ops.columns)[-2:] == [step_profile.OTHER, step_profile.HOST]
@@ -122,7 +123,7 @@ def test_untimed_profile_lists_launches_and_shows_no_times(tmp_path, monkeypatch
     assert step_profile.UNTIMED in drawn["title"] and drawn["ylabel"] == "launches per training step (count)"
     assert drawn["host"] == []  # no host overhead segment
     ops = step_profile.op_table(step_profile.read_profiles(_profiles(tmp_path, timed=False)))
-    assert step_profile.HOST not in ops and ops.loc["gpu-naive", "gemm_v1"] == 2  # counts, not times
+    assert step_profile.HOST not in ops and ops.loc["gpu-naive", "gemm_naive"] == 2  # counts, not times
 
 
 def test_bad_profiles_are_one_line(tmp_path):
@@ -155,7 +156,7 @@ def test_cli_report_passes_profiles(tmp_path):
     profile = _profile(tmp_path / "profile" / "gpu-naive.csv", "gpu-naive", NAIVE)
     assert cli_main(["report", "e1", "--out", str(tmp_path / "r"), "--runs", *map(str, runs),
                      "--evals", *map(str, evals), "--profiles", str(profile)]) == 0
-    assert pd.read_csv(tmp_path / "r" / "step_profile.csv")["launch"].iloc[0] == "conv_backward_weight_v1[k3,p0]"
+    assert pd.read_csv(tmp_path / "r" / "step_profile.csv")["launch"].iloc[0] == "conv_backward_weight_naive[k3,p0]"
 
 
 # ------------------------------------------------------------------------------------------- the job's part

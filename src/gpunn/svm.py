@@ -8,7 +8,7 @@ Two routes:
   (``precompute_kernel``), it is computed once and SVC is trained on it with ``kernel="precomputed"``: the
   same model (same dual problem, solver and one-vs-one voting, kernel values equal up to float rounding),
   many times faster. Where that kernel is computed is ``kernel_device``: ``"gpu"`` by our float64 RBF GEMM
-  (gpunn.kernels.gemm_rbf, ``rbf_kernel_gpu_into``: row blocks sized to the GPU's free memory, streamed
+  (gpunn.kernels.gemm.rbf, ``rbf_kernel_gpu_into``: row blocks sized to the GPU's free memory, streamed
   into the host matrix), ``"cpu"`` by NumPy's BLAS (``rbf_kernel_into``), ``"auto"`` the GPU when a real one
   is present (never the simulator), else the CPU. Predictions need only the support vectors' columns of the
   test kernel (libsvm reads nothing else, see ``_PrecomputedRbfSVC.predict``). Without a GPU, only a subset
@@ -320,7 +320,7 @@ def gpu_block_rows(n_cols: int, free_bytes: float, max_block_bytes: int = _GPU_B
     """Rows of one GPU row block of a kernel with `n_cols` columns: at most `max_block_bytes` of float64
     output (the device buffer and the host staging copy are that size) and `_GPU_MEMORY_FRACTION` of the
     free device memory, a multiple of the GEMM's 64-row tile when larger than one tile."""
-    from gpunn.kernels.gemm_rbf import R_BM
+    from gpunn.kernels.gemm.rbf import R_BM
 
     budget = max_block_bytes  # the simulator reports infinite free memory
     if math.isfinite(free_bytes):
@@ -333,10 +333,10 @@ def gpu_block_rows(n_cols: int, free_bytes: float, max_block_bytes: int = _GPU_B
 
 
 def rbf_kernel_gpu_into(out: np.ndarray, a: np.ndarray, b: np.ndarray | None, gamma: float,
-                        block_rows: int | None = None, variant: str | None = None,
+                        block_rows: int | None = None, version: str | None = None,
                         log: Callable[[str], None] | None = None, what: str = "kernel",
                         progress_every_s: float = 15.0) -> np.ndarray:
-    """``rbf_kernel_into`` on the GPU: the same float64 kernel (gpunn.kernels.gemm_rbf, equal to it and to
+    """``rbf_kernel_into`` on the GPU: the same float64 kernel (gpunn.kernels.gemm.rbf, equal to it and to
     scikit-learn's rbf_kernel up to float64 rounding), into the host float64 array `out`.
 
     The operands are uploaded once as float64 with their squared norms computed on the device; the output
@@ -346,7 +346,7 @@ def rbf_kernel_gpu_into(out: np.ndarray, a: np.ndarray, b: np.ndarray | None, ga
     A progress line (blocks done / total) goes to `log` every `progress_every_s` seconds."""
     from numba import cuda
 
-    from gpunn.kernels import gemm_rbf
+    from gpunn.kernels.gemm import rbf
 
     symmetric = b is None
     m, n = a.shape[0], (a if symmetric else b).shape[0]
@@ -361,11 +361,11 @@ def rbf_kernel_gpu_into(out: np.ndarray, a: np.ndarray, b: np.ndarray | None, ga
     d_b = cuda.to_device(np.ascontiguousarray(a if symmetric else b, dtype=np.float64))
     d_a = d_b if symmetric else cuda.to_device(np.ascontiguousarray(a, dtype=np.float64))
     b_sq = cuda.device_array(n, dtype=np.float64)
-    gemm_rbf.row_sq_norms(d_b, b_sq)
+    rbf.row_sq_norms(d_b, b_sq)
     a_sq = b_sq
     if not symmetric:
         a_sq = cuda.device_array(m, dtype=np.float64)
-        gemm_rbf.row_sq_norms(d_a, a_sq)
+        rbf.row_sq_norms(d_a, a_sq)
     if block_rows is None:
         block_rows = gpu_block_rows(n, float(cuda.current_context().get_memory_info()[0]))
     rows = max(1, min(int(block_rows), m))
@@ -378,8 +378,8 @@ def rbf_kernel_gpu_into(out: np.ndarray, a: np.ndarray, b: np.ndarray | None, ga
         first = start if symmetric else 0
         shape = (stop - start, n - first)
         block = buffer[:shape[0] * shape[1]].reshape(shape)
-        gemm_rbf.rbf_gemm(d_a[start:stop], d_b[first:], block, a_sq[start:stop], b_sq[first:], gamma,
-                          variant=variant or gemm_rbf.DEFAULT_VARIANT)
+        rbf.rbf_gemm(d_a[start:stop], d_b[first:], block, a_sq[start:stop], b_sq[first:], gamma,
+                     version=version or rbf.DEFAULT_VERSION)
         if symmetric:  # out[start:stop, start:] is not contiguous: through a contiguous staging copy
             host = staging[:shape[0] * shape[1]].reshape(shape)
             block.copy_to_host(host)

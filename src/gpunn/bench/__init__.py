@@ -7,11 +7,11 @@ first, then time every version x block size with CUDA events, one line each.
                           [--epochs 3] [--max-steps N] [--hidden H | --channels C0,C1 --image-size S] [--profile]
 
 What is benchmarked
-    gemm         every variant in ``gemm.VERSIONS`` (variants added there are picked up) on 4096^3, the
+    gemm         every version in ``gemm.DENSE_LAUNCHERS`` (versions added there are picked up) on 4096^3, the
                  MLP 784-256-10 at batch 64 (both layers' forward with bias (+ ReLU), the weight gradients
                  x^T dy, the hidden-layer input gradient dy W^T) and an odd validation shape 257x129x301.
-                 Block sizes: the variant's own default block, plus every ``--blocks`` size the variant
-                 accepts (a 2-D block is laid out 32 x threads/32; fixed-block variants reject the others).
+                 Block sizes: the version's own default block, plus every ``--blocks`` size the version
+                 accepts (a 2-D block is laid out 32 x threads/32; fixed-block versions reject the others).
     elementwise  bias_add, relu_forward, relu_backward, bias_relu
     softmax      softmax_rows, softmax_ce_grad (logits and int32 labels), loss_mean (of the batch's losses)
     reduce       colsum_atomic, colsum_tree
@@ -21,10 +21,10 @@ What is benchmarked
 
 How
     1. Validation (``validate``): fixed-seed random non-zero float32 inputs and the float64 reference; for
-       every variant x block, fresh device inputs, outputs poisoned with NaN (in-place ops overwrite their
+       every version x block, fresh device inputs, outputs poisoned with NaN (in-place ops overwrite their
        input instead), one launch; the relative error max|out - ref| / max|ref| must stay below the op's
        limit (``TOLERANCE``; GEMM: ``gemm_tolerance``, growing with sqrt(K)). The first mismatch stops
-       everything with a ``BenchMismatch`` naming op, variant, block and shape and the first differing
+       everything with a ``BenchMismatch`` naming op, version, block and shape and the first differing
        elements. "all results match" is printed before any timing.
     2. Timing (``median_launch_ms``): ``WARMUP_LAUNCHES`` launches (the first one compiles), then
        ``repeats`` launches with a CUDA event pair recorded on the launch's stream around each, one

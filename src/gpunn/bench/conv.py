@@ -98,7 +98,7 @@ def conv_case_problems(case: ConvCase, rng, passes=conv.PASSES) -> list[Problem]
 
     def problem(pass_name, dims, output_names, expected, tolerance, bytes_moved, flops, bind, torch_ref):
         layer = (cin, cout, k, p, h, w)
-        return Problem(op=f"conv_{pass_name}", case=case.case, variants=conv.runnable_versions(pass_name, layer),
+        return Problem(op=f"conv_{pass_name}", case=case.case, versions=conv.runnable_versions(pass_name, layer),
                        dims=dims, shape_label=shape_label, n_elements=int(expected[0].size),
                        output_names=output_names, expected=tuple(expected), tolerance=tolerance,
                        bytes_moved=bytes_moved, flops=flops, bind=bind, torch_ref=torch_ref)

@@ -1,5 +1,5 @@
 """What every benchmark shares (the method is described in gpunn.bench): a Problem (one op on one shape, with
-its float64 expected outputs and how to bind a launch of each variant), the helpers that build memory-bound
+its float64 expected outputs and how to bind a launch of each version), the helpers that build memory-bound
 problems from a kernel's launcher, validation against the references, CUDA-event timing (gpunn.kernels.launch.Clock) with the
 torch reference, the CSV table of the rows (BENCH_COLUMNS), and the block-size and device lines of the
 command line.
@@ -36,7 +36,7 @@ TOLERANCE = 1e-5  # relative error of the memory-bound ops: a few float32 roundi
 WARP = 32
 
 # every row ends with the provenance columns (device, thread counts, versions, commit: gpunn.provenance)
-BENCH_COLUMNS = ["op", "case", "variant", "block", "block_dims", "m", "n", "k", "rows", "cols", "n_elements", "ms",
+BENCH_COLUMNS = ["op", "case", "version", "block", "block_dims", "m", "n", "k", "rows", "cols", "n_elements", "ms",
                  "gflops", "gbps", "ref_name", "ref_ms", "pct_of_ref", "repeats", "host_ms", "queued",
                  *provenance.CSV_COLUMNS]
 SIMULATOR_NOTE = ("note: numba CUDA simulator: kernels run as Python threads on the CPU; the timings "
@@ -50,7 +50,7 @@ class BenchMismatch(GpunnError):
 # --------------------------------------------------------------------------------------------- problems
 @dataclass
 class Problem:
-    """One op on one shape: host inputs, float64 expected outputs, and how to bind a launch of a variant.
+    """One op on one shape: host inputs, float64 expected outputs, and how to bind a launch of a version.
 
     ``bind(launcher, block, stream)`` copies fresh inputs to the device, poisons the outputs with NaN and
     returns ``(launch, outputs)`` without launching; ``torch_ref(torch)`` returns the name of the equivalent
@@ -58,7 +58,7 @@ class Problem:
 
     op: str
     case: str
-    variants: dict
+    versions: dict  # version name -> launcher
     dims: dict
     shape_label: str
     n_elements: int
@@ -101,7 +101,7 @@ def _launcher_problem(op, case, kernel, launcher, rows, cols, args, outputs, exp
         return launch, tuple(device_args[i] for i in outputs.values())
 
     return Problem(
-        op=op, case=case, variants={kernel: launcher}, dims={"rows": rows, "cols": cols},
+        op=op, case=case, versions={kernel: launcher}, dims={"rows": rows, "cols": cols},
         shape_label=f"{rows}x{cols}", n_elements=rows * cols if n_elements is None else n_elements,
         output_names=tuple(outputs), expected=tuple(expected), tolerance=TOLERANCE, bytes_moved=bytes_moved,
         flops=0, bind=bind, torch_ref=torch_ref,
@@ -116,7 +116,7 @@ def _tensor(torch, host):
 @dataclass(frozen=True)
 class Configuration:
     problem: Problem
-    variant: str
+    version: str
     block: object
 
 
@@ -135,9 +135,9 @@ def _dims(block) -> tuple:
 
 
 def _block_choices(problem: Problem, launcher, blocks):
-    """(block, optional) pairs to try. 1-D kernels take every size. A GEMM variant, or any version whose
+    """(block, optional) pairs to try. 1-D kernels take every size. A GEMM version, or any version whose
     block defaults to None (it picks its own, e.g. the implicit-GEMM convolution), takes its default block and,
-    optionally, each size in the default's form (2-D: 32 x threads/32); an optional block the variant
+    optionally, each size in the default's form (2-D: 32 x threads/32); an optional block the version
     rejects, or replaces by its own fixed block, is skipped."""
     default = inspect.signature(launcher).parameters["block"].default
     if problem.op != "gemm" and default is not None:
@@ -150,8 +150,8 @@ def _block_choices(problem: Problem, launcher, blocks):
     return choices
 
 
-def _label(problem: Problem, variant: str, block) -> str:
-    return f"{problem.op}/{variant} block {block_dims(block)} on {problem.case} {problem.shape_label}"
+def _label(problem: Problem, version: str, block) -> str:
+    return f"{problem.op}/{version} block {block_dims(block)} on {problem.case} {problem.shape_label}"
 
 
 def check_outputs(problem: Problem, label: str, outputs) -> None:
@@ -173,14 +173,14 @@ def check_outputs(problem: Problem, label: str, outputs) -> None:
 
 
 def validate(problems, blocks, log=print) -> list[Configuration]:
-    """Run every variant x block of every problem once and check it against the reference; stop at the
+    """Run every version x block of every problem once and check it against the reference; stop at the
     first mismatch (BenchMismatch) or rejected block (GpunnError). Returns the validated configurations."""
     stream = cuda.stream()
     validated = []
     for problem in problems:
-        for variant, launcher in problem.variants.items():
+        for version, launcher in problem.versions.items():
             for block, optional in _block_choices(problem, launcher, blocks):
-                label = _label(problem, variant, block)
+                label = _label(problem, version, block)
                 try:
                     launch, outputs = problem.bind(launcher, block, stream)
                 except ValueError as exc:
@@ -188,11 +188,11 @@ def validate(problems, blocks, log=print) -> list[Configuration]:
                         continue
                     raise GpunnError(f"{label}: {exc}") from None
                 if optional and _dims(launch.block) != _dims(block):
-                    continue  # a fixed-block variant accepted the thread count but runs its own block: a duplicate
+                    continue  # a fixed-block version accepted the thread count but runs its own block: a duplicate
                 launch()
                 stream.synchronize()
                 check_outputs(problem, label, [output.copy_to_host() for output in outputs])
-                validated.append(Configuration(problem, variant, block))
+                validated.append(Configuration(problem, version, block))
     log(f"all results match ({len(validated)} configurations)")
     return validated
 
@@ -277,7 +277,7 @@ def median_launch_ms(launch, repeats: int, clock: Clock, warmup: int | None = No
 
 def time_configuration(config: Configuration, repeats: int, stream) -> Timing:
     """The timing of one validated configuration, on fresh buffers bound to `stream`."""
-    launch, _ = config.problem.bind(config.problem.variants[config.variant], config.block, stream)
+    launch, _ = config.problem.bind(config.problem.versions[config.version], config.block, stream)
     return median_launch_ms(launch, repeats, numba_clock(stream))
 
 
@@ -320,7 +320,7 @@ def benchmark(problems, blocks, repeats: int, log=print, compare_torch: bool = T
         gbps = None if problem.flops else problem.bytes_moved / ms / 1e6
         pct = 100.0 * ref_ms / ms if ref_ms else None
         rows.append({
-            "op": problem.op, "case": problem.case, "variant": config.variant,
+            "op": problem.op, "case": problem.case, "version": config.version,
             "block": block_threads(config.block), "block_dims": block_dims(config.block), **problem.dims,
             "n_elements": problem.n_elements, "ms": ms, "gflops": gflops, "gbps": gbps, "ref_name": ref_name,
             "ref_ms": ref_ms, "pct_of_ref": pct, "repeats": timed, "host_ms": timing.host_ms,
@@ -328,7 +328,7 @@ def benchmark(problems, blocks, repeats: int, log=print, compare_torch: bool = T
         })
         rate = f"{gflops:9.1f} GFLOP/s" if gflops is not None else f"{gbps:9.2f} GB/s"
         versus = f"  {pct:6.1f}% of {ref_name}" if pct is not None else ""
-        log(f"{problem.op:<11} {problem.shape_label:<22} {config.variant:<15} block {block_dims(config.block):>5}"
+        log(f"{problem.op:<11} {problem.shape_label:<22} {config.version:<15} block {block_dims(config.block):>5}"
             f"  {ms:10.4f} ms  {rate}  ({timed} runs){versus}")
     return rows
 

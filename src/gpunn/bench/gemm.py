@@ -1,5 +1,5 @@
-"""GEMM problems: every variant in ``gemm.VERSIONS`` on the MLP's shapes, 4096^3 and an odd validation shape;
-the relative-error limit grows with sqrt(K) (gemm_tolerance)."""
+"""GEMM problems: every version with a dense launcher (``gemm.DENSE_LAUNCHERS``) on the MLP's shapes, 4096^3 and an
+odd validation shape; the relative-error limit grows with sqrt(K) (gemm_tolerance)."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def _gemm_problem(case: GemmCase, rng) -> Problem:
     flags = ("A^T " if case.trans_a else "") + ("B^T " if case.trans_b else "") + \
             ("+bias " if case.bias else "") + ("+relu" if case.relu else "")
     return Problem(
-        op="gemm", case=case.case, variants=dict(gemm.VERSIONS), dims={"m": m, "n": n, "k": k},
+        op="gemm", case=case.case, versions=dict(gemm.DENSE_LAUNCHERS), dims={"m": m, "n": n, "k": k},
         shape_label=f"{m}x{n}x{k} {flags}".strip(), n_elements=m * n, output_names=("out",),
         expected=(expected,), tolerance=gemm_tolerance(k),
         bytes_moved=4 * (a.size + b.size + m * n + (n if case.bias else 0)), flops=2 * m * n * k,

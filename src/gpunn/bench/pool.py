@@ -20,7 +20,7 @@ Problems, each op with every version of pool.OPS / mse.OPS:
 
 rows/cols in the CSV are the batch and the elements per sample (C*H*W) of the op's input; the shape label is
 the input's N x C x H x W. GB/s counts every array read or written once (argmax as 1 byte per element).
-Memory-bound ops, so a variant's GB/s against the H100's ~3.35 TB/s (H200 ~4.8 TB/s) HBM bandwidth says how
+Memory-bound ops, so a version's GB/s against the H100's ~3.35 TB/s (H200 ~4.8 TB/s) HBM bandwidth says how
 far it is from the roofline; at these sizes (1-17 M elements) launch latency is a large part of the time.
 """
 

@@ -24,7 +24,7 @@ def block_sweep(block_sizes, rows: int, cols: int, repeats: int, seed: int = 0, 
     problems = [p for build in MEMORY_BOUND_BUILDERS.values() for p in build(rows, cols, case, rng)]
     results = benchmark(problems, block_sizes, repeats, log, compare_torch=False)
     return pd.DataFrame(
-        [{"op": r["variant"], "block": r["block"], "rows": rows, "cols": cols, "n_elements": r["n_elements"],
+        [{"op": r["version"], "block": r["block"], "rows": rows, "cols": cols, "n_elements": r["n_elements"],
           "ms": r["ms"], "gb_per_s": r["gbps"], "repeats": r["repeats"],
           **{key: r[key] for key in provenance.CSV_COLUMNS}} for r in results],
         columns=SWEEP_COLUMNS,

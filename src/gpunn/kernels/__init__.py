@@ -1,12 +1,13 @@
-"""numba.cuda kernels of gpunn, one module per op (llm.c ``dev/cuda`` style: numbered versions, a small
-launcher each, a dispatcher, and the CPU reference in the same file).
+"""numba.cuda kernels of gpunn, one module per op, or one package per family for GEMM and convolution (llm.c
+``dev/cuda`` style: named versions, a small launcher each, a dispatcher, and the CPU reference beside them).
 
-* ``gemm``: ``C = op(A) @ op(B)`` (+ bias, + ReLU, or a ReLU-backward mask): naive, 16x16 shared-memory
-  tiles, register-blocked 64x64 and 128x128 tiles.
-* ``gemm_rbf``: the float64 member of the GEMM family, ``A @ B^T`` with an RBF epilogue (E6's SVM kernel
-  matrix, equal to scikit-learn's ``rbf_kernel`` to rounding) and the squared row norms it needs.
-* ``conv``: stride-1 convolution forward, backward-data, backward-weight and bias gradient: direct, shared-
-  memory tiles with halo, implicit-im2col GEMM.
+* ``gemm`` (package): ``C = op(A) @ op(B)`` (+ bias, + ReLU, or a ReLU-backward mask): versions ``naive``,
+  ``tiled16``, ``regblock``, ``regblock128``, ``skinny``, one module each, one ``VERSIONS`` table; operand
+  mappings (im2col, weights, NCHW stores) and split-K. ``gemm.rbf``: its float64 member, ``A @ B^T`` with an RBF
+  epilogue (E6's SVM kernel matrix, equal to scikit-learn's ``rbf_kernel`` to rounding) and the squared row norms.
+* ``conv`` (package): stride-1 convolution forward, backward-data, backward-weight and bias gradient: ``naive``,
+  ``tiled``, block reductions, ``staged``, ``implicit_gemm`` (on the GEMM package's mappings), ``split``.
+* ``common``: what the GEMM and convolution families share (epilogue arguments and flags, grid arithmetic).
 * ``pool``: 2x2 max pool (forward with argmax; atomic and gather backward) and nearest 2x upsampling.
 * ``mse``: the autoencoder's MSE head (per-sample losses and the gradient in one launch).
 * ``elementwise``: element-wise activations and their gradients.

@@ -51,7 +51,7 @@ __all__ = [
     "upsample2x_forward_ref",
 ]
 
-# Index arithmetic is uint32 (see gemm.py): numba widens integer operations to 64 bits; wrapping each result
+# Index arithmetic is uint32 (see gemm/mappings.py): numba widens integer operations to 64 bits; wrapping each result
 # in uint32(...) lets LLVM keep 32-bit instructions, and the divisions that split a flat index into
 # (n*C + c, row, column) are far cheaper in 32 bits. The launchers refuse arrays of 2**31 elements or more.
 _U1 = np.uint32(1)

@@ -3,10 +3,10 @@ variant, gpunn.timing.step_profile: one row per launch of one training step), st
 its kernels' GPU time stacked by op, plus the host overhead) and step_profile.csv/.md (the three largest launches of
 each variant, with the step's step_kernels_ms, step_wall_ms and host_overhead_us).
 
-An op is a kernel: the launch name up to its first '[' (gemm_v1[NN,none] and gemm_v1[TN,none] are one op); ops under
-OTHER_SHARE of every variant's kernel time, and those past the MAX_OPS largest, are merged into "other". Profiles
-written under numba's CUDA simulator have no times: the figure then counts each variant's launches per op, says so
-in its title, and the table lists every launch without times.
+An op is a kernel: the launch name up to its first '[' (gemm_naive[NN,none] and gemm_naive[TN,none] are one op);
+ops under OTHER_SHARE of every variant's kernel time, and those past the MAX_OPS largest, are merged into "other".
+Profiles written under numba's CUDA simulator have no times: the figure then counts each variant's launches per op,
+says so in its title, and the table lists every launch without times.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def _variants(frame: pd.DataFrame) -> list[str]:
 
 
 def op_name(launch: str) -> str:
-    """'gemm_v1[NN,none]' -> 'gemm_v1': a launch's kernel, without its configuration."""
+    """'gemm_naive[NN,none]' -> 'gemm_naive': a launch's kernel, without its configuration."""
     return launch.split("[", 1)[0]
 
 

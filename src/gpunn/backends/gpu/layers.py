@@ -65,7 +65,7 @@ class Binder:
             tiles = gemm.output_tiles(version, rows, cols)
             if gemm_splits(self.policy, tiles, k, gemm.multiprocessors()) != 1:
                 kw["splits"] = None  # gemm_split_k's automatic count
-        return gemm.VERSIONS[version](a, b, out, launch=False, **kw)
+        return gemm.gemm(a, b, out, version=version, launch=False, **kw)
 
     @property
     def threads(self) -> dict:
@@ -202,16 +202,16 @@ class Conv2dStage(Stage):
 
     def _version(self, binder, step: str, x=None):
         """The pass's launcher under the policy (policy.conv_version: "auto" chooses by this layer's shape and, given
-        its input x, size), given the run's block size unless it runs a fixed block (the implicit-GEMM versions)."""
+        its input x, size), given the run's block size unless it runs a fixed block (ConvVersion.takes_threads)."""
         import functools
 
         from gpunn.kernels import conv
 
         size = None if x is None else tuple(int(s) for s in x.shape[2:])
         name = conv_version(binder.policy, step, self.cin, self.cout, self.k, self.padding, size)
-        launcher = conv.VERSIONS[step][name]
-        threads = {} if name == "implicit_gemm" else binder.threads
-        return functools.partial(launcher, launch=False, **threads)
+        version = conv.VERSIONS[step][name]
+        threads = binder.threads if version.takes_threads else {}
+        return functools.partial(version.launcher, launch=False, **threads)
 
     def forward(self, binder, x, y):
         # the bias is part of every conv forward (as in the papers' naive kernels); the ReLU only when fused

@@ -55,9 +55,9 @@ from dataclasses import dataclass, field, replace
 @dataclass(frozen=True)
 class Policy:
     name: str
-    gemm: str          # GEMM version (gpunn.kernels.gemm.VERSIONS) of dense layers, or "auto": regblock (64x64
-                       # tiles) when the output fills at least AUTO_MIN_BLOCKS of its blocks, else tiled16; split-K
-                       # where few tiles loop over a long K (gemm_splits)
+    gemm: str          # GEMM version (gpunn.kernels.gemm.DENSE_LAUNCHERS) of dense layers, or "auto": regblock
+                       # (64x64 tiles) when the output fills at least AUTO_MIN_BLOCKS of its blocks, else tiled16;
+                       # split-K where few tiles loop over a long K (gemm_splits)
     fuse: bool         # bias + ReLU in epilogues, ReLU backward as a mask, folded biases, tree bias gradients
     resident: bool     # training set on the GPU, batch gathered there by a device-side step counter
     graphs: bool = False  # each step's launches captured in CUDA graphs (needs a real GPU)
@@ -157,7 +157,7 @@ def conv_version(policy: Policy, step: str, in_channels: int, out_channels: int,
         3->256, it took 0.276 ms against the implicit GEMM's 0.156, so that stays the GEMM); else the
         deterministic block reduction where the GEMM is small (Cout*Cin*k*k < AUTO_WGRAD_MIN: cnn conv1's 144
         weights) or its M = Cout is skinny, else the implicit GEMM;
-      bias gradient: the split reduction (v3)."""
+      bias gradient: the split reduction."""
     name = policy.conv[step]
     if name != "auto":
         return name
@@ -185,7 +185,7 @@ def gemm_version(policy: Policy, rows: int, cols: int) -> str:
 # Split-K of a dense layer's GEMM under an "auto" policy (gemm_splits): only where the output's tiles leave most
 # SMs idle AND each tile's K loop is long, so that splitting clearly pays for the second (sum) launch.
 AUTO_SPLIT_SM_SHARE = 4  # split only when the tiles fill at most 1/4 of the SMs ...
-AUTO_SPLIT_MIN_K = 1024  # ... and K is at least this (4 chunks of gemm.SPLIT_MIN_K = 256)
+AUTO_SPLIT_MIN_K = 1024  # ... and K is at least this (4 chunks of gemm.split_k.SPLIT_MIN_K = 256)
 
 
 def gemm_splits(policy: Policy, tiles: int, k: int, multiprocessors: int) -> int | None:

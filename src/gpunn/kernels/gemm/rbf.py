@@ -2,49 +2,22 @@
 
     out[i, j] = exp(-gamma * max(a_sq[i] + b_sq[j] - 2 * sum_p a[i, p] * b[j, p], 0))
 
-A (M, K) and B (N, K) are float64 device arrays whose rows are samples (the product is A @ B^T, both
-operands read along K, in place); ``a_sq`` (M,) and ``b_sq`` (N,) are their squared row norms
-(``row_sq_norms``); out is (M, N) float64. The products accumulate in float64 and the epilogue (the
-distance, clamped at 0 against rounding, times -gamma, exp) is fused into the GEMM's store, so the
-kernel matrix is written once and never re-read. This is the formula scikit-learn's ``rbf_kernel`` evaluates
-(``euclidean_distances`` expands the squared distance the same way), so the two agree to rounding:
-about 1e-16 * gamma * (a_sq + b_sq) in the exponent, far below the 1e-6 E6 asks for. Why float64: the
-cancellation in a_sq + b_sq - 2 a.b loses the digits of near neighbours in float32 (distances of 8 192-d
-standardised features are ~1e4 against norms of ~1e4), and the SVM's dual solver sees those errors.
+A (M, K) and B (N, K) are float64 device arrays whose rows are samples (the product is A @ B^T, both operands
+read along K, in place); ``a_sq`` (M,) and ``b_sq`` (N,) their squared row norms (``row_sq_norms``); out (M, N)
+float64. The products accumulate in float64 and the epilogue (the distance clamped at 0, times -gamma, exp) is
+fused into the store. This is the formula scikit-learn's ``rbf_kernel`` evaluates, so the two agree to rounding.
+Float64 because the cancellation in a_sq + b_sq - 2 a.b loses the digits of near neighbours in float32. Own
+kernels, not the float32 versions: those are built around operand mappings this product does not need.
 
-Why the norms on the GPU (``row_sq_norms``) rather than on the host: the float64 features are on the device
-anyway and a norm is one read of each row (milliseconds for 50 000 x 8 192, against about a second for a
-single-threaded host einsum over the 3.3 GB).
+Versions (``VERSIONS``, dispatcher ``rbf_gemm(..., version=...)``), launchers ``rbf_gemm_<version>``:
 
-Versions (llm.c ``dev/cuda`` style, each a kernel plus a launcher ``rbf_gemm_vN``; ``VERSIONS`` and the
-dispatcher ``rbf_gemm``):
+    naive       one thread per output element, block (bx, by) a parameter
+    tiled16     16x16 shared-memory tiles of A and B, both loaded along K (coalesced), zero-filled edges
+    regblock64  64x64 block tile, BK 16, 4x4 outputs per thread, the next K tile loaded while this one is
+                multiplied (``DEFAULT_VERSION``)
 
-1. ``naive``: one thread per output element on a 2-D grid, block size (bx, by) a parameter (tiny blocks
-   keep simulator launches cheap).
-2. ``tiled16``: 16x16 shared-memory tiles of A and B, both loaded along K (coalesced), zero-filled edges.
-3. ``regblock64``: 64x64 block tile, BK 16, 4x4 outputs per thread in registers (two rows and two columns
-   in each of four 32-apart quadrants, so a half-warp's shared reads of B are 256 consecutive bytes), 256
-   threads, k-major shared tiles; the next K tile is loaded into registers while the current one is
-   multiplied. The production version (``DEFAULT_VARIANT``).
-
-``rbf_reference`` is the float64 NumPy reference the kernels are validated against; ``row_sq_norms`` the
-norm kernel (one thread per row, summed in order: the same bits at every launch).
-
-Napkin math for E6 (H100 SXM: 132 SMs x 64 FP64 FMA lanes x 2 FLOP x 1.98 GHz = 33.5 TFLOP/s FP64 without
-the tensor cores): the 50 000 x 50 000 train kernel over K = 8 192 is 4.1e13 FLOP, 2.0e13 with symmetry
-(only the row blocks' columns from the diagonal on), 0.6 s at peak, a few seconds at a third of it; the
-test-vs-support-vector kernel is at most 10 000 x 50 000 x 8 192 x 2 = 8.2e12 FLOP. The host side (copying
-20 GB of kernel values into place, libsvm) costs more than the GEMM. Per K step (16 k) of ``regblock64`` a
-thread does 16 x 16 = 256 FMAs against 64 ld.shared.v2 (4 per k: two pairs of A, two of B), 8 global loads
-and 2 barriers; per warp and k, 16 DFMA instructions (8 cycles of an SM's 64 FP64 lanes) against 6 shared
-wavefronts (2 broadcast A reads, 4 for 2 x 256 B of B): shared bandwidth stays under the FMA time. 8x4 or
-8x8 outputs per thread would relieve it further, at 64-128 accumulator registers in float64.
-
-PTX / ptxas facts (numba-cuda 0.30.4, NVVM and nvJitLink's ptxas 13.5 from numba-cuda[cu13], cc 9.0, C-layout
-float64 operands, no GPU): ``regblock64`` 79 registers, 0 spills, 0 ld/st.local, 17 KB shared (3 blocks of
-256 threads per SM by registers); its inner loop is 8 ld.shared.v2.f64 and 32 fma.rn.f64 per 2 k, no 64-bit
-index multiply. ``naive`` and ``tiled16`` 32 registers, 0 local; ``row_sq_norms`` 0 local. Not yet timed on a
-GPU.
+``rbf_reference`` is the float64 NumPy reference; ``row_sq_norms`` the norm kernel (one thread per row, summed in
+order: the same bits at every launch). Napkin math and PTX facts: NOTES.md.
 """
 
 from __future__ import annotations
@@ -56,28 +29,31 @@ from numba import cuda, float64, uint32
 
 from gpunn import device
 
-from .gemm import _SMEM_ALIGN, _U32_LIMIT, _cdiv, _config1, _device, _fixed_block
-from .launch import Launch, bind, check_block, check_device_array, grid_for
+from ..common import cdiv, check_fixed_block, shape
+from ..launch import Launch, bind, check_block, check_device_array, grid_for
+from . import naive
+from .mappings import SMEM_ALIGN, device_function
+from .problem import U32_LIMIT
 
 __all__ = [
-    "DEFAULT_VARIANT",
+    "DEFAULT_VERSION",
     "NORM_THREADS",
-    "SIMULATOR_NORM_THREADS",
     "R_BK",
     "R_BM",
     "R_THREADS",
+    "SIMULATOR_NORM_THREADS",
     "VERSIONS",
     "rbf_gemm",
-    "rbf_gemm_v1",
-    "rbf_gemm_v2",
-    "rbf_gemm_v3",
+    "rbf_gemm_naive",
+    "rbf_gemm_regblock64",
+    "rbf_gemm_tiled16",
     "rbf_reference",
     "rbf_shapes",
     "row_sq_norms",
     "row_sq_norms_reference",
 ]
 
-DEFAULT_VARIANT = "regblock64"
+DEFAULT_VERSION = "regblock64"
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -102,23 +78,19 @@ def rbf_reference(a, b, gamma) -> np.ndarray:
 # Checks
 
 
-def _shape(x):
-    return tuple(int(s) for s in x.shape)
-
-
 def rbf_shapes(a, b, out, a_sq, b_sq, op="rbf_gemm"):
     """Validate the operands (float64 device arrays) and return ``(M, N, K)``; ValueError naming the shapes."""
     for name, x, ndim in (("a", a, 2), ("b", b, 2), ("out", out, 2), ("a_sq", a_sq, 1), ("b_sq", b_sq, 1)):
         check_device_array(op, name, x, ndim, dtype=np.float64)
-    (m, k), (n, kb) = _shape(a), _shape(b)
-    what = f"{op}: a{_shape(a)} @ b{_shape(b)}^T -> out{_shape(out)}"
+    (m, k), (n, kb) = shape(a), shape(b)
+    what = f"{op}: a{shape(a)} @ b{shape(b)}^T -> out{shape(out)}"
     if k != kb:
         raise ValueError(f"{what}: a and b must have the same number of columns ({k} != {kb})")
-    if _shape(out) != (m, n):
+    if shape(out) != (m, n):
         raise ValueError(f"{what}: out must be ({m}, {n})")
-    if _shape(a_sq) != (m,) or _shape(b_sq) != (n,):
-        raise ValueError(f"{what}: a_sq must be ({m},) and b_sq ({n},), got {_shape(a_sq)} and {_shape(b_sq)}")
-    if max(m, n, k) >= _U32_LIMIT:
+    if shape(a_sq) != (m,) or shape(b_sq) != (n,):
+        raise ValueError(f"{what}: a_sq must be ({m},) and b_sq ({n},), got {shape(a_sq)} and {shape(b_sq)}")
+    if max(m, n, k) >= U32_LIMIT:
         raise ValueError(f"{what}: dimensions must fit in int32")
     return m, n, k
 
@@ -141,7 +113,7 @@ _U1 = np.uint32(1)
 _U2 = np.uint32(2)
 
 
-@_device
+@device_function
 def _rbf(a_sq, b_sq, gamma, dot):
     """The epilogue: exp(-gamma * max(a_sq + b_sq - 2 dot, 0))."""
     d = a_sq + b_sq + _M2 * dot
@@ -151,11 +123,11 @@ def _rbf(a_sq, b_sq, gamma, dot):
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Version 1: naive, one thread per output element.
+# naive: one thread per output element.
 
 
 @cuda.jit
-def rbf_kernel1(a, b, c, a_sq, b_sq, gamma, dims):
+def rbf_naive_kernel(a, b, c, a_sq, b_sq, gamma, dims):
     # x runs along the columns of out: a warp writes out contiguously
     j = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
     i = uint32(cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y)
@@ -168,24 +140,24 @@ def rbf_kernel1(a, b, c, a_sq, b_sq, gamma, dims):
         c[i, j] = _rbf(a_sq[i], b_sq[j], gamma, acc)
 
 
-def rbf_gemm_v1(a, b, out, a_sq, b_sq, gamma, block=(16, 16), stream=0, launch=True) -> Launch:
+def rbf_gemm_naive(a, b, out, a_sq, b_sq, gamma, block=(16, 16), stream=0, launch=True) -> Launch:
     """Naive RBF GEMM; ``block`` is (bx, by), bx along the columns of out."""
-    op = "rbf_gemm_v1"
+    op = "rbf_gemm_naive"
     m, n, k = rbf_shapes(a, b, out, a_sq, b_sq, op)
-    grid, block = _config1(op, block, m, n, rbf_kernel1)  # the float32 naive GEMM's block check and grid
-    return bind(rbf_kernel1, grid, block, (a, b, out, a_sq, b_sq, _gamma(op, gamma), _dims(m, n, k)), stream,
+    grid, block = naive.config(op, block, m, n, rbf_naive_kernel)  # the float32 naive GEMM's block check and grid
+    return bind(rbf_naive_kernel, grid, block, (a, b, out, a_sq, b_sq, _gamma(op, gamma), _dims(m, n, k)), stream,
                 launch, op)
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Version 2: 16x16 shared-memory tiles.
+# tiled16: 16x16 shared-memory tiles.
 
 R_TILE = 16
 _RT = np.uint32(R_TILE)
 
 
 @cuda.jit
-def rbf_kernel2(a, b, c, a_sq, b_sq, gamma, dims):
+def rbf_tiled16_kernel(a, b, c, a_sq, b_sq, gamma, dims):
     # sa[i, p] = a[row0 + i, k0 + p]; sb[p, j] = b[col0 + j, k0 + p]. Both operands are read with tx along K
     # (their contiguous axis); B's tile is stored transposed. Separate lines: the simulator aliases static
     # shared arrays declared on one line.
@@ -217,19 +189,19 @@ def rbf_kernel2(a, b, c, a_sq, b_sq, gamma, dims):
         c[i, j] = _rbf(a_sq[i], b_sq[j], gamma, acc)
 
 
-def rbf_gemm_v2(a, b, out, a_sq, b_sq, gamma, block=(R_TILE, R_TILE), stream=0, launch=True) -> Launch:
+def rbf_gemm_tiled16(a, b, out, a_sq, b_sq, gamma, block=(R_TILE, R_TILE), stream=0, launch=True) -> Launch:
     """Shared-memory tiled RBF GEMM; the block is fixed to (16, 16)."""
-    op = "rbf_gemm_v2"
+    op = "rbf_gemm_tiled16"
     m, n, k = rbf_shapes(a, b, out, a_sq, b_sq, op)
     if isinstance(block, (int, np.integer)) or tuple(int(x) for x in block) != (R_TILE, R_TILE):
         raise ValueError(f"{op}: block must be ({R_TILE}, {R_TILE}), got {block}")
-    device.check_block(op, R_TILE * R_TILE, rbf_kernel2)
-    return bind(rbf_kernel2, (_cdiv(n, R_TILE), _cdiv(m, R_TILE)), (R_TILE, R_TILE),
+    device.check_block(op, R_TILE * R_TILE, rbf_tiled16_kernel)
+    return bind(rbf_tiled16_kernel, (cdiv(n, R_TILE), cdiv(m, R_TILE)), (R_TILE, R_TILE),
                 (a, b, out, a_sq, b_sq, _gamma(op, gamma), _dims(m, n, k)), stream, launch, op)
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Version 3: register blocking, 64x64 block tile, BK 16, 4x4 outputs per thread.
+# regblock64: register blocking, 64x64 block tile, BK 16, 4x4 outputs per thread.
 #
 # Thread t = 16 * ty + tx owns rows {2 ty + r, 32 + 2 ty + r} and columns {2 tx + s, 32 + 2 tx + s}, r, s in
 # {0, 1}. Per k it reads two pairs of the A column and two of the B row from the k-major shared tiles: the
@@ -257,9 +229,9 @@ _R_UNROLL = np.uint32(R_UNROLL)
 
 
 @cuda.jit
-def rbf_kernel3(a, b, c, a_sq, b_sq, gamma, dims):
-    As = cuda.shared.array((R_BK, R_BM), float64, alignment=_SMEM_ALIGN)
-    Bs = cuda.shared.array((R_BK, R_BM), float64, alignment=_SMEM_ALIGN)
+def rbf_regblock64_kernel(a, b, c, a_sq, b_sq, gamma, dims):
+    As = cuda.shared.array((R_BK, R_BM), float64, alignment=SMEM_ALIGN)
+    Bs = cuda.shared.array((R_BK, R_BM), float64, alignment=SMEM_ALIGN)
     acc = cuda.local.array(R_ACC, float64)
     ra = cuda.local.array(R_FRAG, float64)
     rb = cuda.local.array(R_FRAG, float64)
@@ -326,12 +298,12 @@ def rbf_kernel3(a, b, c, a_sq, b_sq, gamma, dims):
                     c[gi, gj] = _rbf(asq, b_sq[gj], gamma, acc[i * R_FRAG + j])
 
 
-def rbf_gemm_v3(a, b, out, a_sq, b_sq, gamma, block=R_THREADS, stream=0, launch=True) -> Launch:
+def rbf_gemm_regblock64(a, b, out, a_sq, b_sq, gamma, block=R_THREADS, stream=0, launch=True) -> Launch:
     """Register-blocked RBF GEMM (64x64 tile, BK 16, 4x4 per thread); the block is fixed to 256 threads."""
-    op = "rbf_gemm_v3"
+    op = "rbf_gemm_regblock64"
     m, n, k = rbf_shapes(a, b, out, a_sq, b_sq, op)
-    _fixed_block(op, block, R_THREADS, rbf_kernel3)
-    return bind(rbf_kernel3, (_cdiv(n, R_BM), _cdiv(m, R_BM)), R_THREADS,
+    check_fixed_block(op, block, R_THREADS, rbf_regblock64_kernel)
+    return bind(rbf_regblock64_kernel, (cdiv(n, R_BM), cdiv(m, R_BM)), R_THREADS,
                 (a, b, out, a_sq, b_sq, _gamma(op, gamma), _dims(m, n, k)), stream, launch, op)
 
 
@@ -367,11 +339,11 @@ def row_sq_norms(x, out, threads=None, stream=0, launch=True) -> Launch:
     op = "row_sq_norms"
     check_device_array(op, "x", x, 2, dtype=np.float64)
     check_device_array(op, "out", out, 1, dtype=np.float64)
-    m, k = _shape(x)
-    if _shape(out) != (m,):
-        raise ValueError(f"{op}: out must be ({m},) for x{_shape(x)}, got {_shape(out)}")
-    if m >= _U32_LIMIT or k >= _U32_LIMIT:
-        raise ValueError(f"{op}: x{_shape(x)}: dimensions must fit in int32")
+    m, k = shape(x)
+    if shape(out) != (m,):
+        raise ValueError(f"{op}: out must be ({m},) for x{shape(x)}, got {shape(out)}")
+    if m >= U32_LIMIT or k >= U32_LIMIT:
+        raise ValueError(f"{op}: x{shape(x)}: dimensions must fit in int32")
     if threads is None:
         threads = SIMULATOR_NORM_THREADS if device.simulator_enabled() else NORM_THREADS
     threads = check_block(op, threads)
@@ -383,13 +355,11 @@ def row_sq_norms(x, out, threads=None, stream=0, launch=True) -> Launch:
 # ---------------------------------------------------------------------------------------------------------
 # Dispatcher
 
-VERSIONS = {"naive": rbf_gemm_v1, "tiled16": rbf_gemm_v2, "regblock64": rbf_gemm_v3}
+VERSIONS = {"naive": rbf_gemm_naive, "tiled16": rbf_gemm_tiled16, "regblock64": rbf_gemm_regblock64}
 
 
-def rbf_gemm(a, b, out, a_sq, b_sq, gamma, variant=DEFAULT_VARIANT, **kw) -> Launch:
+def rbf_gemm(a, b, out, a_sq, b_sq, gamma, version=DEFAULT_VERSION, **kw) -> Launch:
     """``out = exp(-gamma * max(a_sq + b_sq - 2 a @ b^T, 0))`` by the named version; kw go to its launcher."""
-    try:
-        fn = VERSIONS[variant]
-    except KeyError:
-        raise ValueError(f"rbf_gemm: unknown variant {variant!r}; choose from {sorted(VERSIONS)}") from None
-    return fn(a, b, out, a_sq, b_sq, gamma, **kw)
+    if version not in VERSIONS:
+        raise ValueError(f"rbf_gemm: unknown version {version!r}; choose from {sorted(VERSIONS)}")
+    return VERSIONS[version](a, b, out, a_sq, b_sq, gamma, **kw)

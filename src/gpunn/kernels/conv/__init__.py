@@ -1,0 +1,181 @@
+"""Stride-1 2-D convolution kernels (cross-correlation, as PyTorch), NCHW float32: forward, input gradient
+(backward_data), weight gradient (backward_weight) and bias gradient (bias_grad).
+
+Layouts (those of ``gpunn.nn.functional``): x (N, Cin, H, W), w (Cout, Cin, k, k), y and dy (N, Cout, OH, OW)
+with OH = H + 2p - k + 1. Arrays are numba device arrays (w may be a strided view of a flat parameter buffer).
+Every launcher is ``conv_<pass>_<version>(...)``, takes ``block``/``stream``/``launch`` and returns a bound
+``Launch`` or ``LaunchGroup``, run once unless ``launch=False``. ``VERSIONS[pass][version]`` is a
+``ConvVersion`` record; ``runnable_versions`` filters them for the simulator and a layer's shape.
+
+Versions (the papers' naive and optimized CUDA kernels, papers 001 and 004, and ours), a module each:
+
+    naive          every pass: one thread per output element (dx gathered, no atomics; dw one per weight)
+    tiled          forward / input gradient: output tile x COG channels per block, input tile + halo and
+                   weights in shared memory; bias + ReLU or the ReLU mask fused
+    block          weight gradient: block per (co, ci) slice and batch split, shared-memory tree, atomics across
+                   splits; bias gradient: block per channel, tree (deterministic)
+    shuffle        weight gradient as block, reduced by warp shuffles then shared memory (real GPU only)
+    deterministic  weight gradient as block, the splits' partial sums added in a fixed order: bit-identical
+    staged         weight gradient of a layer with a narrow side (<= 4 channels): padded input planes staged in
+                   shared memory, narrow*k*k sums per thread, partials added in a fixed order
+    implicit_gemm  forward, input and weight gradient as implicit-im2col GEMMs of ``gpunn.kernels.gemm``
+    split          bias gradient: (Cout, S) blocks over batch splits, partials added in a fixed order
+
+The float64 NumPy references are ``conv_forward_ref``, ``conv_backward_data_ref``, ``conv_backward_weight_ref``
+and ``conv_bias_grad_ref``. Index arithmetic is uint32 (see ``gpunn.kernels.gemm.mappings``). History (PTX
+facts, measurements): NOTES.md next to this file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpunn import device
+
+from .bias_grad import (
+    SIMULATOR_BIAS_SPLITS,
+    bias_grad_splits,
+    conv_bias_grad_block,
+    conv_bias_grad_split,
+)
+from .checks import SMEM_LIMIT, WARP, conv_output_size
+from .implicit_gemm import (
+    conv_backward_data_implicit_gemm,
+    conv_backward_weight_implicit_gemm,
+    conv_forward_implicit_gemm,
+)
+from .naive import (
+    conv_backward_data_naive,
+    conv_backward_weight_naive,
+    conv_bias_grad_naive,
+    conv_forward_naive,
+)
+from .reference import (
+    conv_backward_data_ref,
+    conv_backward_weight_ref,
+    conv_bias_grad_ref,
+    conv_forward_ref,
+)
+from .staged import conv_backward_weight_staged, staged_fits
+from .tiled import (
+    CI_CHUNK,
+    COG,
+    channel_group,
+    conv_backward_data_tiled,
+    conv_forward_tiled,
+    fitted_threads,
+    tile_shape,
+)
+from .weight_grad import (
+    conv_backward_weight_block,
+    conv_backward_weight_deterministic,
+    conv_backward_weight_shuffle,
+    weight_grad_splits,
+)
+
+__all__ = [
+    "CI_CHUNK",
+    "COG",
+    "PASSES",
+    "SIMULATOR_BIAS_SPLITS",
+    "SMEM_LIMIT",
+    "VERSIONS",
+    "WARP",
+    "ConvVersion",
+    "bias_grad_splits",
+    "channel_group",
+    "conv_backward_data_implicit_gemm",
+    "conv_backward_data_naive",
+    "conv_backward_data_ref",
+    "conv_backward_data_tiled",
+    "conv_backward_weight_block",
+    "conv_backward_weight_deterministic",
+    "conv_backward_weight_implicit_gemm",
+    "conv_backward_weight_naive",
+    "conv_backward_weight_ref",
+    "conv_backward_weight_shuffle",
+    "conv_backward_weight_staged",
+    "conv_bias_grad_block",
+    "conv_bias_grad_naive",
+    "conv_bias_grad_ref",
+    "conv_bias_grad_split",
+    "conv_forward_implicit_gemm",
+    "conv_forward_naive",
+    "conv_forward_ref",
+    "conv_forward_tiled",
+    "conv_launcher",
+    "conv_output_size",
+    "fitted_threads",
+    "runnable_versions",
+    "staged_fits",
+    "tile_shape",
+    "weight_grad_splits",
+]
+
+PASSES = ("forward", "backward_data", "backward_weight", "bias_grad")
+
+
+def _every_layer(*layer) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class ConvVersion:
+    """One version of one pass: its launcher; whether it needs a real GPU (warp shuffles: not under the
+    simulator); which layers (cin, cout, k, padding, height, width) it handles; whether it takes a run's thread
+    count (the implicit-GEMM versions run their GEMM version's fixed block)."""
+
+    name: str
+    launcher: Callable
+    needs_gpu: bool = False
+    applies: Callable = _every_layer
+    takes_threads: bool = True
+
+
+def _table(*versions: ConvVersion) -> dict:
+    return {v.name: v for v in versions}
+
+
+VERSIONS = {
+    "forward": _table(
+        ConvVersion("naive", conv_forward_naive),
+        ConvVersion("tiled", conv_forward_tiled),
+        ConvVersion("implicit_gemm", conv_forward_implicit_gemm, takes_threads=False),
+    ),
+    "backward_data": _table(
+        ConvVersion("naive", conv_backward_data_naive),
+        ConvVersion("tiled", conv_backward_data_tiled),
+        ConvVersion("implicit_gemm", conv_backward_data_implicit_gemm, takes_threads=False),
+    ),
+    "backward_weight": _table(
+        ConvVersion("naive", conv_backward_weight_naive),
+        ConvVersion("block", conv_backward_weight_block),
+        ConvVersion("shuffle", conv_backward_weight_shuffle, needs_gpu=True),
+        ConvVersion("deterministic", conv_backward_weight_deterministic),
+        ConvVersion("implicit_gemm", conv_backward_weight_implicit_gemm, takes_threads=False),
+        ConvVersion("staged", conv_backward_weight_staged, applies=staged_fits),
+    ),
+    "bias_grad": _table(
+        ConvVersion("naive", conv_bias_grad_naive),
+        ConvVersion("block", conv_bias_grad_block),
+        ConvVersion("split", conv_bias_grad_split),
+    ),
+}
+
+
+def runnable_versions(pass_name: str, layer: tuple | None = None) -> dict:
+    """name -> launcher of the versions of a pass that can run here (all on a GPU; not those needing one under
+    the simulator) and, given a `layer` (cin, cout, k, padding, height, width), that handle it."""
+    simulator = device.simulator_enabled()
+    return {name: v.launcher for name, v in VERSIONS[pass_name].items()
+            if not (simulator and v.needs_gpu) and (layer is None or v.applies(*layer))}
+
+
+def conv_launcher(pass_name: str, version: str):
+    """The launcher of one version of one pass; ValueError naming the choices otherwise."""
+    if pass_name not in VERSIONS:
+        raise ValueError(f"conv: unknown pass {pass_name!r}; choose from {list(VERSIONS)}")
+    if version not in VERSIONS[pass_name]:
+        raise ValueError(f"conv: unknown {pass_name} version {version!r}; choose from {list(VERSIONS[pass_name])}")
+    return VERSIONS[pass_name][version].launcher

@@ -1,0 +1,81 @@
+"""GEMM kernels: ``C = op(A) @ op(B)`` followed by a fused epilogue, float32, with compile-time operand mappings.
+
+Versions (``VERSIONS``, one ``GemmVersion`` record each; a module each):
+
+    naive        one thread per output element, block (bx, by) a parameter
+    tiled16      16x16 shared-memory tiles, zero-filled edges, coalesced loads for every transpose
+    regblock     64x64 block tile, BK 8, 4x4 outputs per thread in registers, 256 threads
+    regblock128  128x128 block tile, BK 8, 8x8 outputs per thread, next tile loaded while this one multiplies
+    skinny       N <= 4: a thread per row of C with 4 columns in registers (mapped problems only)
+
+Operands are float32 numba device arrays, C-contiguous or strided views; transposed operands are read in place.
+Epilogues (``EPILOGUES``): none, bias, bias_relu, relu, mask (C = acc where mask > 0: the ReLU backward).
+
+* ``gemm(a, b, out, version=...)`` and ``gemm_<version>``: dense 2-D operands (``dense``).
+* ``gemm_mapped(version, problem, ...)``: one version on a ``GemmProblem`` and operand mappings (``mappings``:
+  im2col, weights, NCHW stores); the convolutions of ``gpunn.kernels.conv.implicit_gemm`` are built on it.
+* ``gemm_split_k``: K split along grid z, partial tiles summed in a fixed order by a second launch (``split_k``).
+* ``gemm_reference``: the float64 NumPy reference. ``rbf``: the float64 RBF member of the family (E6's SVM).
+
+History (PTX facts, the measurements behind the split rules): NOTES.md next to this file.
+"""
+
+from ..common import EPILOGUES
+from .dense import (
+    DENSE_LAUNCHERS,
+    gemm,
+    gemm_naive,
+    gemm_regblock,
+    gemm_regblock128,
+    gemm_tiled16,
+)
+from .mappings import A_MAPS, B_MAPS, STORES
+from .problem import (
+    CONV_FIELDS,
+    GemmProblem,
+    conv_problem,
+    fast_divmod_constants,
+    gemm_shapes,
+)
+from .reference import gemm_reference
+from .split_k import (
+    MAX_SPLITS,
+    SIMULATOR_SPLITS,
+    auto_splits,
+    gemm_split_k,
+    multiprocessors,
+    split_k_chunks,
+    underfilled_splits,
+)
+from .versions import VERSIONS, GemmVersion, gemm_mapped, lookup, output_tiles
+
+__all__ = [
+    "A_MAPS",
+    "B_MAPS",
+    "CONV_FIELDS",
+    "DENSE_LAUNCHERS",
+    "EPILOGUES",
+    "MAX_SPLITS",
+    "SIMULATOR_SPLITS",
+    "STORES",
+    "VERSIONS",
+    "GemmProblem",
+    "GemmVersion",
+    "auto_splits",
+    "conv_problem",
+    "fast_divmod_constants",
+    "gemm",
+    "gemm_mapped",
+    "gemm_naive",
+    "gemm_reference",
+    "gemm_regblock",
+    "gemm_regblock128",
+    "gemm_shapes",
+    "gemm_split_k",
+    "gemm_tiled16",
+    "lookup",
+    "multiprocessors",
+    "output_tiles",
+    "split_k_chunks",
+    "underfilled_splits",
+]

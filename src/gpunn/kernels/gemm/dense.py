@@ -1,0 +1,70 @@
+"""The dense launchers: ``C = op(A) @ op(B)`` with an epilogue on 2-D float32 device arrays, one launcher per
+version that has one (``skinny`` runs mapped problems only), and the dispatcher ``gemm(..., version=...)``.
+
+Every launcher is ``gemm_<version>(a, b, out, trans_a=False, trans_b=False, bias=None, relu=False,
+relu_mask=None, block=<its default>, stream=0, launch=True, splits=1) -> Launch``: it checks the operands, binds
+the launch and, unless ``launch=False``, runs it once. ``splits`` other than 1 (None: automatic; an int: that
+many) runs split-K and returns a ``LaunchGroup``, the epilogue applied by the fixed-order sum launch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..common import epilogue_args
+from ..launch import Launch, LaunchGroup
+from .problem import GemmProblem, gemm_shapes
+from .split_k import gemm_split_k
+from .versions import VERSIONS, gemm_mapped, lookup
+
+__all__ = ["DENSE_LAUNCHERS", "gemm", "gemm_naive", "gemm_regblock", "gemm_regblock128", "gemm_tiled16"]
+
+
+def _dense(version, a, b, out, trans_a, trans_b, bias, relu, relu_mask, block, stream, launch, splits):
+    """One launch (``splits=1``, the default: no split kernel is even compiled), or split-K through
+    ``gemm_split_k`` (``splits=None``: its automatic count; an int: that many, K permitting)."""
+    op = VERSIONS[version].op
+    m, n, k = gemm_shapes(a, b, out, trans_a, trans_b, bias, relu_mask, op)
+    epilogue, aux = epilogue_args(op, bias, relu, relu_mask)
+    kw = dict(a_map="dense_t" if trans_a else "dense", b_map="dense_t" if trans_b else "dense", block=block,
+              stream=stream, launch=launch, op=op,
+              name=f"{op}[{'T' if trans_a else 'N'}{'T' if trans_b else 'N'},{epilogue}]")
+    if isinstance(splits, (int, np.integer)) and not isinstance(splits, bool) and splits == 1:
+        return gemm_mapped(version, GemmProblem(m, n, k), a, b, out, aux, epilogue, **kw)
+    return gemm_split_k(version, GemmProblem(m, n, k), a, b, out, aux, epilogue, splits=splits, **kw)
+
+
+def gemm_naive(a, b, out, trans_a=False, trans_b=False, bias=None, relu=False, relu_mask=None,
+               block=VERSIONS["naive"].block, stream=0, launch=True, splits=1) -> Launch | LaunchGroup:
+    """Naive GEMM; ``block`` is (bx, by), bx along the columns of C."""
+    return _dense("naive", a, b, out, trans_a, trans_b, bias, relu, relu_mask, block, stream, launch, splits)
+
+
+def gemm_tiled16(a, b, out, trans_a=False, trans_b=False, bias=None, relu=False, relu_mask=None,
+                 block=VERSIONS["tiled16"].block, stream=0, launch=True, splits=1) -> Launch | LaunchGroup:
+    """Shared-memory tiled GEMM; the block is fixed to (16, 16)."""
+    return _dense("tiled16", a, b, out, trans_a, trans_b, bias, relu, relu_mask, block, stream, launch, splits)
+
+
+def gemm_regblock(a, b, out, trans_a=False, trans_b=False, bias=None, relu=False, relu_mask=None,
+                  block=VERSIONS["regblock"].block, stream=0, launch=True, splits=1) -> Launch | LaunchGroup:
+    """Register-blocked GEMM (64x64 tile); the block is fixed to 256 threads."""
+    return _dense("regblock", a, b, out, trans_a, trans_b, bias, relu, relu_mask, block, stream, launch, splits)
+
+
+def gemm_regblock128(a, b, out, trans_a=False, trans_b=False, bias=None, relu=False, relu_mask=None,
+                     block=VERSIONS["regblock128"].block, stream=0, launch=True, splits=1) -> Launch | LaunchGroup:
+    """Register-blocked GEMM (128x128 tile, 8x8 per thread); the block is fixed to 256 threads."""
+    return _dense("regblock128", a, b, out, trans_a, trans_b, bias, relu, relu_mask, block, stream, launch,
+                  splits)
+
+
+# The versions with a dense launcher (the benchmark times each; its block default is in its signature).
+DENSE_LAUNCHERS = {"naive": gemm_naive, "tiled16": gemm_tiled16, "regblock": gemm_regblock,
+                   "regblock128": gemm_regblock128}
+
+
+def gemm(a, b, out, version="tiled16", **kw) -> Launch | LaunchGroup:
+    """``out = op(a) @ op(b)`` with an epilogue, by the named version; kw go to its launcher."""
+    lookup(version, "gemm", DENSE_LAUNCHERS)  # ValueError naming the choices
+    return DENSE_LAUNCHERS[version](a, b, out, **kw)

@@ -1,0 +1,354 @@
+"""Operand mappings, the fused epilogue and the K range: the device functions every GEMM version is built from.
+
+A kernel never indexes its operands itself: it asks three compile-time mappings, each written once here:
+
+* the A loader (``A_MAPS``) gives op(A)[i, p]: ``dense`` a[i, p]; ``dense_t`` a[p, i]; ``im2col`` the implicit
+  im2col matrix of an NCHW tensor with zero padding, rows (n, oh, ow), columns (c, kh, kw); ``channels`` an NCHW
+  tensor seen as (C, N*H*W), rows c, columns (n, h, w);
+* the B loader (``B_MAPS``) gives op(B)[p, j]: ``dense``; ``dense_t``; ``weight_t`` a (Cout, Cin, k, k) weight as
+  B[(ci, kh, kw), co]; ``weight_flip_t`` B[(co, kh, kw), ci] = w[co, ci, k-1-kh, k-1-kw]; ``im2col_k`` the im2col
+  matrix in the K-rows role, B[(n, oh, ow), (c, kh, kw)];
+* the store (``STORES``) puts C[i, j] (and reads the ``mask`` epilogue's aux at the same place): ``dense``
+  c[i, j]; ``nchw`` row i = (n, oh, ow), column j = channel -> c[n, j, oh, ow] of a flat NCHW buffer; ``weight4``
+  row co, column (ci, kh, kw) -> c[co, ci, kh, kw]; ``partial`` the split-K scratch, C[i, j] of block z ->
+  c[(z*M + i)*N + j] of a flat (splits, M, N) buffer.
+
+A loader is ``outer(dims, index) -> state`` for the index that stays fixed through the K loop (the row of A, the
+column of B), ``inner(dims, p) -> state`` for the K index, and ``get(array, dims, outer, inner)`` the element, zero
+outside the matrix (and in the padding). ``Loader.contig_k`` says which axis is contiguous, so that tiles are
+loaded with each thread reading consecutive elements; with a K-contiguous loader ``outer`` (e.g. the division of a
+pixel index by the output width) runs once before the K loop. Factories are cached per (mapping, kernel size,
+epilogue), and the kernels take the functions as closure constants: numba prunes dead branches and LLVM inlines
+them, so no flag is tested in the loops.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import numpy as np
+from numba import cuda, float32, uint32, uint64
+
+from gpunn import device
+
+from ..common import epilogue_flags
+from .problem import (
+    D_GHW,
+    D_GHW_MUL,
+    D_GHW_SHIFT,
+    D_GW,
+    D_GW_MUL,
+    D_GW_SHIFT,
+    D_K,
+    D_M,
+    D_N,
+    D_OUT_CHW,
+    D_PAD,
+    D_SRC_CHW,
+    D_SRC_H,
+    D_SRC_HW,
+    D_SRC_W,
+)
+
+__all__ = ["A_MAPS", "B_MAPS", "STORES", "device_function", "finish_fn", "k_range_fn", "kernel_parts", "store_fns"]
+
+A_MAPS = ("dense", "dense_t", "im2col", "channels")
+B_MAPS = ("dense", "dense_t", "weight_t", "weight_flip_t", "im2col_k")
+STORES = ("dense", "nchw", "weight4", "partial")
+
+# Index arithmetic. numba widens every integer operation to 64 bits (uint32 + uint32 -> uint64) and, for
+# signed indices, adds a negative-index wraparound select to each array access. Wrapping an expression in
+# uint32(...) truncates it, and LLVM then narrows the whole expression back to 32-bit instructions;
+# unsigned indices need no wraparound. Constants are np.uint32 so that they do not widen what they touch.
+# The conv mappings also rely on the wrap: a window origin above or left of the image is oh - pad mod 2^32,
+# huge, so one unsigned compare (ih < H) rejects both sides of the padding.
+U0 = np.uint32(0)
+U1 = np.uint32(1)
+U2 = np.uint32(2)
+U4 = np.uint32(4)
+U32 = np.uint32(32)
+SHIFT32 = np.uint64(32)
+F0 = float32(0.0)
+# 16-byte aligned shared tiles let NVVM read 4 consecutive floats as one ld.shared.v4; the simulator rejects
+# any alignment argument (None means the default there).
+SMEM_ALIGN = None if device.simulator_enabled() else 16
+
+
+def device_function(fn):
+    """A device function; on a GPU inlined at the NVVM level (the simulator has no forceinline)."""
+    if device.simulator_enabled():
+        return cuda.jit(device=True)(fn)
+    return cuda.jit(device=True, forceinline=True)(fn)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Operand mappings (written once; the kernels below only call them)
+
+
+@device_function
+def _divmod(x, d, mul, shift):
+    """(x // d, x % d) for x < 2^31 with the constants of fast_divmod_constants(d)."""
+    hi = uint32((uint64(x) * uint64(mul)) >> SHIFT32)
+    q = uint32(uint32(hi + x) >> shift)
+    return q, uint32(x - q * d)
+
+
+@device_function
+def _pixel(dims, r):
+    """Pixel r = (n, oh, ow) of the grid: (r, offset of its window origin (oh - pad, ow - pad) in src,
+    oh - pad, ow - pad), all mod 2^32. Two multiplications by magic numbers instead of two divisions."""
+    n, s = _divmod(r, dims[D_GHW], dims[D_GHW_MUL], dims[D_GHW_SHIFT])
+    oh, ow = _divmod(s, dims[D_GW], dims[D_GW_MUL], dims[D_GW_SHIFT])
+    ohp = uint32(oh - dims[D_PAD])
+    owp = uint32(ow - dims[D_PAD])
+    return r, uint32(n * dims[D_SRC_CHW] + ohp * dims[D_SRC_W] + owp), ohp, owp
+
+
+@device_function
+def _channel_pixel(dims, q):
+    """Column q = (n, s) of an NCHW tensor seen as (C, N*gh*gw): (q, offset of [n, 0, s])."""
+    n, s = _divmod(q, dims[D_GHW], dims[D_GHW_MUL], dims[D_GHW_SHIFT])
+    return q, uint32(n * dims[D_OUT_CHW] + s)
+
+
+@functools.cache
+def _patch_fns(ksize):
+    """Decompositions of a patch index (c, kh, kw) of a ksize x ksize kernel: divisions by constants."""
+    kk = np.uint32(ksize * ksize)
+    ks = np.uint32(ksize)
+    last = np.uint32(ksize - 1)
+
+    @device_function
+    def patch(dims, q):
+        """Column q = (c, kh, kw) of the im2col matrix: (q, offset of (c, kh, kw) from the window origin,
+        kh, kw)."""
+        c = uint32(q // kk)
+        rem = uint32(q - c * kk)
+        kh = uint32(rem // ks)
+        kw = uint32(rem - kh * ks)
+        return q, uint32(c * dims[D_SRC_HW] + kh * dims[D_SRC_W] + kw), kh, kw
+
+    @device_function
+    def weight_index(q):
+        """q = (c, kh, kw) -> (c, kh, kw)."""
+        c = uint32(q // kk)
+        rem = uint32(q - c * kk)
+        kh = uint32(rem // ks)
+        return c, kh, uint32(rem - kh * ks)
+
+    @device_function
+    def flipped_index(q):
+        """q = (c, kh, kw) -> (c, k-1-kh, k-1-kw): the spatially flipped kernel."""
+        c = uint32(q // kk)
+        rem = uint32(q - c * kk)
+        kh = uint32(rem // ks)
+        return c, uint32(last - kh), uint32(last - uint32(rem - kh * ks))
+
+    return patch, weight_index, flipped_index
+
+
+@device_function
+def _im2col_get(x, dims, pix, pat):
+    """x_flat[n, c, oh + kh - pad, ow + kw - pad], 0 in the padding (pix from _pixel, pat from patch)."""
+    ih = uint32(pix[2] + pat[2])
+    iw = uint32(pix[3] + pat[3])
+    if ih < dims[D_SRC_H] and iw < dims[D_SRC_W]:
+        return x[uint32(pix[1] + pat[1])]
+    return F0
+
+
+@device_function
+def _index1(dims, i):
+    """The state of a dense index: the index itself."""
+    return i
+
+
+class Loader(NamedTuple):
+    """One operand mapping (see the module docstring)."""
+
+    contig_k: bool  # consecutive K indices are (about) consecutive in memory: a thread's outer index is fixed
+    outer: object
+    inner: object
+    get: object
+
+
+@functools.cache
+def _a_loader(kind, ksize):
+    """op(A)[i, p] of an A mapping; outer index i < M, inner p < K."""
+    if kind == "dense":  # a (M, K)
+
+        @device_function
+        def get(a, dims, i, p):
+            return a[i, p] if (i < dims[D_M] and p < dims[D_K]) else F0
+
+        return Loader(True, _index1, _index1, get)
+    if kind == "dense_t":  # a (K, M)
+
+        @device_function
+        def get(a, dims, i, p):
+            return a[p, i] if (p < dims[D_K] and i < dims[D_M]) else F0
+
+        return Loader(False, _index1, _index1, get)
+    if kind == "im2col":  # x flat NCHW (src); rows pixels of the grid, columns (c, kh, kw)
+        patch = _patch_fns(ksize)[0]
+
+        @device_function
+        def get(x, dims, pix, pat):
+            if pix[0] < dims[D_M] and pat[0] < dims[D_K]:
+                return _im2col_get(x, dims, pix, pat)
+            return F0
+
+        return Loader(True, _pixel, patch, get)
+    if kind == "channels":  # flat NCHW tensor on the grid with M channels, as (M, N*gh*gw)
+
+        @device_function
+        def outer(dims, c):
+            return c, uint32(c * dims[D_GHW])
+
+        @device_function
+        def get(t, dims, row, col):
+            return t[uint32(row[1] + col[1])] if (row[0] < dims[D_M] and col[0] < dims[D_K]) else F0
+
+        return Loader(True, outer, _channel_pixel, get)
+    raise ValueError(f"gemm: unknown A mapping {kind!r}; choose from {A_MAPS}")
+
+
+@functools.cache
+def _b_loader(kind, ksize):
+    """op(B)[p, j] of a B mapping; outer index j < N, inner p < K."""
+    if kind == "dense":  # b (K, N)
+
+        @device_function
+        def get(b, dims, j, p):
+            return b[p, j] if (p < dims[D_K] and j < dims[D_N]) else F0
+
+        return Loader(False, _index1, _index1, get)
+    if kind == "dense_t":  # b (N, K)
+
+        @device_function
+        def get(b, dims, j, p):
+            return b[j, p] if (j < dims[D_N] and p < dims[D_K]) else F0
+
+        return Loader(True, _index1, _index1, get)
+    patch, weight_index, flipped_index = _patch_fns(ksize)
+    if kind in ("weight_t", "weight_flip_t"):  # w (Cout, Cin, k, k), any strides
+        flip = kind == "weight_flip_t"
+
+        @device_function
+        def get(w, dims, j, p):
+            if j < dims[D_N] and p < dims[D_K]:
+                if flip:  # B[(co, kh, kw), ci] = w[co, ci, k-1-kh, k-1-kw]
+                    co, kh, kw = flipped_index(p)
+                    return w[co, j, kh, kw]
+                ci, kh, kw = weight_index(p)  # B[(ci, kh, kw), co] = w[co, ci, kh, kw]
+                return w[j, ci, kh, kw]
+            return F0
+
+        return Loader(True, _index1, _index1, get)
+    if kind == "im2col_k":  # x flat NCHW (src); K rows pixels of the grid, N columns (c, kh, kw)
+
+        @device_function
+        def get(x, dims, pat, pix):
+            if pat[0] < dims[D_N] and pix[0] < dims[D_K]:
+                return _im2col_get(x, dims, pix, pat)
+            return F0
+
+        return Loader(True, patch, _pixel, get)
+    raise ValueError(f"gemm: unknown B mapping {kind!r}; choose from {B_MAPS}")
+
+
+@functools.cache
+def store_fns(kind, ksize):
+    """(row(dims, i) -> state, at(dims, state, j) -> index of C[i, j] in c and in the mask)."""
+    if kind == "dense":  # c (M, N), any strides
+
+        @device_function
+        def at(dims, i, j):
+            return i, j
+
+        return _index1, at
+    if kind == "nchw":  # c flat NCHW on the grid, N channels; row i = pixel (n, oh, ow)
+
+        @device_function
+        def row(dims, i):
+            n, s = _divmod(i, dims[D_GHW], dims[D_GHW_MUL], dims[D_GHW_SHIFT])
+            return uint32(n * dims[D_OUT_CHW] + s)
+
+        @device_function
+        def at(dims, base, j):
+            return uint32(base + j * dims[D_GHW])
+
+        return row, at
+    if kind == "weight4":  # c (Cout, Cin, k, k), any strides; row co, column (ci, kh, kw)
+        weight_index = _patch_fns(ksize)[1]
+
+        @device_function
+        def at(dims, co, j):
+            ci, kh, kw = weight_index(j)
+            return co, ci, kh, kw
+
+        return _index1, at
+    if kind == "partial":  # split-K scratch: c flat (splits, M, N), slice blockIdx.z holds this block's sums
+
+        @device_function
+        def row(dims, i):
+            return uint32(uint32(uint32(cuda.blockIdx.z) * dims[D_M] + i) * dims[D_N])
+
+        @device_function
+        def at(dims, base, j):
+            return uint32(base + j)
+
+        return row, at
+    raise ValueError(f"gemm: unknown store {kind!r}; choose from {STORES}")
+
+
+@functools.cache
+def finish_fn(store, ksize, epilogue):
+    """The epilogue and the store, one device function: C[i, j] = epilogue(acc) for a row state of i."""
+    has_bias, relu, mask = epilogue_flags(epilogue)
+    at = store_fns(store, ksize)[1]
+
+    @device_function
+    def finish(c, aux, dims, row, j, v):
+        idx = at(dims, row, j)
+        if has_bias:
+            v += aux[j]
+        if relu and v < F0:
+            v = F0
+        if mask and not aux[idx] > F0:
+            v = F0
+        c[idx] = v
+
+    return finish
+
+
+# The K range of a block. Without split-K it is all of K, and k_begin is the constant 0. With split-K the last
+# element of dims is the chunk length k_len (a multiple of the version's K step, so a block's tiles never reach
+# into the next chunk) and block z runs [z * k_len, min(K, (z + 1) * k_len)); the loaders still zero-fill against
+# the whole K. Two uint32 multiply-adds and a min, once per thread, outside the K loop.
+D_KLEN = -1  # static index: the tuple's length is part of its type
+
+
+@device_function
+def _k_range_all(dims):
+    return U0, dims[D_K]
+
+
+@device_function
+def _k_range_chunk(dims):
+    k_begin = uint32(uint32(cuda.blockIdx.z) * dims[D_KLEN])
+    return k_begin, uint32(min(dims[D_K], uint32(k_begin + dims[D_KLEN])))
+
+
+def k_range_fn(split_k):
+    return _k_range_chunk if split_k else _k_range_all
+
+
+def kernel_parts(a_map, b_map, store, ksize, epilogue):
+    """The compile-time pieces of one kernel specialisation, flat (numba takes device functions as closure
+    constants, not inside a tuple): A contig_k, outer, inner, get; the same for B; the store's row
+    function; the epilogue + store."""
+    la, lb = _a_loader(a_map, ksize), _b_loader(b_map, ksize)
+    return (*la, *lb, store_fns(store, ksize)[0], finish_fn(store, ksize, epilogue))
+

@@ -1,0 +1,78 @@
+"""The GEMM versions, one ``GemmVersion`` record each in ``VERSIONS``, and ``gemm_mapped``: one version's single
+launch on a problem description and operand mappings."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..common import cdiv
+from ..launch import Launch, bind
+from . import naive, regblock, regblock128, skinny, tiled16
+from .problem import GemmProblem
+
+__all__ = ["VERSIONS", "GemmVersion", "gemm_mapped", "lookup", "output_tiles"]
+
+
+@dataclass(frozen=True)
+class GemmVersion:
+    """One GEMM version: its kernel factory ``kernel(a_map, b_map, store, ksize, epilogue, split_k=False)``, its
+    launch configuration ``config(op, block, M, N, kernel) -> (grid, block)``, its default block, the K of one
+    step of its K loop (split-K chunks are multiples of it) and the (rows, columns) of C one block computes."""
+
+    name: str
+    kernel: Callable
+    config: Callable
+    block: object
+    k_step: int
+    tile: tuple
+
+    @property
+    def op(self) -> str:
+        """The launch name's prefix."""
+        return f"gemm_{self.name}"
+
+    def tiles(self, m: int, n: int) -> int:
+        """Blocks of a default-block launch over an M x N output: its output tiles."""
+        return cdiv(m, self.tile[0]) * cdiv(n, self.tile[1])
+
+
+VERSIONS = {v.name: v for v in (
+    GemmVersion("naive", naive.kernel, naive.config, (16, 16), 1, (16, 16)),
+    GemmVersion("tiled16", tiled16.kernel, tiled16.config, (tiled16.TILE, tiled16.TILE), tiled16.TILE,
+                (tiled16.TILE, tiled16.TILE)),
+    GemmVersion("regblock", regblock.kernel, regblock.config, regblock.THREADS, regblock.BK,
+                (regblock.BM, regblock.BN)),
+    GemmVersion("regblock128", regblock128.kernel, regblock128.config, regblock128.THREADS, regblock128.BK,
+                (regblock128.BM, regblock128.BN)),
+    GemmVersion("skinny", skinny.kernel, skinny.config, skinny.SK_THREADS, skinny.SK_KC,
+                (skinny.SK_THREADS, skinny.SK_N)),
+)}
+
+
+def lookup(version: str, op: str = "gemm", choices=VERSIONS) -> GemmVersion:
+    """The record of a version among `choices`; ValueError naming them otherwise."""
+    if version not in choices:
+        raise ValueError(f"{op}: unknown version {version!r}; choose from {sorted(choices)}")
+    return VERSIONS[version]
+
+
+def output_tiles(version: str, m: int, n: int) -> int:
+    """Blocks of a (default-block) launch of `version` over an M x N output: its output tiles."""
+    return VERSIONS[version].tiles(m, n)
+
+
+def gemm_mapped(version, problem: GemmProblem, a, b, out, aux, epilogue="none", *, a_map="dense",
+                b_map="dense", store="dense", ksize=1, block=None, stream=0, launch=True, op=None,
+                name=None) -> Launch:
+    """One GEMM version on a problem description and operand mappings (the lower-level entry).
+
+    The caller has checked the arrays against the mappings (shapes, dtypes, flat views where a mapping
+    indexes a flat buffer); ``aux`` is the bias (``bias``, ``bias_relu``), the mask (``mask``, indexed like
+    the store) or any float32 device array (the other epilogues)."""
+    spec = lookup(version)
+    op = op or spec.op
+    kernel = spec.kernel(a_map, b_map, store, int(ksize), epilogue)
+    grid, block = spec.config(op, spec.block if block is None else block, problem.m, problem.n, kernel)
+    name = name or f"{op}[{a_map},{b_map}->{store},k{ksize},{epilogue}]"
+    return bind(kernel, grid, block, (a, b, out, aux, problem.dims), stream, launch, name)
