@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import matplotlib.image as mpimg
 import numpy as np
@@ -392,6 +393,11 @@ def test_subset_runs_say_so(feature_files, tmp_path, monkeypatch):
     make_report("e6", tmp_path / "report", svm=[tmp_path / "sub"])
     title = (tmp_path / "report" / "summary.md").read_text().splitlines()[0]
     assert "80 train (a stratified subset of 300)" in title
+    summary = pd.read_csv(tmp_path / "report" / "summary.csv")  # a column per class, and a row per class below
+    for name, accuracy in metrics["per_class_accuracy"].items():
+        assert summary.loc[0, f"{name}_accuracy"] == pytest.approx(accuracy)
+    assert re.search(rf"\| {NAMES[0]} +\| +{100 * metrics['per_class_accuracy'][NAMES[0]]:.2f} % \|",
+                     (tmp_path / "report" / "summary.md").read_text())
 
     full = _run(feature_files, tmp_path / "all", train_subset=0)
     assert full["subset"] is False and full["train_subset"] is None and full["n_train"] == 300

@@ -65,7 +65,7 @@ def report_e6(svm, out_dir, **_) -> dict[str, str]:
                                                            "train_accuracy", "test_accuracy", "kernel_time_s",
                                                            "fit_time_s", "predict_time_s")})
         per_class = metrics.get("per_class_accuracy", {})
-        rows[-1].update({f"{name}accuracy_in": acc for name, acc in per_class.items()})
+        rows[-1].update({f"{name}_accuracy": acc for name, acc in per_class.items()})
         rows[-1]["simulator"], rows[-1]["cpu"] = fields["simulator"], fields["cpu"]
     frame = pd.DataFrame(rows)
     written = {"summary.md": titles.table_title(e6_head(frame), titles.timing_parts(frame))}
@@ -78,14 +78,14 @@ def report_e6(svm, out_dir, **_) -> dict[str, str]:
 
 
 def _e6_per_class(rows: list[dict]) -> str | None:
-    """The per-class test accuracies of the summary's rows (its <class>accuracy_in columns) as a table of their own:
+    """The per-class test accuracies of the summary's rows (its <class>_accuracy columns) as a table of their own:
     a row per class, a column per SVM run."""
-    classes = [key[: -len("accuracy_in")] for key in rows[0] if key.endswith("accuracy_in")
+    classes = [key[: -len("_accuracy")] for key in rows[0] if key.endswith("_accuracy")
                and key not in ("train_accuracy", "test_accuracy")]
     if not classes:
         return None
     names = [f"{r.get('method')} ({i + 1})" if len(rows) > 1 else str(r.get("method")) for i, r in enumerate(rows)]
-    frame = pd.DataFrame({"class": classes, **{f"{name} accuracy": [r.get(f"{c}accuracy_in") for c in classes]
+    frame = pd.DataFrame({"class": classes, **{f"{name} accuracy": [r.get(f"{c}_accuracy") for c in classes]
                                                for name, r in zip(names, rows)}})
     return "Test accuracy per class:\n\n" + tables.markdown_table(frame).rstrip("\n")
 
