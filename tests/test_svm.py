@@ -197,7 +197,7 @@ def test_precomputed_kernel_gives_the_libsvm_model(tmp_path):
     from sklearn.svm import SVC
     from sklearn.preprocessing import StandardScaler
 
-    from gpunn.svm import rbf_kernel_into
+    from gpunn.rbf_kernel import rbf_kernel_into
 
     # overlapping classes, so that many points are support vectors and the decision is non-trivial
     x, y = _blobs(240, d=30, k=3, seed=5, spread=2.5)
@@ -230,7 +230,7 @@ def test_precomputed_kernel_gives_the_libsvm_model(tmp_path):
 
 
 def test_rbf_kernel_blocks_and_symmetry():
-    from gpunn.svm import rbf_kernel_into
+    from gpunn.rbf_kernel import rbf_kernel_into
 
     rng = np.random.default_rng(0)
     a = rng.normal(size=(23, 9)).astype(np.float32)
@@ -288,7 +288,7 @@ def test_gpu_kernel_equals_sklearn_in_row_blocks(symmetric):
     symmetric, poisoned output, progress lines; equal to sklearn's float64 rbf_kernel."""
     from sklearn.metrics.pairwise import rbf_kernel
 
-    from gpunn.svm import rbf_kernel_gpu_into
+    from gpunn.rbf_kernel import rbf_kernel_gpu_into
 
     rng = np.random.default_rng(11 + symmetric)
     a = rng.normal(size=(37, 19)).astype(np.float32)
@@ -308,7 +308,7 @@ def test_gpu_kernel_equals_sklearn_in_row_blocks(symmetric):
 
 
 def test_gpu_block_rows_follow_free_memory():
-    from gpunn.svm import gpu_block_rows
+    from gpunn.rbf_kernel import gpu_block_rows
 
     assert gpu_block_rows(50_000, float("inf")) == 5312  # 2 GiB of float64 rows, a multiple of the 64-row tile
     assert gpu_block_rows(50_000, 1e9) == 1984  # 80 % of 1 GB
@@ -450,7 +450,7 @@ def test_gpu_route_at_e6_width(tmp_path):
     SVM predicts exactly as the CPU BLAS route's."""
     from sklearn.metrics.pairwise import rbf_kernel
 
-    from gpunn.svm import rbf_kernel_gpu_into
+    from gpunn.rbf_kernel import rbf_kernel_gpu_into
 
     d, k = 8192, 10
     means = np.random.default_rng(7).normal(size=(k, d)).astype(np.float32) * 0.05

@@ -33,18 +33,10 @@ PAPER = "000_db1707331904318f.txt"
 # one kernel per op, atomic bias gradients, the batch copied every step: our gpu-naive
 PHASES = {"CPU": ("cpu-serial", "cpu-numpy"), "GPU": ("gpu-naive",)}
 _E1_CPU, _E1_GPU = "CPU (model not stated)", "NVIDIA Tesla T4"
-
-
 _E1 = dict(experiment="e1", paper=PAPER, phases=PHASES, dataset="mnist", n_train=60000, n_test=10000, batch=64, epochs=10,
            hidden=256)
-
-
 _E1_HW = {"CPU": _E1_CPU, "GPU": _E1_GPU}
-
-
 _E1_TABLE = dict(source="2.5 Experimental Results: Measured Performance", anchor=("Measured Performance:",), **_E1)
-
-
 _E1_TEXT = dict(source="2.5 Experimental Results: Training Convergence", anchor=("Training Convergence:",), **_E1)
 
 
@@ -78,25 +70,17 @@ PAPER_VALUES = (
                hardware="a modern GPU vs a CPU (expectation)", source="2.3 Theoretical Performance Analysis",
                anchor=("2.3 Theoretical Performance Analysis", "Expected speedup over CPU"), **_E1),
 )
-
-
 # The columns of each summary's Markdown (MARKDOWN_COLUMNS at most; the CSV keeps every one): the settings that
 # the title states (dataset, widths, batch, epochs) and the simulator flag (the device says it) are left out.
 E1_SHOWN = ("variant", "reduction", "device", "train_time_s", "time_per_epoch_s", "test_accuracy",
             "speedup_vs_cpu_serial", "speedup_vs_cpu_numpy", "accuracy_diff_vs_cpu_numpy_pp",
             "accuracy_matches_cpu_numpy", "diverged", "at_chance")
-
-
 REDUCTION_NOTE = ("reduction: the loss gradient of the batch mean (mean) or of the summed per-sample losses (sum, "
                   "a step batch times larger at the same lr); each run is compared with the baselines trained with "
                   "its reduction. Losses are per-sample means either way.")
-
-
 # Paper 000's CPU-GPU accuracy gap (97.93 % against 93.86 %): its CPU curve looks like a gradient summed over the
 # batch, its GPU's like the batch mean. Its CPU and GPU designs, each run under both reductions, test that.
 GAP_PHASES = ("CPU", "GPU")
-
-
 GAP_REDUCTIONS = ("mean", "sum")
 
 

@@ -29,18 +29,10 @@ PAPER = "002_2b64d4e77899e131.txt"
 # for it alone; #2 tiled the forward GEMM only (gpu-tiled tiles the backward ones too)
 PHASES = {"Serial": ("cpu-serial",), "Naive": ("gpu-naive",), "Optimization #1": (), "Optimization #2": ("gpu-tiled",)}
 _E2_CPU, _E2_GPU = "CPU (not named in the paper)", "GPU (not named in the paper)"
-
-
 _E2 = dict(experiment="e2", paper=PAPER, phases=PHASES, dataset="mnist", n_train=37800, n_test=4200, epochs=5)
-
-
 _E2_ROWS = {"Training time (s)": ("train_time", "s"), "Forward propagation time (s)": ("forward_time", "s"),
             "Backpropagation time (s)": ("backward_time", "s"), "Test accuracy": ("test_accuracy", "fraction")}
-
-
 _E2_HIDDEN = (32, 64, 128, 256)
-
-
 # phase: (its section heading in the paper, as printed), then per batch size each row's cells for hidden 32 ... 256
 _E2_TABLES = {
     "Serial": ("Serial Implementation:**", {
@@ -76,8 +68,6 @@ _E2_TABLES = {
               ("0.612559", "0.720308", "1.27084", "2.40406"), ("0.895833", "0.877604", "0.84517", "0.776042")),
     }),
 }
-
-
 _E2_NOTES = {"Optimization #1": "cudaMalloc + cudaMemcpy instead of unified memory; its accuracy loss is the paper's "
                                 "uninitialised buffers",
              "Optimization #2": "the paper tiled the forward GEMM only"}
@@ -106,8 +96,6 @@ def _e2_tables() -> tuple[PaperValue, ...]:
 
 _E2_NAIVE_TEXT = dict(source="Naive Parallel Implementation (text)",
                       anchor=("We observed a decrease in training time",), **_E2)
-
-
 PAPER_VALUES = _e2_tables() + (
     PaperValue(quantity="speedup", unit="x", text="13", phase="Naive", versus="Serial", hardware=f"{_E2_GPU} vs "
                f"{_E2_CPU}", hidden=32, batch=32, note="'a factor of 13 for the smallest model and batch size'",
@@ -124,21 +112,13 @@ PAPER_VALUES = _e2_tables() + (
                anchor=("From the tiling method",), note="'a nearly 220 times speed up' for the largest model and "
                                                          "batch size", **_E2),
 )
-
-
 E2_SHOWN = ("variant", "device", "hidden", "batch", "train_time_s", "forward_time_s", "backward_time_s",
             "test_accuracy", "speedup_vs_cpu_serial", "speedup_vs_cpu_numpy", "accuracy_diff_vs_cpu_numpy_pp",
             "diverged", "at_chance")
-
-
 E2_CELL = ("batch", "hidden")
-
-
 # summary column -> its short name in the wide table (the suffix keeps the Markdown formatting: seconds, %)
 E2_WIDE_METRICS = {"train_time_s": "train_s", "forward_time_s": "forward_s", "backward_time_s": "backward_s",
                    "test_accuracy": "accuracy"}
-
-
 E2_WIDE_SPEEDUP = "speedup_vs_serial"
 
 

@@ -27,8 +27,6 @@ from gpunn.report.tables import ordered_variants, read_table
 PAPER = "003_4a1c4467d7dd6247.txt"
 # paper 003 plans custom GPU kernels against a NumPy CPU baseline
 PHASES = {"NumPy CPU": ("cpu-numpy",), "GPU": ("gpu-naive", "gpu-tiled", "gpu-fused", "gpu-graph")}
-
-
 # paper 003 plans these batch sizes for its benchmarks (a setting, not a result)
 E3_PLAN_BATCHES = (1, 8, 32, 128, 512)
 PAPER_VALUES = (
@@ -40,12 +38,8 @@ PAPER_VALUES = (
                phase="GPU", versus="NumPy CPU", hardware="any NVIDIA GPU (a plan)", dataset="mnist",
                note="'Tolerance: relative error < 1e-4' (an upper bound)"),
 )
-
-
 E3_SHOWN = ("variant", "device", "batch", "steps", "throughput_step_ms", "throughput_samples_per_s", "forward_ms",
             "backward_ms", "clock", "latency_ms")
-
-
 BLOCK_KEYS = ("op", "rows", "cols")
 
 
@@ -128,8 +122,6 @@ def report_e3(timings, out_dir, blocks=(), **_) -> dict[str, str]:
 
 E3_COLUMNS = ("variant", "batch", "throughput_samples_per_s", "throughput_step_ms", "latency_ms", "forward_ms",
               "backward_ms")  # gpunn.batch_timing.COLUMN_NOTES says what each measures
-
-
 BLOCK_COLUMNS = ("op", "block", "rows", "cols", "ms", "gb_per_s", "device")
 
 

@@ -30,20 +30,10 @@ PAPER = "001_52ad73420a0f8af8.txt"
 # paper 001's phases -> our variants: PyTorch on the CPU is its CPU baseline (cpu-numpy is ours); PyTorch on CUDA is
 # not a pipeline variant (python -m gpunn.bench cnn compares it)
 PHASES = {"PyTorch CPU": ("cpu-numpy",), "PyTorch CUDA": (), "naive": ("gpu-naive",), "optimized": ("gpu-optimized",)}
-
-
 _E4_CPU = "cluster CPU, 4 cores (model not stated)"
-
-
 _E4_GPUS = {"A40": "NVIDIA A40", "RTX 6000": "NVIDIA RTX 6000", "RTX6000": "NVIDIA RTX 6000", "V100": "NVIDIA V100"}
-
-
 _E4 = dict(experiment="e4", paper=PAPER, phases=PHASES, n_train=60000, n_test=10000, batch=64, epochs=5)
-
-
 _E4_DATASETS = {"MNIST": "mnist", "FASHION": "fashion_mnist"}
-
-
 # Tables 1-2 (PyTorch): per table its dataset, then rows (device, train, test, accuracy, pin memory, workers)
 _E4_PYTORCH = {
     "Table 1": ("MNIST", (
@@ -67,12 +57,8 @@ _E4_PYTORCH = {
         ("CUDA", "19.71", "0.73", "74.91", "False", "8*"),
         ("CUDA", "24.84", "0.86", "74.91", "False", "2"))),
 }
-
-
 _E4_PYTORCH_COLUMNS = (("Training Time [s]", "train_time", "s"), ("Testing Time [s]", "test_time", "s"),
                        ("Test Accuracy", "test_accuracy", "%"))
-
-
 # Tables 3-6 (the CUDA versions, block size 256): per table dataset, phase, its column labels, rows per GPU
 _E4_CUDA = {
     "Table 3": ("MNIST", "naive", ("Training Time [s]", "Testing Time [s]", "Test Accuracy"), (
@@ -92,11 +78,7 @@ _E4_CUDA = {
         ("RTX6000", "6.43", "0.13", "87.53"),
         ("V100", "8.47", "0.12", "87.53"))),
 }
-
-
 _E4_CUDA_QUANTITIES = (("train_time", "s"), ("test_time", "s"), ("test_accuracy", "%"))
-
-
 E4_CUDA_TABLES = tuple(_E4_CUDA)  # paper 001's Tables 3-6: the naive and optimized CUDA versions per dataset
 
 
@@ -124,16 +106,10 @@ def _e4_tables() -> tuple[PaperValue, ...]:
 
 
 _E4_RTX = "NVIDIA RTX 6000"
-
-
 _E4_FIGURE_1 = dict(source="4.2 Cuda results: Figure 1 (cumulative time per epoch)",
                     anchor=("The cumulative time per epoch Figure 1",), dataset="mnist",
                     note="the paper does not name Figure 1's dataset; MNIST is its default", **_E4)
-
-
 E4_BLOCK_SOURCE = "4.2 Cuda results: block sizes (Figures 3-4)"
-
-
 PAPER_VALUES = _e4_tables() + (
     PaperValue(quantity="speedup", unit="x", text="8", phase="PyTorch CUDA", versus="PyTorch CPU",
                hardware=f"NVIDIA V100 vs {_E4_CPU}", source="Abstract", anchor=("three main conclusions",),
@@ -156,40 +132,26 @@ PAPER_VALUES = _e4_tables() + (
                note="block 1024 'fails entirely': the loss stays at ln 10; the dataset is not named (MNIST, its "
                     "default); 128 and 256 train best, 512 slower and slightly worse", **_E4),
 )
-
-
 E4_SHOWN = ("dataset", "variant", "device", "train_time_s", "test_time_s", "test_accuracy", "speedup_vs_cpu_numpy",
             "speedup_vs_gpu_naive", "accuracy_diff_vs_cpu_numpy_pp", "accuracy_matches_cpu_numpy", "diverged",
             "at_chance")
-
-
 E4_BLOCK_SHOWN = ("dataset", "variant", "block", "device", "time_per_epoch_s", "train_time_s", "final_train_loss",
                   "test_accuracy", "accuracy_diff_vs_cpu_numpy_pp", "accuracy_matches_cpu_numpy", "diverged",
                   "at_chance")
-
-
 E4_BASELINES = ("cpu-numpy", "gpu-naive")
-
-
 E4_SUMMARY_COLUMNS = ("dataset", "variant", "device", "widths", "n_train", "n_test", "batch", "lr", "epochs",
                       "parameters", "train_time_s", "time_per_epoch_s", "test_time_s", "final_train_loss",
                       "test_accuracy", "speedup_vs_cpu_numpy", "speedup_vs_gpu_naive", "accuracy_diff_vs_cpu_numpy_pp",
                       "accuracy_matches_cpu_numpy", "diverged", "at_chance", "simulator")
-
-
 # paper 001's Tables 3-6 (one per dataset and version, a row per GPU) as one tidy table: CSV column -> its heading,
 # the measured columns headed as the paper's Table 3 heads them
 E4_PAPER_HEADERS = {"dataset": "Dataset", "variant": "Variant", "device": "Device",
                     **dict(zip(("train_time_s", "test_time_s", "test_accuracy"),
                                column_labels(PAPER_VALUES, E4_CUDA_TABLES[0]))),
                     "simulator": "Simulator"}
-
-
 E4_BLOCK_COLUMNS = ("dataset", "variant", "block", "device", "time_per_epoch_s", "train_time_s", "final_train_loss",
                     "test_accuracy", "accuracy_diff_vs_cpu_numpy_pp", "accuracy_matches_cpu_numpy", "diverged",
                     "at_chance", "simulator")
-
-
 TEST_TIME_NOTE = ("test_time_s: the whole test set through the trained model's forward pass once after training (the "
                   "seed's testing time); '-': a run recorded before it was measured.")
 

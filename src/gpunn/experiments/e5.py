@@ -32,23 +32,11 @@ PAPER = "004_4f268e64550dc30e.txt"  # E5 and E6
 # paper 004's phases 2.1-2.4 -> our variants, and its SVM (E6; ours: the exact SVC of experiments.e6.method)
 PHASES = {"CPU": ("cpu-numpy",), "GPU naive": ("gpu-naive",), "GPU optimized v1": ("gpu-tiled",),
           "GPU optimized v2": ("gpu-im2col",), "cuML SVC": ("exact",)}
-
-
 _E5_CPU = "single CPU core (model not stated)"
-
-
 _E5_GPU = "NVIDIA T4 (Colab, CUDA arch 75; the paper names no GPU)"
-
-
 _E5 = dict(experiment="e5", paper=PAPER, phases=PHASES, dataset="cifar10", n_test=10000, batch=1, epochs=20)
-
-
 _E5_HW = {"CPU": _E5_CPU, "GPU naive": _E5_GPU, "GPU optimized v1": _E5_GPU, "GPU optimized v2": _E5_GPU}
-
-
 E5_EPOCH_TABLE = "Phase 2.4: Performance Comparison Table"  # every phase's epoch time over 50 000 images
-
-
 # the section 2.2 / 2.3 / 2.4 tables: (source, anchor, header of the last column, its versus phase, rows):
 # rows are (label as printed, phase, epoch time, speedup vs CPU, last column; None: '-' or not a number)
 _E5_PHASE_TABLES = (
@@ -66,18 +54,12 @@ _E5_PHASE_TABLES = (
         ("GPU Optimized v1 (2.3)", "GPU optimized v1", "517.18", "57.39", "1.92"),
         ("GPU Optimized v2 (2.4)", "GPU optimized v2", "117.97", "251.57", "4.38"))),
 )
-
-
 # section 3.1: (label, phase, training time for 20 epochs, speedup vs CPU, incremental speedup, RAM MiB, VRAM MiB)
 E5_TOTAL_TABLE = "3.1 Performance Comparison Across All Phases"
-
-
 _E5_TOTALS = (("CPU Baseline", "CPU", "593,560.0", "1.00", None, "710", None),
               ("GPU Naive", "GPU naive", "19,832.6", "29.93", "29.93", "1024", "116"),
               ("GPU Optimized v1", "GPU optimized v1", "10,343.6", "57.39", "1.92", "799", "90"),
               ("GPU Optimized v2", "GPU optimized v2", "2,359.4", "251.57", "4.38", "799", "88"))
-
-
 _E5_ORDER = ("CPU", "GPU naive", "GPU optimized v1", "GPU optimized v2")
 
 
@@ -116,12 +98,8 @@ def _e5_tables() -> tuple[PaperValue, ...]:
 
 _E5_CPU_RESULTS = dict(source="Phase 2.1: CPU Baseline, Results", anchor=("Phase 2.1", "Results"), phase="CPU",
                        hardware=_E5_CPU, n_train=1000, **_E5)
-
-
 _E5_GPU_MSE = dict(source="Phase 2.2: Reconstruction Quality", anchor=("Phase 2.2", "Reconstruction Quality"),
                    phase="GPU naive", hardware=_E5_GPU, n_train=50000, **_E5)
-
-
 PAPER_VALUES = _e5_tables() + (
     PaperValue(quantity="train_mse", unit="MSE", text="0.01", note="'Training MSE loss ≈ 0.01'",
                **_E5_CPU_RESULTS),
@@ -172,50 +150,30 @@ PAPER_VALUES = _e5_tables() + (
                hardware=_E5_GPU, source="5.2 Key Achievements", anchor=("5.2 Key Achievements",), n_train=50000,
                note="system RAM (1024 -> 799 MiB)", **_E5),
 )
-
-
 E5_SHOWN = ("variant", "device", "n_train", "time_per_epoch_s", "full_epoch_s", "full_set_extrapolated",
             "full_train_time_s", "speedup_vs_cpu_numpy", "speedup_vs_gpu_naive", "test_mse", "peak_gpu_memory_mib",
             "diverged")
-
-
 # E5: paper 004 trained its CPU baseline on 1 000 images and extrapolated the epoch to CIFAR-10's 50 000
 E5_FULL_TRAIN = 50000
-
-
 E5_BASELINES = ("cpu-numpy", "gpu-naive")
-
-
 E5_SUMMARY_COLUMNS = ("variant", "device", "dataset", "n_train", "n_test", "batch", "lr", "epochs", "parameters",
                       "time_per_epoch_s", "train_time_s", "full_epoch_s", "full_train_time_s", "full_set_extrapolated",
                       "all_epochs", "train_time_extrapolated", "speedup_vs_cpu_numpy", "speedup_vs_gpu_naive", "final_train_mse", "test_mse",
                       "peak_gpu_memory_mib", "diverged", "simulator")
-
-
 # paper 004's section 2.4 table: every phase's epoch time over 50 000 images (the CPU's extrapolated from 1 000)
 _E5_PAPER_EPOCHS = select(PAPER_VALUES, "e5", "epoch_time", source=E5_EPOCH_TABLE)
-
-
 # paper 004's phases 2.1-2.4 by the variant that reproduces each, in its tables' order; gpu-graph is ours
 E5_PHASES = {**{entry.ours[0]: entry.phase for entry in _E5_PAPER_EPOCHS},
              "gpu-graph": "GPU graph (ours, not in the paper)"}
-
-
 # paper 004's own epoch times, by the variant that reproduces each phase
 E5_PAPER_EPOCH_S = {entry.ours[0]: entry.value for entry in _E5_PAPER_EPOCHS}
-
-
 E5_EPOCH_HEADERS = {"implementation": "Implementation", "variant": "Variant", "full_epoch_s": "Epoch time (s)",
                     "speedup_vs_cpu": "Speedup vs CPU", "speedup_vs_previous": "Speedup vs previous phase",
                     "paper_full_epoch_s": "Paper's epoch time (s)"}
-
-
 E5_TOTAL_HEADERS = {"phase": "Phase", "variant": "Variant",
                     "full_train_time_s": "Training time for all epochs (s)",
                     "training_speedup_vs_cpu": "Speedup vs CPU", "incremental_speedup": "Incremental speedup",
                     "peak_gpu_memory_mib": "Memory (VRAM, MiB)"}
-
-
 MIB = 2 ** 20
 
 
@@ -395,22 +353,13 @@ def _e5_reconstructions(eval_dir, frame: pd.DataFrame, out_png: Path) -> str:
 
 
 E5_COLUMNS = ("variant", "full_train_time_s", "full_set_extrapolated", "speedup_vs_cpu_numpy")
-
-
 EXTRAPOLATED_HATCH = "xx"
-
-
 SIMULATED_HATCH = "//"
 
 
 def _flags(values) -> list[bool]:
     """A boolean column read back from a CSV (True / 'True' / 1)."""
     return [str(v).strip().lower() in ("true", "1") for v in values]
-
-
-def _count(n: int) -> str:
-    """50000 -> '50 000', as titles write sample counts."""
-    return f"{int(n):,}".replace(",", " ")
 
 
 def _duration(seconds: float) -> str:
@@ -468,7 +417,7 @@ def training_time_bars(table_csv, out_png, title: str, full_train_size: int = 50
     _variant_bars(ax, frame, "full_train_time_s",
                   lambda row: _duration(row["full_train_time_s"]) + ("\nextrapolated" if _flags([row[flag]])[0] else ""),
                   flag)
-    ax.set_ylabel(f"training time, all epochs on {_count(full_train_size)} images\n(s, log scale)")
+    ax.set_ylabel(f"training time, all epochs on {titles.count(full_train_size)} images\n(s, log scale)")
     fig.suptitle(title)
     fig.tight_layout()
     return figures.save(fig, out_png)
@@ -486,7 +435,7 @@ def speedup_bars(table_csv, out_png, title: str, full_train_size: int = 50000) -
         _variant_bars(ax, frame, "speedup_vs_cpu_numpy",
                       lambda row: format_ratio(row['speedup_vs_cpu_numpy']))
         ax.axhline(1.0, color="0.3", linestyle="--", linewidth=1.0, zorder=0)
-        ax.set_ylabel(f"speedup over cpu-numpy per epoch\nof {_count(full_train_size)} images (log scale)")
+        ax.set_ylabel(f"speedup over cpu-numpy per epoch\nof {titles.count(full_train_size)} images (log scale)")
     else:
         ax.text(0.5, 0.5, "no cpu-numpy run: no speedup over it to show", ha="center", va="center",
                 transform=ax.transAxes)

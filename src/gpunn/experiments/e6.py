@@ -27,8 +27,6 @@ PAPER, PHASES = e5.PAPER, e5.PHASES  # paper 004 holds E5 and E6
 _E6 = dict(experiment="e6", paper=PAPER, phases=PHASES, phase="cuML SVC",
            hardware="GPU through cuML on Kaggle (model not stated)", dataset="cifar10 encoder features (8192)",
            n_train=50000, n_test=10000)
-
-
 _E6_RESULTS = dict(source="Phase 2.5: SVM Integration, Results", anchor=("Phase 2.5", "SVM training time"), **_E6)
 PAPER_VALUES = (
     PaperValue(quantity="fit_time", unit="s", text="46", note="'SVM training time: ~46 seconds'", **_E6_RESULTS),
@@ -37,8 +35,6 @@ PAPER_VALUES = (
     PaperValue(quantity="expected_accuracy", unit="%", text="60", upper_text="65", source="Phase 2.5: SVM Integration, "
                "Analysis", anchor=("Phase 2.5", "expected range"), note="the test accuracy it expected", **_E6),
 )
-
-
 E6_SHOWN = ("method", "device", "kernel_device", "C", "gamma", "n_train", "n_test", "train_accuracy", "test_accuracy",
             "kernel_time_s", "fit_time_s", "predict_time_s")
 
@@ -152,8 +148,6 @@ CAPTIONS = {
         "paper 004's SVM results (Phase 2.5), which give accuracies only; the matrix shows where they come from",
         "paper 004 Phase 2.5"),
 }
-
-
 AUTO = "auto"
 # the `auto` encoder: the fastest GPU variant E5 trains, on the full training set
 AUTO_ORDER = ("gpu-graph", "gpu-im2col", "gpu-tiled", "gpu-naive")

@@ -55,8 +55,6 @@ def _run_row(summary: dict) -> dict:
 
 
 BASELINES = ("cpu-serial", "cpu-numpy")
-
-
 # A correct port matches the reference's test accuracy; E1's paper lost 4 pp on the GPU.
 ACCURACY_TOLERANCE_PP = 0.1
 
@@ -119,8 +117,6 @@ def comparison_formats(baselines: Sequence[str] = BASELINES) -> dict:
 
 
 COMPARISON_FORMATS = comparison_formats()
-
-
 COMPARISON_NOTE = ("Speedup: the baseline's training time over the variant's, on the same data with the same "
                    "settings. accuracy_diff_vs_cpu_numpy_pp: test accuracy minus cpu-numpy's in percentage points; "
                    f"accuracy_matches_cpu_numpy: within {ACCURACY_TOLERANCE_PP} pp. '-': that baseline did not run.")
