@@ -339,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output CSV, one row per launch")
     p.set_defaults(func=_cmd_profile)
 
-    p = sub.add_parser("report", help="summary table and figures of one experiment (e1..e6)")
+    p = sub.add_parser("report", help="summary table and figures of one experiment (gpunn.experiments: e1, e2, ...)")
     p.add_argument("experiment")
     p.add_argument("--out", required=True, help="output directory")
     for option in ("runs", "evals", "timings", "svm"):

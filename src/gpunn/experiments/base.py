@@ -62,6 +62,8 @@ class Experiment:
     headlines: tuple[Headline, ...]                  # its rows of the entry page's table
     paper_values: tuple[PaperValue, ...]             # the paper's numbers it compares with
     files: Callable[[dict], list[str]] = lambda config: []  # other report files (E1's gap.md)
+    # report files whose first paragraph the entry page quotes, each with its heading: (("gap.md", "accuracy gap"),)
+    quoted: tuple[tuple[str, str], ...] = ()
     # report inputs by kind (runs, evals, timings, blocks, svm, profiles) for a config and a targets.Layout; None:
     # its runs' metrics, the evaluations of shown_runs and the step profiles
     inputs: Callable[[dict, Any], dict[str, list[str]]] | None = None

@@ -399,7 +399,7 @@ EXPERIMENT = Experiment(
     model="mlp", paper=PAPER, runs=runs,
     tables=lambda config: ["summary", "paper_vs_ours"],
     figures=lambda config: ["loss_curves.png", "epoch_time.png", "samples.png", "reduction_gap.png"],
-    files=lambda config: ["gap.md"],
+    files=lambda config: ["gap.md"], quoted=(("gap.md", "accuracy gap"),),
     report=report_e1, captions=CAPTIONS, paper_values=PAPER_VALUES, profiled=True,
     shown_runs=lambda config: first_run_per_dataset(runs(config)),
     headlines=(

@@ -121,8 +121,10 @@ def headline_rows(report_root, ran: list[str], not_run: dict[str, str]) -> list[
         experiment, paper_no = found.name, found.paper.split("_")[0]
         if experiment not in ran:
             reason = not_run.get(experiment, "not run in this configuration")
-            rows.append({"experiment": experiment.upper(), "paper_no": paper_no, "headline": "-", "paper": "-", "ours": "-",
-                         "comparison": "-", "note": f"not run: {reason}"})
+            rows.append({"experiment": experiment.upper(), "paper_no": paper_no, "headline": "-", "paper": "-",
+                         "ours": "-", "comparison": "-", "note": f"not run: {reason}"})
+            continue
+        if not found.headlines:  # an experiment without a paper's number to show (README: How to extend)
             continue
         table = _paper_rows(report_root, experiment)
         for headline in found.headlines:
@@ -223,10 +225,9 @@ def markdown(report_root, ran, not_run, rows, records, notes=(), machine: str = 
                   f"{divergence.DIVERGENCE_FACTOR:g}x the first's) and were kept by keep_diverged: their numbers, "
                   "marked diverged wherever they appear, are not results.", ""] + [f"- {line}" for line in diverged]
         parts.append("")
-    gap = report_root / "e1" / "gap.md"
-    if "e1" in ran and gap.is_file():
-        parts += ["## E1's accuracy gap", "", _first_paragraph(gap.read_text()),
-                  "", "Details: [e1/gap.md](e1/gap.md).", ""]
+    for experiment, name, heading, paragraph in quoted_paragraphs(report_root, ran):
+        parts += [f"## {experiment.upper()}'s {heading}", "", paragraph, "",
+                  f"Details: [{experiment}/{name}]({experiment}/{name}).", ""]
     parts += wall_time_section(report_root, ran)
     parts += ["## Experiments", ""]
     for found in experiments.ALL:
@@ -264,6 +265,18 @@ def wall_time_section(report_root, ran, heading: str = "## How long it took") ->
     return [heading, "", job_times.SUMMARY_TEXT, "", _md_table(rows, WALL_TIME_COLUMNS), ""]
 
 
+def quoted_paragraphs(report_root, ran) -> list[tuple[str, str, str, str]]:
+    """(experiment, file, heading, its first paragraph) of every file an experiment that ran has the entry page quote
+    (Experiment.quoted: E1's gap.md), where its report wrote it."""
+    found = []
+    for experiment in (e for e in experiments.ALL if e.name in ran):
+        for name, heading in experiment.quoted:
+            path = Path(report_root) / experiment.name / name
+            if path.is_file():
+                found.append((experiment.name, name, heading, _first_paragraph(path.read_text())))
+    return found
+
+
 def _first_paragraph(text: str) -> str:
     """The first paragraph of a Markdown file that is not a heading or a table."""
     for block in text.split("\n\n"):
@@ -298,9 +311,8 @@ def rst(report_root, ran, rows, records, notes=(), machine: str = "") -> str:
     parts += [f"* {line}" for line in (*notes, _simulated_line(rows)) if line]
     parts += [f"* Diverged, kept by keep_diverged, not results: {line}" for line in
               divergence.index_lines(report_root, ran, links=False)]
-    gap = report_root / "e1" / "gap.md"
-    if "e1" in ran and gap.is_file():
-        parts += ["", "E1's accuracy gap: " + " ".join(_first_paragraph(gap.read_text()).split()).replace("`", "'")]
+    for experiment, _, heading, paragraph in quoted_paragraphs(report_root, ran):
+        parts += ["", f"{experiment.upper()}'s {heading}: " + " ".join(paragraph.split()).replace("`", "'")]
     parts += ["", "Provenance", "----------", "", _rst_table(_provenance_cells(records), PROVENANCE_COLUMNS), ""]
     # Snakemake renders this page as a Jinja template: nothing in it may read as a Jinja tag
     return "\n".join(parts).replace("{{", "{ {").replace("{%", "{ %")
@@ -311,9 +323,9 @@ def write(out_dir, ran, not_run=None, notes=(), machine: str = "") -> dict[str, 
     report folders); every file is written only after all three are built."""
     out_dir = Path(out_dir)
     not_run = dict(not_run or {})
-    unknown = [e for e in [*ran, *not_run] if e not in experiments.NAMES]
+    unknown = [e for e in [*ran, *not_run] if e not in experiments.BY_NAME]
     if unknown:
-        raise GpunnError(f"index: unknown experiment(s) {', '.join(unknown)}; choose from {', '.join(experiments.NAMES)}")
+        raise GpunnError(f"index: unknown experiment(s) {', '.join(unknown)}; choose from {', '.join(experiments.BY_NAME)}")
     rows = headline_rows(out_dir, ran, not_run)
     records = provenance_records(out_dir, ran)
     page = markdown(out_dir, ran, not_run, rows, records, notes, machine)

@@ -59,9 +59,8 @@ def section(folder, readme_dir=".") -> str:
     notes = _notes(page)
     lines += [""] + [f"- {note}" for note in notes] + ([""] if notes else [])
     lines += [index._md_table(rows, HEADLINE_COLUMNS), ""]
-    gap = folder / "e1" / "gap.md"
-    if "e1" in ran and gap.is_file():
-        lines += [f"**E1's accuracy gap** ([gap.md]({link}/e1/gap.md)): {index._first_paragraph(gap.read_text())}", ""]
+    for experiment, name, heading, paragraph in index.quoted_paragraphs(folder, ran):
+        lines += [f"**{experiment.upper()}'s {heading}** ([{name}]({link}/{experiment}/{name})): {paragraph}", ""]
     lines += [line.replace("## How long it took", "**How long it took.**") for line in index.wall_time_section(folder, ran)]
     lines.append(END)
     return "\n".join(lines)
