@@ -16,7 +16,7 @@ rule features:
     log:
         job_log("features", f"{M}/{RUN}"),
     benchmark:
-        job_benchmark("features", f"{M}/{RUN}"),
+        job_benchmark("features", f"{M}/{RUN}")
     params:
         run_dir=folder_of("input"),
         out=folder_of("output"),
@@ -47,7 +47,7 @@ rule svm:
     log:
         job_log("svm", f"{M}/{RUN}"),
     benchmark:
-        job_benchmark("svm", f"{M}/{RUN}"),
+        job_benchmark("svm", f"{M}/{RUN}")
     params:
         features=folder_of("input"),
         out=folder_of("output"),

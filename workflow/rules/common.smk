@@ -48,8 +48,11 @@ def _checked_config():
     """The config validated against the schema and the registries, or one line and exit 1 (no traceback,
     no schema dump, before any job is planned)."""
     try:
-        checked = load_config(dict(config), load_schema(os.path.join(workflow.basedir, "workflow/schemas/config.schema.yaml")),
-                              log=lambda line: print(line, file=sys.stderr))
+        checked = load_config(
+            dict(config),
+            load_schema(os.path.join(workflow.basedir, "workflow/schemas/config.schema.yaml")),
+            log=lambda line: print(line, file=sys.stderr),
+        )
     except GpunnError as exc:
         print(f"gpunn: config error: {exc}", file=sys.stderr)
         sys.exit(1)
@@ -155,8 +158,11 @@ onstart:
         if workflow.resource_settings.resources.get("timing") == 1:
             # --profile keeps the workflow profile (profiles/default), whose one-machine limits would run the
             # cluster's timed jobs one at a time; on Slurm each has a node of its own instead (gpunn.cluster)
-            print("gpunn: note: resources timing=1 (profiles/default) lets one timed job run at a time on the "
-                  "whole cluster; use --workflow-profile profiles/slurm, which replaces it", file=sys.stderr)
+            print(
+                "gpunn: note: resources timing=1 (profiles/default) lets one timed job run at a time on the "
+                "whole cluster; use --workflow-profile profiles/slurm, which replaces it",
+                file=sys.stderr,
+            )
 
 
 def _timing_resource(gpu):
@@ -279,8 +285,12 @@ def report_files(experiment):
         if path.endswith(".png"):
             name = os.path.basename(path)
             key = found.caption_key(name)
-            path = report(path, caption=f"../report/captions/{caption_file(experiment, key)}",
-                          category=experiment.upper(), labels={"figure": name, "mirrors": found.captions[key].paper})
+            path = report(
+                path,
+                caption=f"../report/captions/{caption_file(experiment, key)}",
+                category=experiment.upper(),
+                labels={"figure": name, "mirrors": found.captions[key].paper},
+            )
         files.append(path)
     return files
 
@@ -290,6 +300,7 @@ def report_front_page():
     with their provenance, once written; until then the static description saying how to build it."""
     built = os.path.abspath(index_outputs(config)[-1])  # results_dir is relative to the working directory
     return built if os.path.exists(built) else "workflow/report/workflow.rst"
+
 
 def executing():
     """True while the main Snakemake process plans jobs it will run: not a dry run (-n), a summary (plugin None) or
@@ -314,12 +325,18 @@ def invalidate_changed_downloads(experiments, act):
         if bad:
             listed = ", ".join(f"{name} ({state})" for name, state in bad.items())
             if act:
-                print(f"gpunn: {raw}: {listed} no longer match {MANIFEST}; it is fetched again, and what depends "
-                      "on it rerun", file=sys.stderr)
+                print(
+                    f"gpunn: {raw}: {listed} no longer match {MANIFEST}; it is fetched again, and what depends "
+                    "on it rerun",
+                    file=sys.stderr,
+                )
                 os.remove(manifest)
             else:
-                print(f"gpunn: {raw}: {listed} no longer match {MANIFEST}; a run (not this dry run) fetches it "
-                      "again and reruns what depends on it", file=sys.stderr)
+                print(
+                    f"gpunn: {raw}: {listed} no longer match {MANIFEST}; a run (not this dry run) fetches it "
+                    "again and reruns what depends on it",
+                    file=sys.stderr,
+                )
 
 
 def set_aside_edited(experiments, act):
@@ -328,11 +345,17 @@ def set_aside_edited(experiments, act):
     for path in edited_intermediates(config, experiments):
         if act:
             os.replace(path, f"{path}.edited")
-            print(f"gpunn: {path} was changed after the job that wrote it; moved to {path}.edited, it is remade "
-                  "and what depends on it rerun", file=sys.stderr)
+            print(
+                f"gpunn: {path} was changed after the job that wrote it; moved to {path}.edited, it is remade "
+                "and what depends on it rerun",
+                file=sys.stderr,
+            )
         else:
-            print(f"gpunn: {path} was changed after the job that wrote it; a run (not this dry run) moves it to "
-                  f"{path}.edited and remakes it", file=sys.stderr)
+            print(
+                f"gpunn: {path} was changed after the job that wrote it; a run (not this dry run) moves it to "
+                f"{path}.edited and remakes it",
+                file=sys.stderr,
+            )
 
 
 def target_inputs(experiments):
@@ -350,4 +373,3 @@ def target_inputs(experiments):
         return files + missing_intermediates(config, experiments)
 
     return inputs
-

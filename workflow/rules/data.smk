@@ -13,15 +13,13 @@ rule make_offline:
     log:
         job_log("make_offline", "{dataset}"),
     benchmark:
-        job_benchmark("make_offline", "{dataset}"),
+        job_benchmark("make_offline", "{dataset}")
     params:
         out=folder_of("output"),
     conda:
         ENV_FILE
     shell:
-        logged(
-            "python -m gpunn make-offline {wildcards.dataset} --out {params.out}"
-        )
+        logged("python -m gpunn make-offline {wildcards.dataset} --out {params.out}")
 
 
 # One download rule per file format, since a rule's outputs cannot depend on the dataset: the outputs are the
@@ -42,7 +40,7 @@ for _kind, _names in RAW_FILES_BY_KIND.items():
         log:
             job_log("download", "{dataset}"),
         benchmark:
-            job_benchmark("download", "{dataset}"),
+            job_benchmark("download", "{dataset}")
         wildcard_constraints:
             dataset="|".join(n for n, spec in DATASETS.items() if spec.kind == _kind),
         params:
@@ -71,7 +69,7 @@ rule prepare:
     log:
         job_log("prepare", "{dataset}/{split}"),
     benchmark:
-        job_benchmark("prepare", "{dataset}/{split}"),
+        job_benchmark("prepare", "{dataset}/{split}")
     params:
         raw=folder_of("input"),
         split=split_options,

@@ -12,7 +12,7 @@ rule step_profile:
     log:
         job_log("step_profile", f"{M}/{{experiment}}/{{variant}}"),
     benchmark:
-        job_benchmark("step_profile", f"{M}/{{experiment}}/{{variant}}"),
+        job_benchmark("step_profile", f"{M}/{{experiment}}/{{variant}}")
     wildcard_constraints:
         experiment="|".join(PROFILED),
     params:

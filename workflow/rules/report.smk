@@ -19,7 +19,7 @@ for _experiment in EXPERIMENTS:
         log:
             job_log("report", f"{M}/{_experiment}"),
         benchmark:
-            job_benchmark("report", f"{M}/{_experiment}"),
+            job_benchmark("report", f"{M}/{_experiment}")
         params:
             experiment=_experiment,
             out=folder_of("output"),
@@ -27,9 +27,7 @@ for _experiment in EXPERIMENTS:
         conda:
             ENV_FILE
         shell:
-            logged(
-                "python -m gpunn report {params.experiment} --out {params.out} {params.args}"
-            )
+            logged("python -m gpunn report {params.experiment} --out {params.out} {params.args}")
 
 
 rule report_index:
@@ -46,13 +44,11 @@ rule report_index:
     log:
         job_log("report", f"{M}/index"),
     benchmark:
-        job_benchmark("report", f"{M}/index"),
+        job_benchmark("report", f"{M}/index")
     params:
         out=folder_of("output"),
         args=" ".join(shlex.quote(a) for a in index_args(config)),
     conda:
         ENV_FILE
     shell:
-        logged(
-            "python -m gpunn index --out {params.out} {params.args}"
-        )
+        logged("python -m gpunn index --out {params.out} {params.args}")

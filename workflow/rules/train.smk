@@ -18,7 +18,7 @@ rule train:
     log:
         job_log("train", f"{M}/{RUN}"),
     benchmark:
-        job_benchmark("train", f"{M}/{RUN}"),
+        job_benchmark("train", f"{M}/{RUN}")
     params:
         run=format_run_path,
         out=folder_of("output"),
@@ -50,7 +50,7 @@ rule evaluate:
     log:
         job_log("evaluate", f"{M}/{RUN}"),
     benchmark:
-        job_benchmark("evaluate", f"{M}/{RUN}"),
+        job_benchmark("evaluate", f"{M}/{RUN}")
     params:
         run_dir=folder_of("input"),
         out=folder_of("output"),
@@ -75,7 +75,7 @@ rule time_batches:
     log:
         job_log("time_batches", f"{M}/{{variant}}"),
     benchmark:
-        job_benchmark("time_batches", f"{M}/{{variant}}"),
+        job_benchmark("time_batches", f"{M}/{{variant}}")
     params:
         e3=config["experiments"]["e3"],
         batches=",".join(str(b) for b in config["experiments"]["e3"]["batches"]),
@@ -104,7 +104,7 @@ rule sweep_blocks:
     log:
         job_log("sweep_blocks", M),
     benchmark:
-        job_benchmark("sweep_blocks", M),
+        job_benchmark("sweep_blocks", M)
     params:
         blocks=",".join(str(b) for b in config["experiments"]["e3"]["block_sizes"]),
         shapes=",".join(config["experiments"]["e3"]["sweep_shapes"]),
