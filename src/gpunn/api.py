@@ -26,6 +26,7 @@ from gpunn.backends.registry import fastest_gpu_variant, make_backend, variants_
 from gpunn.epochs import DivergenceRule, train_epochs
 from gpunn.errors import GpunnError, install_excepthook
 from gpunn.evaluate import EVAL_BATCH, predict, test_metrics
+from gpunn.nn.models import model_spec
 from gpunn.rundata import images_to_float
 from gpunn.runspec import format_lr
 
@@ -80,7 +81,7 @@ class Trainer:
         self.backend = make_backend(self.variant, model, model.name, self.lr, block=block)
         self.epochs_done = 0  # fit continues the epoch count: the batch order of epoch k is the same either way
         # the pipeline's divergence rule, over every fit: later epochs are held against the first fit's first epoch
-        classes = None if model.name == "autoencoder" else getattr(model.layers[-1], "out_features", None)
+        classes = getattr(model.layers[-1], "out_features", None) if model_spec(model.name).classifier else None
         self._divergence = DivergenceRule(f"the {model.name} on {self.variant}", self.lr, classes)
 
     def __repr__(self) -> str:
@@ -151,9 +152,9 @@ class Trainer:
 
     def _labels(self, y, n: int, what: str) -> np.ndarray | None:
         name = self.model.name
-        if name == "autoencoder":
+        if not model_spec(name).classifier:
             if y is not None:
-                raise GpunnError(f"{what}: the autoencoder's target is its input; pass no labels")
+                raise GpunnError(f"{what}: the {name}'s target is its input; pass no labels")
             return None
         classes = self.model.layers[-1].out_features
         if y is None:

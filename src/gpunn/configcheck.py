@@ -7,6 +7,7 @@ from __future__ import annotations
 from gpunn.backends import registry as variants
 from gpunn.data.registry import DATASETS
 from gpunn.errors import GpunnError
+from gpunn.nn.models import model_spec
 
 
 def choice_error(key: str, value, choices, why: str = "") -> GpunnError:
@@ -16,12 +17,14 @@ def choice_error(key: str, value, choices, why: str = "") -> GpunnError:
 def check_dataset(key: str, name, model: str | None = None) -> None:
     if name not in DATASETS:
         raise choice_error(key, name, DATASETS, " is not a known dataset")
-    if model == "autoencoder":
+    side = model_spec(model).side_multiple if model is not None else 1
+    if side > 1:
         _, height, width = DATASETS[name].image_shape
-        if height != width or height % 4:
-            fits = [n for n, s in DATASETS.items() if s.image_shape[1] == s.image_shape[2] and s.image_shape[1] % 4 == 0]
-            raise choice_error(key, name, fits, f" has {height}x{width} images; the autoencoder needs square "
-                                                 "images with a side divisible by 4")
+        if height != width or height % side:
+            fits = [n for n, s in DATASETS.items()
+                    if s.image_shape[1] == s.image_shape[2] and s.image_shape[1] % side == 0]
+            raise choice_error(key, name, fits, f" has {height}x{width} images; the {model} needs square "
+                                                f"images with a side divisible by {side}")
 
 
 def check_variants(key: str, names, model: str, simulator: bool) -> None:

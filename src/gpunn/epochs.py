@@ -112,7 +112,7 @@ def train_epochs(backend, x, y, *, epochs: int, batch: int, seed: int, rule: Div
     batch = min(batch, n)  # the same single batch, and a resident GPU epoch's batch stride must not exceed n
     slices = batch_slices(n, batch)
     # the whole training set as float32 once: a resident backend copies it to its device, the others index it
-    backend.load_train_data(images_to_float(x), None if backend.autoencoder else y)
+    backend.load_train_data(images_to_float(x), None if backend.target_is_input else y)
     if log is not None:
         log(f"warm-up of {backend.name} (kernels compile on their first launch: not inside the first epoch's time)")
     backend.warm_up({e - s for s, e in slices})

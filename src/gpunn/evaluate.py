@@ -19,6 +19,7 @@ import numpy as np
 from gpunn import io
 from gpunn.data.prepare import load_prepared
 from gpunn.nn.functional import mse_forward, softmax_cross_entropy
+from gpunn.nn.models import model_spec
 from gpunn.rundata import images_to_float, run_data
 from gpunn.seeding import batch_slices
 from gpunn.backends.registry import make_backend
@@ -34,7 +35,7 @@ def predict(backend, images: np.ndarray, batch: int = EVAL_BATCH) -> np.ndarray:
 
 
 def test_metrics(model_name: str, outputs: np.ndarray, images: np.ndarray, labels: np.ndarray) -> dict:
-    if model_name == "autoencoder":
+    if not model_spec(model_name).classifier:
         return {"test_loss": float(mse_forward(outputs, images_to_float(images))), "test_accuracy": math.nan}
     loss, _ = softmax_cross_entropy(outputs, labels)
     return {"test_loss": float(loss), "test_accuracy": float(np.mean(outputs.argmax(axis=1) == labels))}
@@ -60,7 +61,7 @@ def evaluate_run(run_dir, prepared_path, out_dir, log=print, n_samples: int = 25
     result = {"run": spec.path, "n_test": len(data.x_test), **test_metrics(spec.model, outputs, data.x_test, data.y_test)}
     out_dir = Path(out_dir)
     shown = min(n_samples, len(data.x_test))
-    if spec.model == "autoencoder":
+    if not model_spec(spec.model).classifier:
         each = first_of_each_class(data.y_test, data.num_classes)
         io.write_npz(out_dir / "samples.npz", images=data.x_test[each], labels=data.y_test[each],
                      # a kept diverged run's NaN outputs drawn black, not refused by the figure

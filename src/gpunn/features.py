@@ -18,6 +18,7 @@ from gpunn import io
 from gpunn.data.prepare import load_prepared
 from gpunn.backends.registry import make_backend, uses_gpu
 from gpunn.errors import GpunnError
+from gpunn.nn.models import model_spec
 from gpunn.rundata import images_to_float
 from gpunn.seeding import batch_slices
 from gpunn.weights import load_trained
@@ -51,7 +52,7 @@ def extract_features(run_dir, prepared_path, out_dir, train_limit: int = 0, batc
     the whole training split (or its first `train_limit` samples) and the whole test split: on the GPU for a
     run of a GPU variant, else on the CPU."""
     spec, model = load_trained(run_dir)
-    if spec.model != "autoencoder":
+    if not model_spec(spec.model).encoder:
         raise GpunnError(f"features come from an autoencoder run, {run_dir} is a {spec.model}")
     prepared = load_prepared(prepared_path)
     encode = model.encode

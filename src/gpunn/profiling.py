@@ -9,20 +9,20 @@ from gpunn import device, io
 from gpunn.backends.registry import check_variant
 from gpunn.data.registry import get_dataset
 from gpunn.errors import GpunnError
-from gpunn.runspec import WIDTH_COUNT, model_sizes
+from gpunn.nn.models import build_model, model_spec
+from gpunn.runspec import model_sizes
 
 
 def profile_sizes(model: str, dataset: str, widths) -> dict:
     """build_model sizes of `model` at `widths` on `dataset`'s samples (its shape and classes), checked: a wrong
     number of widths or a size the model refuses is one GpunnError line."""
     widths = tuple(int(w) for w in widths)
-    if len(widths) != WIDTH_COUNT[model]:
-        raise GpunnError(f"{model} takes {WIDTH_COUNT[model]} width(s) (mlp: hidden; cnn, autoencoder: the two "
+    count = model_spec(model).width_count
+    if len(widths) != count:
+        raise GpunnError(f"{model} takes {count} width(s) (mlp: hidden; cnn, autoencoder: the two "
                          f"convolutions' channels), got {','.join(map(str, widths))}")
     spec = get_dataset(dataset)
     sizes = model_sizes(model, widths, spec.image_shape, spec.num_classes, dataset)
-    from gpunn.nn import build_model
-
     try:
         build_model(model, **sizes)
     except ValueError as exc:

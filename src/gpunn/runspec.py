@@ -27,11 +27,9 @@ import numpy as np
 from gpunn.data.registry import DATASETS
 from gpunn.errors import GpunnError
 from gpunn.nn.functional import DEFAULT_REDUCTION, REDUCTIONS
+from gpunn.nn.models import MODELS, model_spec
 
-MODELS = ("mlp", "cnn", "autoencoder")
 SPLITS = ("standard", "e2")
-# widths per model: mlp (hidden,), cnn and autoencoder (first conv channels, second conv channels)
-WIDTH_COUNT = {"mlp": 1, "cnn": 2, "autoencoder": 2}
 # threads per block a run may ask for (`_t<block>`): powers of two from one warp to CUDA's per-block limit
 BLOCK_SIZES = (32, 64, 128, 256, 512, 1024)
 
@@ -60,14 +58,11 @@ def model_sizes(model: str, widths: tuple[int, ...], image_shape: tuple[int, int
                 dataset: str = "") -> dict:
     """Keyword arguments for gpunn.nn.build_model: `model` at `widths` (mlp: hidden; cnn, autoencoder: the two
     convolutions' channels) on data of `image_shape` (C, H, W) and `num_classes` classes."""
-    channels, height, width = image_shape
-    if model == "mlp":
-        return {"in_features": channels * height * width, "hidden": widths[0], "classes": num_classes}
-    if height != width:
+    spec = model_spec(model)
+    _, height, width = image_shape
+    if spec.square_images and height != width:
         raise GpunnError(f"{model} needs square images, dataset {dataset} has {height}x{width}")
-    if model == "cnn":
-        return {"in_channels": channels, "image_size": height, "channels": widths, "classes": num_classes}
-    return {"in_channels": channels, "image_size": height, "channels": widths}
+    return spec.sizes(widths, image_shape, num_classes)
 
 
 @dataclass(frozen=True)
@@ -88,14 +83,11 @@ class RunSpec:
     reduction: str = DEFAULT_REDUCTION
 
     def __post_init__(self):
-        if self.model not in MODELS:
-            raise GpunnError(f"unknown model '{self.model}': choose one of {', '.join(MODELS)}")
+        count = model_spec(self.model).width_count
         if self.split not in SPLITS:
             raise GpunnError(f"unknown split '{self.split}': choose one of {', '.join(SPLITS)}")
-        if len(self.widths) != WIDTH_COUNT[self.model]:
-            raise GpunnError(
-                f"model {self.model} takes {WIDTH_COUNT[self.model]} width(s), got {list(self.widths)}"
-            )
+        if len(self.widths) != count:
+            raise GpunnError(f"model {self.model} takes {count} width(s), got {list(self.widths)}")
         for name, value in (("batch", self.batch), ("epochs", self.epochs), *(("width", w) for w in self.widths)):
             if value <= 0:
                 raise GpunnError(f"{name} must be positive, got {value}")

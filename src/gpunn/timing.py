@@ -14,7 +14,7 @@ import pandas as pd
 
 from gpunn import provenance
 from gpunn.errors import GpunnError
-from gpunn.nn import build_model
+from gpunn.nn import build_model, model_spec
 from gpunn.backends.registry import VARIANTS, make_backend, uses_gpu
 
 
@@ -153,7 +153,7 @@ def torch_trainer(model, torch, lr, device="cpu"):
     softmax cross-entropy the mean over the batch. step returns the loss tensor (no wait for the device)."""
     net = torch_mirror(model, torch).to(device)
     optimizer = torch.optim.SGD(net.parameters(), lr=lr)
-    loss_fn = torch.nn.MSELoss() if model.name == "autoencoder" else torch.nn.CrossEntropyLoss()
+    loss_fn = torch.nn.CrossEntropyLoss() if model_spec(model.name).classifier else torch.nn.MSELoss()
 
     def step(xb, target):
         optimizer.zero_grad(set_to_none=False)
@@ -183,11 +183,11 @@ def torch_epoch_seconds(model, x, y, batch, lr, epochs, seed=0, graph=False) -> 
     data = torch.from_numpy(x).to(dev)
     labels = torch.from_numpy(np.asarray(y, dtype=np.int64)).to(dev)
     _, train_step = torch_trainer(model, torch, lr, dev)
-    autoencoder = model.name == "autoencoder"
+    classifier = model_spec(model.name).classifier
 
     def step(index):
         xb = data[index]
-        return train_step(xb, xb if autoencoder else labels[index])
+        return train_step(xb, labels[index] if classifier else xb)
 
     replay = None
     if graph and len(x) >= batch:  # (no full batch: nothing to replay)

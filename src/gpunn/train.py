@@ -41,6 +41,7 @@ from gpunn.data.prepare import load_prepared
 from gpunn.epochs import DivergenceRule, train_epochs
 from gpunn.evaluate import EVAL_BATCH, predict, test_metrics
 from gpunn.nn.functional import DEFAULT_REDUCTION
+from gpunn.nn.models import model_spec
 from gpunn.rundata import RunData, run_data
 from gpunn.runspec import RunSpec
 from gpunn.seeding import batch_slices
@@ -72,7 +73,7 @@ def train_run(spec: RunSpec, prepared_path, out_dir, log=print, progress_every_s
     """Train `spec` on the prepared dataset; write metrics.csv, metrics.json and weights.npz to out_dir. A diverged
     run raises GpunnError before writing anything, unless `keep_diverged`."""
     data = run_data(spec, load_prepared(prepared_path))
-    rule = DivergenceRule(f"run {spec.path}", spec.lr, None if spec.model == "autoencoder" else data.num_classes,
+    rule = DivergenceRule(f"run {spec.path}", spec.lr, data.num_classes if model_spec(spec.model).classifier else None,
                           keep=keep_diverged, hint=KEEP_HINT)
     # data loading above, every timed step below: one timed job at a time on this machine
     simulated = simulator_enabled() and uses_gpu(spec.variant)  # a CPU variant's times are real under it too
@@ -121,7 +122,7 @@ def _train_epochs(spec: RunSpec, data: RunData, rule: DivergenceRule, log, progr
     model = new_model(spec, data.image_shape, data.num_classes)
     memory = MemoryPeak() if uses_gpu(spec.variant) else None
     backend = make_backend(spec.variant, model, spec.model, spec.lr, block=spec.block, reduction=spec.reduction)
-    autoencoder = spec.model == "autoencoder"
+    classifier = model_spec(spec.model).classifier
     n_train = len(data.x_train)
     slices = batch_slices(n_train, spec.batch)
     log(
@@ -154,7 +155,7 @@ def _train_epochs(spec: RunSpec, data: RunData, rule: DivergenceRule, log, progr
         rows.append(row)
         if memory is not None:
             memory.sample()
-        accuracy = "" if autoencoder else f" test acc {100 * row['test_accuracy']:.2f}%"
+        accuracy = f" test acc {100 * row['test_accuracy']:.2f}%" if classifier else ""
         log(f"epoch {epoch}/{spec.epochs}: train loss {row['train_loss']:.4f} test loss "
             f"{row['test_loss']:.4f}{accuracy} ({epoch_s:.2f} s){expected_end(loop_start, epoch, spec.epochs)}")
 

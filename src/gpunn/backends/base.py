@@ -29,9 +29,8 @@ import numpy as np
 
 from gpunn.errors import GpunnError
 from gpunn.nn.functional import DEFAULT_REDUCTION, REDUCTIONS
+from gpunn.nn.models import MODELS, model_spec
 from gpunn.seeding import batch_slices
-
-SUM_REDUCTION_MODELS = ("mlp", "cnn")  # the classifiers: their loss gradient may be the batch sum
 
 
 def check_reduction_setting(model_name: str, reduction: str) -> None:
@@ -39,9 +38,10 @@ def check_reduction_setting(model_name: str, reduction: str) -> None:
     (called by the backends that build a loss head for any model: cpu-numpy and the GPU engine)."""
     if reduction not in REDUCTIONS:
         raise GpunnError(f"loss reduction '{reduction}' is not one of {', '.join(REDUCTIONS)}")
-    if reduction != DEFAULT_REDUCTION and model_name not in SUM_REDUCTION_MODELS:
+    if reduction not in model_spec(model_name).reductions:
+        takers = [name for name, spec in MODELS.items() if reduction in spec.reductions]
         raise GpunnError(f"loss reduction {reduction} (_r{reduction}) is for the classifiers "
-                         f"({', '.join(SUM_REDUCTION_MODELS)}); the {model_name}'s MSE loss trains with the batch "
+                         f"({', '.join(takers)}); the {model_name}'s MSE loss trains with the batch "
                          f"{DEFAULT_REDUCTION} only: drop _r{reduction} from the run path")
 
 
@@ -76,7 +76,8 @@ class Backend:
         self.model = model
         self.model_name = model_name
         self.lr = float(lr)
-        self.autoencoder = model_name == "autoencoder"  # the target of a step is its input
+        self.model_spec = model_spec(model_name)
+        self.target_is_input = not self.model_spec.classifier  # the autoencoder: a step's target is its input
         self._train_x = self._train_y = None
 
     # ---- the contract
@@ -99,7 +100,7 @@ class Backend:
         for number, (s, e) in enumerate(slices, 1):
             index = order[s:e]
             xb = x[index]
-            step = self.train_step(xb, xb if self.autoencoder else y[index])
+            step = self.train_step(xb, xb if self.target_is_input else y[index])
             forward_s += step.forward_s
             backward_s += step.backward_s
             if not math.isfinite(step.loss):
@@ -122,6 +123,6 @@ class Backend:
     def _loaded(self):
         if self._train_x is None:
             raise RuntimeError(f"{self.name}: load_train_data() before train_epoch()")
-        if self._train_y is None and not self.autoencoder:
+        if self._train_y is None and not self.target_is_input:
             raise RuntimeError(f"{self.name}: a classifier needs labels in load_train_data()")
         return self._train_x, self._train_y

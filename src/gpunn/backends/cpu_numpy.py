@@ -8,6 +8,7 @@ import numpy as np
 
 from gpunn.nn import SGD, MSELoss, SoftmaxCrossEntropy
 from gpunn.nn.functional import DEFAULT_REDUCTION
+from gpunn.nn.models import model_spec
 
 from .base import Backend, StepTimes
 from .base import check_reduction_setting
@@ -16,7 +17,7 @@ from .base import check_reduction_setting
 def make_loss(model_name: str, reduction: str = DEFAULT_REDUCTION):
     """The loss head of a model: MSE for the autoencoder (its target is its input; batch mean only:
     check_reduction_setting refuses another reduction), softmax-CE with the gradient's `reduction` otherwise."""
-    return MSELoss() if model_name == "autoencoder" else SoftmaxCrossEntropy(reduction)
+    return SoftmaxCrossEntropy(reduction) if model_spec(model_name).classifier else MSELoss()
 
 
 class CpuNumpyBackend(Backend):

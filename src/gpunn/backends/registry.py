@@ -27,11 +27,9 @@ from typing import Callable, NamedTuple
 
 from gpunn.errors import GpunnError
 from gpunn.nn.functional import DEFAULT_REDUCTION
+from gpunn.nn.models import MODELS
 
 from .gpu.policy import POLICIES, POLICY_MODELS  # plain data: importing it loads no numba
-
-# models whose loss gradient may be the batch sum (RunSpec.reduction "sum"): the classifiers, whose softmax
-# cross-entropy head takes the scale in every variant; the autoencoder's MSE head keeps the batch mean
 
 
 class Variant(NamedTuple):
@@ -67,7 +65,7 @@ def _gpu(name: str) -> Callable:
 GPU_VARIANTS = tuple(POLICIES)  # gpu-naive, gpu-tiled, gpu-optimized, gpu-fused, gpu-im2col, gpu-graph
 GPU_MLP_VARIANTS = tuple(name for name in GPU_VARIANTS if "mlp" in POLICY_MODELS[name])
 VARIANTS: dict[str, Variant] = {
-    "cpu-numpy": Variant(_cpu_numpy, ("mlp", "cnn", "autoencoder"), gpu=False),
+    "cpu-numpy": Variant(_cpu_numpy, tuple(MODELS), gpu=False),
     "cpu-serial": Variant(_cpu_serial, ("mlp",), gpu=False, single_thread=True),
     **{name: Variant(_gpu(name), POLICY_MODELS[name], gpu=True, simulator=POLICIES[name].simulator,
                      blocks=POLICIES[name].blocks) for name in GPU_VARIANTS},
@@ -92,16 +90,11 @@ def variants_for(model_name: str, simulator: bool = False, gpu: bool | None = No
             and (entry.simulator or not simulator) and (gpu is None or entry.gpu == gpu)]
 
 
-# what the Python API's device "cuda" trains each model with (gpunn.api): the fastest variant on a GPU, and where
-# numba's simulator stands in for one (no CUDA graphs) the eager policy gpu-graph replays
-FASTEST_GPU = {"mlp": ("gpu-graph", "gpu-fused"), "cnn": ("gpu-graph", "gpu-im2col"),
-               "autoencoder": ("gpu-graph", "gpu-im2col")}
-
-
 def fastest_gpu_variant(model_name: str, simulator: bool) -> str | None:
-    """The fastest GPU variant that trains `model_name` on a real GPU, or under the simulator; None if none does."""
-    choices = FASTEST_GPU.get(model_name)
-    return None if choices is None else choices[1 if simulator else 0]
+    """What the Python API's device "cuda" trains `model_name` with (ModelSpec.cuda_variants): the fastest GPU variant
+    on a real GPU, or under the simulator (no CUDA graphs: the eager policy gpu-graph replays); None for no model."""
+    spec = MODELS.get(model_name)
+    return None if spec is None else spec.cuda_variants[1 if simulator else 0]
 
 
 def check_block_setting(variant: str, block: int) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 
 import pandas as pd
@@ -24,7 +25,7 @@ from gpunn.cli import OneLineErrorParser, int_at_least, positive_float, positive
 from gpunn.errors import GpunnError
 from gpunn.timing_lock import timing_lock
 from gpunn.backends.registry import VARIANTS, check_variant
-from gpunn.nn import build_model
+from gpunn.nn import build_model, model_spec
 from gpunn.timing import EPOCH_MODELS
 
 
@@ -94,15 +95,16 @@ def model_sizes(args) -> dict:
     """The build_model sizes the options override (--hidden for the MLP; --channels, --image-size for the
     convolutional models), checked by building the model once: a bad size is one GpunnError line."""
     sizes = {}
+    takes = inspect.signature(model_spec(args.op).builder).parameters  # the builder's keyword sizes
     if args.hidden is not None:
-        if args.op != "mlp":
+        if "hidden" not in takes:
             raise GpunnError(f"--hidden sets the MLP's width; {args.op} has --channels")
         sizes["hidden"] = args.hidden
     for key in ("channels", "image_size"):
         value = getattr(args, key)
         if value is None:
             continue
-        if args.op == "mlp":
+        if key not in takes:
             raise GpunnError(f"--{key.replace('_', '-')} is for cnn and autoencoder; the MLP has --hidden")
         sizes[key] = tuple(value) if key == "channels" else value
     try:

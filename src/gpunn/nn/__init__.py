@@ -1,5 +1,6 @@
 """CPU references of gpunn: NumPy forward/backward ops (`functional`), layers and losses, the flat-buffer
-`Sequential`, the three models (MLP, CNN, autoencoder), SGD, and the numba serial MLP baseline (`serial`).
+`Sequential`, the three models (MLP, CNN, autoencoder) and their records (`MODELS`), SGD, and the numba serial
+MLP baseline (`serial`).
 
     from gpunn.nn import Linear, ReLU, SoftmaxCrossEntropy, SGD, forward, backward, parameters
     layers = [Linear(784, 256), ReLU(), Linear(256, 10)]
@@ -28,7 +29,7 @@ from .layers import (
     forward,
     parameters,
 )
-from .models import MODELS, Autoencoder, autoencoder, build_model, cnn, mlp
+from .models import MODELS, Autoencoder, ModelSpec, autoencoder, build_model, cnn, mlp, model_spec
 from .optim import SGD
 
 __all__ = [
@@ -54,6 +55,8 @@ __all__ = [
     "Autoencoder",
     "build_model",
     "MODELS",
+    "ModelSpec",
+    "model_spec",
     "SGD",
     "SerialMLP",
 ]

@@ -3,6 +3,8 @@
 Each constructor draws its initialisation from `gpunn.seeding.init_rng(seed)`, one layer after the other
 (He-normal weights drawn in float64, zero biases), so one seed gives one flat buffer: bit-identical across
 runs, and the float64 model of a seed rounds to exactly the float32 model of that seed.
+`MODELS` holds one `ModelSpec` per model (its builder, widths, input, loss, reductions); `model_spec(name)` looks
+one up.
 
     mlp()          Flatten, Linear(784, 256), ReLU, Linear(256, 10)                        203 530 params
     cnn()          Conv(1->16) ReLU Conv(16->32) ReLU MaxPool Flatten Linear(4608, 10)      50 890 params
@@ -12,12 +14,17 @@ runs, and the float64 model of a seed rounds to exactly the float32 model of tha
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 
+from ..errors import GpunnError
 from ..seeding import init_rng
+from .functional import DEFAULT_REDUCTION, REDUCTIONS
 from .layers import Conv2d, Flatten, Linear, MaxPool2d, Module, ReLU, Sequential, Upsample
 
-__all__ = ["mlp", "cnn", "autoencoder", "Autoencoder", "build_model", "MODELS"]
+__all__ = ["mlp", "cnn", "autoencoder", "Autoencoder", "build_model", "MODELS", "ModelSpec", "model_spec"]
 
 
 def _named(model: Sequential, name: str, input_shape) -> Sequential:
@@ -139,13 +146,62 @@ def autoencoder(
     return _named(model, "autoencoder", (cin, image_size, image_size))
 
 
-MODELS = {"mlp": mlp, "cnn": cnn, "autoencoder": autoencoder}
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model: its builder and what runs, backends and the API need to know about it."""
+
+    name: str
+    builder: Callable[..., Sequential]  # keyword sizes (and seed, dtype) -> the model
+    width_key: str            # the builder keyword a run's widths fill: "hidden" (one int) or "channels" (a tuple)
+    width_count: int          # widths a run names (RunSpec.widths)
+    square_images: bool       # takes (C, S, S) images; else samples of any shape, flattened to in_features
+    loss: str                 # the loss head: "softmax_ce" (labels are the targets) or "mse" (the input is)
+    reductions: tuple[str, ...]  # loss-gradient reductions it trains with (gpunn.nn.functional.REDUCTIONS)
+    cuda_variants: tuple[str, str]  # the API's device "cuda": the fastest GPU variant on a GPU, under the simulator
+    side_multiple: int = 1    # the image side must be a multiple of this (the autoencoder's two pools: 4)
+    encoder: bool = False     # its first layers are an encoder (Autoencoder.encode: features, E6)
+
+    @property
+    def classifier(self) -> bool:
+        """Trained on labels (softmax cross-entropy); else its target is its input."""
+        return self.loss == "softmax_ce"
+
+    def sizes(self, widths, image_shape: tuple[int, int, int], num_classes: int) -> dict:
+        """Keyword sizes of `builder` at `widths` on images of `image_shape` (C, H, W) in `num_classes` classes."""
+        channels, height, width = image_shape
+        sizes = ({"in_channels": channels, "image_size": height} if self.square_images
+                 else {"in_features": channels * height * width})
+        sizes[self.width_key] = widths[0] if self.width_count == 1 else widths
+        if self.classifier:
+            sizes["classes"] = num_classes
+        return sizes
+
+
+MODELS: dict[str, ModelSpec] = {
+    spec.name: spec for spec in (
+        ModelSpec("mlp", mlp, "hidden", 1, square_images=False, loss="softmax_ce", reductions=REDUCTIONS,
+                  cuda_variants=("gpu-graph", "gpu-fused")),
+        ModelSpec("cnn", cnn, "channels", 2, square_images=True, loss="softmax_ce", reductions=REDUCTIONS,
+                  cuda_variants=("gpu-graph", "gpu-im2col")),
+        ModelSpec("autoencoder", autoencoder, "channels", 2, square_images=True, loss="mse",
+                  reductions=(DEFAULT_REDUCTION,), cuda_variants=("gpu-graph", "gpu-im2col"), side_multiple=4,
+                  encoder=True),
+    )
+}
+
+
+def model_spec(name: str) -> ModelSpec:
+    """The record of model `name`; a one-line GpunnError naming the known models otherwise."""
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise GpunnError(f"unknown model '{name}': choose one of {', '.join(MODELS)}") from None
 
 
 def build_model(name: str, **sizes) -> Sequential:
     """Builds "mlp", "cnn" or "autoencoder" with the given keyword sizes (and seed, dtype)."""
     try:
-        constructor = MODELS[name]
+        spec = MODELS[name]
     except KeyError:
         raise ValueError(f"unknown model {name!r}; choose one of {sorted(MODELS)}") from None
-    return constructor(**sizes)
+    return spec.builder(**sizes)

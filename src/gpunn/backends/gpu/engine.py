@@ -40,7 +40,7 @@ from ..base import Backend, EpochResult, StepTimes
 from ..base import check_reduction_setting
 from . import host_steps
 from .host_steps import single_launches as _launches
-from .layers import HEADS, Act, Binder, LinearStage, head_of, plan
+from .layers import HEADS, Act, Binder, LinearStage, plan
 from .policy import PIPELINE_DEPTH, Policy
 
 
@@ -97,7 +97,7 @@ class GpuEngine(Backend):
         if sum(stage.params for stage in self.train_stages) != model.flat.size:
             raise GpunnError(f"GPU engine: the stages of {model_name} cover "
                              f"{sum(s.params for s in self.train_stages)} parameters, the model has {model.flat.size}")
-        self.head = HEADS[head_of(model_name)]
+        self.head = HEADS[self.model_spec.loss]
         self.params = cuda.to_device(model.flat)
         self.grads = cuda.to_device(np.zeros_like(model.flat))
         # the loss head's gradient is of the batch mean or sum (`reduction`; the autoencoder's mse head: the mean only)
@@ -121,7 +121,7 @@ class GpuEngine(Backend):
         self._step_wait = transfers.synchronizer(self.stream, spin=True)  # a host-batch step's wait for its losses
 
     def __repr__(self):
-        return f"GpuEngine({self.name}: {' -> '.join(map(repr, self.train_stages))} -> {head_of(self.model_name)})"
+        return f"GpuEngine({self.name}: {' -> '.join(map(repr, self.train_stages))} -> {self.model_spec.loss})"
 
     # ---- program construction
     def _shapes(self, stages, sample_shape):
@@ -183,8 +183,9 @@ class GpuEngine(Backend):
         out = acts[-1].view
         dacts: list = [None] * (len(stages) + 1)
         dacts[-1] = cuda.device_array(out.shape, np.float32)
-        forward += self.head(binder, out.reshape(rows, -1), y, x.view.reshape(rows, -1) if self.autoencoder else None,
-                             dacts[-1].reshape(rows, -1), losses, counter, stride)
+        target = x.view.reshape(rows, -1) if self.target_is_input else None
+        forward += self.head(binder, out.reshape(rows, -1), y, target, dacts[-1].reshape(rows, -1), losses, counter,
+                             stride)
         backward = []
         for i in reversed(range(first, len(stages))):
             stage, dy = stages[i], dacts[i + 1]
@@ -506,7 +507,7 @@ class GpuEngine(Backend):
 
     def _labels(self, y, n: int) -> np.ndarray:
         """int32 labels of n samples: the classifier's, or zeros for the autoencoder (its target is its input)."""
-        return np.zeros(n, np.int32) if self.autoencoder else np.asarray(y, dtype=np.int32)
+        return np.zeros(n, np.int32) if self.target_is_input else np.asarray(y, dtype=np.int32)
 
     def predict(self, xb: np.ndarray, layers: int | None = None) -> np.ndarray:
         """The model's outputs for the batch xb, or with `layers` those of its first `layers` layers (the
@@ -543,7 +544,7 @@ class GpuEngine(Backend):
             rng = np.random.default_rng(0)
             for rows in sorted(set(batch_sizes)):
                 xb = rng.random((rows, *shape), dtype=np.float32)
-                self.train_step(xb, xb if self.autoencoder else rng.integers(0, 2, rows))
+                self.train_step(xb, xb if self.target_is_input else rng.integers(0, 2, rows))
                 self._check_compiled_blocks(self._step_program(rows, shape))
             self.params.copy_to_device(saved)
 

@@ -294,11 +294,8 @@ def mse_head(binder, out, labels, target, dout, losses, counter, stride) -> list
                               **binder.threads)]
 
 
+# the loss head of each gpunn.nn.models.ModelSpec.loss
 HEADS = {"softmax_ce": softmax_ce_head, "mse": mse_head}
-
-
-def head_of(model_name: str) -> str:
-    return "mse" if model_name == "autoencoder" else "softmax_ce"
 
 
 # ---- planning
