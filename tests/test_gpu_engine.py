@@ -2,11 +2,13 @@
 the engine's refusals. The numerical comparisons with cpu-numpy are in test_gpu_mlp.py (MLP) and below for
 the conv layers."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from gpunn.backends.gpu.layers import Conv2dStage, FlattenStage, LinearStage, MaxPool2dStage, ReluStage, plan
-from gpunn.backends.gpu.policy import POLICIES, gemm_version
+from gpunn.backends.gpu.policy import POLICIES, POLICY_MODELS, gemm_version
 from gpunn.backends.registry import VARIANTS, runs_on_simulator
 from gpunn.nn import build_model
 
@@ -165,3 +167,10 @@ def test_prepare_epoch_makes_what_the_epoch_runs(model_name, variant):
     after = made()
     assert after[0] is before[0] and after[3] == before[3] and after[4] == before[4]
     assert after[1] == before[1] and after[2] == before[2]  # the same program objects, none added
+
+
+def test_gpu_fused_and_gpu_im2col_are_one_design_for_disjoint_models():
+    """policy.py: one set of fields under the name each model's design has (the MLP's fused step, paper 004's
+    im2col); were they to train one model, the two names would be one variant twice."""
+    assert replace(POLICIES["gpu-fused"], name="gpu-im2col") == POLICIES["gpu-im2col"]
+    assert not set(POLICY_MODELS["gpu-fused"]) & set(POLICY_MODELS["gpu-im2col"])

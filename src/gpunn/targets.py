@@ -21,7 +21,9 @@ from gpunn.backends.registry import uses_gpu
 from gpunn.data.integrity import MANIFEST
 from gpunn.data.registry import get_dataset
 from gpunn.experiments import e6
+from gpunn.experiments.base import as_list
 from gpunn.fingerprints import matches, read_record
+from gpunn.nn.models import model_spec
 from gpunn.report.job_times import JOB_TIMES
 from gpunn.report.sources import PROVENANCE as REPORT_PROVENANCE
 from gpunn.report.step_profile import STEP_PROFILE
@@ -145,7 +147,7 @@ def profile_options(config: dict, experiment: str) -> list[str]:
     """The `gpunn profile` options of an experiment's jobs: its model, dataset (the first of E4's: they share
     MNIST's shape), batch and widths, as its runs train."""
     exp, model = config["experiments"][experiment], experiments.get(experiment).model
-    widths = [exp["hidden"]] if model == "mlp" else exp["channels"]
+    widths = as_list(exp[model_spec(model).width_key])
     dataset = exp["dataset"] if "dataset" in exp else exp["datasets"][0]
     return ["--model", model, "--dataset", dataset, "--batch", str(exp["batch"]),
             "--widths", ",".join(str(w) for w in widths)]

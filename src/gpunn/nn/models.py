@@ -151,6 +151,8 @@ class ModelSpec:
     """One model: its builder and what runs, backends and the API need to know about it."""
 
     name: str
+    title: str                # in report titles: "MLP", "CNN", "convolutional autoencoder"
+    short: str                # in short titles: "MLP", "CNN", "autoencoder"
     builder: Callable[..., Sequential]  # keyword sizes (and seed, dtype) -> the model
     width_key: str            # the builder keyword a run's widths fill: "hidden" (one int) or "channels" (a tuple)
     width_count: int          # widths a run names (RunSpec.widths)
@@ -179,11 +181,14 @@ class ModelSpec:
 
 MODELS: dict[str, ModelSpec] = {
     spec.name: spec for spec in (
-        ModelSpec("mlp", mlp, "hidden", 1, square_images=False, loss="softmax_ce", reductions=REDUCTIONS,
+        ModelSpec("mlp", title="MLP", short="MLP", builder=mlp, width_key="hidden", width_count=1,
+                  square_images=False, loss="softmax_ce", reductions=REDUCTIONS,
                   cuda_variants=("gpu-graph", "gpu-fused")),
-        ModelSpec("cnn", cnn, "channels", 2, square_images=True, loss="softmax_ce", reductions=REDUCTIONS,
+        ModelSpec("cnn", title="CNN", short="CNN", builder=cnn, width_key="channels", width_count=2,
+                  square_images=True, loss="softmax_ce", reductions=REDUCTIONS,
                   cuda_variants=("gpu-graph", "gpu-im2col")),
-        ModelSpec("autoencoder", autoencoder, "channels", 2, square_images=True, loss="mse",
+        ModelSpec("autoencoder", title="convolutional autoencoder", short="autoencoder", builder=autoencoder,
+                  width_key="channels", width_count=2, square_images=True, loss="mse",
                   reductions=(DEFAULT_REDUCTION,), cuda_variants=("gpu-graph", "gpu-im2col"), side_multiple=4,
                   encoder=True),
     )

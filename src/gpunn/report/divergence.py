@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from gpunn.epochs import DIVERGENCE_FACTOR
+from gpunn.nn.models import MODELS
 
 CHANCE_FACTOR = 1.5  # test accuracy below CHANCE_FACTOR / classes: at chance
 DIVERGED = "diverged"
@@ -39,7 +40,8 @@ def run_fields(summary: dict) -> dict:
     """From a run's metrics.json: whether it diverged (false for runs recorded before the rule), the first
     diverged epoch and the rule's reason, and whether it ended at chance (None for the autoencoder)."""
     classes, accuracy = summary.get("num_classes"), summary.get("final_test_accuracy")
-    classifier = summary.get("spec", {}).get("model") != "autoencoder" and bool(classes)
+    model = MODELS.get(summary.get("spec", {}).get("model"))
+    classifier = (model is None or model.classifier) and bool(classes)
     at_chance = None
     if classifier and not _missing(accuracy):
         at_chance = bool(float(accuracy) < CHANCE_FACTOR / int(classes))

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from gpunn.errors import GpunnError
+from gpunn.nn.models import model_spec
 from gpunn.report import divergence, figures, sources, tables, titles
 from gpunn.report.tables import format_ratio, ordered_variants
 from gpunn.runspec import RunSpec, format_widths
@@ -47,7 +48,8 @@ def _run_row(summary: dict) -> dict:
         "backward_time_s": summary["backward_time_s"], "final_train_loss": summary["final_train_loss"],
         "test_loss": summary["final_test_loss"], "test_accuracy": summary["final_test_accuracy"],
         **titles.device_fields(summary.get("provenance")),
-        "in_features": titles.mlp_in_features(summary, spec.widths[0]) if spec.model == "mlp" else None,
+        "in_features": (None if model_spec(spec.model).square_images  # the MLP flattens its inputs: their size
+                        else titles.mlp_in_features(summary, spec.widths[0])),
         "classes": summary.get("num_classes"),
         "peak_gpu_memory_bytes": summary.get("peak_gpu_memory_bytes"),
         **divergence.run_fields(summary),

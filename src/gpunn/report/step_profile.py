@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from gpunn.errors import GpunnError
+from gpunn.nn.models import MODELS
 from gpunn.report import figures, tables, titles
 
 STEP_PROFILE = "step_profile"  # the report's table (.csv, .md) and figure (.png, .pdf)
@@ -112,7 +113,7 @@ STEP_WHAT = " of one {model} training step per GPU variant"
 
 def _head(experiment: str, frame: pd.DataFrame, what: str) -> str:
     """'E4: ' + `what` with {model} filled in ('CNN', 'MLP', 'autoencoder') + ', batch 64'."""
-    model = titles.one_or_set(frame["model"], lambda m: str(m).upper() if m in ("mlp", "cnn") else str(m))
+    model = titles.one_or_set(frame["model"], lambda m: MODELS[m].short if m in MODELS else str(m))
     return f"{experiment.upper()}: {what.format(model=model)}, batch {titles.one_or_set(frame['batch'])}"
 
 

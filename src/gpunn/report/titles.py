@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from gpunn.nn.models import MODELS
+
 # the device column of every row timed under the simulator: the real device name would only mislead
 SIMULATOR_DEVICE = "cuda-simulator"
 UNKNOWN_DEVICE = "unknown"
@@ -192,9 +194,8 @@ def model_description(rows: pd.DataFrame) -> str:
     """'MLP 784-256-10', 'MLP 784-hidden-10' (several hidden sizes), 'CNN (conv channels 16, 32)',
     'convolutional autoencoder (conv channels 256, 128)'."""
     models = distinct(rows["model"])
-    if models != ["mlp"]:
-        names = {"cnn": "CNN", "autoencoder": "convolutional autoencoder"}
-        return " and ".join(f"{names.get(m, m)} (conv channels "
+    if any(m not in MODELS or MODELS[m].square_images for m in models):  # conv models: named with their channels
+        return " and ".join(f"{MODELS[m].title if m in MODELS else m} (conv channels "
                             f"{one_or_set(rows.loc[rows['model'] == m, 'widths'], lambda w: w.replace('-', ', '))})"
                             for m in models)
     hidden = distinct(rows["widths"])
