@@ -149,7 +149,7 @@ class SlurmCluster:
     # --- the daemons ----------------------------------------------------------------------------------------
 
     def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen:
-        log = open(self.root / "logs" / f"{name}.out", "ab")
+        log = open(self.root / "logs" / f"{name}.out", "ab")  # noqa: SIM115 (the daemon's log, open while it runs)
         process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env,
                                    start_new_session=True)
         log.close()
@@ -187,7 +187,7 @@ class SlurmCluster:
         except subprocess.TimeoutExpired:
             return False
 
-    def start(self) -> "SlurmCluster":
+    def start(self) -> SlurmCluster:
         if os.geteuid() != 0:
             raise SlurmUnavailable("slurmd must run as root to start jobs; run the Slurm tests as root")
         missing = missing_programs()
@@ -264,7 +264,7 @@ class SlurmCluster:
         if not self.keep:
             shutil.rmtree(self.root, ignore_errors=True)
 
-    def __enter__(self) -> "SlurmCluster":
+    def __enter__(self) -> SlurmCluster:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -304,7 +304,7 @@ def test_step_profile_times_every_launch_of_the_step():
 
     frame = step_profile("mlp", ["gpu-fused", "gpu-graph"], batch=4, repeats=1, log=lambda line: None, steps=2,
                          in_features=6, hidden=5)
-    for variant, rows in frame.groupby("variant"):
+    for _, rows in frame.groupby("variant"):
         assert list(rows["order"]) == list(range(len(rows)))
         assert rows["share"].sum() == pytest.approx(1.0)
         assert (rows["ms"] > 0).all()

@@ -40,7 +40,10 @@ class Wildcards:
 
 def test_gpu_jobs_go_to_the_gpu_partition_per_job():
     settings = config_with(partition="cpu", gpu_partition="gpu", account="proj")["cluster"]
-    uses_gpu = lambda wildcards: int(wildcards.variant.startswith("gpu-"))  # the rules' own gpu resource
+
+    def uses_gpu(wildcards):  # the rules' own gpu resource
+        return int(wildcards.variant.startswith("gpu-"))
+
     resources = cluster.job_resources(settings, "train", timed=True, gpu=uses_gpu)
     assert resources["slurm_account"] == "proj"
     assert resources["slurm_partition"](Wildcards("gpu-tiled")) == "gpu"

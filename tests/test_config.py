@@ -4,8 +4,6 @@ switch, the machine name that keeps measured outputs apart (the README's command
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import yaml
 
@@ -13,6 +11,7 @@ from gpunn.backends.registry import uses_gpu
 from gpunn.config import load_config, machine_slug
 from gpunn.errors import GpunnError
 from gpunn.targets import Layout, report_inputs, report_outputs
+
 from snakemake_helpers import REPO, run_snakemake
 
 
@@ -29,10 +28,12 @@ def load(raw, **kwargs):
 def test_defaults_fill_an_empty_config():
     config = load({})
     assert config["results_dir"] == "results" and config["machine"] == "cpu"
-    assert config["experiments"]["e6"]["train_subset"] == "auto" and config["experiments"]["e6"]["kernel_device"] == "auto"
+    e6 = config["experiments"]["e6"]
+    assert e6["train_subset"] == "auto" and e6["kernel_device"] == "auto"
     assert config["experiments"]["e1"]["batch"] == 64 and config["gpu"] == {"enabled": True, "simulator": False}
     e3 = config["experiments"]["e3"]
-    assert (e3["steps"], e3["samples"], e3["timed_epochs"], e3["repeats"]) == (938, 60000, 3, 20) and e3["variants"][-1] == "gpu-graph"
+    assert (e3["steps"], e3["samples"], e3["timed_epochs"], e3["repeats"]) == (938, 60000, 3, 20)
+    assert e3["variants"][-1] == "gpu-graph"
 
 
 @pytest.mark.parametrize("raw, key, value", [
@@ -70,21 +71,25 @@ def test_yaml_file_with_1e_minus_3(tmp_path):
      "config key experiments.e4.datasets[1] = 'fashion' is not a known dataset"),
     ({"experiments": {"e1": {"variants": ["CPU_NumPy"]}}},
      "config key experiments.e1.variants = 'CPU_NumPy' is not a known variant; choose one of cpu-numpy, cpu-serial"),
-    ({"experiments": {"e2": {"variants": ["gpu-turbo"]}}}, "experiments.e2.variants = 'gpu-turbo' is not a known variant"),
+    ({"experiments": {"e2": {"variants": ["gpu-turbo"]}}},
+     "experiments.e2.variants = 'gpu-turbo' is not a known variant"),
     ({"experiments": {"e4": {"variants": ["cpu-serial"]}}},
      "config key experiments.e4.variants = 'cpu-serial' does not train the cnn; choose one of cpu-numpy"),
     ({"experiments": {"e4": {"block_variants": ["gpu-im2col"]}}},
-     "config key experiments.e4.block_variants = 'gpu-im2col' takes no block size; choose one of gpu-naive, gpu-optimized"),
+     "config key experiments.e4.block_variants = 'gpu-im2col' takes no block size; "
+     "choose one of gpu-naive, gpu-optimized"),
     ({"experiments": {"e4": {"block_sizes": [128, 128]}}}, "experiments.e4.block_sizes lists a size twice"),
     ({"experiments": {"e4": {"block_sizes": [2048]}}}, "config key experiments.e4.block_sizes.0: 2048 is not one of"),
     ({"experiments": {"e4": {"block_sizes": []}}}, "experiments.e4.block_sizes is empty while"),
-    ({"experiments": {"e4": {"block_dataset": "cifar"}}}, "experiments.e4.block_dataset = 'cifar' is not a known dataset"),
+    ({"experiments": {"e4": {"block_dataset": "cifar"}}},
+     "experiments.e4.block_dataset = 'cifar' is not a known dataset"),
     ({"experiments": {"e6": {"gamma": "banana"}}},
      "config key experiments.e6.gamma = 'banana'; choose one of scale, auto, a positive number"),
     ({"experiments": {"e6": {"method": "approx"}}}, "config key experiments.e6.method: 'approx' is not one of"),
     ({"experiments": {"e6": {"train_subset": "most"}}},
      "config key experiments.e6.train_subset = 'most'; choose one of auto, 0 (all rows), a row count"),
-    ({"experiments": {"e6": {"train_subset": -1}}}, "config key experiments.e6.train_subset: -1 is less than the minimum of 0"),
+    ({"experiments": {"e6": {"train_subset": -1}}},
+     "config key experiments.e6.train_subset: -1 is less than the minimum of 0"),
     ({"experiments": {"e6": {"kernel_device": "tpu"}}}, "config key experiments.e6.kernel_device: 'tpu' is not one of"),
     ({"experiments": {"e6": {"variant": "gpu-fused"}}},
      "config key experiments.e6.variant = 'gpu-fused' is not one of experiments.e5.variants; choose one of cpu-numpy"),
@@ -96,8 +101,8 @@ def test_yaml_file_with_1e_minus_3(tmp_path):
     ({"experiments": {"e1": {"batch": 0}}}, "config key experiments.e1.batch: 0 is less than the minimum of 1"),
     ({"experiments": {"e1": {"reductions": ["mean", "avg"]}}},
      "config key experiments.e1.reductions.1: 'avg' is not one of ['mean', 'sum']"),
-    ({"experiments": {"e1": {"reductions": ["sum", "sum"]}}}, "config key experiments.e1.reductions: ['sum', 'sum'] has "
-                                                              "non-unique elements"),
+    ({"experiments": {"e1": {"reductions": ["sum", "sum"]}}},
+     "config key experiments.e1.reductions: ['sum', 'sum'] has non-unique elements"),
     ({"data": {"timeout_s": "soon"}}, "config key data.timeout_s: 'soon' is not of type 'number'"),
     ({"gpu": {"simulator": True}}, "experiments.e1.variants = 'gpu-graph' cannot run under the CUDA simulator"),
     ({"gpu": {"simulator": True}, "experiments": {e: {"variants": ["cpu-numpy"]} for e in ("e1", "e4", "e5")}},
@@ -152,8 +157,9 @@ def test_e5_report_files():
     outputs = report_outputs(load({}), "e5")
     assert [p.rsplit("/", 1)[1] for p in outputs] == [
         "summary.csv", "summary.md", "paper_table.csv", "paper_table.md", "paper_vs_ours.csv", "paper_vs_ours.md",
-        "step_profile.csv", "step_profile.md", "jobs.csv", "jobs.md", "mse_curves.png", "reconstructions.png", "training_time.png",
-        "speedup.png", "step_profile.png", "mse_curves.pdf", "reconstructions.pdf", "training_time.pdf", "speedup.pdf",
+        "step_profile.csv", "step_profile.md", "jobs.csv", "jobs.md", "mse_curves.png", "reconstructions.png",
+        "training_time.png", "speedup.png", "step_profile.png", "mse_curves.pdf", "reconstructions.pdf",
+        "training_time.pdf", "speedup.pdf",
         "step_profile.pdf", "provenance.json"]
 
 

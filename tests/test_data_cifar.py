@@ -6,7 +6,13 @@ import numpy as np
 import pytest
 
 from gpunn.data.cifar import (
-    EXPECTED_MEMBERS, META_MEMBER, RECORD_BYTES, TEST_MEMBER, TRAIN_MEMBERS, read_cifar10_tar, write_cifar10_tar,
+    EXPECTED_MEMBERS,
+    META_MEMBER,
+    RECORD_BYTES,
+    TEST_MEMBER,
+    TRAIN_MEMBERS,
+    read_cifar10_tar,
+    write_cifar10_tar,
 )
 from gpunn.errors import GpunnError
 
@@ -103,7 +109,7 @@ def test_meta_with_blank_lines(tmp_path):
     members = standard_members(*arrays)
     members[0] = (META_MEMBER, ("\n".join(NAMES) + "\n\n\n").encode())
     assert read_cifar10_tar(build_tar(tmp_path / "c.tar.gz", members))["class_names"] == NAMES
-    members[0] = (META_MEMBER, "a\nb\n".encode())
+    members[0] = (META_MEMBER, b"a\nb\n")
     assert_error(build_tar(tmp_path / "d.tar.gz", members), META_MEMBER, "2 class names")
 
 

@@ -11,7 +11,12 @@ import pytest
 from gpunn.data import integrity, registry
 from gpunn.data.download import fetch_dataset
 from gpunn.data.integrity import (
-    ChecksumMismatch, content_md5sum, identify, raw_status, read_manifest, verify_raw,
+    ChecksumMismatch,
+    content_md5sum,
+    identify,
+    raw_status,
+    read_manifest,
+    verify_raw,
 )
 from gpunn.data.offline import write_offline_dataset
 from gpunn.errors import GpunnError

@@ -1,3 +1,4 @@
+import dataclasses
 import re
 
 import pytest
@@ -111,5 +112,5 @@ def test_unknown_dataset_lists_known_names():
 
 def test_spec_is_frozen():
     spec = get_dataset("mnist")
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         spec.name = "other"

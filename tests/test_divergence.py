@@ -22,6 +22,7 @@ from gpunn.report import divergence, index
 from gpunn.report.build import make_report
 from gpunn.runspec import parse_run_path
 from gpunn.targets import experiment_runs, keep_diverged_runs
+
 from test_report import _capture_figures, _epoch_csv, _md_rows
 from test_train import _prepared
 

@@ -14,6 +14,7 @@ from gpunn.config import load_config, load_schema
 from gpunn.errors import GpunnError
 from gpunn.report import index
 from gpunn.report.build import make_report
+
 from test_report import _cpu_and_simulated, _write_run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -81,5 +82,5 @@ def test_the_example_report_and_entry_page(e7, tmp_path):
     assert (out / "loss_curves.png").stat().st_size > 0 and (out / "provenance.json").is_file()
     page = index.write(tmp_path / "report", ["e7"])["index.md"].read_text()
     assert "### E7: " in page and "(paper 000: MLP on Fashion-MNIST at two hidden sizes)" in page
-    assert f"[loss_curves.png](e7/loss_curves.png) ([PDF](e7/loss_curves.pdf)): {e7.caption('loss_curves.png').text()}" \
-        in page
+    caption = e7.caption("loss_curves.png").text()
+    assert f"[loss_curves.png](e7/loss_curves.png) ([PDF](e7/loss_curves.pdf)): {caption}" in page

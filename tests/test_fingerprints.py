@@ -53,7 +53,7 @@ def finished_job(tmp_path, monkeypatch):
     in a workflow folder that is the working directory (as jobs and planning see it)."""
     monkeypatch.chdir(tmp_path)
     config = load_config(yaml.safe_load((ROOT / "config/smoke.yaml").read_text()), log=lambda line: None)
-    path, log = next((p, l) for p, l in planned_intermediates(config, "e1").items() if l and "runs/" in p)
+    path, log = next((p, g) for p, g in planned_intermediates(config, "e1").items() if g and "runs/" in p)
     for name in (path, log):
         Path(name).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text('{"loss": 0.5}')
@@ -129,7 +129,7 @@ def test_every_job_of_a_planned_file_records_it(workflow_copy):
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())
     update_config(config, yaml.safe_load((ROOT / "config/smoke.yaml").read_text()))
     config = load_config(config, log=lambda line: None)
-    planned = {p: l for e in enabled_experiments(config) for p, l in planned_intermediates(config, e).items() if l}
+    planned = {p: g for e in enabled_experiments(config) for p, g in planned_intermediates(config, e).items() if g}
     logs = Layout.of(config).logs("")  # <results_dir>/logs/<rule>/...
     assert {Path(log).relative_to(logs).parts[0] for log in planned.values()} == {
         "prepare", "train", "evaluate", "features", "svm", "time_batches", "sweep_blocks", "step_profile"}

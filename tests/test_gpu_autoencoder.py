@@ -60,7 +60,8 @@ def test_autoencoder_variants_are_registered_with_the_seeds_designs():
     assert fastest_gpu_variant("autoencoder", simulator=True) == "gpu-im2col"
     tiled, im2col = POLICIES["gpu-tiled"], POLICIES["gpu-im2col"]
     # the paper's optimized v1: shared-memory tiles, block-reduction weight and bias gradients
-    assert tiled.conv == {"forward": "tiled", "backward_data": "tiled", "backward_weight": "block", "bias_grad": "block"}
+    assert tiled.conv == {"forward": "tiled", "backward_data": "tiled", "backward_weight": "block",
+                          "bias_grad": "block"}
     # its v2: the implicit-im2col GEMM for all three passes
     assert {im2col.conv[s] for s in ("forward", "backward_data", "backward_weight")} == {"implicit_gemm"}
     assert not any(VARIANTS[v].blocks for v in ("gpu-tiled", "gpu-im2col", "gpu-graph"))

@@ -13,11 +13,11 @@ import sys
 import numpy as np
 import pytest
 
+from gpunn.backends.cpu_numpy import CpuNumpyBackend
+from gpunn.backends.registry import make_backend
 from gpunn.errors import GpunnError
 from gpunn.nn import build_model
 from gpunn.seeding import batch_order, batch_slices
-from gpunn.backends.cpu_numpy import CpuNumpyBackend
-from gpunn.backends.registry import make_backend
 
 GPU_VARIANTS = ["gpu-naive", "gpu-tiled", "gpu-fused"]
 SIZES = {"in_features": 13, "hidden": 7, "classes": 5}

@@ -114,11 +114,11 @@ def test_parameters_are_views_into_the_flat_buffer():
     assert isinstance(params, ParameterBuffer)
     assert params.data is model.flat and params.grad is model.flat_grad
     assert [p.name for p in params] == [n for n, _, _ in model.layout()]
-    for p, (_, offset, shape) in zip(params, model.layout()):
+    for p, (_, _, shape) in zip(params, model.layout()):
         assert p.data.shape == shape == p.grad.shape
         assert np.shares_memory(p.data, model.flat) and np.shares_memory(p.grad, model.flat_grad)
     model.load_flat(np.arange(model.num_parameters, dtype=np.float64))
-    for p, (_, offset, shape) in zip(params, model.layout()):
+    for p, (_, offset, _) in zip(params, model.layout()):
         np.testing.assert_array_equal(p.data.reshape(-1), np.arange(offset, offset + p.size))
     assert model[0].weight.data[0, 0, 0, 1] == 1.0
     with pytest.raises(ValueError, match="load_flat"):

@@ -6,6 +6,15 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+
+from gpunn import io
+from gpunn.errors import GpunnError
+from gpunn.experiments.e1 import PAPER_VALUES, OursE1
+from gpunn.experiments.e2 import OursE2
+from gpunn.report import paper_vs_ours
+from gpunn.report.build import make_report
+from gpunn.report.paper_vs_ours import rows_for
+
 from test_report import (
     E3_VARIANTS,
     E4_RUNS,
@@ -21,14 +30,6 @@ from test_report import (
     _write_confusion,
     _write_timings,
 )
-
-from gpunn import io
-from gpunn.errors import GpunnError
-from gpunn.report import paper_vs_ours
-from gpunn.report.build import make_report
-from gpunn.experiments.e1 import PAPER_VALUES, OursE1
-from gpunn.experiments.e2 import OursE2
-from gpunn.report.paper_vs_ours import rows_for
 
 
 def _rows(out, table=None) -> pd.DataFrame:

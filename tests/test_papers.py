@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from gpunn import experiments
 from gpunn.backends.registry import VARIANTS
 from gpunn.errors import GpunnError
-from gpunn import experiments
 from gpunn.experiments import PAPER_VALUES, e3, e4, e5, paper_value, paper_values
 from gpunn.report import papers
 from gpunn.report.papers import QUANTITIES, UNITS
@@ -172,7 +172,7 @@ def test_queries_refuse_unknown_fields_and_ambiguity():
 
 def test_report_constants_come_from_the_papers():
     epochs = paper_values("e5", "epoch_time", source=e5.E5_EPOCH_TABLE)
-    assert e5.E5_PAPER_EPOCH_S == {e.ours[0]: e.value for e in epochs}
+    assert {e.ours[0]: e.value for e in epochs} == e5.E5_PAPER_EPOCH_S
     assert e5.E5_PAPER_EPOCH_S == {"cpu-numpy": 29678.0, "gpu-naive": 991.63, "gpu-tiled": 517.18,
                                            "gpu-im2col": 117.97}
     assert [e5.E5_PHASES[e.ours[0]] for e in epochs] == [e.phase for e in epochs]

@@ -12,8 +12,8 @@ import pytest
 from numba import config
 
 from gpunn import provenance
-from gpunn.errors import GpunnError
 from gpunn.backends.registry import GPU_MLP_VARIANTS, uses_gpu
+from gpunn.errors import GpunnError
 
 
 def test_cpu_record_has_exactly_the_documented_keys():
@@ -120,10 +120,10 @@ def test_uses_gpu_comes_from_the_registry():
 
 
 def test_time_batches_rows_carry_their_variants_provenance(tmp_path):
+    import pandas as pd
+
     from gpunn import cli
     from gpunn.batch_timing import BATCH_TIMING_COLUMNS
-
-    import pandas as pd
 
     out = tmp_path / "timing.csv"
     assert cli.main(["time-batches", "--variants", "cpu-numpy", "gpu-naive", "--batches", "2", "--hidden", "4",

@@ -14,17 +14,17 @@ import pytest
 
 from gpunn import io
 from gpunn.backends.registry import uses_gpu
+from gpunn.batch_timing import BATCH_TIMING_COLUMNS
 from gpunn.cli import main as cli_main
 from gpunn.errors import GpunnError
-from gpunn.report.build import make_report
 from gpunn.experiments.e1 import epoch_time_bars
 from gpunn.experiments.e2 import e2_heatmaps, e2_phase_times
 from gpunn.experiments.e3 import batch_timing, block_sweep
+from gpunn.report.build import make_report
 from gpunn.report.figures import confusion_matrix_figure, loss_curves, reconstruction_grid, sample_classifications
 from gpunn.report.tables import format_significant, markdown_table, summary_table
 from gpunn.runspec import RunSpec
 from gpunn.targets import JOB_TIMES, STEP_PROFILE, report_outputs
-from gpunn.batch_timing import BATCH_TIMING_COLUMNS
 from gpunn.train import METRIC_COLUMNS
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -3,20 +3,20 @@ figures' captions (gpunn.report.captions): built from synthetic run folders, che
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
+from gpunn import experiments
 from gpunn.cli import main as cli_main
 from gpunn.config import load_config
 from gpunn.errors import GpunnError
-from gpunn import experiments
 from gpunn.report import captions, index, sources
 from gpunn.report.build import make_report
 from gpunn.targets import EXPERIMENTS, index_args, report_figures
+
 from test_report import _cpu_and_h100, _cpu_and_simulated, _e1_results, _provenance
 
 REPO = Path(__file__).resolve().parents[1]
@@ -91,7 +91,8 @@ def test_index_headlines_beside_the_papers_and_not_run_experiments(tmp_path):
     for name in ("summary.md", "paper_vs_ours.md"):
         assert f"(e1/{name})" in page
     for figure in ("loss_curves.png", "epoch_time.png", "samples.png"):
-        assert f"[{figure}](e1/{figure}) ([PDF](e1/{figure[:-4]}.pdf)): {experiments.get('e1').caption(figure).text()}" in page
+        caption = experiments.get("e1").caption(figure).text()
+        assert f"[{figure}](e1/{figure}) ([PDF](e1/{figure[:-4]}.pdf)): {caption}" in page
     # the provenance: both devices, their versions and the experiments that used them
     h100 = _md_row(page, "NVIDIA H100 80GB HBM3")
     assert h100[-1] == "E1"

@@ -9,6 +9,7 @@ each thread a private array, every time; the fixed one holds a lock across looku
 thread waits out the timeout alone and the others find its array.
 """
 
+import contextlib
 import threading
 
 import numpy as np
@@ -17,8 +18,10 @@ from numba import config, cuda, float32
 
 pytestmark = pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="tests a fix to numba's CUDA simulator")
 
-from gpunn.kernels import simulator, softmax  # noqa: E402  (importing a kernel module installs the fix)
 from numba.cuda.simulator import kernelapi  # noqa: E402
+
+from gpunn.kernels import simulator, softmax  # noqa: E402  (importing a kernel module installs the fix)
+
 from test_racecheck import BLOCK, tree_sum  # noqa: E402
 
 
@@ -34,10 +37,9 @@ class _MissRendezvous(dict):
     def get(self, key, default=None):
         found = super().get(key, default)
         if found is None:
-            try:
+            # the fixed allocator serialises the lookups: the first waits alone, then goes on
+            with contextlib.suppress(threading.BrokenBarrierError):
                 self.barrier.wait()
-            except threading.BrokenBarrierError:
-                pass  # the fixed allocator serialises the lookups: the first waits alone, then goes on
         return found
 
     def __setitem__(self, key, value):

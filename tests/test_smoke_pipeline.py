@@ -467,7 +467,8 @@ def test_a_job_cancelled_by_slurm_is_reported_then_resumed(slurm, slurm_smoke):
     for target in targets:
         target.unlink()
     argv, env = snakemake_command(*names, "--keep-going", *FAST_POLLING, "--workflow-profile", "profiles/slurm",
-                                  "--configfile", "config/smoke.yaml", env_extra={"SLURM_CONF": slurm.env["SLURM_CONF"]})
+                                  "--configfile", "config/smoke.yaml",
+                                  env_extra={"SLURM_CONF": slurm.env["SLURM_CONF"]})
     run = subprocess.Popen(argv, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     cancelled = None
     deadline = time.monotonic() + 120

@@ -20,6 +20,7 @@ from gpunn.report import step_profile
 from gpunn.report.build import make_report
 from gpunn.targets import profiled_variants, report_inputs, report_outputs
 from gpunn.timing import PROFILE_COLUMNS
+
 from snakemake_helpers import run_snakemake
 from test_report import _assert_written, _e1_results
 

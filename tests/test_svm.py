@@ -194,8 +194,8 @@ def test_latent_tensors_are_flattened(feature_files, tmp_path):
 
 def test_precomputed_kernel_gives_the_libsvm_model(tmp_path):
     """The BLAS-precomputed kernel route trains the same SVC as libsvm on the raw features."""
-    from sklearn.svm import SVC
     from sklearn.preprocessing import StandardScaler
+    from sklearn.svm import SVC
 
     from gpunn.rbf_kernel import rbf_kernel_into
 

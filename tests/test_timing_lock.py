@@ -117,10 +117,9 @@ def _free(path) -> bool:
 
 @pytest.mark.parametrize("error", [RuntimeError, KeyboardInterrupt])
 def test_released_when_the_block_fails(lock_file, error):
-    with pytest.raises(error):
-        with timing_lock("job", log=print):
-            assert not _free(lock_file)
-            raise error()
+    with pytest.raises(error), timing_lock("job", log=print):
+        assert not _free(lock_file)
+        raise error()
     assert _free(lock_file)
 
 
@@ -136,8 +135,7 @@ def test_nested_use_in_one_process_does_not_wait_for_itself(lock_file):
 def test_unusable_lock_path_is_one_clear_error(tmp_path, monkeypatch):
     path = tmp_path / "no-such-dir" / "timing.lock"
     monkeypatch.setenv("GPUNN_TIMING_LOCK", str(path))
-    with pytest.raises(GpunnError) as caught:
-        with timing_lock("job"):
-            pass
+    with pytest.raises(GpunnError) as caught, timing_lock("job"):
+        pass
     message = str(caught.value)
     assert str(path) in message and "GPUNN_TIMING_LOCK" in message and "\n" not in message

@@ -12,6 +12,7 @@ from gpunn.nn.functional import REDUCTIONS
 from gpunn.report.tables import markdown_table
 from gpunn.runspec import PATH_FIELDS, WILDCARD_CONSTRAINTS, RunSpec, format_lr, parse_hparams, parse_run_path
 from gpunn.targets import EXPERIMENTS, experiment_runs
+
 from snakemake_helpers import run_snakemake
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,8 +38,8 @@ def test_default_dry_run_lists_every_stage(workflow_copy):
                 "cifar10/standard/autoencoder/gpu-im2col/w256-128_b64_lr0.002_e20_s0"):  # the GPU on all 50 000
         assert f"python -m gpunn train {run} " in text
     assert "python -m gpunn time-batches --variants cpu-serial" in text  # E3, gpu-graph among its variants
-    assert "python -m gpunn time-batches --variants gpu-graph --batches 1,8,32,64,128,512 --hidden 256 --features 784 " \
-           "--steps 938 --samples 60000 --timed-epochs 3 --repeats 20 " in text
+    assert "python -m gpunn time-batches --variants gpu-graph --batches 1,8,32,64,128,512 --hidden 256 " \
+           "--features 784 --steps 938 --samples 60000 --timed-epochs 3 --repeats 20 " in text
     assert "python -m gpunn features --run results/runs/gpu-box/cifar10/" in text  # E6, under the machine's name
     assert "python -m gpunn svm --features results/features/gpu-box/cifar10/" in text
     svm_job = _job(text, "svm")  # E6 on a GPU machine: all rows, the kernel on the GPU, which the job reserves
@@ -142,9 +143,10 @@ def test_default_config_has_the_papers_settings():
 def test_every_report_input_is_a_planned_intermediate(config_file):
     """Snakemake does not remake a missing input of an up-to-date job: every report input must be a planned
     intermediate (gpunn.targets.missing_intermediates makes a missing one a target), each with its job's log."""
+    from snakemake.utils import update_config
+
     from gpunn.config import load_config
     from gpunn.targets import planned_intermediates, report_inputs
-    from snakemake.utils import update_config
 
     raw = yaml.safe_load((REPO / "config/config.yaml").read_text())
     update_config(raw, yaml.safe_load((REPO / config_file).read_text()))

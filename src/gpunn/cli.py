@@ -160,10 +160,10 @@ def _cmd_svm(args):
 
 def _cmd_time_batches(args):
     from gpunn import io
+    from gpunn.backends.registry import check_variant, uses_gpu
     from gpunn.batch_timing import time_batches
     from gpunn.device import simulator_enabled
     from gpunn.timing_lock import timing_lock
-    from gpunn.backends.registry import check_variant, uses_gpu
 
     for variant in args.variants:
         check_variant(variant, "mlp")
@@ -259,14 +259,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_prepare)
 
     p = sub.add_parser("train", help="train one run")
-    p.add_argument("run", help="dataset/split/model/variant/hparams, e.g. mnist/standard/mlp/cpu-numpy/w256_b64_lr0.01_e10_s0")
+    p.add_argument("run", help="dataset/split/model/variant/hparams, "
+                               "e.g. mnist/standard/mlp/cpu-numpy/w256_b64_lr0.01_e10_s0")
     p.add_argument("--data", required=True, help="prepared .npz of the run's dataset and split")
     p.add_argument("--out", required=True, help="run directory for metrics.csv, metrics.json, weights.npz")
     p.add_argument("--progress-every", type=positive_float, default=15.0,
                    help="seconds between progress lines inside an epoch")
     p.add_argument("--keep-diverged", action="store_true",
                    help="a diverged run (a non-finite loss, or an epoch's train loss over gpunn.epochs."
-                        "DIVERGENCE_FACTOR times the first's) trains on and is written, marked diverged, instead of stopping with an error")
+                        "DIVERGENCE_FACTOR times the first's) trains on and is written, marked diverged, instead of "
+                        "stopping with an error")
     p.set_defaults(func=_cmd_train)
 
     for name, func, help_text in (("evaluate", _cmd_evaluate, "test-set metrics, predictions and samples of a run"),
@@ -348,7 +350,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profiles", nargs="*", default=[],
                    help="E1, E4, E5: step profile CSV(s), one per GPU variant (results/profile/<machine>/eN/)")
     p.add_argument("--jobs", nargs="*", default=[],
-                   help="the benchmark files (results/benchmarks/...tsv) of the jobs the report depends on: jobs.csv/.md")
+                   help="the benchmark files (results/benchmarks/...tsv) of the jobs the report depends on: "
+                        "jobs.csv/.md")
     p.set_defaults(func=_cmd_report)
 
     p = sub.add_parser("index", help="the report's entry page (index.md, .csv, .rst) over the experiments' reports")

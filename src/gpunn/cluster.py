@@ -13,7 +13,7 @@ on one machine, and timed jobs on different nodes run side by side.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from .errors import GpunnError
 

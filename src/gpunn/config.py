@@ -23,8 +23,9 @@ import copy
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -136,8 +137,8 @@ def _check_registries(config: dict) -> None:
                                   experiment.model)
         check_variants(f"experiments.{name}.variants", block["variants"], experiment.model, simulator)
         if not block["variants"] and block["enabled"]:
-            raise GpunnError(f"config key experiments.{name}.variants is empty"
-                             + (" once gpu.enabled: false drops the GPU variants" if not config["gpu"]["enabled"] else "")
+            dropped = "" if config["gpu"]["enabled"] else " once gpu.enabled: false drops the GPU variants"
+            raise GpunnError(f"config key experiments.{name}.variants is empty{dropped}"
                              + f"; list a variant or set experiments.{name}.enabled: false")
     for experiment in experiments.ALL:
         if experiment.check is not None:

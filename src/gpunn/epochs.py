@@ -89,8 +89,8 @@ class DivergenceRule:
             reason = f"train loss {loss:.4g} at {where} is over {DIVERGENCE_FACTOR:g}x {against}"
         found = Divergence(epoch, float(loss), reason)
         if not self.keep:
-            raise GpunnError(f"training diverged: {self.what} at learning rate {format_lr(self.lr)}: {reason}; lower the "
-                             f"learning rate or check the input data{self.hint}")
+            raise GpunnError(f"training diverged: {self.what} at learning rate {format_lr(self.lr)}: {reason}; "
+                             f"lower the learning rate or check the input data{self.hint}")
         self.found = self.found or found
         return found
 

@@ -17,12 +17,12 @@ from pathlib import Path
 import numpy as np
 
 from gpunn import io
+from gpunn.backends.registry import make_backend
 from gpunn.data.prepare import load_prepared
 from gpunn.nn.functional import mse_forward, softmax_cross_entropy
 from gpunn.nn.models import model_spec
 from gpunn.rundata import images_to_float, run_data
 from gpunn.seeding import batch_slices
-from gpunn.backends.registry import make_backend
 from gpunn.weights import load_trained
 
 EVAL_BATCH = 1000
@@ -58,7 +58,8 @@ def evaluate_run(run_dir, prepared_path, out_dir, log=print, n_samples: int = 25
     backend = make_backend("cpu-numpy", model, spec.model, spec.lr)
     start = time.perf_counter()
     outputs = predict(backend, data.x_test)
-    result = {"run": spec.path, "n_test": len(data.x_test), **test_metrics(spec.model, outputs, data.x_test, data.y_test)}
+    metrics = test_metrics(spec.model, outputs, data.x_test, data.y_test)
+    result = {"run": spec.path, "n_test": len(data.x_test), **metrics}
     out_dir = Path(out_dir)
     shown = min(n_samples, len(data.x_test))
     if not model_spec(spec.model).classifier:

@@ -15,14 +15,13 @@ from pathlib import Path
 import numpy as np
 
 from gpunn import io
-from gpunn.data.prepare import load_prepared
 from gpunn.backends.registry import make_backend, uses_gpu
+from gpunn.data.prepare import load_prepared
 from gpunn.errors import GpunnError
 from gpunn.nn.models import model_spec
 from gpunn.rundata import images_to_float
 from gpunn.seeding import batch_slices
 from gpunn.weights import load_trained
-
 
 # the GPU encoder must give the CPU encoder's features on CHECK_IMAGES training images to this relative error
 CHECK_TOLERANCE = 1e-5
@@ -41,7 +40,8 @@ def gpu_encoder(spec, model, sample: np.ndarray, log=print):
     error = float(np.max(np.abs(encode(sample) - expected)) / max(np.max(np.abs(expected)), 1e-30))
     if not error <= CHECK_TOLERANCE:
         raise GpunnError(f"the {spec.variant} encoder differs from the CPU encoder by {error:.2e} (relative) on "
-                         f"{len(sample)} training images, more than {CHECK_TOLERANCE:g}; the GPU kernels are wrong here")
+                         f"{len(sample)} training images, more than {CHECK_TOLERANCE:g}; the GPU kernels are wrong "
+                         "here")
     log(f"GPU encoder ({spec.variant}) checked against the CPU encoder on {len(sample)} images: max relative "
         f"difference {error:.1e}")
     return encode
@@ -60,7 +60,8 @@ def extract_features(run_dir, prepared_path, out_dir, train_limit: int = 0, batc
         encode = gpu_encoder(spec, model, images_to_float(prepared.x_train[:CHECK_IMAGES]), log)
     out_dir = Path(out_dir)
     sizes = {}
-    for part, images, labels in (("train", prepared.x_train, prepared.y_train), ("test", prepared.x_test, prepared.y_test)):
+    parts = (("train", prepared.x_train, prepared.y_train), ("test", prepared.x_test, prepared.y_test))
+    for part, images, labels in parts:
         if part == "train" and train_limit:
             images, labels = images[:train_limit], labels[:train_limit]
         chunks, start, last_report = [], time.perf_counter(), time.perf_counter()

@@ -7,8 +7,9 @@ import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -72,12 +73,10 @@ def write_csv(path, frame) -> None:
 
 
 def write_npy(path, array: np.ndarray) -> None:
-    with atomic_path(path) as tmp:
-        with open(tmp, "wb") as fh:
-            np.save(fh, array)
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        np.save(fh, array)
 
 
 def write_npz(path, **arrays: np.ndarray) -> None:
-    with atomic_path(path) as tmp:
-        with open(tmp, "wb") as fh:
-            np.savez(fh, **arrays)
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        np.savez(fh, **arrays)

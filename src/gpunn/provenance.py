@@ -21,8 +21,8 @@ from importlib import metadata
 from pathlib import Path
 
 # every key of collect()'s record, in this order
-PROVENANCE_KEYS = ("device", "driver", "simulator", "cpu", "hostname", "blas_threads", "numba_threads", "python", "numpy",
-                   "numba", "numba_cuda", "snakemake", "commit")
+PROVENANCE_KEYS = ("device", "driver", "simulator", "cpu", "hostname", "blas_threads", "numba_threads", "python",
+                   "numpy",                    "numba", "numba_cuda", "snakemake", "commit")
 # the subset repeated on every row of a timing CSV (columns() gives them)
 CSV_COLUMNS = ("device", "driver", "simulator", "blas_threads", "numba_threads", "numpy", "numba", "numba_cuda",
                "snakemake", "commit")

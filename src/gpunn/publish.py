@@ -18,8 +18,16 @@ from gpunn.config import load_config, load_schema
 from gpunn.errors import GpunnError
 from gpunn.report import index, readme
 from gpunn.report.build import make_report
-from gpunn.targets import (EXPERIMENTS, INDEX_FILES, Layout, enabled_experiments, index_setting, job_benchmarks,
-                           report_inputs, report_options)
+from gpunn.targets import (
+    EXPERIMENTS,
+    INDEX_FILES,
+    Layout,
+    enabled_experiments,
+    index_setting,
+    job_benchmarks,
+    report_inputs,
+    report_options,
+)
 
 BASE_CONFIG = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
 PUBLISHED_SUFFIXES = (".md", ".csv", ".png")  # and each report's provenance.json, which the entry page reads
@@ -55,7 +63,8 @@ def rebuild(config: dict, log: Callable[[str], None] = print) -> list[str]:
         inputs = {**report_inputs(config, experiment), "jobs": job_benchmarks(config, experiment)}
         missing = [p for kind, paths in inputs.items() if kind != "jobs" for p in paths if not Path(p).exists()]
         if missing:
-            raise GpunnError(f"{missing[0]}: missing ({len(missing)} input(s) of {experiment.upper()}'s report in all); "
+            raise GpunnError(f"{missing[0]}: missing ({len(missing)} input(s) of {experiment.upper()}'s report in "
+                             "all); "
                              f"run or restore {experiment} first (snakemake {experiment})")
         make_report(experiment, layout.report_dir(experiment), **report_options(inputs))
         log(f"rebuilt {layout.report_dir(experiment)}")
@@ -65,7 +74,8 @@ def rebuild(config: dict, log: Callable[[str], None] = print) -> list[str]:
 
 
 def _published_files(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_file() and (p.suffix in PUBLISHED_SUFFIXES or p.name == PROVENANCE))
+    return sorted(p for p in folder.iterdir()
+                  if p.is_file() and (p.suffix in PUBLISHED_SUFFIXES or p.name == PROVENANCE))
 
 
 def copy_reports(report_root, to, ran) -> None:

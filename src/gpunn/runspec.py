@@ -125,7 +125,7 @@ class RunSpec:
         return out
 
     @classmethod
-    def from_dict(cls, record: dict) -> "RunSpec":
+    def from_dict(cls, record: dict) -> RunSpec:
         """The spec of a to_dict record, read from its path (which holds every field)."""
         return parse_run_path(record["path"])
 

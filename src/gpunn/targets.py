@@ -56,7 +56,7 @@ class Layout:
     machine: str = DEFAULT_MACHINE
 
     @classmethod
-    def of(cls, config: dict) -> "Layout":
+    def of(cls, config: dict) -> Layout:
         return cls(config.get("results_dir", DEFAULT_RESULTS).rstrip("/") or ".",
                    config.get("machine", DEFAULT_MACHINE))
 
@@ -311,7 +311,7 @@ def job_benchmarks(config: dict, experiment: str) -> list[str]:
     return [layout.benchmark_of(log) for log in dict.fromkeys(logs)]
 
 
-def _measured_inputs(config: dict, experiment: str, layout: "Layout") -> dict[str, str]:
+def _measured_inputs(config: dict, experiment: str, layout: Layout) -> dict[str, str]:
     """The report's inputs that no run folder holds, each with its job's log: E3's timing CSVs and block sweep,
     the step profiles, E6's SVM outputs."""
     inputs, files = report_inputs(config, experiment), {}

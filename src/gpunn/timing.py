@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 
 from gpunn import provenance
+from gpunn.backends.registry import VARIANTS, make_backend, uses_gpu
 from gpunn.errors import GpunnError
 from gpunn.nn import build_model, model_spec
-from gpunn.backends.registry import VARIANTS, make_backend, uses_gpu
 
 
 def provenance_columns(variant: str) -> dict:
@@ -82,9 +82,8 @@ def gpunn_epoch_seconds(variant, model_name, sizes, x, y, batch, lr, epochs, see
     an epoch early, so its time would not be an epoch's."""
     import time
 
-    from gpunn.seeding import batch_order, batch_slices
-
     from gpunn.device import MemoryPeak
+    from gpunn.seeding import batch_order, batch_slices
 
     memory = MemoryPeak() if VARIANTS[variant].gpu else None
     backend = make_backend(variant, build_model(model_name, **sizes, seed=seed), model_name, lr)

@@ -22,8 +22,8 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
 
 from gpunn.errors import GpunnError
 

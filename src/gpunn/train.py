@@ -35,9 +35,9 @@ from pathlib import Path
 import pandas as pd
 
 from gpunn import io, provenance
-from gpunn.device import MemoryPeak, simulator_enabled
 from gpunn.backends.registry import make_backend, uses_gpu
 from gpunn.data.prepare import load_prepared
+from gpunn.device import MemoryPeak, simulator_enabled
 from gpunn.epochs import DivergenceRule, train_epochs
 from gpunn.evaluate import EVAL_BATCH, predict, test_metrics
 from gpunn.nn.functional import DEFAULT_REDUCTION

@@ -10,8 +10,7 @@ from gpunn.nn import SGD, MSELoss, SoftmaxCrossEntropy
 from gpunn.nn.functional import DEFAULT_REDUCTION
 from gpunn.nn.models import model_spec
 
-from .base import Backend, StepTimes
-from .base import check_reduction_setting
+from .base import Backend, StepTimes, check_reduction_setting
 
 
 def make_loss(model_name: str, reduction: str = DEFAULT_REDUCTION):

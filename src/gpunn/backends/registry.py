@@ -23,7 +23,8 @@ The GPU variants are one engine (gpunn.backends.gpu.engine) run under different 
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 from gpunn.errors import GpunnError
 from gpunn.nn.functional import DEFAULT_REDUCTION

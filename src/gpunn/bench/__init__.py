@@ -63,72 +63,52 @@ steps: those rows say ``extrapolated`` in the CSV and carry a ``*`` in the print
 ``block_sweep`` is the E3 block-size sweep of the memory-bound kernels (``gpunn sweep-blocks``).
 
 Modules
-    core       Problem, the memory-bound problem builder (_launcher_problem), validation, timing (the one event clock, gpunn.kernels.launch.Clock),
-               the CSV table (BENCH_COLUMNS), --blocks and the device header
+    core       Problem, the memory-bound problem builder (_launcher_problem), validation, timing (the one event
+               clock, gpunn.kernels.launch.Clock), the CSV table (BENCH_COLUMNS), --blocks and the device header
     gemm       GEMM problems (GemmCase, gemm_tolerance)
     conv       convolution problems: every pass and version at the CNN's and the autoencoder's shapes, % of cuDNN
     pool       max-pool, upsample and MSE-head problems at the same shapes
     ops        memory-bound problems: elementwise, softmax, reduce, sgd (MEMORY_BOUND_BUILDERS)
     sweep      the E3 block-size sweep (block_sweep, --shapes)
     __main__   the command line
-Every name callers use is importable from gpunn.bench itself (re-exported here): op_problems and OPS (the op
-families), and the pieces a new family's problem module builds on (Problem, _launcher_problem, _Output, ...).
+The names callers use are importable from gpunn.bench itself (__all__): op_problems and OPS (the op families),
+and the benchmark's pieces the command line and the tests use (Problem, validate, benchmark, ...); a new family's
+problem module builds on gpunn.bench.core (Problem, _launcher_problem, _Output, ...).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from gpunn.bench.conv import conv_problems
 from gpunn.bench.core import (
     BENCH_COLUMNS,
     DEFAULT_BLOCKS,
     DEFAULT_REPEATS,
-    MIN_REPEATS,
     QUICK_BLOCKS,
     QUICK_REPEATS,
-    SIMULATOR_NOTE,
-    TIME_BUDGET_MS,
     TOLERANCE,
-    WARMUP_LAUNCHES,
-    WARP,
     BenchMismatch,
-    Configuration,
     Problem,
-    Timing,
-    _launcher_problem,
-    _Output,
-    _poisoned,
-    _random,
-    _tensor,
     bench_frame,
     benchmark,
     block_dims,
-    block_threads,
-    check_outputs,
     log_device_header,
-    median_launch_ms,
     numba_clock,
     parse_blocks,
-    reference_timing,
     time_configuration,
-    torch_clock,
-    torch_on_gpu,
     validate,
 )
-from gpunn.bench.gemm import GEMM_CASES, QUICK_GEMM_CASES, GemmCase, gemm_problems, gemm_tolerance
-from gpunn.bench.ops import (
-    MEMORY_BOUND_BUILDERS,
-    MEMORY_SHAPES,
-    QUICK_MEMORY_SHAPES,
-    SGD_LR,
-    elementwise_problems,
-    reduce_problems,
-    sgd_problems,
-    softmax_problems,
-)
-from gpunn.bench.conv import conv_problems
+from gpunn.bench.gemm import GEMM_CASES, QUICK_GEMM_CASES, gemm_problems, gemm_tolerance
+from gpunn.bench.ops import MEMORY_BOUND_BUILDERS, MEMORY_SHAPES, QUICK_MEMORY_SHAPES
 from gpunn.bench.pool import pool_problems
 from gpunn.bench.sweep import SWEEP_COLUMNS, block_sweep, parse_shapes
+
+__all__ = ["BENCH_COLUMNS", "DEFAULT_BLOCKS", "DEFAULT_REPEATS", "GEMM_CASES", "OPS", "QUICK_BLOCKS",
+           "QUICK_GEMM_CASES", "QUICK_REPEATS", "SWEEP_COLUMNS", "TOLERANCE", "BenchMismatch", "Problem",
+           "bench_frame", "benchmark", "block_dims", "block_sweep", "gemm_problems", "gemm_tolerance",
+           "log_device_header", "numba_clock", "op_problems", "parse_blocks", "parse_shapes", "time_configuration",
+           "validate"]
 
 OPS = ("gemm", "conv", "pool", *MEMORY_BOUND_BUILDERS)
 

@@ -9,6 +9,7 @@ import sys
 import pandas as pd
 
 from gpunn import bench, device, io
+from gpunn.backends.registry import VARIANTS, check_variant
 from gpunn.bench import (
     DEFAULT_BLOCKS,
     DEFAULT_REPEATS,
@@ -23,10 +24,9 @@ from gpunn.bench import (
 )
 from gpunn.cli import OneLineErrorParser, int_at_least, positive_float, positive_int_list
 from gpunn.errors import GpunnError
-from gpunn.timing_lock import timing_lock
-from gpunn.backends.registry import VARIANTS, check_variant
 from gpunn.nn import build_model, model_spec
 from gpunn.timing import EPOCH_MODELS
+from gpunn.timing_lock import timing_lock
 
 
 class BenchParser(OneLineErrorParser):

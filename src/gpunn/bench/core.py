@@ -1,7 +1,7 @@
 """What every benchmark shares (the method is described in gpunn.bench): a Problem (one op on one shape, with
 its float64 expected outputs and how to bind a launch of each version), the helpers that build memory-bound
-problems from a kernel's launcher, validation against the references, CUDA-event timing (gpunn.kernels.launch.Clock) with the
-torch reference, the CSV table of the rows (BENCH_COLUMNS), and the block-size and device lines of the
+problems from a kernel's launcher, validation against the references, CUDA-event timing (gpunn.kernels.launch.Clock)
+with the torch reference, the CSV table of the rows (BENCH_COLUMNS), and the block-size and device lines of the
 command line.
 """
 

@@ -174,10 +174,9 @@ def write_cifar10_tar(path, x_train, y_train, x_test, y_test, class_names) -> No
 
     gz_name = Path(path).name
     gz_name = gz_name[:-3] if gz_name.endswith(".gz") else gz_name
-    with atomic_path(path) as tmp:
-        with open(tmp, "wb") as fh, StoredGzipWriter(fh, gz_name) as gz:
-            with tarfile.open(fileobj=gz, mode="w|", format=tarfile.USTAR_FORMAT) as tar:
-                tar.addfile(_tarinfo(PREFIX, 0, directory=True))
-                # the real archive lists the meta file first; keep that order
-                for member, blob in [members[-1]] + members[:-1]:
-                    tar.addfile(_tarinfo(member, len(blob)), io.BytesIO(blob))
+    with (atomic_path(path) as tmp, open(tmp, "wb") as fh, StoredGzipWriter(fh, gz_name) as gz,
+          tarfile.open(fileobj=gz, mode="w|", format=tarfile.USTAR_FORMAT) as tar):
+        tar.addfile(_tarinfo(PREFIX, 0, directory=True))
+        # the real archive lists the meta file first; keep that order
+        for member, blob in [members[-1]] + members[:-1]:
+            tar.addfile(_tarinfo(member, len(blob)), io.BytesIO(blob))

@@ -22,15 +22,22 @@ import socket
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable
 
 from gpunn import __version__
 from gpunn.errors import GpunnError
 from gpunn.io import atomic_path
 
 from .integrity import (  # noqa: F401  (MANIFEST and md5sum are imported from here by older code)
-    ACCEPTED_BECAUSE, MANIFEST, ChecksumMismatch, expected_text, file_record, identify, md5sum, write_manifest,
+    ACCEPTED_BECAUSE,
+    MANIFEST,
+    ChecksumMismatch,
+    expected_text,
+    file_record,
+    identify,
+    md5sum,
+    write_manifest,
 )
 from .registry import DatasetSpec, get_dataset
 

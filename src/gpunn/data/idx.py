@@ -179,7 +179,6 @@ def write_idx(path: str | os.PathLike, array: np.ndarray) -> None:
     """Write a uint8 array as a gzip IDX file, atomically; the bytes depend only on the array and file name."""
     array = np.ascontiguousarray(array)
     header = idx_header(array)
-    with atomic_path(path) as tmp:
-        with open(tmp, "wb") as fh, StoredGzipWriter(fh, gzip_name_field(path)) as gz:
-            gz.write(header)
-            gz.write(array.reshape(-1).data)
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh, StoredGzipWriter(fh, gzip_name_field(path)) as gz:
+        gz.write(header)
+        gz.write(array.reshape(-1).data)

@@ -19,9 +19,9 @@ from __future__ import annotations
 import os
 import time
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 

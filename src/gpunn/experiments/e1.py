@@ -23,8 +23,17 @@ from gpunn.report import divergence, figures, paper_vs_ours, step_profile, table
 from gpunn.report.captions import STEP_PROFILE_SHOWS, Caption
 from gpunn.report.paper_vs_ours import accuracy_in, epoch_loss, scaled_time
 from gpunn.report.papers import PaperValue, select, select_one
-from gpunn.report.runs import (ACCURACY_TOLERANCE_PP, COMPARISON_FORMATS, COMPARISON_NOTE, add_baseline_comparisons,
-                               join_notes, metrics_paths, run_row, samples_figure, sorted_rows)
+from gpunn.report.runs import (
+    ACCURACY_TOLERANCE_PP,
+    COMPARISON_FORMATS,
+    COMPARISON_NOTE,
+    add_baseline_comparisons,
+    join_notes,
+    metrics_paths,
+    run_row,
+    samples_figure,
+    sorted_rows,
+)
 from gpunn.report.tables import format_ratio, format_significant, ordered_variants, read_table, run_labels
 from gpunn.runspec import RunSpec
 
@@ -33,8 +42,8 @@ PAPER = "000_db1707331904318f.txt"
 # one kernel per op, atomic bias gradients, the batch copied every step: our gpu-naive
 PHASES = {"CPU": ("cpu-serial", "cpu-numpy"), "GPU": ("gpu-naive",)}
 _E1_CPU, _E1_GPU = "CPU (model not stated)", "NVIDIA Tesla T4"
-_E1 = dict(experiment="e1", paper=PAPER, phases=PHASES, dataset="mnist", n_train=60000, n_test=10000, batch=64, epochs=10,
-           hidden=256)
+_E1 = dict(experiment="e1", paper=PAPER, phases=PHASES, dataset="mnist", n_train=60000, n_test=10000, batch=64,
+           epochs=10,            hidden=256)
 _E1_HW = {"CPU": _E1_CPU, "GPU": _E1_GPU}
 _E1_TABLE = dict(source="2.5 Experimental Results: Measured Performance", anchor=("Measured Performance:",), **_E1)
 _E1_TEXT = dict(source="2.5 Experimental Results: Training Convergence", anchor=("Training Convergence:",), **_E1)
@@ -188,7 +197,7 @@ def e1_gap_sentence(frame: pd.DataFrame) -> str:
 GAP_COLUMNS = ("phase", "variant", "reduction", "device", "final_train_loss", "test_accuracy")
 
 
-def _seed_gap_note() -> str:
+def _paper_gap_note() -> str:
     """Paper 000's own numbers (PAPER_VALUES) and which of our runs stand for its CPU and GPU."""
     def phase(name):
         accuracy = _value("test_accuracy", phase=name).text
@@ -214,9 +223,9 @@ def _e1_gap_report(frame: pd.DataFrame, out_dir: Path) -> dict[str, str]:
             + (f" (missing: {titles.join_words(absent)})" if absent else ""))),
     }
     io.write_text(out_dir / "gap.md", f"## {written['gap.md']}\n\n{e1_gap_sentence(frame)}\n\n"
-                  + tables.markdown_table(shown[list(GAP_COLUMNS)]) + f"\n{_seed_gap_note()}\n")
+                  + tables.markdown_table(shown[list(GAP_COLUMNS)]) + f"\n{_paper_gap_note()}\n")
     series, variant_of = {}, {}
-    for (phase, reduction), row in gap_runs.items():
+    for (_, reduction), row in gap_runs.items():
         epochs = tables.read_table(row["metrics_csv"], ("epoch", "train_loss"), "per-epoch metrics CSV")
         label = divergence.marked(f"{row['variant']} ({reduction})", row)
         series[label] = (epochs["epoch"], epochs["train_loss"])

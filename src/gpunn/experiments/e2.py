@@ -18,8 +18,16 @@ from gpunn.report import divergence, figures, paper_vs_ours, tables, titles
 from gpunn.report.captions import Caption
 from gpunn.report.paper_vs_ours import TIME_QUANTITIES, accuracy_in, one_baseline, scaled_time
 from gpunn.report.papers import PaperValue, select
-from gpunn.report.runs import (COMPARISON_FORMATS, COMPARISON_NOTE, add_baseline_comparisons, join_notes,
-                               one_run_each, run_row, sorted_rows, times)
+from gpunn.report.runs import (
+    COMPARISON_FORMATS,
+    COMPARISON_NOTE,
+    add_baseline_comparisons,
+    join_notes,
+    one_run_each,
+    run_row,
+    sorted_rows,
+    times,
+)
 from gpunn.report.tables import ordered_variants, read_table
 from gpunn.runspec import RunSpec
 
@@ -234,7 +242,8 @@ def e2_heatmaps(table_csv, out_png, title: str = "E2: MLP hidden size x batch si
             ax2 = axes[1, k]
             im_a = ax2.imshow(np.ma.masked_invalid(a), cmap="magma", vmin=acc_lo, vmax=acc_hi, aspect="auto")
             # magma is dark at the low end
-            figures.annotate(ax2, a, lambda v: f"{v:.2f}%", np.nan_to_num((a - acc_lo) / (acc_hi - acc_lo), nan=1.0) < 0.5)
+            dark = np.nan_to_num((a - acc_lo) / (acc_hi - acc_lo), nan=1.0) < 0.5
+            figures.annotate(ax2, a, lambda v: f"{v:.2f}%", dark)
             ax2.set_title(f"{figures.variant_label(variant, simulated, diverged=diverged)}: test accuracy")
         for ax_ in axes[:, k]:
             ax_.set_xticks(range(len(batches)))
@@ -269,7 +278,8 @@ def e2_phase_times(table_csv, out_png,
     phases = (("train_time_s", "training", "training time (s)"),
               ("forward_time_s", "forward", "forward time over training (s)"),
               ("backward_time_s", "backward", "backward time over training (s)"))
-    fig, axes = figures.pyplot().subplots(len(phases), len(batches), figsize=(4.0 * len(batches) + 0.8, 3.8 * len(phases)),
+    size = (4.0 * len(batches) + 0.8, 3.8 * len(phases))
+    fig, axes = figures.pyplot().subplots(len(phases), len(batches), figsize=size,
                              squeeze=False, sharex=True, sharey=True, layout="constrained")
     handles = {}
     for row, (column, phase, ylabel) in enumerate(phases):
@@ -289,7 +299,8 @@ def e2_phase_times(table_csv, out_png,
                 ax.set_xlabel("hidden units")
             if k == 0:
                 ax.set_ylabel(ylabel)
-    fig.legend(handles.values(), [figures.variant_label(v, simulated, diverged=divergence.diverged_in(frame)) for v in handles],
+    diverged = divergence.diverged_in(frame)
+    fig.legend(handles.values(), [figures.variant_label(v, simulated, diverged=diverged) for v in handles],
                loc="outside lower center", ncols=min(len(handles), 4), fontsize="small")
     fig.suptitle(title)
     return figures.save(fig, out_png)

@@ -264,8 +264,9 @@ def e3_rows(frame: pd.DataFrame) -> list[dict]:
             row["note"] = "; ".join(n for n in notes if n)
             rows.append(row)
     tolerance = select(PAPER_VALUES, "e3", "relative_error")[0]
-    rows.append({**value_row(tolerance, None), "note": f"{tolerance.note}; checked by the test suite (GPU variants against "
-                                                  "cpu-numpy, tests/test_gpu_*.py), not measured by the pipeline"})
+    rows.append({**value_row(tolerance, None),
+                 "note": f"{tolerance.note}; checked by the test suite (GPU variants against cpu-numpy, "
+                         "tests/test_gpu_*.py), not measured by the pipeline"})
     return rows
 
 

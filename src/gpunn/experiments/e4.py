@@ -21,9 +21,21 @@ from gpunn.report import divergence, figures, paper_vs_ours, step_profile, table
 from gpunn.report.captions import STEP_PROFILE_SHOWS, Caption
 from gpunn.report.paper_vs_ours import TIME_QUANTITIES, accuracy_in, epoch_loss, missing, scaled_time
 from gpunn.report.papers import PaperValue, column_labels, select
-from gpunn.report.runs import (ACCURACY_TOLERANCE_PP, COMPARISON_NOTE, add_accuracy_comparison,
-                               add_baseline_comparisons, comparison_formats, join_notes, metrics_csvs, metrics_paths,
-                               one_run_each, read_json, run_row, samples_figure, sorted_rows)
+from gpunn.report.runs import (
+    ACCURACY_TOLERANCE_PP,
+    COMPARISON_NOTE,
+    add_accuracy_comparison,
+    add_baseline_comparisons,
+    comparison_formats,
+    join_notes,
+    metrics_csvs,
+    metrics_paths,
+    one_run_each,
+    read_json,
+    run_row,
+    samples_figure,
+    sorted_rows,
+)
 from gpunn.runspec import RunSpec, parse_run_path
 
 PAPER = "001_52ad73420a0f8af8.txt"

@@ -16,16 +16,27 @@ import pandas as pd
 
 from gpunn import io
 from gpunn.backends.registry import uses_gpu
+from gpunn.configcheck import choice_error
 from gpunn.errors import GpunnError
 from gpunn.experiments.base import Experiment, Headline
-from gpunn.configcheck import choice_error
 from gpunn.report import divergence, figures, paper_vs_ours, step_profile, tables, titles
 from gpunn.report.captions import STEP_PROFILE_SHOWS, Caption
 from gpunn.report.paper_vs_ours import epoch_loss, missing, scaled_time
 from gpunn.report.papers import PaperValue, select
+from gpunn.report.runs import (
+    baseline_value,
+    comparison_formats,
+    join_notes,
+    metrics_paths,
+    one_run_each,
+    read_json,
+    run_row,
+    samples_missing,
+    sorted_rows,
+    speedup_column,
+    times,
+)
 from gpunn.report.tables import format_ratio, format_significant, ordered_variants, read_table
-from gpunn.report.runs import (comparison_formats, baseline_value, join_notes, metrics_paths, one_run_each,
-                               read_json, run_row, samples_missing, sorted_rows, speedup_column, times)
 from gpunn.runspec import RunSpec, parse_run_path
 
 PAPER = "004_4f268e64550dc30e.txt"  # E5 and E6
@@ -158,7 +169,8 @@ E5_FULL_TRAIN = 50000
 E5_BASELINES = ("cpu-numpy", "gpu-naive")
 E5_SUMMARY_COLUMNS = ("variant", "device", "dataset", "n_train", "n_test", "batch", "lr", "epochs", "parameters",
                       "time_per_epoch_s", "train_time_s", "full_epoch_s", "full_train_time_s", "full_set_extrapolated",
-                      "all_epochs", "train_time_extrapolated", "speedup_vs_cpu_numpy", "speedup_vs_gpu_naive", "final_train_mse", "test_mse",
+                      "all_epochs", "train_time_extrapolated", "speedup_vs_cpu_numpy", "speedup_vs_gpu_naive",
+                      "final_train_mse", "test_mse",
                       "peak_gpu_memory_mib", "diverged", "simulator")
 # paper 004's section 2.4 table: every phase's epoch time over 50 000 images (the CPU's extrapolated from 1 000)
 _E5_PAPER_EPOCHS = select(PAPER_VALUES, "e5", "epoch_time", source=E5_EPOCH_TABLE)
@@ -289,11 +301,11 @@ def report_e5(runs, evals, out_dir, full_train_size: int = E5_FULL_TRAIN, profil
                                     "experiments.e5.variant_epochs, or on a subset).", sizes, E5_SUMMARY_NOTE,
                                     divergence.summary_note(frame), simulated))
     _e5_paper_tables(frame, out_dir, written["paper_table.md"],
-                     join_notes(f"Times over {size} training images: measured where the run trained on {size}, else its "
-                           f"own times x {size} / n_train, as the paper extrapolated its CPU epoch; the training time "
-                           f"for all {int(frame['all_epochs'].iloc[0])} epochs of a run timed over fewer is its epoch "
-                           "time x that many, as the paper's section 3.1 did; such rows read '(extrapolated)'.",
-                           sizes, simulated), size)
+                     join_notes(f"Times over {size} training images: measured where the run trained on {size}, "
+                                f"else its own times x {size} / n_train, as the paper extrapolated its CPU epoch; the "
+                                f"training time for all {int(frame['all_epochs'].iloc[0])} epochs of a run timed "
+                                "over fewer is its epoch time x that many, as the paper's section 3.1 did; such rows "
+                                "read '(extrapolated)'.", sizes, simulated), size)
     figures.loss_curves({row["variant"]: row["metrics_csv"] for _, row in frame.iterrows()},
                         out_dir / "mse_curves.png", written["mse_curves.png"], quantity="MSE",
                         legend={row["variant"]: divergence.marked(f"{row['variant']} ({titles.count(row['n_train'])} "
@@ -313,19 +325,20 @@ def _e5_paper_tables(frame: pd.DataFrame, out_dir: Path, title: str, note: str, 
     """paper_table.csv (e5_paper_table, tidy) and paper_table.md: under `title` and `note`, its section 2.4 and 3.1
     tables."""
     paper = e5_paper_table(frame)
+    # speedups as '125x', the paper's epoch times as it prints them
     formats = {c: times for c in ("speedup_vs_cpu", "speedup_vs_previous", "training_speedup_vs_cpu",
-                                   "incremental_speedup")} | {"paper_full_epoch_s": "{:.2f}"}  # as the paper prints them
+                                   "incremental_speedup")} | {"paper_full_epoch_s": "{:.2f}"}
     epoch = tables.markdown_section(
         f"Paper's section 2.4: time per epoch on {size} images", paper[list(E5_EPOCH_HEADERS)], formats,
         E5_EPOCH_HEADERS, level=3,
-        note=join_notes("Speedup vs previous phase: the row above's epoch time over this row's ('-': first row). Paper's "
-                   "epoch time: paper 004's own (its GPU; its CPU epoch extrapolated from 1 000 images); '-': not in "
-                   "the paper."))
+        note=join_notes("Speedup vs previous phase: the row above's epoch time over this row's ('-': first row). "
+                   "Paper's epoch time: paper 004's own (its GPU; its CPU epoch extrapolated from 1 000 images); "
+                   "'-': not in the paper."))
     total = tables.markdown_section(
         f"Paper's section 3.1: training time for all epochs on {size} images", paper[list(E5_TOTAL_HEADERS)],
         formats, E5_TOTAL_HEADERS, level=3,
-        note=join_notes("Incremental speedup: the row above's training time over this row's. Memory: peak GPU memory of "
-                   "the training process; '-': not recorded (CPU, the CUDA simulator, older runs)."))
+        note=join_notes("Incremental speedup: the row above's training time over this row's. Memory: peak GPU memory "
+                   "of the training process; '-': not recorded (CPU, the CUDA simulator, older runs)."))
     io.write_csv(out_dir / "paper_table.csv", paper)
     io.write_text(out_dir / "paper_table.md", "\n".join([f"## {title}\n", f"{note.strip()}\n", epoch, total]))
 
@@ -415,7 +428,8 @@ def training_time_bars(table_csv, out_png, title: str, full_train_size: int = 50
     # the training time is extrapolated from fewer epochs too (summary tables from before that have no such column)
     flag = "train_time_extrapolated" if "train_time_extrapolated" in frame else "full_set_extrapolated"
     _variant_bars(ax, frame, "full_train_time_s",
-                  lambda row: _duration(row["full_train_time_s"]) + ("\nextrapolated" if _flags([row[flag]])[0] else ""),
+                  lambda row: (_duration(row["full_train_time_s"])
+                               + ("\nextrapolated" if _flags([row[flag]])[0] else "")),
                   flag)
     ax.set_ylabel(f"training time, all epochs on {titles.count(full_train_size)} images\n(s, log scale)")
     fig.suptitle(title)

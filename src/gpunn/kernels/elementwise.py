@@ -17,12 +17,8 @@ float64 NumPy references (`*_ref`) sit at the bottom; `OPS` maps each op name to
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 from numba import cuda, float32
-
-from gpunn import device
 
 from .launch import Launch, bind, check_array, check_block, flat, grid_for
 

@@ -50,7 +50,7 @@ class _Access:
         self.atomic = atomic
         self.write = write
 
-    def ordered_with(self, other: "_Access") -> bool:
+    def ordered_with(self, other: _Access) -> bool:
         if self.block == other.block and self.thread == other.thread:
             return True  # program order
         if self.atomic and other.atomic:

@@ -20,7 +20,7 @@ GPU kernel) covers the whole model and the parameters can be copied, compared an
 from __future__ import annotations
 
 import copy
-from typing import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -452,7 +452,7 @@ class Sequential(Module):
             raise ValueError(f"load_flat: expected {self.flat.size} values, got array of shape {array.shape}")
         self.flat[...] = array.reshape(-1)
 
-    def astype(self, dtype) -> "Sequential":
+    def astype(self, dtype) -> Sequential:
         """A new, independent model of the same class with the same parameter values in `dtype`
         (float32 -> float64 is exact; gradients start at zero)."""
         dtype = _float_dtype(dtype)

@@ -3,7 +3,7 @@ mean gradient, as in the papers (lr 0.01, batch 64)."""
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 

@@ -9,7 +9,8 @@ parameter buffer of `gpunn.nn.models.mlp`:
 Same math as the NumPy reference (cpu-numpy): h = relu(x W1 + b1), logits = h W2 + b2, mean softmax
 cross-entropy, batch-mean gradients ((probs - onehot) / B; with `reduction="sum"` those of the batch sum,
 probs - onehot), then `p -= float32(lr) * grad` for every parameter. Only the summation order differs (numpy's
-BLAS blocks its sums), so one step agrees to float32 rounding. The kernels compile on first use, once per process (cache=False; nothing is written to disk).
+BLAS blocks its sums), so one step agrees to float32 rounding. The kernels compile on first use, once per process
+(cache=False; nothing is written to disk).
 """
 
 from __future__ import annotations

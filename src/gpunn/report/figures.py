@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import math
 import textwrap
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
-from typing import Collection, Mapping, NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -448,7 +449,8 @@ def epoch_lines(groups: Mapping[str, Mapping[str, str | Path]], measures: Sequen
     def legend_label(label):
         return f"{marked(label)} ({DIVERGED})" if str(label) in diverged else marked(label)
 
-    fig, axes = pyplot().subplots(len(measures), len(groups), figsize=(4.8 * len(groups) + 0.4, 3.9 * len(measures) + 0.9),
+    size = (4.8 * len(groups) + 0.4, 3.9 * len(measures) + 0.9)
+    fig, axes = pyplot().subplots(len(measures), len(groups), figsize=size,
                              squeeze=False, sharey="row", layout="constrained")
     handles = {}
     for row, measure in enumerate(EPOCH_MEASURES[m] for m in measures):

@@ -20,9 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from gpunn import io
+from gpunn import experiments, io
 from gpunn.errors import GpunnError
-from gpunn import experiments
 from gpunn.report import divergence, job_times, sources
 from gpunn.report.paper_vs_ours import ACCURACY_QUANTITIES, row_key
 from gpunn.report.papers import PaperValue
@@ -178,8 +177,9 @@ def _md_table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
-SUMMARY_COLUMNS = [("experiment", "Experiment"), ("paper_no", "Paper no."), ("headline", "Headline"), ("paper", "Paper"),
-                   ("ours", "Ours"), ("comparison", "Ours vs paper"), ("paper_device", "Paper's device"),
+SUMMARY_COLUMNS = [("experiment", "Experiment"), ("paper_no", "Paper no."), ("headline", "Headline"),
+                   ("paper", "Paper"), ("ours", "Ours"), ("comparison", "Ours vs paper"),
+                   ("paper_device", "Paper's device"),
                    ("variant", "Our variant"), ("our_device", "Our device"), ("note", "Note")]
 PROVENANCE_COLUMNS = [("device", "Device"), ("driver", "Driver"), ("simulator", "Simulator"), ("cpu", "CPU"),
                       ("python", "Python"), ("numpy", "NumPy"), ("numba", "numba"), ("numba_cuda", "numba-cuda"),
@@ -292,7 +292,7 @@ def _rst_table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
         return text.replace("*", "\\*").replace("`", "'").replace("|", "/")
 
     lines = [".. list-table::", "   :header-rows: 1", ""]
-    for i, values in enumerate([[t for _, t in columns]] + [[row.get(k, "") for k, _ in columns] for row in rows]):
+    for values in [[t for _, t in columns]] + [[row.get(k, "") for k, _ in columns] for row in rows]:
         for j, value in enumerate(values):
             lines.append(f"   {'* -' if j == 0 else '  -'} {cell(value)}")
     return "\n".join(lines)
@@ -325,7 +325,8 @@ def write(out_dir, ran, not_run=None, notes=(), machine: str = "") -> dict[str, 
     not_run = dict(not_run or {})
     unknown = [e for e in [*ran, *not_run] if e not in experiments.BY_NAME]
     if unknown:
-        raise GpunnError(f"index: unknown experiment(s) {', '.join(unknown)}; choose from {', '.join(experiments.BY_NAME)}")
+        raise GpunnError(f"index: unknown experiment(s) {', '.join(unknown)}; "
+                         f"choose from {', '.join(experiments.BY_NAME)}")
     rows = headline_rows(out_dir, ran, not_run)
     records = provenance_records(out_dir, ran)
     page = markdown(out_dir, ran, not_run, rows, records, notes, machine)

@@ -118,8 +118,9 @@ class Ours:
         """The paper's entry of its CPU baseline that a time entry's speedup is over (itself for the baseline)."""
         if self.base_phase is None or entry.quantity not in TIME_QUANTITIES:
             return None
-        return one_baseline(select(self.values, entry.experiment, entry.quantity, phase=self.base_phase, source=entry.source,
-                                          batch=entry.batch, hidden=entry.hidden, dataset=entry.dataset), entry)
+        found = select(self.values, entry.experiment, entry.quantity, phase=self.base_phase, source=entry.source,
+                       batch=entry.batch, hidden=entry.hidden, dataset=entry.dataset)
+        return one_baseline(found, entry)
 
     def differences(self, entry: PaperValue, run: pd.Series) -> list[str]:
         """Where our run's setting differs from the paper's: ['digits8', 'batch 16', '1 epoch']."""

@@ -45,7 +45,8 @@ QUANTITIES = {  # name: what it measures
 TIME_UNITS = {"ms": 1e-3, "s": 1.0, "min": 60.0, "h": 3600.0, "days": 86400.0}  # unit: seconds
 UNITS = {**{u: "time" for u in TIME_UNITS}, "%": "percent", "fraction": "a fraction in [0, 1]",
          "pp": "percentage points", "x": "times (a ratio of times)", "CE": "cross-entropy per sample",
-         "MSE": "mean squared error", "MiB": "2^20 bytes", "count": "a number of things", "relative": "a relative error"}
+         "MSE": "mean squared error", "MiB": "2^20 bytes", "count": "a number of things",
+         "relative": "a relative error"}
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,8 @@ def section(folder, readme_dir=".") -> str:
     lines += [index._md_table(rows, HEADLINE_COLUMNS), ""]
     for experiment, name, heading, paragraph in index.quoted_paragraphs(folder, ran):
         lines += [f"**{experiment.upper()}'s {heading}** ([{name}]({link}/{experiment}/{name})): {paragraph}", ""]
-    lines += [line.replace("## How long it took", "**How long it took.**") for line in index.wall_time_section(folder, ran)]
+    lines += [line.replace("## How long it took", "**How long it took.**")
+              for line in index.wall_time_section(folder, ran)]
     lines.append(END)
     return "\n".join(lines)
 

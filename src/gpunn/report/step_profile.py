@@ -142,12 +142,14 @@ def figure(frame: pd.DataFrame, out_png, title: str) -> Path:
     step. Untimed (title ending in UNTIMED): each variant's launches per op, counted."""
     table = op_table(frame)
     ops = [c for c in table.columns if c != HOST]
-    palette = [c for i, c in enumerate(figures.pyplot().get_cmap("tab10").colors) if i != 7]  # tab10's grey is "other"'s
+    # tab10's grey is "other"'s
+    palette = [c for i, c in enumerate(figures.pyplot().get_cmap("tab10").colors) if i != 7]
     colors = {op: palette[i % len(palette)] for i, op in enumerate(ops)} | {OTHER: "0.75", HOST: "white"}
     segments = table.clip(lower=0).fillna(0)
     timed = is_timed(frame)
     panels = 2 if timed else 1
-    fig, axes = figures.pyplot().subplots(1, panels, figsize=(panels * (1.1 * len(table) + 3.0) + 2.5, 4.6), squeeze=False)
+    size = (panels * (1.1 * len(table) + 3.0) + 2.5, 4.6)
+    fig, axes = figures.pyplot().subplots(1, panels, figsize=size, squeeze=False)
     axes = axes[0]
     _stacked_bars(axes[0], segments, colors)
     if timed:

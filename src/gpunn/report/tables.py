@@ -21,9 +21,9 @@ the name of each run in a figure (its variant, and its loss reduction where runs
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from numbers import Integral, Real
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd

@@ -12,6 +12,7 @@ Markdown titles are one line (parts joined by ", " and " — "); figure titles b
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -165,10 +166,8 @@ def one_or_set(values: Iterable, fmt=str) -> str:
         return "?"
     if len(values) == 1:
         return fmt(values[0])
-    try:
+    with contextlib.suppress(TypeError):  # mixed types keep their order
         values = sorted(values)
-    except TypeError:
-        pass
     return "{" + ", ".join(fmt(v) for v in values) + "}"
 
 

@@ -36,8 +36,7 @@ from gpunn.kernels import transfers
 from gpunn.nn.functional import DEFAULT_REDUCTION
 from gpunn.seeding import batch_slices
 
-from ..base import Backend, EpochResult, StepTimes
-from ..base import check_reduction_setting
+from ..base import Backend, EpochResult, StepTimes, check_reduction_setting
 from . import host_steps
 from .host_steps import single_launches as _launches
 from .layers import HEADS, Act, Binder, LinearStage, plan
@@ -168,7 +167,7 @@ class GpuEngine(Backend):
                  losses=None) -> Program:
         """A step program on `rows` rows: gathered on the device from (source, labels, order, counter, stride)
         when `source` is given, else filled by a host copy."""
-        from gpunn.kernels import elementwise, sgd
+        from gpunn.kernels import elementwise
 
         cuda, stages, binder = self.cuda, self.train_stages, self.binder
         acts, forward, first, shapes = self._forward_acts(stages, rows, sample_shape, binder)
@@ -197,7 +196,8 @@ class GpuEngine(Backend):
             elif i > first:
                 dacts[i] = cuda.device_array((rows, *shapes[i]), np.float32)
             dx = dacts[i] if i > first else None
-            backward += stage.backward(binder, acts[i], acts[i + 1], dy, dx, self._mask(stages, i, acts) if dx is not None else None)
+            mask = self._mask(stages, i, acts) if dx is not None else None
+            backward += stage.backward(binder, acts[i], acts[i + 1], dy, dx, mask)
         updates = self._sgd(counter)
         return Program(forward, backward + updates, x, y, losses, updates=len(updates))
 

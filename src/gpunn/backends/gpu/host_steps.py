@@ -99,7 +99,8 @@ def sync_plan(engine, n: int, batch: int, sample_shape) -> SyncPlan:
         upload_x, upload_y = uploads(engine, io, program, e - s, i % 2)
         download = transfers.BoundCopy(program.losses, losses[s:e], engine.stream, upload=False)
         steps.append((upload_x, upload_y, calls(program.forward), calls(program.backward), download))
-    event = engine.cuda.event() if simulator_enabled() else engine.cuda.event(timing=False)  # (the simulator's: no flag)
+    # the simulator's event takes no timing flag
+    event = engine.cuda.event() if simulator_enabled() else engine.cuda.event(timing=False)
     loaded = transfers.BoundEvent(event, engine.stream, spin=True)
     engine._sync_plan = SyncPlan(key, steps, losses, loaded)
     return engine._sync_plan

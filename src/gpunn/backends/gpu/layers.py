@@ -98,7 +98,8 @@ class LinearStage(Stage):
         self.params = self.inputs * self.outputs + self.outputs
 
     def __repr__(self):
-        return f"Linear({self.inputs}, {self.outputs}{', relu' if self.relu else ''}{', folded bias' if self.fold else ''})"
+        extras = (", relu" if self.relu else "") + (", folded bias" if self.fold else "")
+        return f"Linear({self.inputs}, {self.outputs}{extras})"
 
     def out_shape(self, in_shape):
         if math.prod(in_shape) != self.inputs:
@@ -177,7 +178,8 @@ class Conv2dStage(Stage):
     into the forward under a fusing policy, the bias gradient its own launch."""
 
     def __init__(self, layer: Conv2d, offset: int, relu: bool):
-        self.cin, self.cout, self.k, self.padding = layer.in_channels, layer.out_channels, layer.kernel_size, layer.padding
+        self.cin, self.cout = layer.in_channels, layer.out_channels
+        self.k, self.padding = layer.kernel_size, layer.padding
         self.offset = offset
         self.relu = relu
         self.params = self.cout * self.cin * self.k * self.k + self.cout
@@ -242,9 +244,9 @@ class MaxPool2dStage(Stage):
         return (c, h // 2, w // 2)
 
     def forward(self, binder, x, y):
-        from gpunn.kernels import pool
-
         from numba import cuda
+
+        from gpunn.kernels import pool
 
         y.aux = cuda.device_array(y.view.shape, np.int8)  # the winners, for this program's backward
         return [pool.maxpool2x2_forward_v1(x.view, y.view, y.aux, launch=False, **binder.threads)]

@@ -82,11 +82,11 @@ class Policy:
         """Whether numba's CUDA simulator can run this policy (it has no CUDA graphs)."""
         return not self.graphs
 
-    def with_block(self, block: int) -> "Policy":
+    def with_block(self, block: int) -> Policy:
         """This policy with every kernel that takes a thread count launched with `block` threads (0: defaults)."""
         return replace(self, block=int(block))
 
-    def for_simulator(self) -> "Policy":
+    def for_simulator(self) -> Policy:
         """What runs under numba's CUDA simulator, which has no warp shuffles and runs every thread of a block as
         a Python thread: each conv version that needs shuffles replaced by its SIMULATOR_TWIN (the same
         decomposition reduced through shared memory), and the kernels that take a thread count launched with

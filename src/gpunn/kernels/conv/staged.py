@@ -62,7 +62,7 @@ def _wgrad_staged(k, pad, threads, narrow, narrow_in, height, width):
     rows = max(1, min(acc_n, (SMEM_LIMIT - 4 * stage_n) // (4 * threads)))  # sums reduced side by side per tree
     buf_n = rows * threads  # (shared array sizes must be constants of the closure, not expressions in the kernel)
     P = np.uint32(pad)
-    PH, PW = np.uint32(ph), np.uint32(pw)
+    PW = np.uint32(pw)
     PLANE = np.uint32(ph * pw)
     H, W = np.uint32(height), np.uint32(width)
     T = np.uint32(threads)
@@ -109,7 +109,8 @@ def _wgrad_staged(k, pad, threads, narrow, narrow_in, height, width):
                     for c in range(narrow):
                         for kh in range(k):
                             for kw in range(k):
-                                acc[(c * k + kh) * k + kw] += d * xs[uint32(c) * PLANE + base + uint32(kh) * PW + uint32(kw)]
+                                at = uint32(c) * PLANE + base + uint32(kh) * PW + uint32(kw)
+                                acc[(c * k + kh) * k + kw] += d * xs[at]
                 else:
                     for kh in range(k):
                         for kw in range(k):
