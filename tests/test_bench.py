@@ -16,10 +16,11 @@ import pandas as pd
 import pytest
 from numba import config, cuda
 
-from gpunn import bench, cli, provenance
+from gpunn import bench, cli, flops, provenance
 from gpunn.bench.__main__ import main as bench_main
 from gpunn.errors import GpunnError
 from gpunn.kernels import elementwise, gemm
+from gpunn.nn import build_model
 
 ON_GPU = not config.ENABLE_CUDASIM
 
@@ -335,9 +336,10 @@ def test_bench_autoencoder_times_each_batch_size(tmp_path):
                            "--out", str(out)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     frame = pd.read_csv(out)
-    assert list(frame.columns[:14]) == ["model", "variant", "sizes", "n", "batch", "epoch_s", "extrapolated",
-                                        "timed_samples", "samples_per_s", "ratio_to_torch_eager", "epochs",
-                                        "epoch_loss", "gpu_mem_mib", "gpu_mem_measure"]
+    assert list(frame.columns[:18]) == ["model", "variant", "sizes", "n", "batch", "epoch_s", "extrapolated",
+                                        "timed_samples", "samples_per_s", "ratio_to_torch_eager", "epoch_tflop",
+                                        "tflops", "fp32_peak_pct", "fp32_peak_tflops", "epochs", "epoch_loss",
+                                        "gpu_mem_mib", "gpu_mem_measure"]
     frame = frame[~frame["variant"].str.startswith("torch-")]  # PyTorch's rows, where a GPU has torch
     assert list(zip(frame["variant"], frame["batch"])) == [("gpu-naive", 2), ("cpu-numpy", 2), ("gpu-naive", 1),
                                                           ("cpu-numpy", 1)]
@@ -391,6 +393,12 @@ def test_time_epochs_scales_partial_epochs_and_ratios_per_batch(monkeypatch):
     assert by["torch-eager", 1].samples_per_s == pytest.approx(10 / 15)
     assert by["torch-eager", 1].gpu_mem_mib == 12.0
     assert any("torch_max_allocated: torch.cuda.max_memory_allocated" in line for line in lines)
+    # the arithmetic: the model's training FLOPs x n per epoch, over each row's epoch time
+    tflop = flops.training_flops(build_model("autoencoder", channels=(4, 3), image_size=8)) * 10 / 1e12
+    assert (frame["epoch_tflop"] == tflop).all()
+    assert by["gpu-im2col", 5].tflops == pytest.approx(tflop / 3.0)
+    assert frame["fp32_peak_pct"].isna().all() == (not ON_GPU)  # no FP32 peak under the simulator
+    assert any("\nTFLOP/s: " in line and "gpunn.flops" in line for line in lines)  # under the printed table
 
 
 def test_bench_autoencoder_default_variants_are_the_gpu_ones():

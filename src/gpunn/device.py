@@ -15,6 +15,25 @@ from gpunn.errors import GpunnError
 # CUDA's per-block thread limit on every architecture gpunn targets; the simulator reports no limits.
 DEFAULT_MAX_THREADS_PER_BLOCK = 1024
 
+# FP32 lanes per SM by compute capability (CUDA C Programming Guide, arithmetic instructions table); a newer
+# architecture not listed takes its major version's entry, else the last one's
+FP32_LANES = {(7, 0): 64, (7, 5): 64, (8, 0): 64, (8, 6): 128, (8, 7): 128, (8, 9): 128, (9, 0): 128, (10, 0): 128,
+              (12, 0): 128}
+
+
+def fp32_lanes(compute_capability: tuple[int, int]) -> int:
+    """FP32 lanes per SM of an architecture."""
+    if compute_capability in FP32_LANES:
+        return FP32_LANES[compute_capability]
+    same_major = [lanes for (major, _), lanes in FP32_LANES.items() if major == compute_capability[0]]
+    return same_major[0] if same_major else list(FP32_LANES.values())[-1]
+
+
+def fp32_peak_tflops(multiprocessors: int, compute_capability: tuple[int, int], clock_khz: int) -> float:
+    """The FP32 peak without tensor cores in TFLOP/s: SMs x FP32 lanes per SM x 2 (a fused multiply-add) x the boost
+    clock; 132 x 128 x 2 x 1.98 GHz = 66.9 TFLOP/s on an H100 SXM."""
+    return multiprocessors * fp32_lanes(compute_capability) * 2 * clock_khz * 1e3 / 1e12
+
 
 def simulator_enabled() -> bool:
     from numba import config
@@ -35,14 +54,16 @@ def require_gpu(what: str) -> None:
 
 
 def device_info() -> dict:
-    """Name, compute capability, SM count, per-block limits and memory of the current device."""
+    """Name, compute capability, SM count, per-block limits, memory, boost clock and FP32 peak (gpunn.flops) of the
+    current device."""
     from numba import cuda
 
     require_gpu("device_info")
     if simulator_enabled():
         return {"name": "numba CUDA simulator", "simulator": True, "compute_capability": "sim",
                 "multiprocessors": 1, "max_threads_per_block": DEFAULT_MAX_THREADS_PER_BLOCK,
-                "max_shared_memory_per_block": 48 * 1024, "memory_total_gib": None}
+                "max_shared_memory_per_block": 48 * 1024, "memory_total_gib": None, "clock_khz": None,
+                "fp32_peak_tflops": None}
     device = cuda.get_current_device()
     _, total = cuda.current_context().get_memory_info()
     major, minor = device.compute_capability
@@ -54,6 +75,8 @@ def device_info() -> dict:
         "max_threads_per_block": int(device.MAX_THREADS_PER_BLOCK),
         "max_shared_memory_per_block": int(device.MAX_SHARED_MEMORY_PER_BLOCK),
         "memory_total_gib": round(total / 2**30, 1),
+        "clock_khz": int(device.CLOCK_RATE),
+        "fp32_peak_tflops": fp32_peak_tflops(int(device.MULTIPROCESSOR_COUNT), (major, minor), int(device.CLOCK_RATE)),
     }
 
 

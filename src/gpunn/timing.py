@@ -15,6 +15,7 @@ import pandas as pd
 from gpunn import provenance
 from gpunn.backends.registry import VARIANTS, make_backend, uses_gpu
 from gpunn.errors import GpunnError
+from gpunn.flops import training_flops
 from gpunn.nn import build_model, model_spec
 
 
@@ -28,8 +29,8 @@ def provenance_columns(variant: str) -> dict:
 # at batch 64 and 1), with PyTorch in the same run, from the same initial weights, data and batch order.
 
 EPOCH_COLUMNS = ["model", "variant", "sizes", "n", "batch", "epoch_s", "extrapolated", "timed_samples",
-                 "samples_per_s", "ratio_to_torch_eager", "epochs", "epoch_loss", "gpu_mem_mib", "gpu_mem_measure",
-                 *provenance.CSV_COLUMNS]
+                 "samples_per_s", "ratio_to_torch_eager", "epoch_tflop", "tflops", "fp32_peak_pct", "fp32_peak_tflops",
+                 "epochs", "epoch_loss", "gpu_mem_mib", "gpu_mem_measure", *provenance.CSV_COLUMNS]
 
 
 class EpochModel(NamedTuple):
@@ -291,27 +292,53 @@ def time_epochs(model_name, variants, n=None, batch=64, lr=None, epochs=3, seed=
         eager = frame.loc[at & (frame["variant"] == "torch-eager"), "epoch_s"]
         if len(eager):
             frame.loc[at, "ratio_to_torch_eager"] = frame.loc[at, "epoch_s"] / float(eager.iloc[0])
-    frame = frame[EPOCH_COLUMNS]
+    frame = with_arithmetic(frame, build_model(model_name, **sizes), n)[EPOCH_COLUMNS]
     log(epoch_table(frame))
     return frame
+
+
+def with_arithmetic(frame: pd.DataFrame, model, n: int) -> pd.DataFrame:
+    """`frame` with each row's arithmetic: the epoch's TFLOP (gpunn.flops.training_flops x n samples), the TFLOP/s
+    that its epoch_s achieves, and, for GPU rows on a real GPU, that as % of the device's FP32 peak (no tensor
+    cores, gpunn.device.fp32_peak_tflops)."""
+    from gpunn.device import device_info, simulator_enabled
+
+    epoch_tflop = training_flops(model) * n / 1e12
+    on_gpu = frame["variant"].map(_on_gpu)
+    peak = None if simulator_enabled() or not on_gpu.any() else device_info()["fp32_peak_tflops"]
+    tflops = epoch_tflop / frame["epoch_s"]
+    return frame.assign(epoch_tflop=epoch_tflop, tflops=tflops,
+                        fp32_peak_pct=(100.0 * tflops / peak).where(on_gpu) if peak else np.nan,
+                        fp32_peak_tflops=peak if peak else np.nan)
+
+
+def _on_gpu(variant: str) -> bool:
+    """A gpunn GPU variant or a PyTorch reference (which runs on the GPU)."""
+    return uses_gpu(variant) if variant in VARIANTS else True
 
 
 def epoch_table(frame: pd.DataFrame) -> str:
     """The printed summary of ``time_epochs``: variant, batch, s/epoch (marked when extrapolated), ratio to PyTorch
     eager, images/s, GPU memory and what it measures, then the legend."""
-    lines = [f"{'variant':>16} {'batch':>5} {'s/epoch':>11} {'x eager':>8} {'images/s':>10} {'GPU MiB':>8}"
-             "  memory measure"]
+    lines = [f"{'variant':>16} {'batch':>5} {'s/epoch':>11} {'x eager':>8} {'images/s':>10} {'TFLOP/s':>8} "
+             f"{'% peak':>7} {'GPU MiB':>8}  memory measure"]
     for row in frame.itertuples():
         mark = "*" if row.extrapolated else " "
         ratio = "" if np.isnan(row.ratio_to_torch_eager) else f"{row.ratio_to_torch_eager:.3f}"
         memory = "" if np.isnan(row.gpu_mem_mib) else f"{row.gpu_mem_mib:.0f}"
+        peak = "" if np.isnan(row.fp32_peak_pct) else f"{row.fp32_peak_pct:.1f}"
         lines.append(f"{row.variant:>16} {row.batch:>5} {row.epoch_s:10.4f}{mark} {ratio:>8} {row.samples_per_s:10.0f}"
-                     f" {memory:>8}  {row.gpu_mem_measure}")
+                     f" {row.tflops:8.3f} {peak:>7} {memory:>8}  {row.gpu_mem_measure}")
     for row in frame[frame["extrapolated"]].drop_duplicates("batch").itertuples():
         lines.append(f"* extrapolated: at batch {row.batch}, {row.timed_samples} of {row.n} samples timed per epoch, "
                      f"the time scaled by the epoch's steps")
     for measure in dict.fromkeys(m for m in frame["gpu_mem_measure"] if m):
         lines.append(f"{measure}: {MEMORY_MEASURES[measure]}")
+    first = frame.iloc[0]
+    peak = "" if np.isnan(first.fp32_peak_tflops) else (f"; % peak: of the GPU's FP32 peak without tensor cores, "
+                                                         f"{first.fp32_peak_tflops:.1f} TFLOP/s")
+    lines.append(f"TFLOP/s: {first.epoch_tflop:.4g} TFLOP per epoch (the Linear and Conv2d multiply-adds of forward, "
+                 f"weight and input gradients, gpunn.flops) / s per epoch{peak}")
     return "\n".join(lines)
 
 

@@ -1,5 +1,6 @@
-"""GEMM problems: every version with a dense launcher (``gemm.DENSE_LAUNCHERS``) on the MLP's shapes, 4096^3 and an
-odd validation shape; the relative-error limit grows with sqrt(K) (gemm_tolerance)."""
+"""GEMM problems: every version with a dense launcher (``gemm.DENSE_LAUNCHERS``) on the MLP's shapes, 4096^3, the
+autoencoder's largest convolutions as dense GEMMs (AE_CASES) and an odd validation shape, each beside cuBLAS (through
+torch, fp32, TF32 off) as % of its time; the relative-error limit grows with sqrt(K) (gemm_tolerance)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,15 @@ class GemmCase:
     relu: bool = False
 
 
+# The autoencoder 256-128 at batch 64: its two largest convolutions (3x3, 16x16 outputs) as the dense GEMMs of their
+# implicit im2col, M = batch x pixels, N = out channels, K = in channels x 9; the weight gradient M = out channels,
+# N = in channels x 9, K = batch x pixels (A^T: the output gradient, read in place)
+AE_CASES = (
+    GemmCase("ae_conv2_forward", 64 * 16 * 16, 128, 256 * 9),
+    GemmCase("ae_conv4_forward", 64 * 16 * 16, 256, 128 * 9),
+    GemmCase("ae_conv2_grad_w", 128, 256 * 9, 64 * 16 * 16, trans_a=True),
+    GemmCase("ae_conv4_grad_x", 64 * 16 * 16, 128 * 9, 256),
+)
 # The MLP 784-256-10 at batch 64: y = x @ W + b, W stored (in, out); gradients dW = x^T dy, dx = dy W^T.
 GEMM_CASES = (
     GemmCase("square_4096", 4096, 4096, 4096),
@@ -44,6 +54,7 @@ GEMM_CASES = (
     GemmCase("mlp_fc2_grad_x", 64, 256, 10, trans_b=True),
     GemmCase("mlp_fc1_grad_w", 784, 256, 64, trans_a=True),
     GemmCase("odd_validation", 257, 129, 301, bias=True, relu=True),
+    *AE_CASES,
 )
 QUICK_GEMM_CASES = (
     GemmCase("quick_bias_relu", 19, 13, 11, bias=True, relu=True),
