@@ -38,9 +38,13 @@ def test_every_op_validates_on_quick_shapes(op, capsys):
     configurations = bench.validate(problems, bench.QUICK_BLOCKS)
     assert "all results match" in capsys.readouterr().out
     versions = {c.version for c in configurations}
-    if op == "gemm":  # every version with a dense launcher, on every quick case
-        assert versions == set(gemm.DENSE_LAUNCHERS)
+    if op == "gemm":  # every version with a dense launcher, on every quick case; split-K ones on the split case
+        from gpunn.bench.gemm import SPLIT_K_VERSIONS
+
+        assert versions == set(gemm.DENSE_LAUNCHERS) | {f"{v}+splitk" for v in SPLIT_K_VERSIONS}
         assert {c.problem.case for c in configurations} == {case.case for case in bench.QUICK_GEMM_CASES}
+        split = {c.version for c in configurations if c.problem.case == "quick_split_k"}
+        assert split == set(gemm.DENSE_LAUNCHERS) | {f"{v}+splitk" for v in SPLIT_K_VERSIONS}
     else:
         assert len(configurations) == len(problems) * len(bench.QUICK_BLOCKS)
 

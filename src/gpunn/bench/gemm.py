@@ -4,6 +4,7 @@ torch, fp32, TF32 off) as % of its time; the relative-error limit grows with sqr
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -34,15 +35,17 @@ class GemmCase:
     trans_b: bool = False
     bias: bool = False
     relu: bool = False
+    split_k: bool = False  # also time the register-blocked versions with automatic split-K ("<version>+splitk")
 
 
 # The autoencoder 256-128 at batch 64: its two largest convolutions (3x3, 16x16 outputs) as the dense GEMMs of their
 # implicit im2col, M = batch x pixels, N = out channels, K = in channels x 9; the weight gradient M = out channels,
-# N = in channels x 9, K = batch x pixels (A^T: the output gradient, read in place)
+# N = in channels x 9, K = batch x pixels (A^T: the output gradient, read in place; few output tiles over a long K,
+# so also with split-K, as the training engine runs it: gpunn.backends.gpu.policy.gemm_splits)
 AE_CASES = (
     GemmCase("ae_conv2_forward", 64 * 16 * 16, 128, 256 * 9),
     GemmCase("ae_conv4_forward", 64 * 16 * 16, 256, 128 * 9),
-    GemmCase("ae_conv2_grad_w", 128, 256 * 9, 64 * 16 * 16, trans_a=True),
+    GemmCase("ae_conv2_grad_w", 128, 256 * 9, 64 * 16 * 16, trans_a=True, split_k=True),
     GemmCase("ae_conv4_grad_x", 64 * 16 * 16, 128 * 9, 256),
 )
 # The MLP 784-256-10 at batch 64: y = x @ W + b, W stored (in, out); gradients dW = x^T dy, dx = dy W^T.
@@ -59,7 +62,20 @@ GEMM_CASES = (
 QUICK_GEMM_CASES = (
     GemmCase("quick_bias_relu", 19, 13, 11, bias=True, relu=True),
     GemmCase("quick_transposed", 13, 7, 5, trans_a=True, trans_b=True),
+    GemmCase("quick_split_k", 7, 5, 67, trans_a=True, split_k=True),  # a long K over few tiles, split
 )
+
+
+SPLIT_K_VERSIONS = ("regblock", "regblock128")
+
+
+def _versions(case: GemmCase) -> dict:
+    """Every dense launcher, and with `split_k` the register-blocked ones again with automatic split-K."""
+    versions = dict(gemm.DENSE_LAUNCHERS)
+    if case.split_k:
+        versions.update({f"{name}+splitk": functools.partial(gemm.DENSE_LAUNCHERS[name], splits=None)
+                         for name in SPLIT_K_VERSIONS})
+    return versions
 
 
 def gemm_problems(cases, seed=0) -> list[Problem]:
@@ -103,7 +119,7 @@ def _gemm_problem(case: GemmCase, rng) -> Problem:
     flags = ("A^T " if case.trans_a else "") + ("B^T " if case.trans_b else "") + \
             ("+bias " if case.bias else "") + ("+relu" if case.relu else "")
     return Problem(
-        op="gemm", case=case.case, versions=dict(gemm.DENSE_LAUNCHERS), dims={"m": m, "n": n, "k": k},
+        op="gemm", case=case.case, versions=_versions(case), dims={"m": m, "n": n, "k": k},
         shape_label=f"{m}x{n}x{k} {flags}".strip(), n_elements=m * n, output_names=("out",),
         expected=(expected,), tolerance=gemm_tolerance(k),
         bytes_moved=4 * (a.size + b.size + m * n + (n if case.bias else 0)), flops=2 * m * n * k,
