@@ -29,7 +29,7 @@ def _block(marker: str, language: str) -> str:
 
 @pytest.fixture
 def e7(monkeypatch):
-    """The README's e7.py as a module, added to the registry as its step 1 says."""
+    """The README's e7.py as a module, added to the registry as it would find src/gpunn/experiments/e7.py."""
     module = types.ModuleType("gpunn.experiments.e7")
     exec(compile(_block("e7.py", "python"), "e7.py", "exec"), module.__dict__)
     monkeypatch.setattr(experiments, "ALL", experiments.ALL + (module.EXPERIMENT,))
@@ -84,3 +84,10 @@ def test_the_example_report_and_entry_page(e7, tmp_path):
     assert "### E7: " in page and "(paper 000: MLP on Fashion-MNIST at two hidden sizes)" in page
     caption = e7.caption("loss_curves.png").text()
     assert f"[loss_curves.png](e7/loss_curves.png) ([PDF](e7/loss_curves.pdf)): {caption}" in page
+
+
+def test_the_registry_finds_every_experiment_module_in_numeric_order(monkeypatch):
+    assert [e.name for e in experiments.ALL] == ["e1", "e2", "e3", "e4", "e5", "e6"] == experiments._modules()
+    found = [types.SimpleNamespace(name=n) for n in ("e10", "base", "e2", "e9", "e1x", "e1")]
+    monkeypatch.setattr(experiments.pkgutil, "iter_modules", lambda path: found)
+    assert experiments._modules() == ["e1", "e2", "e9", "e10"]

@@ -1,15 +1,25 @@
-"""The experiments, one module each (e1 ... e6), as one registry: ALL in order, `get(name)`, and the papers'
-values of them all. Adding an experiment: a module with its EXPERIMENT, added to ALL, its block in the config
-schema and in config/config.yaml (README: How to extend)."""
+"""The experiments, one module each (e1, e2, ... in this package, each with its EXPERIMENT), as one registry: ALL in
+the modules' numeric order, `get(name)`, and the papers' values of them all. Adding an experiment: a module eN.py
+here, its block in the config schema and in config/config.yaml (README: How to extend); the registry finds it."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+import re
+
 from gpunn.errors import GpunnError
-from gpunn.experiments import e1, e2, e3, e4, e5, e6
 from gpunn.experiments.base import Experiment, Headline
 from gpunn.report.papers import PaperValue, select, select_one
 
-ALL: tuple[Experiment, ...] = tuple(module.EXPERIMENT for module in (e1, e2, e3, e4, e5, e6))
+
+def _modules() -> list[str]:
+    """The experiment modules of this package, e1, e2, ..., in numeric order (e10 after e9)."""
+    names = [m.name for m in pkgutil.iter_modules(__path__) if re.fullmatch(r"e\d+", m.name)]
+    return sorted(names, key=lambda name: int(name[1:]))
+
+
+ALL: tuple[Experiment, ...] = tuple(importlib.import_module(f"{__name__}.{name}").EXPERIMENT for name in _modules())
 NAMES: tuple[str, ...] = tuple(experiment.name for experiment in ALL)
 BY_NAME = {experiment.name: experiment for experiment in ALL}
 PAPER_VALUES: tuple[PaperValue, ...] = tuple(value for experiment in ALL for value in experiment.paper_values)
