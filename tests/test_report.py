@@ -242,7 +242,7 @@ def test_rate_columns_are_not_times():
     assert "95238" in text and "1.235" in text
 
 
-# ----------------------------------------------------------------- experiment reports (gpunn.report.experiments)
+# ----------------------------------------------------------------- experiment reports (gpunn.experiments)
 # Synthetic inputs in the formats the pipeline writes: run folders as gpunn.train leaves them, timing CSVs as
 # gpunn.timing writes them, and the block-size sweep CSV of rule sweep_blocks.
 

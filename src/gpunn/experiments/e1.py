@@ -328,7 +328,7 @@ def epoch_time_bars(table_csv, out_png, title: str = "E1: time per epoch per var
 E1_REDUCTION = {"CPU": "sum", "GPU": "mean"}
 
 
-# --------------------------------------------------------------------------------------------- per experiment
+# --------------------------------------------------------------------------------------------- paper vs ours
 class OursE1(paper_vs_ours.Ours):
     """E1: our runs per variant, paper 000's CPU row from the 'sum' run and its GPU row from the 'mean' run."""
 
