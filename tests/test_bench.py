@@ -18,6 +18,7 @@ from numba import config, cuda
 
 from gpunn import bench, cli, flops, provenance
 from gpunn.bench.__main__ import main as bench_main
+from gpunn.bench.gemm import SPLIT_K_VERSIONS
 from gpunn.errors import GpunnError
 from gpunn.kernels import elementwise, gemm
 from gpunn.nn import build_model
@@ -39,8 +40,6 @@ def test_every_op_validates_on_quick_shapes(op, capsys):
     assert "all results match" in capsys.readouterr().out
     versions = {c.version for c in configurations}
     if op == "gemm":  # every version with a dense launcher, on every quick case; split-K ones on the split case
-        from gpunn.bench.gemm import SPLIT_K_VERSIONS
-
         assert versions == set(gemm.DENSE_LAUNCHERS) | {f"{v}+splitk" for v in SPLIT_K_VERSIONS}
         assert {c.problem.case for c in configurations} == {case.case for case in bench.QUICK_GEMM_CASES}
         split = {c.version for c in configurations if c.problem.case == "quick_split_k"}
@@ -90,7 +89,7 @@ def test_a_new_gemm_version_is_picked_up_and_validated(monkeypatch):
 
 
 def test_fixed_block_gemm_versions_skip_other_sizes():
-    (problem,) = bench.gemm_problems(bench.QUICK_GEMM_CASES[1:])
+    (problem,) = bench.gemm_problems(bench.QUICK_GEMM_CASES[1:2])  # quick_transposed: the dense launchers only
     configurations = bench.validate([problem], [32, 256])
     blocks = {(c.version, bench.block_dims(c.block)) for c in configurations}
     # naive takes the sizes (32 x threads/32); versions with a fixed block run it once, under its own name
@@ -137,7 +136,9 @@ def test_bench_gemm_quick_end_to_end(tmp_path):
     assert list(frame.columns) == bench.BENCH_COLUMNS
     assert len(frame) == sum(1 for line in lines if " ms " in line)
     assert not frame.duplicated(["case", "version", "block_dims"]).any()
-    assert set(frame["version"]) == set(gemm.DENSE_LAUNCHERS)
+    split = {f"{v}+splitk" for v in SPLIT_K_VERSIONS}  # the register-blocked versions split on quick_split_k
+    assert set(frame["version"]) == set(gemm.DENSE_LAUNCHERS) | split
+    assert set(frame.loc[frame["case"] == "quick_split_k", "version"]) == set(gemm.DENSE_LAUNCHERS) | split
     assert _positive_finite(frame["ms"]) and _positive_finite(frame["gflops"])
     row = frame[frame["case"] == "quick_bias_relu"].iloc[0]
     assert row["gflops"] == pytest.approx(2 * 19 * 13 * 11 / row["ms"] / 1e6)
