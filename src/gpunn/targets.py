@@ -284,10 +284,11 @@ def planned_intermediates(config: dict, experiment: str) -> dict[str, str | None
     for dataset, split in experiment_data(config, experiment):
         files.update(dict.fromkeys(raw_outputs(config, dataset)))
         files[layout.prepared(dataset, split)] = f"{layout.logs('prepare')}/{dataset}/{split}.log"
+    encodes = "svm" in report_inputs(config, experiment)  # E6: the features of its encoder run
     for spec in experiment_runs(config, experiment):
         log = layout.run_log("train", spec)
         files.update({f"{layout.run_dir(spec)}/{name}": log for name in RUN_FILES})
-        if "svm" in report_inputs(config, experiment):  # E6: the features of its encoder run
+        if encodes:
             log = layout.run_log("features", spec)
             files.update({f"{layout.features_dir(spec)}/{name}": log for name in FEATURE_FILES})
     for spec in shown_runs(config, experiment):

@@ -257,8 +257,8 @@ def time_epochs(model_name, variants, n=None, batch=64, lr=None, epochs=3, seed=
     n = spec.samples if n is None else int(n)
     lr = spec.lr if lr is None else float(lr)
     batches = [int(b) for b in batch] if isinstance(batch, (list, tuple)) else [int(batch)]
-    sample_shape = build_model(model_name, **sizes).input_shape
-    x, y = random_training_data(n, seed, sample_shape, sizes.get("classes", 1))
+    shaped = build_model(model_name, **sizes)  # its input shape and its arithmetic (gpunn.flops)
+    x, y = random_training_data(n, seed, shaped.input_shape, sizes.get("classes", 1))
     torch = _torch_on_gpu(torch_reference, log)
     rows = []
     for size in batches:
@@ -292,7 +292,7 @@ def time_epochs(model_name, variants, n=None, batch=64, lr=None, epochs=3, seed=
         eager = frame.loc[at & (frame["variant"] == "torch-eager"), "epoch_s"]
         if len(eager):
             frame.loc[at, "ratio_to_torch_eager"] = frame.loc[at, "epoch_s"] / float(eager.iloc[0])
-    frame = with_arithmetic(frame, build_model(model_name, **sizes), n)[EPOCH_COLUMNS]
+    frame = with_arithmetic(frame, shaped, n)[EPOCH_COLUMNS]
     log(epoch_table(frame))
     return frame
 
