@@ -208,7 +208,7 @@ _ON_GPU = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") != "1" and cuda.is_availab
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not _ON_GPU, reason="needs a real CUDA GPU")
-@pytest.mark.parametrize("version", [None, "regblock", "regblock128", "skinny", "tiled16"])
+@pytest.mark.parametrize("version", [None, "regblock", "skinny"])
 def test_gpu_decoder_shapes(version):
     """The autoencoder decoder's convolutions on upsampled maps at batch 8 (128 -> 256 on 8x8 -> 16x16, 256 -> 3
     on 16x16 -> 32x32) and an odd case, automatic split counts; the staged weight gradient of the 256 -> 3 conv."""
