@@ -12,7 +12,8 @@ A stage sees activations as `Act`s and gradients as device arrays, all with the 
 Gradients are written, not accumulated (the SGD launch zeroes the buffer after the update for the few
 kernels that do accumulate: atomic column sums). Fusions are decided by `plan` from the policy: a ReLU
 after a Linear becomes the Linear's epilogue (`relu`), and a Linear whose input comes straight from the
-batch gather or from another Linear folds its bias into the GEMM (`fold`). A new model needs new stage
+batch gather or from another Linear folds its bias into the GEMM (`fold`); under `upsample: fused` an Upsample
+followed by a Conv2d becomes one conv stage reading through the upsample (`up`). A new model needs new stage
 classes only for layer types listed nowhere in STAGES; the engine does not change.
 """
 
@@ -177,20 +178,24 @@ class Conv2dStage(Stage):
     """Stride-1 convolution (gpunn.kernels.conv), the versions per pass from the policy; bias and ReLU fused
     into the forward under a fusing policy, the bias gradient its own launch."""
 
-    def __init__(self, layer: Conv2d, offset: int, relu: bool):
+    def __init__(self, layer: Conv2d, offset: int, relu: bool, up: bool = False):
         self.cin, self.cout = layer.in_channels, layer.out_channels
         self.k, self.padding = layer.kernel_size, layer.padding
         self.offset = offset
         self.relu = relu
+        self.up = up  # its input is the map before a 2x Upsample fused into it (conv.UP_VERSIONS)
         self.params = self.cout * self.cin * self.k * self.k + self.cout
 
     def __repr__(self):
-        return f"Conv2d({self.cin}, {self.cout}, k{self.k}, p{self.padding}{', relu' if self.relu else ''})"
+        return (f"{'Upsample(2)+' if self.up else ''}Conv2d({self.cin}, {self.cout}, k{self.k}, p{self.padding}"
+                f"{', relu' if self.relu else ''})")
 
     def out_shape(self, in_shape):
         if len(in_shape) != 3 or in_shape[0] != self.cin:
             raise GpunnError(f"GPU engine: {self!r} gets inputs of shape {in_shape}, wants ({self.cin}, H, W)")
         _, h, w = in_shape
+        if self.up:
+            h, w = 2 * h, 2 * w
         grow = 2 * self.padding - self.k + 1
         return (self.cout, h + grow, w + grow)
 
@@ -209,9 +214,9 @@ class Conv2dStage(Stage):
 
         from gpunn.kernels import conv
 
-        size = None if x is None else tuple(int(s) for s in x.shape[2:])
+        size = None if x is None else tuple((2 if self.up else 1) * int(s) for s in x.shape[2:])
         name = conv_version(binder.policy, step, self.cin, self.cout, self.k, self.padding, size)
-        version = conv.VERSIONS[step][name]
+        version = conv.upsampled_version(step, name) if self.up else conv.VERSIONS[step][name]
         threads = binder.threads if version.takes_threads else {}
         return functools.partial(version.launcher, launch=False, **threads)
 
@@ -324,8 +329,13 @@ def plan(layers, policy: Policy, fold: bool) -> list[Stage]:
         make = STAGES.get(type(layer))
         if make is None:
             raise GpunnError(f"GPU engine: no GPU launcher for layer {layer!r} yet (gpunn.backends.gpu.layers.STAGES)")
+        up = (policy.upsample == "fused" and isinstance(layer, Upsample) and i + 1 < len(layers)
+              and isinstance(layers[i + 1], Conv2d))
+        if up:  # the Upsample's stage is the conv's, reading through it
+            i += 1
+            layer = layers[i]
         relu = policy.fuse and isinstance(layer, FUSES_RELU) and i + 1 < len(layers) and isinstance(layers[i + 1], ReLU)
-        stage = make(layer, offset, relu)
+        stage = Conv2dStage(layer, offset, relu, up=True) if up else make(layer, offset, relu)
         offset += stage.params
         stages.append(stage)
         i += 2 if relu else 1

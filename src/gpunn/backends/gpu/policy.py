@@ -39,7 +39,9 @@ per step (RunSpec.batch; batch 1 is the paper's setting):
     gpu-tiled      the paper's "optimized v1": shared-memory input tiles for the forward and backward-data passes,
                    block-reduction weight and bias gradients (TILED_CONV), unfused ReLU, 16x16 tiled GEMMs
     gpu-im2col     the paper's "optimized v2": every conv pass an implicit-im2col GEMM, data resident
-    gpu-graph      the fastest: conv "auto" per layer shape, captured in CUDA graphs
+    gpu-graph      the fastest: conv "auto" per layer shape, each Upsample fused into the Conv2d after it
+                   (`upsample: fused`: the conv's passes read the small map through the upsample, its backward-data
+                   one stride-2 GEMM on the small map), captured in CUDA graphs
 
 A run's block size (RunSpec.block, `_t<threads>` in its path) reaches the kernels that take a thread count
 (`with_block`): every kernel of gpu-naive; the tiled and shuffle convolutions, the pool, bias, elementwise and SGD
@@ -71,9 +73,13 @@ class Policy:
                           # while the previous step computes; losses stay on the GPU until the epoch ends
     blocks: bool = False  # a run's block size (threads per block) reaches the kernels that take one
     block: int = 0        # that block size (0: every kernel's own default)
+    upsample: str = "separate"  # an Upsample followed by a Conv2d: "separate" kernels (the upsampled map written,
+                                # then read by the conv), or "fused": the conv's passes read through the upsample
+                                # (gpunn.kernels.conv.UP_VERSIONS; the upsample's launches and its map disappear)
 
     def __post_init__(self):
-        for name, value, choices in (("sgd", self.sgd, SGD_MODES), ("copy", self.copy, COPY_MODES)):
+        for name, value, choices in (("sgd", self.sgd, SGD_MODES), ("copy", self.copy, COPY_MODES),
+                                     ("upsample", self.upsample, UPSAMPLE_MODES)):
             if value not in choices:
                 raise ValueError(f"policy {self.name}: {name} must be one of {choices}, got {value!r}")
 
@@ -119,6 +125,7 @@ AUTO_WGRAD_MIN = 1024          # weights below which the block-reduction weight 
 AUTO_STAGED_MIN_WIDE = 64      # input channels from which a narrow output's staged weight gradient is chosen
 SGD_MODES = ("flat", "per_layer")
 COPY_MODES = ("sync", "pipelined")
+UPSAMPLE_MODES = ("separate", "fused")
 PIPELINE_DEPTH = 3  # host batch buffers of the pipelined copy: one being filled, one in flight, one in use
 
 # gpu-fused (the MLP) and gpu-im2col (the CNN and the autoencoder) are one design: data resident on the GPU, fused
@@ -135,7 +142,7 @@ POLICIES = {
     "gpu-fused": Policy("gpu-fused", **RESIDENT_FUSED),
     "gpu-im2col": Policy("gpu-im2col", **RESIDENT_FUSED),
     "gpu-graph": Policy("gpu-graph", gemm="auto", fuse=True, resident=True, graphs=True, conv=AUTO_CONV,
-                        pool_backward="gather"),
+                        pool_backward="gather", upsample="fused"),
 }
 # which models each GPU variant trains (the registry's `models`): E1-E3's MLP variants, E4's CNN variants and E5's
 # autoencoder variants (paper 004's naive, "optimized v1" = gpu-tiled and "optimized v2" = gpu-im2col, and ours)

@@ -21,6 +21,11 @@ Versions (the papers' naive and optimized CUDA kernels, papers 001 and 004, and 
     implicit_gemm  forward, input and weight gradient as implicit-im2col GEMMs of ``gpunn.kernels.gemm``
     split          bias gradient: (Cout, S) blocks over batch splits, partials added in a fixed order
 
+Convolutions on a 2x nearest-upsampled input read through the upsample (``upsampled``): ``UP_VERSIONS[pass]``
+holds their ``ConvVersion`` records (forward and backward_data ``implicit_gemm``, backward_weight ``implicit_gemm``
+and ``staged``), launchers ``conv_<pass>_<version>_up`` taking the map before the upsample; ``upsampled_version``
+gives a plain version's twin. A table of its own: their inputs differ from ``VERSIONS``' (x, not up(x)).
+
 The float64 NumPy references are ``conv_forward_ref``, ``conv_backward_data_ref``, ``conv_backward_weight_ref``
 and ``conv_bias_grad_ref``. Index arithmetic is uint32 (see ``gpunn.kernels.gemm.mappings``). History (PTX
 facts, measurements): NOTES.md next to this file.
@@ -67,6 +72,16 @@ from .tiled import (
     fitted_threads,
     tile_shape,
 )
+from .upsampled import (
+    conv_backward_data_implicit_gemm_up,
+    conv_backward_data_up_ref,
+    conv_backward_weight_implicit_gemm_up,
+    conv_backward_weight_staged_up,
+    conv_backward_weight_up_ref,
+    conv_forward_implicit_gemm_up,
+    conv_forward_up_ref,
+    upsampled_shape,
+)
 from .weight_grad import (
     conv_backward_weight_block,
     conv_backward_weight_deterministic,
@@ -80,6 +95,7 @@ __all__ = [
     "PASSES",
     "SIMULATOR_BIAS_SPLITS",
     "SMEM_LIMIT",
+    "UP_VERSIONS",
     "VERSIONS",
     "WARP",
     "ConvVersion",
@@ -89,6 +105,13 @@ __all__ = [
     "conv_backward_data_naive",
     "conv_backward_data_ref",
     "conv_backward_data_tiled",
+    "conv_backward_data_implicit_gemm_up",
+    "conv_backward_data_up_ref",
+    "conv_backward_weight_implicit_gemm_up",
+    "conv_backward_weight_staged_up",
+    "conv_backward_weight_up_ref",
+    "conv_forward_implicit_gemm_up",
+    "conv_forward_up_ref",
     "conv_backward_weight_block",
     "conv_backward_weight_deterministic",
     "conv_backward_weight_implicit_gemm",
@@ -110,6 +133,8 @@ __all__ = [
     "runnable_versions",
     "staged_fits",
     "tile_shape",
+    "upsampled_shape",
+    "upsampled_version",
     "weight_grad_splits",
 ]
 
@@ -162,6 +187,28 @@ VERSIONS = {
         ConvVersion("split", conv_bias_grad_split),
     ),
 }
+
+
+# versions of the passes of a conv whose input is a 2x upsample (the launchers take the map before it)
+UP_VERSIONS = {
+    "forward": _table(ConvVersion("implicit_gemm", conv_forward_implicit_gemm_up, takes_threads=False)),
+    "backward_data": _table(ConvVersion("implicit_gemm", conv_backward_data_implicit_gemm_up, takes_threads=False)),
+    "backward_weight": _table(
+        ConvVersion("implicit_gemm", conv_backward_weight_implicit_gemm_up, takes_threads=False),
+        ConvVersion("staged", conv_backward_weight_staged_up, applies=staged_fits),
+    ),
+}
+UP_DEFAULT = "implicit_gemm"  # the twin of a plain version that has none of its own
+
+
+def upsampled_version(pass_name: str, version: str) -> ConvVersion:
+    """The record of a pass on an upsampled input standing in for plain `version`: its twin of the same name in
+    UP_VERSIONS, else UP_DEFAULT's (naive, tiled and the block reductions have no twin); the bias gradient
+    (which reads dy only) keeps its plain version."""
+    if pass_name not in UP_VERSIONS:
+        return VERSIONS[pass_name][version]
+    table = UP_VERSIONS[pass_name]
+    return table.get(version, table[UP_DEFAULT])
 
 
 def runnable_versions(pass_name: str, layer: tuple | None = None) -> dict:

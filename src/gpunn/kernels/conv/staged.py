@@ -51,9 +51,10 @@ def staged_fits(cin: int, cout: int, k: int, padding: int, height: int, width: i
 
 
 @functools.cache
-def _wgrad_staged(k, pad, threads, narrow, narrow_in, height, width):
+def _wgrad_staged(k, pad, threads, narrow, narrow_in, height, width, up=False):
     """narrow_in: Cin is the narrow side (block per output channel, every input plane staged); else Cout is (block
-    per input channel, its plane staged, the narrow dy channels read per position)."""
+    per input channel, its plane staged, the narrow dy channels read per position). up: the conv's input is the
+    2x nearest upsample of x (height, width: the upsampled size), staged from x (gpunn.kernels.conv.upsampled)."""
     kk_n = k * k
     acc_n = narrow * kk_n
     ph, pw = height + 2 * pad, width + 2 * pad
@@ -95,7 +96,10 @@ def _wgrad_staged(k, pad, threads, narrow, narrow_in, height, width):
                 col = uint32(rest - r * PW)
                 value = float32(0.0)
                 if r >= P and r < H + P and col >= P and col < W + P:
-                    value = x[n, c if narrow_in else wide, uint32(r - P), uint32(col - P)]
+                    if up:
+                        value = x[n, c if narrow_in else wide, uint32(r - P) >> U1, uint32(col - P) >> U1]
+                    else:
+                        value = x[n, c if narrow_in else wide, uint32(r - P), uint32(col - P)]
                 xs[i] = value
                 i = uint32(i + T)
             cuda.syncthreads()
@@ -142,10 +146,17 @@ def conv_backward_weight_staged(x, dy, dw, padding, block=256, splits=None, stre
     split, the padded input planes staged in shared memory, narrow * k * k sums per thread, partial sums added in
     a fixed order (deterministic)."""
     op = "conv_backward_weight_staged"
-    padding, (cout, cin, k) = backward_weight_args(op, x, dy, dw, padding)
+    padding, w_shape = backward_weight_args(op, x, dy, dw, padding)
+    return staged_group(op, x, dy, dw, padding, w_shape, shape(x)[2:], block, splits, stream, launch)
+
+
+def staged_group(op, x, dy, dw, padding, w_shape, size, block, splits, stream, launch, up=False):
+    """The staged launches on checked arguments: the conv's input of `size` (height, width) is x, or with `up` the
+    2x upsample of x (then size is the upsampled one)."""
+    cout, cin, k = w_shape
     block = check_block(op, block, power_of_two=True)
     check_splits(op, splits)
-    _, _, height, width = shape(x)
+    height, width = (int(v) for v in size)
     if not staged_fits(cin, cout, k, padding, height, width):
         raise ValueError(f"{op}: a {cin} -> {cout} layer on {height}x{width} inputs has no narrow side of at most "
                          f"{STAGED_MAX_NARROW} channels whose padded planes fit in shared memory; use another version")
@@ -155,7 +166,7 @@ def conv_backward_weight_staged(x, dy, dw, padding, block=256, splits=None, stre
         splits = SIMULATOR_WGRAD_SPLITS
     splits, per = weight_grad_splits(shape(x)[0], wide, splits)
     check_grid_y(op, splits)
-    kernel = _wgrad_staged(k, padding, block, min(cin, cout), narrow_in, height, width)
+    kernel = _wgrad_staged(k, padding, block, min(cin, cout), narrow_in, height, width, up)
     # scratch for the splits' partial sums (the deterministic version's layout), owned by the bound launch
     partials = cuda.device_array((splits, cout * cin * k * k), np.float32)
     group = LaunchGroup([
@@ -167,4 +178,3 @@ def conv_backward_weight_staged(x, dy, dw, padding, block=256, splits=None, stre
     if launch:
         group()
     return group
-

@@ -13,6 +13,9 @@ A kernel never indexes its operands itself: it asks three compile-time mappings,
   row co, column (ci, kh, kw) -> c[co, ci, kh, kw]; ``partial`` the split-K scratch, C[i, j] of block z ->
   c[(z*M + i)*N + j] of a flat (splits, M, N) buffer.
 
+The mappings of a conv whose input is a 2x upsampled map (``im2col_up2``, ``im2col_s2``, ``im2col_k_up2``,
+``weight_up2_flip_t``) live in ``mappings_up`` and are part of ``A_MAPS`` / ``B_MAPS``.
+
 A loader is ``outer(dims, index) -> state`` for the index that stays fixed through the K loop (the row of A, the
 column of B), ``inner(dims, p) -> state`` for the K index, and ``get(array, dims, outer, inner)`` the element, zero
 outside the matrix (and in the padding). ``Loader.contig_k`` says which axis is contiguous, so that tiles are
@@ -55,6 +58,11 @@ __all__ = ["A_MAPS", "B_MAPS", "STORES", "device_function", "finish_fn", "k_rang
 
 A_MAPS = ("dense", "dense_t", "im2col", "channels")
 B_MAPS = ("dense", "dense_t", "weight_t", "weight_flip_t", "im2col_k")
+# the upsample mappings (mappings_up.UP_A_MAPS / UP_B_MAPS, spelled here: that module imports this one)
+_UP_A_MAPS = ("im2col_up2", "im2col_s2")
+_UP_B_MAPS = ("im2col_k_up2", "weight_up2_flip_t")
+A_MAPS += _UP_A_MAPS
+B_MAPS += _UP_B_MAPS
 STORES = ("dense", "nchw", "weight4", "partial")
 
 # Index arithmetic. numba widens every integer operation to 64 bits (uint32 + uint32 -> uint64) and, for
@@ -211,6 +219,10 @@ def _a_loader(kind, ksize):
             return t[uint32(row[1] + col[1])] if (row[0] < dims[D_M] and col[0] < dims[D_K]) else F0
 
         return Loader(True, outer, _channel_pixel, get)
+    if kind in _UP_A_MAPS:
+        from .mappings_up import up_a_loader
+
+        return up_a_loader(kind, ksize)
     raise ValueError(f"gemm: unknown A mapping {kind!r}; choose from {A_MAPS}")
 
 
@@ -255,6 +267,10 @@ def _b_loader(kind, ksize):
             return F0
 
         return Loader(True, patch, _pixel, get)
+    if kind in _UP_B_MAPS:
+        from .mappings_up import up_b_loader
+
+        return up_b_loader(kind, ksize)
     raise ValueError(f"gemm: unknown B mapping {kind!r}; choose from {B_MAPS}")
 
 
