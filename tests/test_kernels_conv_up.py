@@ -62,7 +62,8 @@ def _forward(version, k, p, shape=SHAPE, bias=True, relu=True, splits=None):
     launch = U.conv_forward_implicit_gemm_up(cuda.to_device(x), cuda.to_device(w),
                                              None if b is None else cuda.to_device(b), out, p, relu=relu,
                                              version=version, splits=splits)
-    assert isinstance(launch, Launch if splits in (None, 1) else LaunchGroup)
+    # splits=None: the automatic count, one launch or a group depending on the device and shape
+    assert isinstance(launch, (Launch, LaunchGroup) if splits is None else Launch if splits == 1 else LaunchGroup)
     return _rel_err(out.copy_to_host(), U.conv_forward_up_ref(x, w, b, p, relu))
 
 
