@@ -182,7 +182,8 @@ def test_deterministic_backward():
 
 def test_bad_arguments_are_refused():
     n, cin, cout, h, w, k, p = CASES[0]
-    x, wt = cuda.to_device(np.zeros((n, cin, h, w), np.float32)), cuda.to_device(np.zeros((cout, cin, k, k), np.float32))
+    x = cuda.to_device(np.zeros((n, cin, h, w), np.float32))
+    wt = cuda.to_device(np.zeros((cout, cin, k, k), np.float32))
     pooled = (n, cout, 3, 4)
     with pytest.raises(ValueError, match="window epilogue"):
         P.conv_forward_pool_implicit_gemm(x, wt, None, _nan(pooled), _route_nan(pooled), p, version="regblock")
