@@ -139,7 +139,7 @@ def test_weight_and_bias_gradients_from_the_pooled_gradient(case, version, split
                                               splits=splits)
     assert _rel_err(dw.copy_to_host(), R.conv_backward_weight_ref(x, dy, k, p)) < TOL
     db = _nan(wt.shape[0])
-    P.conv_bias_grad_pool(dpool_d, route_d, db, block=32)
+    P.conv_bias_grad_pool(dpool_d, route_d, db, block=32, splits=splits)
     assert _rel_err(db.copy_to_host(), R.conv_bias_grad_ref(dy)) < TOL
 
 

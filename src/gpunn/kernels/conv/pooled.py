@@ -14,7 +14,8 @@ floor like MaxPool2d: the last conv row / column is not computed and gets zero g
 * weight gradient: dw as ``implicit_gemm``'s, K the window-order pixels, A = the expanded gradient
   (``pool_grad_channels``), B = the input's im2col in the same order (``im2col_k_window``); split-K.
 * bias gradient: db[c] = the sum of dpool over the windows whose route is not ROUTE_NONE (each window sends its
-  gradient to exactly one conv pixel), one block per channel, a fixed tree (deterministic).
+  gradient to exactly one conv pixel), split over the batch as ``bias_grad.conv_bias_grad_split``, partial sums
+  added in a fixed order (deterministic).
 
 The GEMM's A operand (c of the forward) is a tuple of the two flat arrays (dpool, route) ((pooled, route)).
 References: ``conv_relu_pool_forward_ref`` and ``pooled_grad_ref`` (the expanded dy), composed from
@@ -36,7 +37,8 @@ from ..gemm.mappings import ROUTE_NONE, WINDOW_VERSIONS
 from ..launch import Launch, LaunchGroup, bind, check_block, check_device_array, flat
 from ..pool import maxpool2x2_backward_ref, maxpool2x2_forward_ref
 from ..softmax import _block_sum
-from .checks import U0, U1, jit_for
+from .bias_grad import BIAS_SUM_MAX_THREADS, _split_sum_kernel, bias_grad_splits
+from .checks import U0, U1, check_splits, jit_for
 from .implicit_gemm import WGRAD_SPLIT_WAVES, _activation, _expect, _geometry, _version
 from .reference import conv_forward_ref
 
@@ -159,17 +161,20 @@ def _bias_kernel(threads):
     block_sum = _block_sum(threads)
 
     @jit_for(threads)
-    def conv_bias_grad_pool_kernel(dpool, route, db, n_img, plane):
-        """db[c] = sum over (n, s) of dpool[n, c, s] where route[n, c, s] != ROUTE_NONE; flat arrays, one block
-        per channel, thread t taking s = t, t + T, ... of each image in order, then a fixed tree."""
+    def conv_bias_grad_pool_kernel(dpool, route, partials, n_img, plane, per):
+        """partials[c, z] = the sum over images [z*per, (z+1)*per) and pixels s of dpool[n, c, s] where
+        route[n, c, s] != ROUTE_NONE; flat arrays, block (c, z), thread t taking s = t, t + T, ... of each image
+        in order, then a fixed tree."""
         buf = cuda.shared.array(threads, float32)
         t = uint32(cuda.threadIdx.x)
         c = uint32(cuda.blockIdx.x)
+        z = uint32(cuda.blockIdx.y)
         chw = uint32(cuda.gridDim.x * plane)
+        n = uint32(z * per)
+        end = uint32(min(n_img, uint32(n + per)))
+        base = uint32(n * chw + c * plane)
         acc = float32(0.0)
-        base = uint32(c * plane)
-        n = U0
-        while n < n_img:
+        while n < end:
             s = t
             while s < plane:
                 idx = uint32(base + s)
@@ -181,21 +186,35 @@ def _bias_kernel(threads):
         buf[t] = acc
         acc = block_sum(buf, t)
         if t == U0:
-            db[c] = acc
+            partials[c, z] = acc
 
     return conv_bias_grad_pool_kernel
 
 
-def conv_bias_grad_pool(dpool, route, db, block=256, stream=0, launch=True) -> Launch:
-    """db (Cout,) = the conv bias gradient of the fused forward given dpool and its route (N, Cout, PH, PW)."""
+def conv_bias_grad_pool(dpool, route, db, block=256, splits=None, stream=0, launch=True) -> LaunchGroup:
+    """db (Cout,) = the conv bias gradient of the fused forward given dpool and its route (N, Cout, PH, PW): a
+    (Cout, S) grid over batch splits (``bias_grad_splits``: about BIAS_BLOCKS_PER_SM blocks per SM; ``splits``
+    asks for a count) writing partial sums, added per channel in a fixed order by the split bias gradient's sum
+    launch (deterministic)."""
     op = "conv_bias_grad_pool"
     block = check_block(op, block, power_of_two=True)
+    check_splits(op, splits)
     _activation(op, "dpool", dpool)
     n, cout, ph, pw = shape(dpool)
     check_device_array(op, "db", db, 1)
     _expect(op, "db", db, (cout,))
     d, r = _pooled_pair(op, "dpool", dpool, route, shape(dpool))
-    return bind(_bias_kernel(block), cout, block, (d, r, db, np.uint32(n), np.uint32(ph * pw)), stream, launch, op)
+    splits, per = bias_grad_splits(n, cout, splits)
+    partials = cuda.to_device(np.full((cout, splits), np.nan, np.float32))  # owned by the group; NaN: unwritten
+    sum_threads = min(BIAS_SUM_MAX_THREADS, 1 << (splits - 1).bit_length())
+    group = LaunchGroup([
+        bind(_bias_kernel(block), (cout, splits), block, (d, r, partials, np.uint32(n), np.uint32(ph * pw),
+                                                          np.uint32(per)), stream, False, f"{op}[splits{splits}]"),
+        bind(_split_sum_kernel(sum_threads), cout, sum_threads, (partials, db), stream, False, f"{op}.sum_partials"),
+    ])
+    if launch:
+        group()
+    return group
 
 
 # ---------------------------------------------------------------------------------------------------------
