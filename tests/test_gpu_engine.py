@@ -41,12 +41,15 @@ def test_fused_mlp_folds_both_biases_and_fuses_the_relu():
 
 def test_cnn_plan_folds_no_bias_behind_a_pool():
     model = build_model("cnn", in_channels=1, image_size=9, channels=(2, 3), classes=4)
-    stages = plan(model.layers, POLICIES["gpu-fused"], fold=True)
+    stages = plan(model.layers, replace(POLICIES["gpu-fused"], pool="separate"), fold=True)
     assert kinds(stages) == ["Conv2d", "Conv2d", "MaxPool2d", "Flatten", "Linear"]
     assert all(isinstance(s, Conv2dStage) and s.relu for s in stages[:2])
     assert isinstance(stages[2], MaxPool2dStage) and isinstance(stages[3], FlattenStage)
     assert isinstance(stages[4], LinearStage) and not stages[4].fold  # its producer writes NCHW, not rows
     assert sum(s.params for s in stages) == model.flat.size
+    fused = plan(model.layers, POLICIES["gpu-fused"], fold=True)  # pool "auto": conv2 + ReLU + pool one stage
+    assert kinds(fused) == ["Conv2d", "ConvPool", "Flatten", "Linear"] and not fused[3].fold
+    assert sum(s.params for s in fused) == model.flat.size
 
 
 def test_gemm_version_auto_by_output_size():

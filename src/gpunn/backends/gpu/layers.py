@@ -13,7 +13,8 @@ Gradients are written, not accumulated (the SGD launch zeroes the buffer after t
 kernels that do accumulate: atomic column sums). Fusions are decided by `plan` from the policy: a ReLU
 after a Linear becomes the Linear's epilogue (`relu`), and a Linear whose input comes straight from the
 batch gather or from another Linear folds its bias into the GEMM (`fold`); under `upsample: fused` an Upsample
-followed by a Conv2d becomes one conv stage reading through the upsample (`up`). A new model needs new stage
+followed by a Conv2d becomes one conv stage reading through the upsample (`up`); a Conv2d + ReLU + MaxPool2d run
+becomes one ConvPoolStage where the policy's `pool` says so (policy.pool_fused). A new model needs new stage
 classes only for layer types listed nowhere in STAGES; the engine does not change.
 """
 
@@ -28,7 +29,7 @@ from gpunn.errors import GpunnError
 from gpunn.nn import Conv2d, Flatten, Linear, MaxPool2d, ReLU, Upsample
 from gpunn.nn.functional import DEFAULT_REDUCTION
 
-from .policy import Policy, conv_version, gemm_splits, gemm_version
+from .policy import Policy, conv_version, gemm_splits, gemm_version, pool_fused
 
 
 @dataclass
@@ -237,6 +238,46 @@ class Conv2dStage(Stage):
         return launches
 
 
+class ConvPoolStage(Conv2dStage):
+    """Conv2d + ReLU + MaxPool2d(2) as one stage (gpunn.kernels.conv.pooled, under the policy's `pool`): the forward
+    writes the pooled output and its route (y.aux: the winner per window, or none where the ReLU passed nothing),
+    the backward reads the pooled gradient through the route, so the conv's full-size output and gradient are never
+    stored. `relu` stays False: the route carries the ReLU, the next layer's input gradient needs no mask."""
+
+    def __init__(self, layer: Conv2d, offset: int):
+        super().__init__(layer, offset, relu=False)
+
+    def __repr__(self):
+        return f"Conv2d({self.cin}, {self.cout}, k{self.k}, p{self.padding}, relu, maxpool2)"
+
+    def out_shape(self, in_shape):
+        c, h, w = super().out_shape(in_shape)
+        return (c, h // 2, w // 2)
+
+    def forward(self, binder, x, y):
+        from numba import cuda
+
+        from gpunn.kernels.conv import pooled
+
+        p = binder.params
+        y.aux = cuda.device_array(y.view.shape, np.int8)  # the route, for this program's backward
+        return [pooled.conv_forward_pool_implicit_gemm(x.view, self.weight(p), self.bias(p), y.view, y.aux,
+                                                       self.padding, launch=False)]
+
+    def backward(self, binder, x, y, dy, dx, mask):
+        from gpunn.kernels.conv import pooled
+
+        p, g = binder.params, binder.grads
+        launches = []
+        if dx is not None:
+            launches.append(pooled.conv_backward_data_pool_implicit_gemm(dy, y.aux, self.weight(p), dx, self.padding,
+                                                                         relu_mask=mask, launch=False))
+        launches.append(pooled.conv_backward_weight_pool_implicit_gemm(x.view, dy, y.aux, self.weight(g),
+                                                                       self.padding, launch=False))
+        launches.append(pooled.conv_bias_grad_pool(dy, y.aux, self.bias(g), launch=False, **binder.threads))
+        return launches
+
+
 class MaxPool2dStage(Stage):
     """2x2 max pool (gpunn.kernels.pool): forward with the argmax, backward by the policy's version (atomic
     scatter or race-free gather), the ReLU mask of the layer before fused into the backward."""
@@ -335,6 +376,14 @@ def plan(layers, policy: Policy, fold: bool) -> list[Stage]:
             i += 1
             layer = layers[i]
         relu = policy.fuse and isinstance(layer, FUSES_RELU) and i + 1 < len(layers) and isinstance(layers[i + 1], ReLU)
+        if (not up and relu and isinstance(layer, Conv2d) and i + 2 < len(layers)
+                and isinstance(layers[i + 2], MaxPool2d)
+                and pool_fused(policy, layer.in_channels, layer.out_channels)):  # Conv2d + ReLU + MaxPool2d
+            stage = ConvPoolStage(layer, offset)
+            offset += stage.params
+            stages.append(stage)
+            i += 3
+            continue
         stage = Conv2dStage(layer, offset, relu, up=True) if up else make(layer, offset, relu)
         offset += stage.params
         stages.append(stage)

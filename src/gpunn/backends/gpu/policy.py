@@ -43,6 +43,10 @@ per step (RunSpec.batch; batch 1 is the paper's setting):
                    (`upsample: fused`: the conv's passes read the small map through the upsample, its backward-data
                    one stride-2 GEMM on the small map), captured in CUDA graphs
 
+Conv2d + ReLU + MaxPool2d(2) runs (`pool`, pool_fused): gpu-im2col and gpu-graph fuse the CNN's conv2, ReLU and
+pool into one stage whose forward writes only the pooled output and the winners' route, and whose backward reads the
+pooled gradient through the route (gpunn.kernels.conv.pooled); the other variants keep separate stages.
+
 A run's block size (RunSpec.block, `_t<threads>` in its path) reaches the kernels that take a thread count
 (`with_block`): every kernel of gpu-naive; the tiled and shuffle convolutions, the pool, bias, elementwise and SGD
 kernels of gpu-optimized (its 16x16 GEMM tile is fixed). The register-blocked GEMMs run a fixed block, so the
@@ -76,10 +80,13 @@ class Policy:
     upsample: str = "separate"  # an Upsample followed by a Conv2d: "separate" kernels (the upsampled map written,
                                 # then read by the conv), or "fused": the conv's passes read through the upsample
                                 # (gpunn.kernels.conv.UP_VERSIONS; the upsample's launches and its map disappear)
+    pool: str = "separate"  # Conv2d + ReLU + MaxPool2d: "separate" stages; "fused" one stage (gpunn.kernels.conv.
+                            # pooled: the conv's full-size output and gradient never stored); "auto" fused where
+                            # the conv has at most AUTO_POOL_MAX_COUT output channels (pool_fused)
 
     def __post_init__(self):
         for name, value, choices in (("sgd", self.sgd, SGD_MODES), ("copy", self.copy, COPY_MODES),
-                                     ("upsample", self.upsample, UPSAMPLE_MODES)):
+                                     ("upsample", self.upsample, UPSAMPLE_MODES), ("pool", self.pool, POOL_MODES)):
             if value not in choices:
                 raise ValueError(f"policy {self.name}: {name} must be one of {choices}, got {value!r}")
 
@@ -126,13 +133,16 @@ AUTO_STAGED_MIN_WIDE = 64      # input channels from which a narrow output's sta
 SGD_MODES = ("flat", "per_layer")
 COPY_MODES = ("sync", "pipelined")
 UPSAMPLE_MODES = ("separate", "fused")
+POOL_MODES = ("separate", "fused", "auto")
+AUTO_POOL_MAX_COUT = 32  # pool "auto": fused where the fused forward's 128x32 window tiles fit the conv (the CNN)
 PIPELINE_DEPTH = 3  # host batch buffers of the pipelined copy: one being filled, one in flight, one in use
 
 # gpu-fused (the MLP) and gpu-im2col (the CNN and the autoencoder) are one design: data resident on the GPU, fused
 # epilogues, deterministic reductions, every convolution pass an implicit-im2col GEMM. They train disjoint models
 # (POLICY_MODELS), and each keeps the name its model's design has: the MLP's fused step (fewest launches), paper 004's
 # "optimized v2" (im2col). One set of fields, two names; tests/test_gpu_engine.py checks that they stay so.
-RESIDENT_FUSED = {"gemm": "auto", "fuse": True, "resident": True, "conv": FUSED_CONV, "pool_backward": "gather"}
+RESIDENT_FUSED = {"gemm": "auto", "fuse": True, "resident": True, "conv": FUSED_CONV, "pool_backward": "gather",
+                  "pool": "auto"}
 
 POLICIES = {
     "gpu-naive": Policy("gpu-naive", gemm="naive", fuse=False, resident=False, sgd="per_layer", blocks=True),
@@ -142,7 +152,7 @@ POLICIES = {
     "gpu-fused": Policy("gpu-fused", **RESIDENT_FUSED),
     "gpu-im2col": Policy("gpu-im2col", **RESIDENT_FUSED),
     "gpu-graph": Policy("gpu-graph", gemm="auto", fuse=True, resident=True, graphs=True, conv=AUTO_CONV,
-                        pool_backward="gather", upsample="fused"),
+                        pool_backward="gather", upsample="fused", pool="auto"),
 }
 # which models each GPU variant trains (the registry's `models`): E1-E3's MLP variants, E4's CNN variants and E5's
 # autoencoder variants (paper 004's naive, "optimized v1" = gpu-tiled and "optimized v2" = gpu-im2col, and ours)
@@ -186,6 +196,16 @@ def conv_version(policy: Policy, step: str, in_channels: int, out_channels: int,
         small = out_channels * in_channels * k * k < AUTO_WGRAD_MIN or out_channels <= AUTO_SKINNY_MAX
         return "deterministic" if small else "implicit_gemm"
     return "split"  # the bias gradient: split over images, partial sums added in a fixed order
+
+
+def pool_fused(policy: Policy, in_channels: int, out_channels: int) -> bool:
+    """Whether a Conv2d + ReLU + MaxPool2d(2) run is one fused stage under `policy` (its `pool` field; only with
+    `fuse`, the fused epilogues): "fused" always, "auto" for at most AUTO_POOL_MAX_COUT output channels, where the
+    window version's 128x32 tiles fit (the CNN's conv2); the autoencoder's 256 and 128 channels keep the separate
+    pool until a wider window version exists."""
+    if not policy.fuse or policy.pool == "separate":
+        return False
+    return policy.pool == "fused" or out_channels <= AUTO_POOL_MAX_COUT
 
 
 def gemm_version(policy: Policy, rows: int, cols: int) -> str:

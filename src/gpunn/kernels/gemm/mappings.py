@@ -12,6 +12,9 @@ A kernel never indexes its operands itself: it asks three compile-time mappings,
   c[i, j]; ``nchw`` row i = (n, oh, ow), column j = channel -> c[n, j, oh, ow] of a flat NCHW buffer; ``weight4``
   row co, column (ci, kh, kw) -> c[co, ci, kh, kw]; ``partial`` the split-K scratch, C[i, j] of block z ->
   c[(z*M + i)*N + j] of a flat (splits, M, N) buffer.
+* the 2x2 max-pool fusion (``POOL_A_MAPS``, ``POOL_B_MAPS``, ``WINDOW_STORES``: bottom of the module): conv pixels
+  in pooling-window order, a window store taking 4 rows at once (``window_fns``), and the pooled gradient
+  expanded through the route by the backward loaders.
 
 The mappings of a conv whose input is a 2x upsampled map (``im2col_up2``, ``im2col_s2``, ``im2col_k_up2``,
 ``weight_up2_flip_t``) live in ``mappings_up`` and are part of ``A_MAPS`` / ``B_MAPS``.
@@ -31,7 +34,7 @@ import functools
 from typing import NamedTuple
 
 import numpy as np
-from numba import cuda, float32, uint32, uint64
+from numba import cuda, float32, int8, uint32, uint64
 
 from gpunn import device
 
@@ -54,7 +57,9 @@ from .problem import (
     D_SRC_W,
 )
 
-__all__ = ["A_MAPS", "B_MAPS", "STORES", "device_function", "finish_fn", "k_range_fn", "kernel_parts", "store_fns"]
+__all__ = ["A_MAPS", "B_MAPS", "POOL_A_MAPS", "POOL_B_MAPS", "ROUTE_NONE", "STORES", "WINDOW_STORES",
+           "WINDOW_VERSIONS", "device_function", "finish_fn", "k_range_fn", "kernel_parts", "store_fns",
+           "window_fns"]
 
 A_MAPS = ("dense", "dense_t", "im2col", "channels")
 B_MAPS = ("dense", "dense_t", "weight_t", "weight_flip_t", "im2col_k")
@@ -64,6 +69,14 @@ _UP_B_MAPS = ("im2col_k_up2", "weight_up2_flip_t")
 A_MAPS += _UP_A_MAPS
 B_MAPS += _UP_B_MAPS
 STORES = ("dense", "nchw", "weight4", "partial")
+# the 2x2 max-pool fusion's mappings (bottom of this module): pixels in pooling-window order, the pooled gradient
+POOL_A_MAPS = ("im2col_window", "pool_grad_im2col", "pool_grad_channels")
+POOL_B_MAPS = ("im2col_k_window",)
+WINDOW_STORES = ("pool_nchw",)
+WINDOW_VERSIONS = ("narrow",)  # the GEMM versions with a window epilogue (window_fns)
+A_MAPS = A_MAPS + POOL_A_MAPS
+B_MAPS = B_MAPS + POOL_B_MAPS
+STORES = STORES + WINDOW_STORES
 
 # Index arithmetic. numba widens every integer operation to 64 bits (uint32 + uint32 -> uint64) and, for
 # signed indices, adds a negative-index wraparound select to each array access. Wrapping an expression in
@@ -184,6 +197,8 @@ class Loader(NamedTuple):
 @functools.cache
 def _a_loader(kind, ksize):
     """op(A)[i, p] of an A mapping; outer index i < M, inner p < K."""
+    if kind in POOL_A_MAPS:  # the pooling window's mappings (bottom of this module)
+        return _pool_a_loader(kind, ksize)
     if kind == "dense":  # a (M, K)
 
         @device_function
@@ -229,6 +244,8 @@ def _a_loader(kind, ksize):
 @functools.cache
 def _b_loader(kind, ksize):
     """op(B)[p, j] of a B mapping; outer index j < N, inner p < K."""
+    if kind in POOL_B_MAPS:
+        return _pool_b_loader(kind, ksize)
     if kind == "dense":  # b (K, N)
 
         @device_function
@@ -277,6 +294,9 @@ def _b_loader(kind, ksize):
 @functools.cache
 def store_fns(kind, ksize):
     """(row(dims, i) -> state, at(dims, state, j) -> index of C[i, j] in c and in the mask)."""
+    if kind in WINDOW_STORES:
+        raise ValueError(f"gemm: store {kind!r} finishes 4 rows at once; run it with a version that has a window "
+                         f"epilogue ({WINDOW_VERSIONS})")
     if kind == "dense":  # c (M, N), any strides
 
         @device_function
@@ -368,3 +388,183 @@ def kernel_parts(a_map, b_map, store, ksize, epilogue):
     la, lb = _a_loader(a_map, ksize), _b_loader(b_map, ksize)
     return (*la, *lb, store_fns(store, ksize)[0], finish_fn(store, ksize, epilogue))
 
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The 2x2 max-pool fusion (stride 2, floor: an odd map's last row / column belongs to no window).
+#
+# Forward: the GEMM's rows are conv output pixels in pooling-window order, row i = (n, ph, pw, q) with
+# q = 2*dy + dx, on the pooled grid (gh, gw) = (PH, PW): M = N*PH*PW*4, and the 4 consecutive rows a thread of a
+# window version owns are one window. The pixels of an odd map's last row / column are never computed (the pool
+# drops them; their gradient is zero). The window store ``pool_nchw`` takes the window's 4 values at once
+# (``window_fns``): bias, ReLU, the max (first position on ties, NaN wins, as the pool kernels), and stores the
+# pooled NCHW output and the route, into c = (pooled, route) (a tuple of flat arrays: float32, int8). The route is
+# the winner q, or ROUTE_NONE where the ReLU passed nothing (the pooled value not > 0).
+#
+# Backward: the conv output's gradient dy[n, c, h, w] = dpool[n, c, h//2, w//2] where route == 2*(h%2) + w%2,
+# else 0, expanded on the fly by the A loaders from a = (dpool, route) (flat arrays of the pooled shape):
+# ``pool_grad_im2col`` the input-gradient GEMM's im2col of that dy (src fields (C, 2*PH, 2*PW): the even part
+# of the conv output, zero beyond); ``pool_grad_channels`` the weight-gradient GEMM's dy as (C, K) with K in
+# window order on the pooled grid, against ``im2col_k_window`` (the input's im2col in the same order).
+
+ROUTE_NONE = 4  # the route of a window whose pooled value is not > 0: no gradient reaches the conv
+_U3 = np.uint32(3)
+
+
+@device_function
+def _window_pixel(dims, r):
+    """Pixel r = (n, ph, pw, q) in window order: as ``_pixel``'s state for conv output pixel
+    (2*ph + q//2, 2*pw + q%2)."""
+    sel = uint32(r & _U3)
+    n, s = _divmod(uint32(r >> U2), dims[D_GHW], dims[D_GHW_MUL], dims[D_GHW_SHIFT])
+    ph, pw = _divmod(s, dims[D_GW], dims[D_GW_MUL], dims[D_GW_SHIFT])
+    ohp = uint32(uint32(ph * U2 + (sel >> U1)) - dims[D_PAD])
+    owp = uint32(uint32(pw * U2 + (sel & U1)) - dims[D_PAD])
+    return r, uint32(n * dims[D_SRC_CHW] + ohp * dims[D_SRC_W] + owp), ohp, owp
+
+
+@device_function
+def _pooled_pixel(dims, r):
+    """Pixel r = (n, h, w) of the input-gradient grid: (r, offset of image n in the pooled gradient, h - pad,
+    w - pad), the src fields being the unpooled (C, 2*PH, 2*PW)."""
+    n, s = _divmod(r, dims[D_GHW], dims[D_GHW_MUL], dims[D_GHW_SHIFT])
+    oh, ow = _divmod(s, dims[D_GW], dims[D_GW_MUL], dims[D_GW_SHIFT])
+    return r, uint32(n * (dims[D_SRC_CHW] >> U2)), uint32(oh - dims[D_PAD]), uint32(ow - dims[D_PAD])
+
+
+@functools.cache
+def _pooled_patch_fn(ksize):
+    """Column q = (c, kh, kw) of the pooled gradient's im2col: (q, offset of channel c in the pooled gradient,
+    kh, kw)."""
+    kk = np.uint32(ksize * ksize)
+    ks = np.uint32(ksize)
+
+    @device_function
+    def patch(dims, q):
+        c = uint32(q // kk)
+        rem = uint32(q - c * kk)
+        kh = uint32(rem // ks)
+        return q, uint32(c * (dims[D_SRC_HW] >> U2)), kh, uint32(rem - kh * ks)
+
+    return patch
+
+
+@device_function
+def _window_channel_pixel(dims, q):
+    """Column q = (n, ph, pw, sel) of the pooled gradient as (C, K): (q, offset of [n, 0, ph, pw], sel)."""
+    n, s = _divmod(uint32(q >> U2), dims[D_GHW], dims[D_GHW_MUL], dims[D_GHW_SHIFT])
+    return q, uint32(n * dims[D_OUT_CHW] + s), uint32(q & _U3)
+
+
+@functools.cache
+def _pool_a_loader(kind, ksize):
+    if kind == "im2col_window":  # x flat NCHW (src); rows pixels in window order, columns (c, kh, kw)
+        patch = _patch_fns(ksize)[0]
+
+        @device_function
+        def get(x, dims, pix, pat):
+            if pix[0] < dims[D_M] and pat[0] < dims[D_K]:
+                return _im2col_get(x, dims, pix, pat)
+            return F0
+
+        return Loader(True, _window_pixel, patch, get)
+    if kind == "pool_grad_im2col":  # a = (dpool, route) flat; rows pixels of dx's grid, columns (c, kh, kw)
+
+        @device_function
+        def get(a, dims, pix, pat):
+            if pix[0] < dims[D_M] and pat[0] < dims[D_K]:
+                h = uint32(pix[2] + pat[2])
+                w = uint32(pix[3] + pat[3])
+                if h < dims[D_SRC_H] and w < dims[D_SRC_W]:
+                    idx = uint32(pix[1] + pat[1] + (h >> U1) * (dims[D_SRC_W] >> U1) + (w >> U1))
+                    if uint32(a[1][idx]) == uint32((h & U1) * U2 + (w & U1)):
+                        return a[0][idx]
+            return F0
+
+        return Loader(True, _pooled_pixel, _pooled_patch_fn(ksize), get)
+    if kind == "pool_grad_channels":  # a = (dpool, route) flat; rows channels, columns window-order pixels
+
+        @device_function
+        def outer(dims, c):
+            return c, uint32(c * dims[D_GHW])
+
+        @device_function
+        def get(a, dims, row, col):
+            if row[0] < dims[D_M] and col[0] < dims[D_K]:
+                idx = uint32(row[1] + col[1])
+                if uint32(a[1][idx]) == col[2]:
+                    return a[0][idx]
+            return F0
+
+        return Loader(True, outer, _window_channel_pixel, get)
+    raise ValueError(f"gemm: unknown A mapping {kind!r}; choose from {A_MAPS}")
+
+
+@functools.cache
+def _pool_b_loader(kind, ksize):
+    if kind == "im2col_k_window":  # x flat NCHW (src); K rows pixels in window order, N columns (c, kh, kw)
+        patch = _patch_fns(ksize)[0]
+
+        @device_function
+        def get(x, dims, pat, pix):
+            if pat[0] < dims[D_N] and pix[0] < dims[D_K]:
+                return _im2col_get(x, dims, pix, pat)
+            return F0
+
+        return Loader(True, patch, _window_pixel, get)
+    raise ValueError(f"gemm: unknown B mapping {kind!r}; choose from {B_MAPS}")
+
+
+@device_function
+def _relu(v):
+    return F0 if v < F0 else v  # NaN stays NaN, as in finish_fn
+
+
+@functools.cache
+def window_fns(store, epilogue):
+    """(row(dims, i) -> state of the window whose first row is i, finish(c, aux, dims, state, j, v0, v1, v2, v3))
+    of a window store: the epilogue (bias, ReLU) on the window's 4 values, their max into c[0], the route into
+    c[1]."""
+    if store not in WINDOW_STORES:
+        raise ValueError(f"gemm: {store!r} is not a window store; choose from {WINDOW_STORES}")
+    has_bias, relu, mask = epilogue_flags(epilogue)
+    if mask:
+        raise ValueError(f"gemm: the window store {store!r} takes the bias and ReLU epilogues, not {epilogue!r}")
+
+    @device_function
+    def row(dims, i):
+        n, s = _divmod(uint32(i >> U2), dims[D_GHW], dims[D_GHW_MUL], dims[D_GHW_SHIFT])
+        return uint32(n * dims[D_OUT_CHW] + s)
+
+    @device_function
+    def finish(c, aux, dims, base, j, v0, v1, v2, v3):
+        if has_bias:
+            b = aux[j]
+            v0 += b
+            v1 += b
+            v2 += b
+            v3 += b
+        if relu:
+            v0 = _relu(v0)
+            v1 = _relu(v1)
+            v2 = _relu(v2)
+            v3 = _relu(v3)
+        # strict > keeps the first position on ties; `v != v` lets a NaN win (pool.py's forward rule)
+        best = v0
+        pos = U0
+        if v1 > best or v1 != v1:
+            best = v1
+            pos = U1
+        if v2 > best or v2 != v2:
+            best = v2
+            pos = U2
+        if v3 > best or v3 != v3:
+            best = v3
+            pos = _U3
+        if relu and not best > F0:
+            pos = np.uint32(ROUTE_NONE)
+        idx = uint32(base + j * dims[D_GHW])
+        c[0][idx] = best
+        c[1][idx] = int8(pos)
+
+    return row, finish

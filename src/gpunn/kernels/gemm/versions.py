@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..common import cdiv
 from ..launch import Launch, bind
-from . import naive, regblock, regblock128, skinny, tiled16
+from . import naive, narrow, regblock, regblock128, skinny, tiled16
 from .problem import GemmProblem
 
 __all__ = ["VERSIONS", "GemmVersion", "gemm_mapped", "lookup", "output_tiles"]
@@ -47,6 +47,7 @@ VERSIONS = {v.name: v for v in (
                 (regblock128.BM, regblock128.BN)),
     GemmVersion("skinny", skinny.kernel, skinny.config, skinny.SK_THREADS, skinny.SK_KC,
                 (skinny.SK_THREADS, skinny.SK_N)),
+    GemmVersion("narrow", narrow.kernel, narrow.config, narrow.THREADS, narrow.BK, (narrow.BM, narrow.BN)),
 )}
 
 
