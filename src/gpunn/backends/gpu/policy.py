@@ -13,9 +13,11 @@ CUDA graphs or not. The engine (gpunn.backends.gpu.engine) reads nothing else to
                epilogue of the next layer's input-gradient GEMM; one SGD launch updates every parameter and
                advances the counter (the MLP: 8 launches per step). Per-sample losses accumulate in an epoch-long
                device buffer read once per epoch.
-    gpu-graph  the fastest step: gpu-fused's (the MLP) with each convolution pass in its fastest deterministic
-               version for the layer's shape (conv "auto": conv_version), its forward and backward launches
-               captured once into two CUDA graphs and replayed (real GPU only: the simulator has no graphs)
+    gpu-graph  the fastest step: gpu-fused's design, the MLP's whole step as the persistent step (`step`:
+               gpunn.kernels.mlp_step, a cooperative forward launch and a backward launch that applies the SGD
+               update and advances the counter), each convolution pass in its fastest deterministic version for the
+               layer's shape (conv "auto": conv_version), its forward and backward launches captured once into two
+               CUDA graphs and replayed (real GPU only: the simulator has no graphs)
 
 The CNN's variants (paper 001's naive and optimized CUDA versions, and ours):
 
@@ -71,9 +73,14 @@ class Policy:
                           # while the previous step computes; losses stay on the GPU until the epoch ends
     blocks: bool = False  # a run's block size (threads per block) reaches the kernels that take one
     block: int = 0        # that block size (0: every kernel's own default)
+    step: str = "layers"  # "layers": one stage per layer op (layers.py); "persistent": a resident MLP's whole
+                          # step (Linear, ReLU, Linear, softmax-CE) in two launches, its forward one cooperative
+                          # launch with a grid-wide sync (gpunn.backends.gpu.persistent; other models keep the
+                          # stages); "phased": that step's device code in three plain launches (nothing cooperative)
 
     def __post_init__(self):
-        for name, value, choices in (("sgd", self.sgd, SGD_MODES), ("copy", self.copy, COPY_MODES)):
+        for name, value, choices in (("sgd", self.sgd, SGD_MODES), ("copy", self.copy, COPY_MODES),
+                                     ("step", self.step, STEP_MODES)):
             if value not in choices:
                 raise ValueError(f"policy {self.name}: {name} must be one of {choices}, got {value!r}")
 
@@ -119,6 +126,7 @@ AUTO_WGRAD_MIN = 1024          # weights below which the block-reduction weight 
 AUTO_STAGED_MIN_WIDE = 64      # input channels from which a narrow output's staged weight gradient is chosen
 SGD_MODES = ("flat", "per_layer")
 COPY_MODES = ("sync", "pipelined")
+STEP_MODES = ("layers", "persistent", "phased")
 PIPELINE_DEPTH = 3  # host batch buffers of the pipelined copy: one being filled, one in flight, one in use
 
 # gpu-fused (the MLP) and gpu-im2col (the CNN and the autoencoder) are one design: data resident on the GPU, fused
@@ -135,7 +143,7 @@ POLICIES = {
     "gpu-fused": Policy("gpu-fused", **RESIDENT_FUSED),
     "gpu-im2col": Policy("gpu-im2col", **RESIDENT_FUSED),
     "gpu-graph": Policy("gpu-graph", gemm="auto", fuse=True, resident=True, graphs=True, conv=AUTO_CONV,
-                        pool_backward="gather"),
+                        pool_backward="gather", step="persistent"),
 }
 # which models each GPU variant trains (the registry's `models`): E1-E3's MLP variants, E4's CNN variants and E5's
 # autoencoder variants (paper 004's naive, "optimized v1" = gpu-tiled and "optimized v2" = gpu-im2col, and ours)
