@@ -15,8 +15,8 @@ Versions:
                     B  one block per row: h = relu(sum_s part[s]) (splits added in order), logits = h W2b (a
                        fixed-order tree over the block), softmax-CE gradient and the per-sample loss into the
                        epoch buffer at the step's position (as softmax_ce_grad), dh = (dlogits W2^T) * (h > 0)
-                  backward: ONE plain launch, every output one thread's fixed-order sum over the rows:
-                    dW1b = [x | 1]^T dh, dW2b = [h | 1]^T dlogits, each SGD-updated in place as it is made
+                  backward: ONE plain launch of shared-memory tiles, every output one thread's sum over the rows
+                    in order: dW1b = [x | 1]^T dh, dW2b = [h | 1]^T dlogits, each SGD-updated in place as made
                     (w - fmul_rn(lr, g), the engine's sgd_step rounding), then the step counter advanced;
                     or, for gradients(), written to the gradient buffer with no update and no advance
     2 phased      the same device code with phases A and B as two plain launches (no cooperative launch,
@@ -268,66 +268,64 @@ def _backward_kernel(block: int, update: bool):
     tile_k = K_PER_THREAD * warps
 
     @cuda.jit(device=True)
-    def store(out, i, j, g, lr):
-        if update:
-            out[i, j] = out[i, j] - mul_rn(lr, g)
-        else:
-            out[i, j] = g
+    def grad_tile(a, idx, gathered, d, out, k0, c0, lr, xs, ds, acc):
+        """One tile_k x TILE_COLS tile of out = [a | 1]^T d (rows of `a` picked by idx when `gathered`), each output
+        summed over the rows in order, then stored (or SGD-applied to out)."""
+        t = cuda.threadIdx.x
+        tx = t % 32
+        ty = t // 32
+        rows, cols = d.shape[0], d.shape[1]
+        ka = a.shape[1]
+        for i in range(K_PER_THREAD):
+            acc[i] = float32(0.0)
+        for r0 in range(0, rows, ROW_CHUNK):
+            for e in range(t, ROW_CHUNK * tile_k, block):
+                r = r0 + e // tile_k
+                k = k0 + e % tile_k
+                v = float32(0.0)
+                if r < rows and k < ka:
+                    v = a[idx[r], k] if gathered else a[r, k]
+                elif r < rows and k == ka:
+                    v = float32(1.0)  # the ones column: the bias row's gradient
+                xs[e // tile_k, e % tile_k] = v
+            for e in range(t, ROW_CHUNK * TILE_COLS, block):
+                r = r0 + e // TILE_COLS
+                c = c0 + e % TILE_COLS
+                ds[e // TILE_COLS, e % TILE_COLS] = d[r, c] if r < rows and c < cols else float32(0.0)
+            cuda.syncthreads()
+            for rr in range(ROW_CHUNK):
+                dv = ds[rr, tx]
+                for i in range(K_PER_THREAD):
+                    acc[i] += xs[rr, ty + warps * i] * dv
+            cuda.syncthreads()
+        c = c0 + tx
+        for i in range(K_PER_THREAD):
+            k = k0 + ty + warps * i
+            if k <= ka and c < cols:
+                if update:
+                    out[k, c] = out[k, c] - mul_rn(lr, acc[i])
+                else:
+                    out[k, c] = acc[i]
 
     @_jit(block)
     def mlp_backward(source, idx, h, dlogits, dh, out1, out2, lr, counter):
         xs = cuda.shared.array((ROW_CHUNK, tile_k), float32)
         ds = cuda.shared.array((ROW_CHUNK, TILE_COLS), float32)
         acc = cuda.local.array(K_PER_THREAD, float32)
-        t = cuda.threadIdx.x
-        tx = t % 32
-        ty = t // 32
-        rows, hidden = dh.shape[0], dh.shape[1]
-        classes = dlogits.shape[1]
-        features = source.shape[1]
-        kb = features + 1
-        col_tiles = (hidden + TILE_COLS - 1) // TILE_COLS
-        units1 = col_tiles * ((kb + tile_k - 1) // tile_k)
-        units = units1 + ((hidden + 1) * classes + block - 1) // block
+        hidden = dh.shape[1]
+        col_tiles1 = (hidden + TILE_COLS - 1) // TILE_COLS
+        units1 = col_tiles1 * ((source.shape[1] + tile_k) // tile_k)  # [x | 1]: features + 1 rows
+        col_tiles2 = (dlogits.shape[1] + TILE_COLS - 1) // TILE_COLS
+        units = units1 + col_tiles2 * ((hidden + tile_k) // tile_k)
         for u in range(cuda.blockIdx.x, units, cuda.gridDim.x):
-            if u < units1:  # a tile_k x TILE_COLS tile of dW1b
-                c0 = (u % col_tiles) * TILE_COLS
-                k0 = (u // col_tiles) * tile_k
-                for i in range(K_PER_THREAD):
-                    acc[i] = float32(0.0)
-                for r0 in range(0, rows, ROW_CHUNK):
-                    for e in range(t, ROW_CHUNK * tile_k, block):
-                        r = r0 + e // tile_k
-                        k = k0 + e % tile_k
-                        v = float32(0.0)
-                        if r < rows and k < kb:
-                            v = source[idx[r], k] if k < features else float32(1.0)
-                        xs[e // tile_k, e % tile_k] = v
-                    for e in range(t, ROW_CHUNK * TILE_COLS, block):
-                        r = r0 + e // TILE_COLS
-                        c = c0 + e % TILE_COLS
-                        ds[e // TILE_COLS, e % TILE_COLS] = dh[r, c] if r < rows and c < hidden else float32(0.0)
-                    cuda.syncthreads()
-                    for rr in range(ROW_CHUNK):
-                        d = ds[rr, tx]
-                        for i in range(K_PER_THREAD):
-                            acc[i] += xs[rr, ty + warps * i] * d
-                    cuda.syncthreads()
-                c = c0 + tx
-                for i in range(K_PER_THREAD):
-                    k = k0 + ty + warps * i
-                    if k < kb and c < hidden:
-                        store(out1, k, c, acc[i], lr)
-            else:  # one dW2b element per thread
-                e = (u - units1) * block + t
-                if e < (hidden + 1) * classes:
-                    j = e // classes
-                    c = e % classes
-                    g = float32(0.0)
-                    for r in range(rows):
-                        g += (h[r, j] if j < hidden else float32(1.0)) * dlogits[r, c]
-                    store(out2, j, c, g, lr)
-        if update and cuda.blockIdx.x == 0 and t == 0:
+            if u < units1:  # dW1b = [x | 1]^T dh, x gathered by the batch's sample indices
+                grad_tile(source, idx, True, dh, out1, (u // col_tiles1) * tile_k, (u % col_tiles1) * TILE_COLS, lr,
+                          xs, ds, acc)
+            else:  # dW2b = [h | 1]^T dlogits
+                v = u - units1
+                grad_tile(h, idx, False, dlogits, out2, (v // col_tiles2) * tile_k, (v % col_tiles2) * TILE_COLS, lr,
+                          xs, ds, acc)
+        if update and cuda.blockIdx.x == 0 and cuda.threadIdx.x == 0:
             counter[0] += 1  # nothing in this launch reads it (the batch's samples are in idx)
 
     return mlp_backward
@@ -427,8 +425,8 @@ def step_backward(source, w1, w2, buffers: StepBuffers, lr: float, counter, grad
     args = (source, b.idx, b.h, b.dlogits, b.dh, out1, out2, np.float32(lr), counter)
     rows, hidden = shape(b.h)
     classes = int(b.dlogits.shape[1])
-    units = (cdiv(hidden, TILE_COLS) * cdiv(shape(w1)[0], K_PER_THREAD * (block // 32))
-             + cdiv((hidden + 1) * classes, block))
+    tile_k = K_PER_THREAD * (block // 32)
+    units = cdiv(hidden, TILE_COLS) * cdiv(shape(w1)[0], tile_k) + cdiv(classes, TILE_COLS) * cdiv(hidden + 1, tile_k)
     return bind(kernel, units, block, args, stream, launch, "mlp_backward_sgd" if grads is None else "mlp_backward")
 
 
