@@ -41,7 +41,7 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-from numba import config, cuda, float32
+from numba import config, cuda, float32, int32
 
 from gpunn import device
 from gpunn.nn.functional import DEFAULT_REDUCTION
@@ -136,6 +136,7 @@ def _phases(block: int, classes: int):
         """Phase A: part[s, r, j] over split s's K range; block 0 also saves the batch's sample indices."""
         xs = cuda.shared.array((tile_rows, TILE_K), float32)
         ws = cuda.shared.array((TILE_K, TILE_COLS), float32)
+        rid = cuda.shared.array(tile_rows, int32)  # the tile rows' samples (-1: past the batch)
         acc = cuda.local.array(ROWS_PER_THREAD, float32)
         t = cuda.threadIdx.x
         tx = t % 32
@@ -158,18 +159,21 @@ def _phases(block: int, classes: int):
             k_end = min(kb, k_begin + chunks_per_split * TILE_K)
             for i in range(ROWS_PER_THREAD):
                 acc[i] = float32(0.0)
+            if t < tile_rows:
+                rid[t] = order[first + r0 + t] if r0 + t < rows else -1
+            cuda.syncthreads()
             for k0 in range(k_begin, k_end, TILE_K):
-                for e in range(t, tile_rows * TILE_K, block):
-                    rr = e // TILE_K
-                    k = k0 + e % TILE_K
+                k = k0 + tx  # TILE_K = 32: a lane per column of the x tile
+                for i in range(ROWS_PER_THREAD):  # fixed trip counts: every load of a thread in flight at once
+                    sample = rid[ty + warps * i]
                     v = float32(0.0)
-                    if r0 + rr < rows and k < k_end:
-                        v = source[order[first + r0 + rr], k] if k < features else float32(1.0)
-                    xs[rr, e % TILE_K] = v
-                for e in range(t, TILE_K * TILE_COLS, block):
-                    k = k0 + e // TILE_COLS
-                    c = c0 + e % TILE_COLS
-                    ws[e // TILE_COLS, e % TILE_COLS] = w1[k, c] if k < k_end and c < hidden else float32(0.0)
+                    if sample >= 0 and k < k_end:
+                        v = source[sample, k] if k < features else float32(1.0)
+                    xs[ty + warps * i, tx] = v
+                for i in range(TILE_K // warps):
+                    k = k0 + ty + warps * i
+                    c = c0 + tx
+                    ws[ty + warps * i, tx] = w1[k, c] if k < k_end and c < hidden else float32(0.0)
                 cuda.syncthreads()
                 for kk in range(TILE_K):
                     w = ws[kk, tx]
@@ -206,9 +210,9 @@ def _phases(block: int, classes: int):
             width = block // 2
             while width > 0:  # fixed-order tree: buf[c, 0] = the row's logit c without its bias
                 cuda.syncthreads()
-                for e in range(t, classes * width, block):
-                    c = e // width
-                    buf[c, e % width] += buf[c, e % width + width]
+                if t < width:
+                    for c in range(classes):
+                        buf[c, t] += buf[c, t + width]
                 width //= 2
             cuda.syncthreads()
             rowmax = float32(-math.inf)
@@ -268,7 +272,7 @@ def _backward_kernel(block: int, update: bool):
     tile_k = K_PER_THREAD * warps
 
     @cuda.jit(device=True)
-    def grad_tile(a, idx, gathered, d, out, k0, c0, lr, xs, ds, acc):
+    def grad_tile(a, idx, gathered, d, out, k0, c0, lr, xs, ds, rid, acc):
         """One tile_k x TILE_COLS tile of out = [a | 1]^T d (rows of `a` picked by idx when `gathered`), each output
         summed over the rows in order, then stored (or SGD-applied to out)."""
         t = cuda.threadIdx.x
@@ -279,19 +283,22 @@ def _backward_kernel(block: int, update: bool):
         for i in range(K_PER_THREAD):
             acc[i] = float32(0.0)
         for r0 in range(0, rows, ROW_CHUNK):
-            for e in range(t, ROW_CHUNK * tile_k, block):
-                r = r0 + e // tile_k
+            if t < ROW_CHUNK:  # the chunk's rows of `a` (-1: past the batch)
+                rid[t] = -1 if r0 + t >= rows else (idx[r0 + t] if gathered else r0 + t)
+            cuda.syncthreads()
+            for i in range(ROW_CHUNK * K_PER_THREAD // 32):  # fixed trip counts: the loads in flight at once
+                e = t + block * i
+                row = rid[e // tile_k]
                 k = k0 + e % tile_k
                 v = float32(0.0)
-                if r < rows and k < ka:
-                    v = a[idx[r], k] if gathered else a[r, k]
-                elif r < rows and k == ka:
+                if row >= 0 and k < ka:
+                    v = a[row, k]
+                elif row >= 0 and k == ka:
                     v = float32(1.0)  # the ones column: the bias row's gradient
                 xs[e // tile_k, e % tile_k] = v
-            for e in range(t, ROW_CHUNK * TILE_COLS, block):
-                r = r0 + e // TILE_COLS
-                c = c0 + e % TILE_COLS
-                ds[e // TILE_COLS, e % TILE_COLS] = d[r, c] if r < rows and c < cols else float32(0.0)
+            for i in range(ROW_CHUNK // warps):
+                r = r0 + ty + warps * i
+                ds[ty + warps * i, tx] = d[r, c0 + tx] if r < rows and c0 + tx < cols else float32(0.0)
             cuda.syncthreads()
             for rr in range(ROW_CHUNK):
                 dv = ds[rr, tx]
@@ -311,6 +318,7 @@ def _backward_kernel(block: int, update: bool):
     def mlp_backward(source, idx, h, dlogits, dh, out1, out2, lr, counter):
         xs = cuda.shared.array((ROW_CHUNK, tile_k), float32)
         ds = cuda.shared.array((ROW_CHUNK, TILE_COLS), float32)
+        rid = cuda.shared.array(ROW_CHUNK, int32)
         acc = cuda.local.array(K_PER_THREAD, float32)
         hidden = dh.shape[1]
         col_tiles1 = (hidden + TILE_COLS - 1) // TILE_COLS
@@ -320,11 +328,11 @@ def _backward_kernel(block: int, update: bool):
         for u in range(cuda.blockIdx.x, units, cuda.gridDim.x):
             if u < units1:  # dW1b = [x | 1]^T dh, x gathered by the batch's sample indices
                 grad_tile(source, idx, True, dh, out1, (u // col_tiles1) * tile_k, (u % col_tiles1) * TILE_COLS, lr,
-                          xs, ds, acc)
+                          xs, ds, rid, acc)
             else:  # dW2b = [h | 1]^T dlogits
                 v = u - units1
                 grad_tile(h, idx, False, dlogits, out2, (v // col_tiles2) * tile_k, (v % col_tiles2) * TILE_COLS, lr,
-                          xs, ds, acc)
+                          xs, ds, rid, acc)
         if update and cuda.blockIdx.x == 0 and cuda.threadIdx.x == 0:
             counter[0] += 1  # nothing in this launch reads it (the batch's samples are in idx)
 
