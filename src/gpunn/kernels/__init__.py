@@ -14,6 +14,8 @@
 * ``softmax``: row-wise softmax and softmax cross-entropy.
 * ``reduce``: sums and reductions (e.g. bias gradients).
 * ``sgd``: the SGD parameter update.
+* ``mlp_step``: a two-layer ReLU MLP's whole softmax-CE training step in two launches (a cooperative forward
+  with one grid-wide sync, a backward applying the SGD update), or three plain ones (gpu-graph's MLP step).
 * ``launch``: bound launches (grid, block and arguments fixed once) that training steps replay or capture,
   the argument checks every module shares, the event clock; importing it silences numba's low-occupancy
   warnings.

@@ -36,6 +36,8 @@ else:  # pragma: no cover - needs a GPU
 
     _mul_rn = libdevice.fmul_rn
 
+mul_rn = _mul_rn  # float32 a * b rounded on its own, never contracted (also the fused updates of mlp_step)
+
 
 @cuda.jit
 def _sgd_kernel(data, grad, lr, n, counter):

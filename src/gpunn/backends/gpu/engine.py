@@ -4,20 +4,20 @@ Built from the model's layer list and flat parameter layout (the CPU reference's
 their gradients in two flat device buffers, starts from the model's init and trains on the batches of the shared
 order (gpunn.seeding), so it can be compared with cpu-numpy step by step.
 
-For each batch shape it binds a step program once: the forward launches (the batch gather when the data is
-resident, every stage's forward, the loss head writing per-sample losses and the output gradient) and the
-backward launches (every stage's backward in reverse, one SGD launch that also advances the device-side step
-counter). Steps then replay the bound launches (gpunn.kernels.launch), or under a graph policy replay them as
-two captured CUDA graphs. Each step's forward and backward times come from one event clock
-(gpunn.kernels.launch.Clock). With resident data, an epoch runs with no host wait: the per-sample losses
-accumulate in an epoch-long device buffer, read once at the end.
+For each batch shape it binds a step program once: the forward launches (the batch gather when the data is resident,
+every stage's forward, the loss head writing per-sample losses and the output gradient) and the backward launches
+(every stage's backward in reverse, one SGD launch that also advances the device-side step counter), or for a
+resident MLP under Policy.step "persistent" its whole step in two launches (persistent.py). Steps replay the bound
+launches (gpunn.kernels.launch) or, under a graph policy, two captured CUDA graphs; one event clock
+(gpunn.kernels.launch.Clock) times each step's forward and backward. Resident epochs run with no host wait: the
+per-sample losses accumulate in an epoch-long device buffer, read once at the end.
 
 Per-step policies copy each batch from the host. `copy: sync` (gpu-naive, gpu-tiled) copies it before the step and
 reads the step's losses back after it, as the papers' naive code does, through bound copies and launches only
-(host_steps.py). `copy: pipelined` (gpu-optimized) gathers the next
-batches into PIPELINE_DEPTH pinned host buffers and copies each on a copy stream of its own into its slot's
-device input, while the GPU computes the current step: events order a slot's copy after the last step that read
-that slot, and the step after its copy. Its losses stay on the GPU like the resident ones'.
+(host_steps.py). `copy: pipelined` (gpu-optimized) gathers the next batches into PIPELINE_DEPTH pinned host buffers
+and copies each on a copy stream of its own into its slot's device input, while the GPU computes the current step:
+events order a slot's copy after the last step that read that slot, and the step after its copy. Its losses stay on
+the GPU like the resident ones'.
 
 Under numba's simulator the policy's conv versions that need warp shuffles run their shared-memory twin, and the
 kernels that take a thread count run small blocks unless the run chose one (Policy.for_simulator).
@@ -37,7 +37,7 @@ from gpunn.nn.functional import DEFAULT_REDUCTION
 from gpunn.seeding import batch_slices
 
 from ..base import Backend, EpochResult, StepTimes, check_reduction_setting
-from . import host_steps
+from . import host_steps, persistent
 from .host_steps import single_launches as _launches
 from .layers import HEADS, Act, Binder, LinearStage, plan
 from .policy import PIPELINE_DEPTH, Policy
@@ -49,11 +49,12 @@ class Program:
 
     forward: list
     backward: list
-    x: Act            # the input batch (what the gather or the host copy fills)
-    labels: object    # (rows,) int32 labels (zeros for the autoencoder, whose target is x)
+    x: Act | None     # the input batch (what the gather or the host copy fills; None: the persistent step's)
+    labels: object    # (rows,) int32 labels (zeros for the autoencoder, whose target is x; None: as x)
     losses: object    # per-sample losses: (rows,), or the epoch-long buffer of resident epochs
     staging: tuple = ()  # resident policies stepping on host batches: (source, labels) the batch is copied into
     updates: int = 1     # the SGD launches ending `backward` (one per layer under `sgd: per_layer`)
+    gradients: list | None = None  # what computes the flat gradient, no update (None: all but the SGD launches)
 
 
 @dataclasses.dataclass
@@ -90,6 +91,7 @@ class GpuEngine(Backend):
         self.name = policy.name
         self.policy = policy
         self.train_stages = plan(model.layers, policy, fold=True)
+        self.persistent = persistent.fits(self)  # resident steps in two launches (Policy.step, persistent.py)
         # predictions: the fused forward (epilogues, no ones columns) with the policy's kernel versions
         predict_policy = dataclasses.replace(policy, fuse=True)
         self.predict_stages = plan(model.layers, predict_policy, fold=False)
@@ -116,7 +118,7 @@ class GpuEngine(Backend):
         self._pipe = None  # pipelined epochs' buffers, streams and programs (_pipeline)
         self._io = None  # host-batch steps' pinned buffers and bound copies (host_steps.host_io)
         self._sync_plan = None  # the bound calls of `copy: sync` epochs (host_steps.sync_plan)
-        self._sync_stream = transfers.synchronizer(self.stream)
+        self._sync_stream = transfers.synchronizer(self.stream)  # waits for this stream's work, copies included
         self._step_wait = transfers.synchronizer(self.stream, spin=True)  # a host-batch step's wait for its losses
 
     def __repr__(self):
@@ -170,11 +172,14 @@ class GpuEngine(Backend):
         from gpunn.kernels import elementwise
 
         cuda, stages, binder = self.cuda, self.train_stages, self.binder
+        if losses is None:
+            losses = cuda.device_array(rows, np.float32)
+        if self.persistent and source is not None:  # the whole step in two launches (persistent.py)
+            forward, backward, grads = persistent.launches(self, rows, source, labels, order, counter, stride, losses)
+            return Program(forward, backward, None, None, losses, gradients=grads)
         acts, forward, first, shapes = self._forward_acts(stages, rows, sample_shape, binder)
         x = acts[first]
         y = cuda.to_device(np.zeros(rows, np.int32))
-        if losses is None:
-            losses = cuda.device_array(rows, np.float32)
         if source is not None:
             x2d = x.view if len(x.view.shape) == 2 else x.view.reshape(rows, -1)
             forward.insert(0, elementwise.gather_rows(source, labels, order, counter, stride, x2d, y, launch=False,
@@ -261,10 +266,6 @@ class GpuEngine(Backend):
             return graph
         return graph[0]
 
-    def _wait(self) -> None:
-        """Block until the work queued on this engine's stream (copies to the host included) is done."""
-        self._sync_stream()
-
     def _run_host_step(self, program: Program, rows: int) -> float:
         """One synchronous step on the batch in pinned slot 0: upload it, the forward and backward launches between
         three step-clock marks (GPU time of each phase, the copy outside), read the losses back, wait; returns the
@@ -310,13 +311,12 @@ class GpuEngine(Backend):
         rows = len(xb)
         program = self._step_program(rows, xb.shape[1:])
         self._stage(xb, target)
-        upload_x, upload_y = host_steps.uploads(self, self._io, program, rows, 0)
-        upload_x()
-        upload_y()
-        for launch in program.forward + program.backward[:-program.updates]:  # all but the SGD launches
+        for upload in host_steps.uploads(self, self._io, program, rows, 0):
+            upload()
+        for launch in program.gradients or program.forward + program.backward[:-program.updates]:
             launch.on(self.stream)
         grads = self.grads.copy_to_host(stream=self.stream)
-        self._wait()
+        self._sync_stream()
         self.grads.copy_to_device(np.zeros_like(grads), stream=self.stream)
         return grads
 
@@ -401,7 +401,7 @@ class GpuEngine(Backend):
             if after_step is not None:
                 after_step(i)
         per_sample = losses.copy_to_host(stream=self.stream)
-        self._wait()
+        self._sync_stream()
         steps = len(programs)
         forward_s = sum(clock.seconds(2 * i, 2 * i + 1) for i in range(steps))
         backward_s = sum(clock.seconds(2 * i + 1, 2 * i + 2) for i in range(steps))

@@ -13,9 +13,11 @@ CUDA graphs or not. The engine (gpunn.backends.gpu.engine) reads nothing else to
                epilogue of the next layer's input-gradient GEMM; one SGD launch updates every parameter and
                advances the counter (the MLP: 8 launches per step). Per-sample losses accumulate in an epoch-long
                device buffer read once per epoch.
-    gpu-graph  the fastest step: gpu-fused's (the MLP) with each convolution pass in its fastest deterministic
-               version for the layer's shape (conv "auto": conv_version), its forward and backward launches
-               captured once into two CUDA graphs and replayed (real GPU only: the simulator has no graphs)
+    gpu-graph  the fastest step: gpu-fused's design, the MLP's whole step as the persistent step (`step`:
+               gpunn.kernels.mlp_step, a cooperative forward launch and a backward launch that applies the SGD
+               update and advances the counter), each convolution pass in its fastest deterministic version for the
+               layer's shape (conv "auto": conv_version), its forward and backward launches captured once into two
+               CUDA graphs and replayed (real GPU only: the simulator has no graphs)
 
 The CNN's variants (paper 001's naive and optimized CUDA versions, and ours):
 
@@ -83,10 +85,15 @@ class Policy:
     pool: str = "separate"  # Conv2d + ReLU + MaxPool2d: "separate" stages; "fused" one stage (gpunn.kernels.conv.
                             # pooled: the conv's full-size output and gradient never stored); "auto" fused where
                             # the conv has at most AUTO_POOL_MAX_COUT output channels (pool_fused)
+    step: str = "layers"  # "layers": one stage per layer op (layers.py); "persistent": a resident MLP's whole
+                          # step (Linear, ReLU, Linear, softmax-CE) in two launches, its forward one cooperative
+                          # launch with a grid-wide sync (gpunn.backends.gpu.persistent; other models keep the
+                          # stages); "phased": that step's device code in three plain launches (nothing cooperative)
 
     def __post_init__(self):
         for name, value, choices in (("sgd", self.sgd, SGD_MODES), ("copy", self.copy, COPY_MODES),
-                                     ("upsample", self.upsample, UPSAMPLE_MODES), ("pool", self.pool, POOL_MODES)):
+                                     ("upsample", self.upsample, UPSAMPLE_MODES), ("pool", self.pool, POOL_MODES),
+                                     ("step", self.step, STEP_MODES)):
             if value not in choices:
                 raise ValueError(f"policy {self.name}: {name} must be one of {choices}, got {value!r}")
 
@@ -135,6 +142,7 @@ COPY_MODES = ("sync", "pipelined")
 UPSAMPLE_MODES = ("separate", "fused")
 POOL_MODES = ("separate", "fused", "auto")
 AUTO_POOL_MAX_COUT = 32  # pool "auto": fused where the fused forward's 128x32 window tiles fit the conv (the CNN)
+STEP_MODES = ("layers", "persistent", "phased")
 PIPELINE_DEPTH = 3  # host batch buffers of the pipelined copy: one being filled, one in flight, one in use
 
 # gpu-fused (the MLP) and gpu-im2col (the CNN and the autoencoder) are one design: data resident on the GPU, fused
@@ -152,7 +160,7 @@ POLICIES = {
     "gpu-fused": Policy("gpu-fused", **RESIDENT_FUSED),
     "gpu-im2col": Policy("gpu-im2col", **RESIDENT_FUSED),
     "gpu-graph": Policy("gpu-graph", gemm="auto", fuse=True, resident=True, graphs=True, conv=AUTO_CONV,
-                        pool_backward="gather", upsample="fused", pool="auto"),
+                        pool_backward="gather", upsample="fused", pool="auto", step="persistent"),
 }
 # which models each GPU variant trains (the registry's `models`): E1-E3's MLP variants, E4's CNN variants and E5's
 # autoencoder variants (paper 004's naive, "optimized v1" = gpu-tiled and "optimized v2" = gpu-im2col, and ours)
