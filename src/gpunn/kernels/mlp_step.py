@@ -59,7 +59,8 @@ TILE_COLS = 32         # hidden columns of a phase-A tile and of a backward dW1 
 TILE_K = 32            # K step of phase A
 ROWS_PER_THREAD = 8    # phase A: a thread's rows (one column): tile rows = 8 x warps
 K_PER_THREAD = 4       # backward: a thread's dW1 rows (one column): tile K = 4 x warps
-ROW_CHUNK = 32         # backward: batch rows staged per step
+ROW_CHUNK = 64         # backward: batch rows staged per step (loads in flight together: ROW_CHUNK x 4 / 32 each)
+SUM_BATCH = 8          # phase B: split partials loaded together before they are added in order
 MAX_CLASSES = 32       # the logits' shared buffer: classes x BLOCK floats
 SPLIT_BLOCKS_PER_SM = 2  # phase A aims at about this many tiles per multiprocessor ...
 MIN_BLOCKS_PER_SM = 2    # ... and every kernel fits this many blocks on one (launch bounds: <= 128 registers)
@@ -68,13 +69,15 @@ VERSIONS = ("persistent", "phased")
 
 class StepBuffers(NamedTuple):
     """Scratch of one step shape: h (rows, hidden), dlogits (rows, classes), dh (rows, hidden), the batch's sample
-    indices idx (rows,) int32, and fc1's split-K partials part (splits, rows, hidden)."""
+    indices idx (rows,) int32, fc1's split-K partials part (splits, rows, hidden) and the gathered batch with its
+    ones column x (rows, in + 1), which phase A writes as it stages it and the backward reads."""
 
     h: object
     dlogits: object
     dh: object
     idx: object
     part: object
+    x: object
 
 
 def _tile_rows(block: int) -> int:
@@ -115,7 +118,8 @@ def step_buffers(rows: int, in_features: int, hidden: int, classes: int, splits:
     splits = cdiv(chunks, cdiv(chunks, max(1, min(int(splits), chunks))))
     return StepBuffers(cuda.device_array((rows, hidden), np.float32), cuda.device_array((rows, classes), np.float32),
                        cuda.device_array((rows, hidden), np.float32), cuda.device_array(rows, np.int32),
-                       cuda.device_array((splits, rows, hidden), np.float32))
+                       cuda.device_array((splits, rows, hidden), np.float32),
+                       cuda.device_array((rows, in_features + 1), np.float32))
 
 
 # --------------------------------------------------------------------------------------------- kernels
@@ -132,8 +136,9 @@ def _phases(block: int, classes: int):
     tile_rows = ROWS_PER_THREAD * warps
 
     @cuda.jit(device=True)
-    def fc1_partials(source, order, counter, stride, w1, part, chunks_per_split, idx):
-        """Phase A: part[s, r, j] over split s's K range; block 0 also saves the batch's sample indices."""
+    def fc1_partials(source, order, counter, stride, w1, part, chunks_per_split, idx, xg):
+        """Phase A: part[s, r, j] over split s's K range; block 0 also saves the batch's sample indices, and the
+        first column tile's blocks the gathered batch [x | 1] (xg) for the backward."""
         xs = cuda.shared.array((tile_rows, TILE_K), float32)
         ws = cuda.shared.array((TILE_K, TILE_COLS), float32)
         rid = cuda.shared.array(tile_rows, int32)  # the tile rows' samples (-1: past the batch)
@@ -169,6 +174,8 @@ def _phases(block: int, classes: int):
                     v = float32(0.0)
                     if sample >= 0 and k < k_end:
                         v = source[sample, k] if k < features else float32(1.0)
+                        if c0 == 0:
+                            xg[r0 + ty + warps * i, k] = v
                     xs[ty + warps * i, tx] = v
                 for i in range(TILE_K // warps):
                     k = k0 + ty + warps * i
@@ -189,24 +196,46 @@ def _phases(block: int, classes: int):
 
     @cuda.jit(device=True)
     def head_rows(labels, order, counter, stride, w2, part, h, dlogits, dh, losses, scale):
-        """Phase B, one block per row: h, logits, softmax-CE gradient and loss, dh."""
+        """Phase B, one block per row: h, logits, softmax-CE gradient and loss, dh. A thread's first hidden unit
+        (j = t) keeps its h and W2 row in registers from the logits to dh; the head's bias row and the label are
+        loaded before the partial sums, their latency hidden behind them."""
         buf = cuda.shared.array((classes, block), float32)
         dls = cuda.shared.array(classes, float32)
+        wj = cuda.local.array(classes, float32)    # W2 row of the thread's unit j
+        wt = cuda.local.array(classes, float32)    # ... of its first unit, j = t (kept for dh)
+        bias = cuda.local.array(classes, float32)  # W2b's bias row
+        pv = cuda.local.array(SUM_BATCH, float32)
         t = cuda.threadIdx.x
         splits, rows, hidden = part.shape[0], part.shape[1], part.shape[2]
         at = (counter[0] * stride) % losses.shape[0]
         first = (counter[0] * stride) % order.shape[0]
+        for c in range(classes):
+            bias[c] = w2[hidden, c]
         for r in range(cuda.blockIdx.x, rows, cuda.gridDim.x):
+            label = labels[order[first + r]]
             for c in range(classes):
                 buf[c, t] = float32(0.0)
+            hv = float32(0.0)
             for j in range(t, hidden, block):
-                a = part[0, r, j]
-                for s in range(1, splits):
-                    a += part[s, r, j]
+                for c in range(classes):
+                    wj[c] = w2[j, c]
+                a = float32(0.0)
+                for s0 in range(0, splits, SUM_BATCH):
+                    for i in range(SUM_BATCH):  # fixed trip count: the batch's loads in flight together
+                        pv[i] = part[s0 + i, r, j] if s0 + i < splits else float32(0.0)
+                    for i in range(SUM_BATCH):  # added in split order (the first taken as is)
+                        if s0 + i == 0:
+                            a = pv[i]
+                        elif s0 + i < splits:
+                            a += pv[i]
                 v = float32(0.0) if a < 0 else a  # NaN propagates, as in relu_forward
                 h[r, j] = v
                 for c in range(classes):
-                    buf[c, t] += v * w2[j, c]
+                    buf[c, t] += v * wj[c]
+                if j == t:
+                    hv = v
+                    for c in range(classes):
+                        wt[c] = wj[c]
             width = block // 2
             while width > 0:  # fixed-order tree: buf[c, 0] = the row's logit c without its bias
                 cuda.syncthreads()
@@ -217,11 +246,10 @@ def _phases(block: int, classes: int):
             cuda.syncthreads()
             rowmax = float32(-math.inf)
             for c in range(classes):
-                rowmax = max(rowmax, buf[c, 0] + w2[hidden, c])
+                rowmax = max(rowmax, buf[c, 0] + bias[c])
             total = float32(0.0)
             for c in range(classes):
-                total += math.exp(buf[c, 0] + w2[hidden, c] - rowmax)
-            label = labels[order[first + r]]
+                total += math.exp(buf[c, 0] + bias[c] - rowmax)
             if t == 0:
                 losses[at + r] = math.log(total) - (buf[label, 0] + w2[hidden, label] - rowmax)
             inv_total = float32(1.0) / total
@@ -233,10 +261,13 @@ def _phases(block: int, classes: int):
                 dlogits[r, c] = p * scale
             cuda.syncthreads()
             for j in range(t, hidden, block):
+                hj = hv
+                if j != t:
+                    hj = h[r, j]
                 g = float32(0.0)
-                if h[r, j] > 0:
+                if hj > 0:
                     for c in range(classes):
-                        g += dls[c] * w2[j, c]
+                        g += dls[c] * (wt[c] if j == t else w2[j, c])
                 dh[r, j] = g
             cuda.syncthreads()  # buf and dls are reused by the block's next row
 
@@ -249,15 +280,15 @@ def _forward_kernels(block: int, classes: int):
     fc1_partials, head_rows = _phases(block, classes)
 
     @_jit(block)
-    def persistent_forward(source, labels, order, counter, stride, w1, w2, part, chunks_per_split, idx, h, dlogits,
-                           dh, losses, scale):
-        fc1_partials(source, order, counter, stride, w1, part, chunks_per_split, idx)
+    def persistent_forward(source, labels, order, counter, stride, w1, w2, part, chunks_per_split, idx, xg, h,
+                           dlogits, dh, losses, scale):
+        fc1_partials(source, order, counter, stride, w1, part, chunks_per_split, idx, xg)
         cuda.cg.this_grid().sync()
         head_rows(labels, order, counter, stride, w2, part, h, dlogits, dh, losses, scale)
 
     @_jit(block)
-    def fc1_phase(source, order, counter, stride, w1, part, chunks_per_split, idx):
-        fc1_partials(source, order, counter, stride, w1, part, chunks_per_split, idx)
+    def fc1_phase(source, order, counter, stride, w1, part, chunks_per_split, idx, xg):
+        fc1_partials(source, order, counter, stride, w1, part, chunks_per_split, idx, xg)
 
     @_jit(block)
     def head_phase(labels, order, counter, stride, w2, part, h, dlogits, dh, losses, scale):
@@ -272,69 +303,72 @@ def _backward_kernel(block: int, update: bool):
     tile_k = K_PER_THREAD * warps
 
     @cuda.jit(device=True)
-    def grad_tile(a, idx, gathered, d, out, k0, c0, lr, xs, ds, rid, acc):
-        """One tile_k x TILE_COLS tile of out = [a | 1]^T d (rows of `a` picked by idx when `gathered`), each output
-        summed over the rows in order, then stored (or SGD-applied to out)."""
+    def grad_tile(a, d, out, k0, c0, lr, xs, ds, acc, wv):
+        """One tile_k x TILE_COLS tile of out = [a | 1]^T d (a's ones column past its last: the bias row; when `a`
+        holds it already, as the gathered [x | 1] does, out has no row for the extra one), each output summed over
+        the rows in order, then stored (or SGD-applied to out). Every load of a thread (the parameters it updates,
+        its share of the operand tiles) is issued before any is used."""
         t = cuda.threadIdx.x
         tx = t % 32
         ty = t // 32
         rows, cols = d.shape[0], d.shape[1]
         ka = a.shape[1]
+        kout = out.shape[0]
+        c = c0 + tx
         for i in range(K_PER_THREAD):
             acc[i] = float32(0.0)
+            if update:
+                k = k0 + ty + warps * i
+                wv[i] = out[k, c] if k < kout and c < cols else float32(0.0)
         for r0 in range(0, rows, ROW_CHUNK):
-            if t < ROW_CHUNK:  # the chunk's rows of `a` (-1: past the batch)
-                rid[t] = -1 if r0 + t >= rows else (idx[r0 + t] if gathered else r0 + t)
-            cuda.syncthreads()
             for i in range(ROW_CHUNK * K_PER_THREAD // 32):  # fixed trip counts: the loads in flight at once
                 e = t + block * i
-                row = rid[e // tile_k]
+                r = r0 + e // tile_k
                 k = k0 + e % tile_k
                 v = float32(0.0)
-                if row >= 0 and k < ka:
-                    v = a[row, k]
-                elif row >= 0 and k == ka:
+                if r < rows and k < ka:
+                    v = a[r, k]
+                elif r < rows and k == ka:
                     v = float32(1.0)  # the ones column: the bias row's gradient
                 xs[e // tile_k, e % tile_k] = v
             for i in range(ROW_CHUNK // warps):
                 r = r0 + ty + warps * i
-                ds[ty + warps * i, tx] = d[r, c0 + tx] if r < rows and c0 + tx < cols else float32(0.0)
+                ds[ty + warps * i, tx] = d[r, c] if r < rows and c < cols else float32(0.0)
             cuda.syncthreads()
             for rr in range(ROW_CHUNK):
                 dv = ds[rr, tx]
                 for i in range(K_PER_THREAD):
                     acc[i] += xs[rr, ty + warps * i] * dv
             cuda.syncthreads()
-        c = c0 + tx
         for i in range(K_PER_THREAD):
             k = k0 + ty + warps * i
-            if k <= ka and c < cols:
+            if k < kout and c < cols:
                 if update:
-                    out[k, c] = out[k, c] - mul_rn(lr, acc[i])
+                    out[k, c] = wv[i] - mul_rn(lr, acc[i])
                 else:
                     out[k, c] = acc[i]
 
     @_jit(block)
-    def mlp_backward(source, idx, h, dlogits, dh, out1, out2, lr, counter):
+    def mlp_backward(xg, h, dlogits, dh, out1, out2, lr, counter):
         xs = cuda.shared.array((ROW_CHUNK, tile_k), float32)
         ds = cuda.shared.array((ROW_CHUNK, TILE_COLS), float32)
-        rid = cuda.shared.array(ROW_CHUNK, int32)
         acc = cuda.local.array(K_PER_THREAD, float32)
+        wv = cuda.local.array(K_PER_THREAD, float32)
         hidden = dh.shape[1]
         col_tiles1 = (hidden + TILE_COLS - 1) // TILE_COLS
-        units1 = col_tiles1 * ((source.shape[1] + tile_k) // tile_k)  # [x | 1]: features + 1 rows
+        units1 = col_tiles1 * ((xg.shape[1] + tile_k - 1) // tile_k)  # xg = [x | 1]: features + 1 columns
         col_tiles2 = (dlogits.shape[1] + TILE_COLS - 1) // TILE_COLS
         units = units1 + col_tiles2 * ((hidden + tile_k) // tile_k)
         for u in range(cuda.blockIdx.x, units, cuda.gridDim.x):
-            if u < units1:  # dW1b = [x | 1]^T dh, x gathered by the batch's sample indices
-                grad_tile(source, idx, True, dh, out1, (u // col_tiles1) * tile_k, (u % col_tiles1) * TILE_COLS, lr,
-                          xs, ds, rid, acc)
+            if u < units1:  # dW1b = [x | 1]^T dh, the batch as phase A gathered it
+                grad_tile(xg, dh, out1, (u // col_tiles1) * tile_k, (u % col_tiles1) * TILE_COLS, lr, xs, ds, acc,
+                          wv)
             else:  # dW2b = [h | 1]^T dlogits
                 v = u - units1
-                grad_tile(h, idx, False, dlogits, out2, (v // col_tiles2) * tile_k, (v % col_tiles2) * TILE_COLS, lr,
-                          xs, ds, rid, acc)
+                grad_tile(h, dlogits, out2, (v // col_tiles2) * tile_k, (v % col_tiles2) * TILE_COLS, lr, xs, ds,
+                          acc, wv)
         if update and cuda.blockIdx.x == 0 and cuda.threadIdx.x == 0:
-            counter[0] += 1  # nothing in this launch reads it (the batch's samples are in idx)
+            counter[0] += 1  # nothing in this launch reads it
 
     return mlp_backward
 
@@ -381,13 +415,13 @@ def step_forward(source, labels, order, counter, stride: int, w1, w2, losses, bu
     stride = np.int32(stride)
     persistent, fc1_phase, head_phase = _forward_kernels(block, classes)
     b = buffers
-    a_args = (source, order, counter, stride, w1, b.part, np.int32(per), b.idx)
+    a_args = (source, order, counter, stride, w1, b.part, np.int32(per), b.idx, b.x)
     b_args = (labels, order, counter, stride, w2, b.part, b.h, b.dlogits, b.dh, losses, scale)
     a_units = splits * cdiv(hidden, TILE_COLS) * cdiv(rows, _tile_rows(block))
     if version == "phased":
         return LaunchGroup([bind(fc1_phase, a_units, block, a_args, stream, launch, "mlp_fc1_partials"),
                             bind(head_phase, rows, block, b_args, stream, launch, "mlp_head_rows")])
-    args = (source, labels, order, counter, stride, w1, w2, b.part, np.int32(per), b.idx, b.h, b.dlogits, b.dh,
+    args = (source, labels, order, counter, stride, w1, w2, b.part, np.int32(per), b.idx, b.x, b.h, b.dlogits, b.dh,
             losses, scale)
     grid = min(max(a_units, rows), cooperative_blocks(persistent, args, block))
     return bind(persistent, grid, block, args, stream, launch, "mlp_persistent_forward")
@@ -430,7 +464,7 @@ def step_backward(source, w1, w2, buffers: StepBuffers, lr: float, counter, grad
                              f"{shape(w2)}")
     kernel = _backward_kernel(block, grads is None)
     b = buffers
-    args = (source, b.idx, b.h, b.dlogits, b.dh, out1, out2, np.float32(lr), counter)
+    args = (b.x, b.h, b.dlogits, b.dh, out1, out2, np.float32(lr), counter)
     rows, hidden = shape(b.h)
     classes = int(b.dlogits.shape[1])
     tile_k = K_PER_THREAD * (block // 32)
