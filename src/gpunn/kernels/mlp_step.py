@@ -11,7 +11,7 @@ Versions:
                   (cuda.cg.this_grid().sync(); the grid is at most the kernel's max_cooperative_grid_blocks)
                     A  fc1 split-K partials: the batch gathered straight from the resident source by the epoch
                        order and the device step counter (as gather_rows), part[s, r, j] = sum over split s's K
-                       range of x[r, k] W1b[k, j]; the batch's sample indices saved for the backward
+                       range of x[r, k] W1b[k, j]; the sample indices and gathered [x | 1] kept for the backward
                     B  one block per row: h = relu(sum_s part[s]) (splits added in order), logits = h W2b (a
                        fixed-order tree over the block), softmax-CE gradient and the per-sample loss into the
                        epoch buffer at the step's position (as softmax_ce_grad), dh = (dlogits W2^T) * (h > 0)
