@@ -129,7 +129,7 @@ def _backward_inputs(case, seed):
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("version,splits,masked", [(None, 1, True), ("regblock", 1, False), ("narrow", 2, False),
                                                    ("deep128x32", 1, True), ("deep128x16", 2, False),
-                                                   ("deep32x64", 1, False)])
+                                                   ("deep32x32", 1, False)])
 def test_input_gradient_from_the_pooled_gradient(case, version, splits, masked):
     x, wt, dpool, route, dy, rng = _backward_inputs(case, "dgrad")
     p = case[-1]
@@ -143,7 +143,7 @@ def test_input_gradient_from_the_pooled_gradient(case, version, splits, masked):
 
 
 @pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("version,splits", [(None, 1), ("narrow", 3), ("regblock", 2), ("deep32x64", 2),
+@pytest.mark.parametrize("version,splits", [(None, 1), ("narrow", 3), ("regblock", 2), ("deep32x32", 2),
                                             ("deep128x16", 3), ("deep128x32", 1)])
 def test_weight_and_bias_gradients_from_the_pooled_gradient(case, version, splits):
     x, wt, dpool, route, dy, _ = _backward_inputs(case, "wgrad")

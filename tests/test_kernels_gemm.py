@@ -254,7 +254,7 @@ def test_binder_splits_only_where_the_rule_says(monkeypatch):
 
 # --------------------------------------------------------------------------------------------- deep-K versions
 # The deep-K tiles (gemm/deep.py) have no dense launcher: they run the dense mappings through gemm_mapped. Odd
-# shapes across two tiles in each direction where cheap, K = 75 = 2 * 32 + 11 (the last K step partly empty).
+# shapes across two tiles in each direction, K = 75 (BK 16 or 32: the last K step partly empty).
 DEEP = [d.name for d in G.deep.TILES]
 
 
@@ -282,7 +282,7 @@ def test_deep_versions_dense_mappings(version, trans_a, trans_b):
     assert _mapped(version, m, n, 75, trans_a, trans_b, epilogue) < TOL
 
 
-@pytest.mark.parametrize("version,splits", [("deep128x32", 2), ("deep128x16", 3), ("deep32x64", 3)])
+@pytest.mark.parametrize("version,splits", [("deep128x32", 2), ("deep128x16", 3), ("deep32x32", 3)])
 def test_deep_versions_split_k(version, splits):
     """Chunks of whole 32-deep K steps (K = 75: 2 or 3 chunks, the last one partial), the bias + ReLU and the
     mask epilogues applied by the sum."""

@@ -58,9 +58,10 @@ __all__ = [
 NARROW_MAX_N = 32  # the backward GEMMs run the 128x32 tiles up to this N (else implicit_gemm's default)
 DEEP16_MAX_N = 16  # ... and the 128x16 ones up to this N
 FORWARD_VERSION = "deep128x32"  # the forward's default window version
-WGRAD_VERSION = "deep32x64"  # the weight gradient's default up to WGRAD_MAX_M output channels ...
+WGRAD_VERSION = "deep32x32"  # the weight gradient's default up to WGRAD_MAX_M output channels ...
 WGRAD_MAX_M = 32
-WGRAD_MIN_K = 256  # ... split K in chunks of at least this many pixels (automatic count: auto_splits)
+WGRAD_WAVES = 6  # ... split K for about this many blocks per SM (auto_splits), in chunks of at least
+WGRAD_MIN_K = 256  # this many pixels (the CNN's conv2 on an H100: 144 chunks of 256; timings: gemm/NOTES.md)
 
 
 def pool_gemm_version(m: int, n: int, k: int) -> str:
@@ -72,7 +73,7 @@ def pool_gemm_version(m: int, n: int, k: int) -> str:
 
 
 def pool_wgrad_version(m: int, n: int, k: int) -> str:
-    """The GEMM version of a pooled weight gradient (M = Cout, N = Cin*k*k, K = pixels): the deep-K 32x64 tiles
+    """The GEMM version of a pooled weight gradient (M = Cout, N = Cin*k*k, K = pixels): the deep-K 32x32 tiles
     for M <= WGRAD_MAX_M, else ``implicit_gemm.default_version``'s."""
     return WGRAD_VERSION if m <= WGRAD_MAX_M else _version("pool", None, m, n, k)
 
@@ -162,7 +163,7 @@ def conv_backward_weight_pool_implicit_gemm(x, dpool, route, dw, padding, versio
         op, version, problem.m, problem.n, problem.k)
     if splits is None and not device.simulator_enabled():
         splits = auto_splits(problem.k, output_tiles(version, problem.m, problem.n), multiprocessors(),
-                             waves=WGRAD_SPLIT_WAVES, min_k=WGRAD_MIN_K)
+                             waves=WGRAD_WAVES if version == WGRAD_VERSION else WGRAD_SPLIT_WAVES, min_k=WGRAD_MIN_K)
     return gemm_split_k(version, problem, a, flat(x), dw, aux, "none", a_map="pool_grad_channels",
                         b_map="im2col_k_window", store="weight4", ksize=k, splits=splits, block=block,
                         stream=stream, launch=launch, op=op, name=f"{op}[{version},k{k},p{padding}]")

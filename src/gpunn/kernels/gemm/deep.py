@@ -1,7 +1,7 @@
-"""GEMM versions with deep K steps (``deep128x32``, ``deep128x16``, ``deep32x64``): narrow's register blocking
-with BK = 32 and the next K step's tiles loaded into registers while this one multiplies, for the latency-bound
+"""GEMM versions with deep K steps (``deep128x32``, ``deep128x16``, ``deep32x32``): narrow's register blocking
+with BK = 16 or 32 and the next K step's tiles loaded into registers while this one multiplies, for the latency-bound
 GEMMs of small convolutions (K of a few hundred, or short split-K chunks). A K step waits about one global-load
-round trip and two barriers whatever its depth, so 4x deeper steps than narrow's mean 4x fewer waits.
+round trip and two barriers whatever its depth, so deeper steps than narrow's (BK = 8) mean fewer waits.
 
 One factory, ``DeepTile(name, BM, BN, BK, TN)``: a BM x BN block tile, (BM/4) x (BN/TN) threads, thread (ty, tx)
 owning the 4 x TN outputs rows ty*4.., columns tx*TN... Per K step each thread moves AL = BM*BK/threads elements
@@ -200,7 +200,7 @@ def _kernel(bm, bn, bk, tn, a_contig_k, a_outer, a_inner, a_get, b_contig_k, b_o
 
 # The registered versions (versions.VERSIONS): the CNN's conv2 forward (N = 32, K = 144) and weight gradient
 # (M = 32, N = 144, K split), its input gradient (N = 16, K = 288).
-DEEP128X32 = DeepTile("deep128x32", 128, 32, 32, 4)  # 256 threads, 16 + 4 loads per thread and step
-DEEP128X16 = DeepTile("deep128x16", 128, 16, 32, 2)  # 256 threads, 16 + 2
-DEEP32X64 = DeepTile("deep32x64", 32, 64, 32, 4)  # 128 threads, 8 + 16
-TILES = (DEEP128X32, DEEP128X16, DEEP32X64)
+DEEP128X32 = DeepTile("deep128x32", 128, 32, 16, 4)  # 256 threads, BK 16: 8 + 2 loads per thread and step
+DEEP128X16 = DeepTile("deep128x16", 128, 16, 32, 2)  # 256 threads, BK 32: 16 + 2
+DEEP32X32 = DeepTile("deep32x32", 32, 32, 32, 4)  # 64 threads, BK 32: 16 + 16
+TILES = (DEEP128X32, DEEP128X16, DEEP32X32)

@@ -74,7 +74,7 @@ POOL_A_MAPS = ("im2col_window", "pool_grad_im2col", "pool_grad_channels")
 POOL_B_MAPS = ("im2col_k_window",)
 WINDOW_STORES = ("pool_nchw",)
 # the GEMM versions with a window epilogue (window_fns); the deep ones are deep.TILES
-WINDOW_VERSIONS = ("narrow", "deep128x32", "deep128x16", "deep32x64")
+WINDOW_VERSIONS = ("narrow", "deep128x32", "deep128x16", "deep32x32")
 A_MAPS = A_MAPS + POOL_A_MAPS
 B_MAPS = B_MAPS + POOL_B_MAPS
 STORES = STORES + WINDOW_STORES
