@@ -1,5 +1,5 @@
-"""Conv + ReLU + 2x2 max pool fused (kernels/conv/pooled.py) and the 128x32 GEMM version ``narrow`` against the
-float64 references composed from conv/reference.py and the pool references.
+"""Conv + ReLU + 2x2 max pool fused (kernels/conv/pooled.py) and the window GEMM versions (``narrow``, the deep-K
+tiles of gemm/deep.py) against the float64 references composed from conv/reference.py and the pool references.
 
 Tiny odd shapes under the simulator (batch 3, 3 -> 5 channels, maps whose conv output is odd in one direction
 and even in the other), NaN-poisoned outputs, fresh random inputs per test. The ``gpu``-marked test repeats the
@@ -16,7 +16,7 @@ from gpunn.kernels.conv import implicit_gemm as C
 from gpunn.kernels.conv import pooled as P
 from gpunn.kernels.conv import reference as R
 from gpunn.kernels.gemm import conv_problem, gemm_mapped
-from gpunn.kernels.gemm.mappings import ROUTE_NONE
+from gpunn.kernels.gemm.mappings import ROUTE_NONE, WINDOW_VERSIONS
 
 TOL = 1e-5
 CASES = [  # N, Cin, Cout, H, W, k, padding: conv outputs 7x8, 9x9 (both odd), 10x10
@@ -50,9 +50,9 @@ def _rel_err(got, ref):
     return float(np.abs(got - ref).max() / np.abs(ref).max())
 
 
-def _problem(case, seed):
+def _problem(case, *seed):
     n, cin, cout, h, w, k, p = case
-    rng = _rng(case, seed)
+    rng = _rng(case, *seed)
     x, wt, b = _rand(rng, n, cin, h, w), _rand(rng, cout, cin, k, k), _rand(rng, cout)
     oh, ow = h + 2 * p - k + 1, w + 2 * p - k + 1
     return x, wt, b, (n, cout, oh, ow), (n, cout, oh // 2, ow // 2), rng
@@ -89,15 +89,27 @@ def test_fused_forward_matches_conv_relu_pool(case, relu):
         assert ((route == ROUTE_NONE) == (out <= 0)).all()
 
 
-def test_fused_forward_equals_the_unfused_kernels_bit_for_bit():
+@pytest.mark.parametrize("version", WINDOW_VERSIONS)
+def test_every_window_version_runs_the_fused_forward(version):
+    case = CASES[1]  # conv output 9x9: the last row and column belong to no window
+    x, wt, b, conv_shape, pooled_shape, _ = _problem(case, "window", version)
+    p = case[-1]
+    out, route = _forward(x, wt, b, pooled_shape, p, version=version)
+    ref, ref_route = P.conv_relu_pool_forward_ref(x, wt, b, p)
+    assert _rel_err(out, ref) < TOL
+    _check_route(route, ref_route, R.conv_forward_ref(x, wt, b, p, True), TOL)
+
+
+@pytest.mark.parametrize("version", ["narrow", P.FORWARD_VERSION])
+def test_fused_forward_equals_the_unfused_kernels_bit_for_bit(version):
     """The same GEMM version computes the same conv values in either pixel order; pool them separately."""
     case = CASES[0]
     x, wt, b, conv_shape, pooled_shape, _ = _problem(case, "bits")
     p = case[-1]
-    out, route = _forward(x, wt, b, pooled_shape, p)
+    out, route = _forward(x, wt, b, pooled_shape, p, version=version)
     xd, wd, bd = cuda.to_device(x), cuda.to_device(wt), cuda.to_device(b)
     conv = _nan(conv_shape)
-    C.conv_forward_implicit_gemm(xd, wd, bd, conv, p, relu=True, version="narrow", splits=1)
+    C.conv_forward_implicit_gemm(xd, wd, bd, conv, p, relu=True, version=version, splits=1)
     pooled, argmax = _nan(pooled_shape), cuda.to_device(np.zeros(pooled_shape, np.int8))
     pool.maxpool2x2_forward_v1(conv, pooled, argmax)
     pooled, argmax = pooled.copy_to_host(), argmax.copy_to_host()
@@ -115,7 +127,9 @@ def _backward_inputs(case, seed):
 
 
 @pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("version,splits,masked", [(None, 1, True), ("regblock", 1, False), ("narrow", 2, False)])
+@pytest.mark.parametrize("version,splits,masked", [(None, 1, True), ("regblock", 1, False), ("narrow", 2, False),
+                                                   ("deep128x32", 1, True), ("deep128x16", 2, False),
+                                                   ("deep32x32", 1, False)])
 def test_input_gradient_from_the_pooled_gradient(case, version, splits, masked):
     x, wt, dpool, route, dy, rng = _backward_inputs(case, "dgrad")
     p = case[-1]
@@ -129,7 +143,8 @@ def test_input_gradient_from_the_pooled_gradient(case, version, splits, masked):
 
 
 @pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("version,splits", [(None, 1), ("narrow", 3), ("regblock", 2)])
+@pytest.mark.parametrize("version,splits", [(None, 1), ("narrow", 3), ("regblock", 2), ("deep32x32", 2),
+                                            ("deep128x16", 3), ("deep128x32", 1)])
 def test_weight_and_bias_gradients_from_the_pooled_gradient(case, version, splits):
     x, wt, dpool, route, dy, _ = _backward_inputs(case, "wgrad")
     p, k = case[-1], case[-2]
@@ -144,24 +159,25 @@ def test_weight_and_bias_gradients_from_the_pooled_gradient(case, version, split
 
 
 @pytest.mark.parametrize("pass_name", ["forward", "backward_data", "backward_weight"])
-def test_narrow_version_runs_the_ordinary_conv_mappings(pass_name):
+@pytest.mark.parametrize("version", WINDOW_VERSIONS)
+def test_window_versions_run_the_ordinary_conv_mappings(version, pass_name):
     n, cin, cout, h, w, k, p = 3, 3, 5, 7, 9, 3, 1
-    rng = _rng("narrow", pass_name)
+    rng = _rng(version, pass_name)
     x, wt, b = _rand(rng, n, cin, h, w), _rand(rng, cout, cin, k, k), _rand(rng, cout)
     dy = _rand(rng, n, cout, h, w)
     if pass_name == "forward":
         out = _nan((n, cout, h, w))
         C.conv_forward_implicit_gemm(cuda.to_device(x), cuda.to_device(wt), cuda.to_device(b), out, p, relu=True,
-                                     version="narrow", splits=1)
+                                     version=version, splits=1)
         ref = R.conv_forward_ref(x, wt, b, p, relu=True)
     elif pass_name == "backward_data":
         out = _nan(x.shape)
-        C.conv_backward_data_implicit_gemm(cuda.to_device(dy), cuda.to_device(wt), out, p, version="narrow",
+        C.conv_backward_data_implicit_gemm(cuda.to_device(dy), cuda.to_device(wt), out, p, version=version,
                                            splits=1)
         ref = R.conv_backward_data_ref(dy, wt, x.shape, p)
     else:
         out = _nan(wt.shape)
-        C.conv_backward_weight_implicit_gemm(cuda.to_device(x), cuda.to_device(dy), out, p, version="narrow",
+        C.conv_backward_weight_implicit_gemm(cuda.to_device(x), cuda.to_device(dy), out, p, version=version,
                                              splits=2)
         ref = R.conv_backward_weight_ref(x, dy, k, p)
     assert _rel_err(out.copy_to_host(), ref) < TOL

@@ -252,6 +252,49 @@ def test_binder_splits_only_where_the_rule_says(monkeypatch):
     assert isinstance(fixed.gemm(_dev(64, 4608), _dev(4608, 10), _dev(64, 10), bias=_dev(10)), Launch)
 
 
+# --------------------------------------------------------------------------------------------- deep-K versions
+# The deep-K tiles (gemm/deep.py) have no dense launcher: they run the dense mappings through gemm_mapped. Odd
+# shapes across two tiles in each direction, K = 75 (BK 16 or 32: the last K step partly empty).
+DEEP = [d.name for d in G.deep.TILES]
+
+
+def _mapped(version, m, n, k, trans_a, trans_b, epilogue, splits=1, key=()):
+    rng = _rng("deep", version, m, n, k, trans_a, trans_b, epilogue, splits, *key)
+    a, b = _stored(rng, m, n, k, trans_a, trans_b)
+    bias, relu, mask = _epilogue_args(rng, m, n, epilogue)
+    aux = next((x for x in (bias, mask) if x is not None), np.zeros(1, np.float32))
+    out = _nan((m, n))
+    launch = G.gemm_split_k(version, G.GemmProblem(m, n, k), cuda.to_device(a), cuda.to_device(b), out,
+                            cuda.to_device(aux), epilogue, a_map="dense_t" if trans_a else "dense",
+                            b_map="dense_t" if trans_b else "dense", splits=splits)
+    assert isinstance(launch, Launch if splits == 1 else LaunchGroup)
+    got = out.copy_to_host()
+    assert np.isfinite(got).all(), f"{version}: unwritten (NaN) outputs"
+    return _rel_err(got, G.gemm_reference(a, b, trans_a, trans_b, bias, relu, mask))
+
+
+@pytest.mark.parametrize("trans_a,trans_b", TRANS, ids=TRANS_IDS)
+@pytest.mark.parametrize("version", DEEP)
+def test_deep_versions_dense_mappings(version, trans_a, trans_b):
+    spec = G.VERSIONS[version]
+    m, n = spec.tile[0] + 3, spec.tile[1] + 5  # two tiles each way, the second nearly empty
+    epilogue = G.EPILOGUES[TRANS.index((trans_a, trans_b)) % len(G.EPILOGUES)]
+    assert _mapped(version, m, n, 75, trans_a, trans_b, epilogue) < TOL
+
+
+@pytest.mark.parametrize("version,splits", [("deep128x32", 2), ("deep128x16", 3), ("deep32x32", 3)])
+def test_deep_versions_split_k(version, splits):
+    """Chunks of whole 32-deep K steps (K = 75: 2 or 3 chunks, the last one partial), the bias + ReLU and the
+    mask epilogues applied by the sum."""
+    assert _mapped(version, 7, 5, 75, False, True, "bias_relu", splits) < TOL
+    assert _mapped(version, 7, 5, 75, True, False, "mask", splits) < TOL
+
+
+def test_deep_tile_refuses_shapes_that_do_not_divide():
+    with pytest.raises(ValueError, match="DeepTile bad: the tile 256x4, BK 32"):
+        G.deep.DeepTile("bad", 256, 4, 32, 4)  # 64 threads cannot take one row of A each
+
+
 # --------------------------------------------------------------------------------------------- errors
 def _dev(*shape, dtype=np.float32):
     return cuda.to_device(np.zeros(shape, dtype=dtype))

@@ -8,7 +8,8 @@ inside its window, or ROUTE_NONE (4) where the pooled value is not > 0 (the ReLU
 floor like MaxPool2d: the last conv row / column is not computed and gets zero gradient.
 
 * forward: one GEMM over the conv pixels in pooling-window order (``gemm.mappings``: ``im2col_window``), the
-  window store ``pool_nchw`` doing bias, ReLU, max and route; run by a window version (``narrow``), one launch.
+  window store ``pool_nchw`` doing bias, ReLU, max and route; run by a window version (default the deep-K
+  ``deep128x32``), one launch.
 * input gradient: dx = the input-gradient GEMM of ``implicit_gemm`` with its A operand the pooled gradient
   expanded through the route (``pool_grad_im2col``); ``relu_mask`` fuses the previous layer's ReLU as there.
 * weight gradient: dw as ``implicit_gemm``'s, K the window-order pixels, A = the expanded gradient
@@ -50,16 +51,31 @@ __all__ = [
     "conv_forward_pool_implicit_gemm",
     "conv_relu_pool_forward_ref",
     "pool_gemm_version",
+    "pool_wgrad_version",
     "pooled_grad_ref",
 ]
 
 NARROW_MAX_N = 32  # the backward GEMMs run the 128x32 tiles up to this N (else implicit_gemm's default)
+DEEP16_MAX_N = 16  # ... and the 128x16 ones up to this N
+FORWARD_VERSION = "deep128x32"  # the forward's default window version
+WGRAD_VERSION = "deep32x32"  # the weight gradient's default up to WGRAD_MAX_M output channels ...
+WGRAD_MAX_M = 32
+WGRAD_WAVES = 6  # ... split K for about this many blocks per SM (auto_splits), in chunks of at least
+WGRAD_MIN_K = 256  # this many pixels (the CNN's conv2 on an H100: 144 chunks of 256; timings: gemm/NOTES.md)
 
 
 def pool_gemm_version(m: int, n: int, k: int) -> str:
-    """The GEMM version of a pooled pass: ``narrow`` (128x32 tiles) for N <= NARROW_MAX_N, else
-    ``implicit_gemm.default_version``'s (the forward always runs a window version: ``narrow``)."""
-    return "narrow" if n <= NARROW_MAX_N else _version("pool", None, m, n, k)
+    """The GEMM version of a pooled input gradient: the deep-K tiles 128x16 for N <= DEEP16_MAX_N, 128x32 for
+    N <= NARROW_MAX_N, else ``implicit_gemm.default_version``'s (timings: gemm/NOTES.md)."""
+    if n <= DEEP16_MAX_N:
+        return "deep128x16"
+    return "deep128x32" if n <= NARROW_MAX_N else _version("pool", None, m, n, k)
+
+
+def pool_wgrad_version(m: int, n: int, k: int) -> str:
+    """The GEMM version of a pooled weight gradient (M = Cout, N = Cin*k*k, K = pixels): the deep-K 32x32 tiles
+    for M <= WGRAD_MAX_M, else ``implicit_gemm.default_version``'s."""
+    return WGRAD_VERSION if m <= WGRAD_MAX_M else _version("pool", None, m, n, k)
 
 
 def _pooled_shape(op, n, cout, oh, ow):
@@ -82,7 +98,7 @@ def conv_forward_pool_implicit_gemm(x, w, bias, out, route, padding, relu=True, 
                                     stream=0, launch=True) -> Launch:
     """out, route (N, Cout, OH//2, OW//2) = maxpool2x2(ReLU(conv(x, w) + bias)) and its route; x (N, Cin, H, W),
     w (Cout, Cin, k, k), bias (Cout,) or None; ``relu=False`` pools the conv itself (route: the winner always).
-    ``version``: a window version (``gemm.mappings.WINDOW_VERSIONS``)."""
+    ``version``: a window version (``gemm.mappings.WINDOW_VERSIONS``; default FORWARD_VERSION)."""
     op = "conv_forward_pool_implicit_gemm"
     _activation(op, "x", x)
     k, oh, ow = _geometry(op, shape(x), w, padding)
@@ -93,7 +109,7 @@ def conv_forward_pool_implicit_gemm(x, w, bias, out, route, padding, relu=True, 
     if bias is not None:
         check_device_array(op, "bias", bias, 1)
         _expect(op, "bias", bias, (cout,))
-    version = WINDOW_VERSIONS[0] if version is None else version
+    version = FORWARD_VERSION if version is None else version
     if version not in WINDOW_VERSIONS:
         raise ValueError(f"{op}: version {version!r} has no window epilogue; choose from {WINDOW_VERSIONS}")
     epilogue, aux = epilogue_args(op, bias, relu, None)
@@ -143,10 +159,11 @@ def conv_backward_weight_pool_implicit_gemm(x, dpool, route, dw, padding, versio
     _, aux = epilogue_args(op, None, False, None)
     ph, pw = pooled[2:]
     problem = conv_problem(cout, cin * k * k, n * ph * pw * 4, (cin, h, wd), (ph, pw), padding, cout)
-    version = _version(op, version, problem.m, problem.n, problem.k)
+    version = pool_wgrad_version(problem.m, problem.n, problem.k) if version is None else _version(
+        op, version, problem.m, problem.n, problem.k)
     if splits is None and not device.simulator_enabled():
         splits = auto_splits(problem.k, output_tiles(version, problem.m, problem.n), multiprocessors(),
-                             waves=WGRAD_SPLIT_WAVES)
+                             waves=WGRAD_WAVES if version == WGRAD_VERSION else WGRAD_SPLIT_WAVES, min_k=WGRAD_MIN_K)
     return gemm_split_k(version, problem, a, flat(x), dw, aux, "none", a_map="pool_grad_channels",
                         b_map="im2col_k_window", store="weight4", ksize=k, splits=splits, block=block,
                         stream=stream, launch=launch, op=op, name=f"{op}[{version},k{k},p{padding}]")

@@ -73,7 +73,8 @@ STORES = ("dense", "nchw", "weight4", "partial")
 POOL_A_MAPS = ("im2col_window", "pool_grad_im2col", "pool_grad_channels")
 POOL_B_MAPS = ("im2col_k_window",)
 WINDOW_STORES = ("pool_nchw",)
-WINDOW_VERSIONS = ("narrow",)  # the GEMM versions with a window epilogue (window_fns)
+# the GEMM versions with a window epilogue (window_fns); the deep ones are deep.TILES
+WINDOW_VERSIONS = ("narrow", "deep128x32", "deep128x16", "deep32x32")
 A_MAPS = A_MAPS + POOL_A_MAPS
 B_MAPS = B_MAPS + POOL_B_MAPS
 STORES = STORES + WINDOW_STORES
@@ -477,8 +478,8 @@ def _pool_a_loader(kind, ksize):
                 w = uint32(pix[3] + pat[3])
                 if h < dims[D_SRC_H] and w < dims[D_SRC_W]:
                     idx = uint32(pix[1] + pat[1] + (h >> U1) * (dims[D_SRC_W] >> U1) + (w >> U1))
-                    if uint32(a[1][idx]) == uint32((h & U1) * U2 + (w & U1)):
-                        return a[0][idx]
+                    v = a[0][idx]  # read with the route, not after it: one round trip per element, not two
+                    return v if uint32(a[1][idx]) == uint32((h & U1) * U2 + (w & U1)) else F0
             return F0
 
         return Loader(True, _pooled_pixel, _pooled_patch_fn(ksize), get)
@@ -492,8 +493,8 @@ def _pool_a_loader(kind, ksize):
         def get(a, dims, row, col):
             if row[0] < dims[D_M] and col[0] < dims[D_K]:
                 idx = uint32(row[1] + col[1])
-                if uint32(a[1][idx]) == col[2]:
-                    return a[0][idx]
+                v = a[0][idx]  # read with the route (as pool_grad_im2col)
+                return v if uint32(a[1][idx]) == col[2] else F0
             return F0
 
         return Loader(True, outer, _window_channel_pixel, get)
