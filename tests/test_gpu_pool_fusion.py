@@ -61,7 +61,10 @@ def test_plan_fuses_where_the_policy_says():
     ae = build_model("autoencoder", seed=0).layers
     assert not any(isinstance(s, ConvPoolStage) for s in plan(ae, POLICIES["gpu-graph"], fold=True))
     assert sum(isinstance(s, ConvPoolStage) for s in plan(ae, policy("fused"), fold=True)) == 2
-    assert pool_fused(POLICIES["gpu-graph"], 16, 32) and not pool_fused(POLICIES["gpu-graph"], 3, 256)
+    graph = POLICIES["gpu-graph"]
+    # the CNN's conv2 (32 outputs) and the autoencoder's conv1 (K = 3*3*3) fuse; its 256 -> 128 conv does not
+    assert pool_fused(graph, 16, 32, 3) and pool_fused(graph, 3, 256, 3)
+    assert not pool_fused(graph, 256, 128, 3) and not pool_fused(graph, 4, 64, 3)
     with pytest.raises(ValueError, match="pool must be one of"):
         Policy("bad", gemm="auto", fuse=True, resident=True, pool="sometimes")
 

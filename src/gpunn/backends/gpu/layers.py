@@ -376,9 +376,9 @@ def plan(layers, policy: Policy, fold: bool) -> list[Stage]:
             i += 1
             layer = layers[i]
         relu = policy.fuse and isinstance(layer, FUSES_RELU) and i + 1 < len(layers) and isinstance(layers[i + 1], ReLU)
-        if (not up and relu and isinstance(layer, Conv2d) and i + 2 < len(layers)
+        if (not up and relu and isinstance(layer, Conv2d) and i + 2 < len(layers)  # Conv2d + ReLU + MaxPool2d
                 and isinstance(layers[i + 2], MaxPool2d)
-                and pool_fused(policy, layer.in_channels, layer.out_channels)):  # Conv2d + ReLU + MaxPool2d
+                and pool_fused(policy, layer.in_channels, layer.out_channels, layer.kernel_size)):
             stage = ConvPoolStage(layer, offset)
             offset += stage.params
             stages.append(stage)

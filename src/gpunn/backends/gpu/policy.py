@@ -45,9 +45,10 @@ per step (RunSpec.batch; batch 1 is the paper's setting):
                    (`upsample: fused`: the conv's passes read the small map through the upsample, its backward-data
                    one stride-2 GEMM on the small map), captured in CUDA graphs
 
-Conv2d + ReLU + MaxPool2d(2) runs (`pool`, pool_fused): gpu-im2col and gpu-graph fuse the CNN's conv2, ReLU and
-pool into one stage whose forward writes only the pooled output and the winners' route, and whose backward reads the
-pooled gradient through the route (gpunn.kernels.conv.pooled); the other variants keep separate stages.
+Conv2d + ReLU + MaxPool2d(2) runs (`pool`, pool_fused): gpu-im2col and gpu-graph fuse the CNN's conv2 and the
+autoencoder's conv1, each with its ReLU and pool, into one stage whose forward writes only the pooled output and the
+winners' route, and whose backward reads the pooled gradient through the route (gpunn.kernels.conv.pooled); the other
+variants keep separate stages.
 
 A run's block size (RunSpec.block, `_t<threads>` in its path) reaches the kernels that take a thread count
 (`with_block`): every kernel of gpu-naive; the tiled and shuffle convolutions, the pool, bias, elementwise and SGD
@@ -84,7 +85,7 @@ class Policy:
                                 # (gpunn.kernels.conv.UP_VERSIONS; the upsample's launches and its map disappear)
     pool: str = "separate"  # Conv2d + ReLU + MaxPool2d: "separate" stages; "fused" one stage (gpunn.kernels.conv.
                             # pooled: the conv's full-size output and gradient never stored); "auto" fused where
-                            # the conv has at most AUTO_POOL_MAX_COUT output channels (pool_fused)
+                            # the window tiles suit the conv: few output channels or a shallow K (pool_fused)
     step: str = "layers"  # "layers": one stage per layer op (layers.py); "persistent": a resident MLP's whole
                           # step (Linear, ReLU, Linear, softmax-CE) in two launches, its forward one cooperative
                           # launch with a grid-wide sync (gpunn.backends.gpu.persistent; other models keep the
@@ -142,6 +143,7 @@ COPY_MODES = ("sync", "pipelined")
 UPSAMPLE_MODES = ("separate", "fused")
 POOL_MODES = ("separate", "fused", "auto")
 AUTO_POOL_MAX_COUT = 32  # pool "auto": fused where the fused forward's 128x32 window tiles fit the conv (the CNN)
+AUTO_POOL_MAX_K = 32     # ... or where its GEMM depth Cin*k*k is at most this (a first layer: the autoencoder's)
 STEP_MODES = ("layers", "persistent", "phased")
 PIPELINE_DEPTH = 3  # host batch buffers of the pipelined copy: one being filled, one in flight, one in use
 
@@ -206,14 +208,17 @@ def conv_version(policy: Policy, step: str, in_channels: int, out_channels: int,
     return "split"  # the bias gradient: split over images, partial sums added in a fixed order
 
 
-def pool_fused(policy: Policy, in_channels: int, out_channels: int) -> bool:
-    """Whether a Conv2d + ReLU + MaxPool2d(2) run is one fused stage under `policy` (its `pool` field; only with
-    `fuse`, the fused epilogues): "fused" always, "auto" for at most AUTO_POOL_MAX_COUT output channels, where the
-    window version's 128x32 tiles fit (the CNN's conv2); the autoencoder's 256 and 128 channels keep the separate
-    pool until a wider window version exists."""
+def pool_fused(policy: Policy, in_channels: int, out_channels: int, k: int) -> bool:
+    """Whether a Conv2d (k x k) + ReLU + MaxPool2d(2) run is one fused stage under `policy` (its `pool` field; only
+    with `fuse`, the fused epilogues): "fused" always; "auto" where the window versions' narrow tiles suit the conv:
+    at most AUTO_POOL_MAX_COUT output channels (the CNN's conv2), or a GEMM depth in_channels * k * k of at most
+    AUTO_POOL_MAX_K (the autoencoder's conv1, 3 -> 256: K = 27, one or two K steps; H100, batch 64: the epoch
+    2.55 -> 2.39 s). The autoencoder's 256 -> 128 conv keeps the separate pool: fused on the 128x32 window tiles it
+    took 547 us against the 128x128 tiles' 353 + 37 us plus the pool's 6 us."""
     if not policy.fuse or policy.pool == "separate":
         return False
-    return policy.pool == "fused" or out_channels <= AUTO_POOL_MAX_COUT
+    return (policy.pool == "fused" or out_channels <= AUTO_POOL_MAX_COUT
+            or in_channels * k * k <= AUTO_POOL_MAX_K)
 
 
 def gemm_version(policy: Policy, rows: int, cols: int) -> str:

@@ -31,14 +31,32 @@ them, so no flag is tested in the loops.
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
 
 import numpy as np
-from numba import cuda, float32, int8, uint32, uint64
-
-from gpunn import device
+from numba import cuda, int8, uint32
 
 from ..common import epilogue_flags
+from .indexing import (  # noqa: F401  (re-exported: the kernels import them from here)
+    F0,
+    SHIFT32,
+    SMEM_ALIGN,
+    U0,
+    U1,
+    U2,
+    U4,
+    U32,
+    Loader,
+    _channel_pixel,
+    _divmod,
+    _im2col_get,
+    _index1,
+    _patch_fns,
+    _pixel,
+    device_function,
+)
+from .mappings_up import UP_A_MAPS as _UP_A_MAPS
+from .mappings_up import UP_B_MAPS as _UP_B_MAPS
+from .mappings_up import up_a_loader, up_b_loader
 from .problem import (
     D_GHW,
     D_GHW_MUL,
@@ -63,9 +81,7 @@ __all__ = ["A_MAPS", "B_MAPS", "POOL_A_MAPS", "POOL_B_MAPS", "ROUTE_NONE", "STOR
 
 A_MAPS = ("dense", "dense_t", "im2col", "channels")
 B_MAPS = ("dense", "dense_t", "weight_t", "weight_flip_t", "im2col_k")
-# the upsample mappings (mappings_up.UP_A_MAPS / UP_B_MAPS, spelled here: that module imports this one)
-_UP_A_MAPS = ("im2col_up2", "im2col_s2")
-_UP_B_MAPS = ("im2col_k_up2", "weight_up2_flip_t")
+# the upsample mappings (mappings_up)
 A_MAPS += _UP_A_MAPS
 B_MAPS += _UP_B_MAPS
 STORES = ("dense", "nchw", "weight4", "partial")
@@ -79,120 +95,6 @@ A_MAPS = A_MAPS + POOL_A_MAPS
 B_MAPS = B_MAPS + POOL_B_MAPS
 STORES = STORES + WINDOW_STORES
 
-# Index arithmetic. numba widens every integer operation to 64 bits (uint32 + uint32 -> uint64) and, for
-# signed indices, adds a negative-index wraparound select to each array access. Wrapping an expression in
-# uint32(...) truncates it, and LLVM then narrows the whole expression back to 32-bit instructions;
-# unsigned indices need no wraparound. Constants are np.uint32 so that they do not widen what they touch.
-# The conv mappings also rely on the wrap: a window origin above or left of the image is oh - pad mod 2^32,
-# huge, so one unsigned compare (ih < H) rejects both sides of the padding.
-U0 = np.uint32(0)
-U1 = np.uint32(1)
-U2 = np.uint32(2)
-U4 = np.uint32(4)
-U32 = np.uint32(32)
-SHIFT32 = np.uint64(32)
-F0 = float32(0.0)
-# 16-byte aligned shared tiles let NVVM read 4 consecutive floats as one ld.shared.v4; the simulator rejects
-# any alignment argument (None means the default there).
-SMEM_ALIGN = None if device.simulator_enabled() else 16
-
-
-def device_function(fn):
-    """A device function; on a GPU inlined at the NVVM level (the simulator has no forceinline)."""
-    if device.simulator_enabled():
-        return cuda.jit(device=True)(fn)
-    return cuda.jit(device=True, forceinline=True)(fn)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Operand mappings (written once; the kernels below only call them)
-
-
-@device_function
-def _divmod(x, d, mul, shift):
-    """(x // d, x % d) for x < 2^31 with the constants of fast_divmod_constants(d)."""
-    hi = uint32((uint64(x) * uint64(mul)) >> SHIFT32)
-    q = uint32(uint32(hi + x) >> shift)
-    return q, uint32(x - q * d)
-
-
-@device_function
-def _pixel(dims, r):
-    """Pixel r = (n, oh, ow) of the grid: (r, offset of its window origin (oh - pad, ow - pad) in src,
-    oh - pad, ow - pad), all mod 2^32. Two multiplications by magic numbers instead of two divisions."""
-    n, s = _divmod(r, dims[D_GHW], dims[D_GHW_MUL], dims[D_GHW_SHIFT])
-    oh, ow = _divmod(s, dims[D_GW], dims[D_GW_MUL], dims[D_GW_SHIFT])
-    ohp = uint32(oh - dims[D_PAD])
-    owp = uint32(ow - dims[D_PAD])
-    return r, uint32(n * dims[D_SRC_CHW] + ohp * dims[D_SRC_W] + owp), ohp, owp
-
-
-@device_function
-def _channel_pixel(dims, q):
-    """Column q = (n, s) of an NCHW tensor seen as (C, N*gh*gw): (q, offset of [n, 0, s])."""
-    n, s = _divmod(q, dims[D_GHW], dims[D_GHW_MUL], dims[D_GHW_SHIFT])
-    return q, uint32(n * dims[D_OUT_CHW] + s)
-
-
-@functools.cache
-def _patch_fns(ksize):
-    """Decompositions of a patch index (c, kh, kw) of a ksize x ksize kernel: divisions by constants."""
-    kk = np.uint32(ksize * ksize)
-    ks = np.uint32(ksize)
-    last = np.uint32(ksize - 1)
-
-    @device_function
-    def patch(dims, q):
-        """Column q = (c, kh, kw) of the im2col matrix: (q, offset of (c, kh, kw) from the window origin,
-        kh, kw)."""
-        c = uint32(q // kk)
-        rem = uint32(q - c * kk)
-        kh = uint32(rem // ks)
-        kw = uint32(rem - kh * ks)
-        return q, uint32(c * dims[D_SRC_HW] + kh * dims[D_SRC_W] + kw), kh, kw
-
-    @device_function
-    def weight_index(q):
-        """q = (c, kh, kw) -> (c, kh, kw)."""
-        c = uint32(q // kk)
-        rem = uint32(q - c * kk)
-        kh = uint32(rem // ks)
-        return c, kh, uint32(rem - kh * ks)
-
-    @device_function
-    def flipped_index(q):
-        """q = (c, kh, kw) -> (c, k-1-kh, k-1-kw): the spatially flipped kernel."""
-        c = uint32(q // kk)
-        rem = uint32(q - c * kk)
-        kh = uint32(rem // ks)
-        return c, uint32(last - kh), uint32(last - uint32(rem - kh * ks))
-
-    return patch, weight_index, flipped_index
-
-
-@device_function
-def _im2col_get(x, dims, pix, pat):
-    """x_flat[n, c, oh + kh - pad, ow + kw - pad], 0 in the padding (pix from _pixel, pat from patch)."""
-    ih = uint32(pix[2] + pat[2])
-    iw = uint32(pix[3] + pat[3])
-    if ih < dims[D_SRC_H] and iw < dims[D_SRC_W]:
-        return x[uint32(pix[1] + pat[1])]
-    return F0
-
-
-@device_function
-def _index1(dims, i):
-    """The state of a dense index: the index itself."""
-    return i
-
-
-class Loader(NamedTuple):
-    """One operand mapping (see the module docstring)."""
-
-    contig_k: bool  # consecutive K indices are (about) consecutive in memory: a thread's outer index is fixed
-    outer: object
-    inner: object
-    get: object
 
 
 @functools.cache
@@ -236,7 +138,6 @@ def _a_loader(kind, ksize):
 
         return Loader(True, outer, _channel_pixel, get)
     if kind in _UP_A_MAPS:
-        from .mappings_up import up_a_loader
 
         return up_a_loader(kind, ksize)
     raise ValueError(f"gemm: unknown A mapping {kind!r}; choose from {A_MAPS}")
@@ -286,7 +187,6 @@ def _b_loader(kind, ksize):
 
         return Loader(True, patch, _pixel, get)
     if kind in _UP_B_MAPS:
-        from .mappings_up import up_b_loader
 
         return up_b_loader(kind, ksize)
     raise ValueError(f"gemm: unknown B mapping {kind!r}; choose from {B_MAPS}")

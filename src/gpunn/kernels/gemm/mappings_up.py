@@ -29,9 +29,7 @@ import functools
 import numpy as np
 from numba import uint32
 
-from .mappings import _UP_A_MAPS as UP_A_MAPS
-from .mappings import _UP_B_MAPS as UP_B_MAPS
-from .mappings import F0, U1, Loader, _divmod, device_function
+from .indexing import F0, U1, Loader, _divmod, _im2col_get, _index1, _patch_fns, device_function
 from .problem import (
     D_GHW,
     D_GHW_MUL,
@@ -50,6 +48,9 @@ from .problem import (
 )
 
 __all__ = ["UP_A_MAPS", "UP_B_MAPS", "up_a_loader", "up_b_loader"]
+
+UP_A_MAPS = ("im2col_up2", "im2col_s2")
+UP_B_MAPS = ("im2col_k_up2", "weight_up2_flip_t")
 
 
 @device_function
@@ -126,11 +127,6 @@ def _summed_flip(ksize):
     return get
 
 
-@device_function
-def _index1(dims, i):
-    return i
-
-
 @functools.cache
 def up_a_loader(kind, ksize):
     """The A loader (``mappings.Loader``) of an upsample mapping."""
@@ -144,7 +140,6 @@ def up_a_loader(kind, ksize):
 
         return Loader(True, _pixel_up2, _patch_up2(ksize), get)
     if kind == "im2col_s2":
-        from .mappings import _im2col_get, _patch_fns
 
         @device_function
         def get(x, dims, pix, pat):
