@@ -1,15 +1,15 @@
 """GEMM kernels: ``C = op(A) @ op(B)`` followed by a fused epilogue, float32, with compile-time operand mappings.
 
-Versions (``VERSIONS``, one ``GemmVersion`` record each; a module each):
+Versions (``VERSIONS``, one ``GemmVersion`` record each; a module each, but ``deep``'s four tiles):
 
     naive        one thread per output element, block (bx, by) a parameter
     tiled16      16x16 shared-memory tiles, zero-filled edges, coalesced loads for every transpose
     regblock     64x64 block tile, BK 8, 4x4 outputs per thread in registers, 256 threads
     regblock128  128x128 block tile, BK 8, 8x8 outputs per thread, next tile loaded while this one multiplies
     skinny       N <= 4: a thread per row of C with 4 columns in registers (mapped problems only)
-    narrow       128x32 block tile, BK 8, 4x4 per thread, window store (mapped problems only)
-    deep128x32, deep128x16, deep32x32   deep K steps (BK 16 / 32), next step prefetched in registers, window
-                 store (``deep``: one DeepTile factory; mapped problems only)
+    narrow       128x32 block tile, BK 8, 4x4 per thread, next step prefetched in registers, window store
+    deep128x32, deep128x16, deep32x32   the same with deep K steps (BK 16 / 32) for shallow GEMMs
+                 (``deep``: one DeepTile factory for these four; mapped problems only)
 
 Operands are float32 numba device arrays, C-contiguous or strided views; transposed operands are read in place.
 Epilogues (``EPILOGUES``): none, bias, bias_relu, relu, mask (C = acc where mask > 0: the ReLU backward).

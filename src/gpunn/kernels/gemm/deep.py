@@ -1,7 +1,8 @@
-"""GEMM versions with deep K steps (``deep128x32``, ``deep128x16``, ``deep32x32``): narrow's register blocking
-with BK = 16 or 32 and the next K step's tiles loaded into registers while this one multiplies, for the latency-bound
-GEMMs of small convolutions (K of a few hundred, or short split-K chunks). A K step waits about one global-load
-round trip and two barriers whatever its depth, so deeper steps than narrow's (BK = 8) mean fewer waits.
+"""GEMM versions for narrow, shallow GEMMs (``narrow``, BK 8, and the deep K steps ``deep128x32``, ``deep128x16``,
+``deep32x32``): 4 x TN outputs per thread, BK = 8, 16 or 32, the next K step's tiles loaded into registers while
+this one multiplies, for the latency-bound GEMMs of small convolutions (K of a few hundred, or short split-K
+chunks). A K step waits about one global-load round trip and two barriers whatever its depth, so deeper steps
+than narrow's (BK = 8) mean fewer waits.
 
 One factory, ``DeepTile(name, BM, BN, BK, TN)``: a BM x BN block tile, (BM/4) x (BN/TN) threads, thread (ty, tx)
 owning the 4 x TN outputs rows ty*4.., columns tx*TN... Per K step each thread moves AL = BM*BK/threads elements
@@ -198,9 +199,11 @@ def _kernel(bm, bn, bk, tn, a_contig_k, a_outer, a_inner, a_get, b_contig_k, b_o
     return gemm_deep_kernel
 
 
-# The registered versions (versions.VERSIONS): the CNN's conv2 forward (N = 32, K = 144) and weight gradient
-# (M = 32, N = 144, K split), its input gradient (N = 16, K = 288).
+# The registered versions (versions.VERSIONS): narrow, the first window version (BK 8, as regblock's steps; its own
+# module until issue 26's consolidation, NOTES.md), and the deep ones for the CNN's conv2 forward (N = 32, K = 144)
+# and weight gradient (M = 32, N = 144, K split), its input gradient (N = 16, K = 288).
+NARROW = DeepTile("narrow", 128, 32, 8, 4)  # 256 threads, BK 8: 4 + 1 loads per thread and step
 DEEP128X32 = DeepTile("deep128x32", 128, 32, 16, 4)  # 256 threads, BK 16: 8 + 2 loads per thread and step
 DEEP128X16 = DeepTile("deep128x16", 128, 16, 32, 2)  # 256 threads, BK 32: 16 + 2
 DEEP32X32 = DeepTile("deep32x32", 32, 32, 32, 4)  # 64 threads, BK 32: 16 + 16
-TILES = (DEEP128X32, DEEP128X16, DEEP32X32)
+TILES = (NARROW, DEEP128X32, DEEP128X16, DEEP32X32)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..common import cdiv
 from ..launch import Launch, bind
-from . import naive, narrow, regblock, regblock128, skinny, tiled16
+from . import naive, regblock, regblock128, skinny, tiled16
 from .deep import TILES as DEEP_TILES
 from .problem import GemmProblem
 
@@ -48,7 +48,6 @@ VERSIONS = {v.name: v for v in (
                 (regblock128.BM, regblock128.BN)),
     GemmVersion("skinny", skinny.kernel, skinny.config, skinny.SK_THREADS, skinny.SK_KC,
                 (skinny.SK_THREADS, skinny.SK_N)),
-    GemmVersion("narrow", narrow.kernel, narrow.config, narrow.THREADS, narrow.BK, (narrow.BM, narrow.BN)),
     *(GemmVersion(d.name, d.kernel, d.config, d.threads, d.bk, (d.bm, d.bn)) for d in DEEP_TILES),
 )}
 
