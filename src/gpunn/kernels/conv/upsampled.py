@@ -7,7 +7,9 @@ decoder, Upsample followed by Conv2d). ``UP_VERSIONS`` in the package lists them
 * ``implicit_gemm`` backward_data: dx (N, Cin, H, W) = the upsample backward of the input gradient of the conv at
   the upsampled size (the 2x2 block sums), computed directly on the small map as ONE stride-2 GEMM of dy with the
   (k+1) x (k+1) kernel of summed flipped taps (``gemm.mappings_up``: the identity and why it is exact):
-  M = N*H*W, N = Cin, K = Cout*(k+1)^2; the ReLU mask of the layer before fused (epilogue ``mask``).
+  M = N*H*W, N = Cin, K = Cout*(k+1)^2; the ReLU mask of the layer before fused (epilogue ``mask``). The summed
+  kernel is made first by a small launch into a scratch buffer (the group's), read by the plain flipped-weight
+  loader.
 * ``implicit_gemm`` backward_weight: dw = the weight gradient with the B loader ``im2col_k_up2``.
 * ``staged`` backward_weight: the staged version (``staged``) staging the upsampled planes from x.
 
@@ -17,15 +19,18 @@ references of ``reference`` and ``gpunn.kernels.pool``'s upsample references.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
+from numba import cuda, float32, uint32
 
 from gpunn import device
 
-from ..common import epilogue_args, shape
+from ..common import cdiv, epilogue_args, shape
 from ..gemm import auto_splits, conv_problem, gemm_split_k, multiprocessors, output_tiles
-from ..launch import Launch, LaunchGroup, check_device_array, flat
+from ..launch import Launch, LaunchGroup, bind, check_device_array, flat
 from ..pool import upsample2x_backward_ref, upsample2x_forward_ref
-from .checks import _device_array, _padding, _weight
+from .checks import _device_array, _padding, _weight, jit_for
 from .checks import _geometry as _direct_geometry
 from .implicit_gemm import WGRAD_SPLIT_WAVES, _activation, _expect, _geometry, _splits, _version
 from .reference import conv_backward_data_ref, conv_backward_weight_ref, conv_forward_ref
@@ -91,10 +96,58 @@ def conv_backward_data_implicit_gemm_up(dy, w, dx, padding, relu_mask=None, vers
     kw = k + 1
     problem = conv_problem(n * h * wd, cin, cout * kw * kw, (cout, oh, ow), (h, wd), k - 1 - padding, cin)
     version = _version(op, version, problem.m, problem.n, problem.k)
-    return gemm_split_k(version, problem, flat(dy), w, flat(dx), aux, epilogue, a_map="im2col_s2",
-                        b_map="weight_up2_flip_t", store="nchw", ksize=kw,
-                        splits=_splits(op, splits, version, problem), block=block, stream=stream, launch=launch,
-                        op=op, name=f"{op}[{version},k{k},p{padding},{epilogue}]")
+    # W' made once per step into a scratch buffer the group owns, stored flipped so that the plain flipped-weight
+    # loader reads it
+    summed = cuda.device_array((cout, cin, kw, kw), np.float32)
+    total = cout * cin * kw * kw
+    prepare = bind(_summed_flip_kernel(k), min(cdiv(total, SUMMED_THREADS), SUMMED_MAX_BLOCKS), SUMMED_THREADS,
+                   (w, summed, np.uint32(cin), np.uint32(total)), stream, False, f"{op}.summed_kernel[k{k}]")
+    gemm = gemm_split_k(version, problem, flat(dy), summed, flat(dx), aux, epilogue, a_map="im2col_s2",
+                        b_map="weight_flip_t", store="nchw", ksize=kw, splits=_splits(op, splits, version, problem),
+                        block=block, stream=stream, launch=False, op=op,
+                        name=f"{op}[{version},k{k},p{padding},{epilogue}]")
+    group = LaunchGroup((prepare, *(gemm.launches if isinstance(gemm, LaunchGroup) else (gemm,))))
+    if launch:
+        group()
+    return group
+
+
+SUMMED_THREADS = 256
+SUMMED_MAX_BLOCKS = 1024  # grid-stride beyond this
+
+
+@functools.cache
+def _summed_flip_kernel(k: int):
+    """ws[co, ci, k-u, k-v] = W'[co, ci, u, v] = sum over a, b in {0, 1} (a outer) with 0 <= u-a, v-b < k of
+    w[co, ci, k-1-(u-a), k-1-(v-b)]: the backward-data GEMM's summed kernel, flipped (``gemm.mappings_up``)."""
+    kw = np.uint32(k + 1)
+    kk = np.uint32((k + 1) * (k + 1))
+    ks = np.uint32(k)
+    last = np.uint32(k - 1)
+
+    @jit_for(SUMMED_THREADS)
+    def summed_flip_kernel(w, ws, cin, total):
+        i = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
+        stride = uint32(cuda.gridDim.x * cuda.blockDim.x)
+        while i < total:
+            pair = uint32(i // kk)
+            rem = uint32(i - pair * kk)
+            co = uint32(pair // cin)
+            ci = uint32(pair - co * cin)
+            u = uint32(rem // kw)
+            v = uint32(rem - u * kw)
+            acc = float32(0.0)
+            for a in range(2):
+                uu = uint32(u - uint32(a))  # wraps above k - 1 when u = 0, a = 1
+                if uu < ks:
+                    for b in range(2):
+                        vv = uint32(v - uint32(b))
+                        if vv < ks:
+                            acc += w[co, ci, uint32(last - uu), uint32(last - vv)]
+            ws[co, ci, uint32(ks - u), uint32(ks - v)] = acc
+            i = uint32(i + stride)
+
+    return summed_flip_kernel
 
 
 def conv_backward_weight_implicit_gemm_up(x, dy, dw, padding, version=None, block=None, stream=0, launch=True,

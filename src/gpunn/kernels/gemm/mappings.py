@@ -16,8 +16,8 @@ A kernel never indexes its operands itself: it asks three compile-time mappings,
   in pooling-window order, a window store taking 4 rows at once (``window_fns``), and the pooled gradient
   expanded through the route by the backward loaders.
 
-The mappings of a conv whose input is a 2x upsampled map (``im2col_up2``, ``im2col_s2``, ``im2col_k_up2``,
-``weight_up2_flip_t``) live in ``mappings_up`` and are part of ``A_MAPS`` / ``B_MAPS``.
+The mappings of a conv whose input is a 2x upsampled map (``im2col_up2``, ``im2col_s2``, ``im2col_k_up2``) live in
+``mappings_up`` and are part of ``A_MAPS`` / ``B_MAPS``.
 
 A loader is ``outer(dims, index) -> state`` for the index that stays fixed through the K loop (the row of A, the
 column of B), ``inner(dims, p) -> state`` for the K index, and ``get(array, dims, outer, inner)`` the element, zero

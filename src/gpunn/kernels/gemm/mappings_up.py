@@ -9,17 +9,19 @@ reads, here the map BEFORE the upsample, x (C, H, W). The upsampled map u = up(x
 * ``im2col_k_up2`` (B): the same matrix in the K-rows role (the weight gradient), B[(n, oh, ow), (c, kh, kw)];
 * ``im2col_s2`` (A): a stride-2 im2col of the source, rows (n, h, w), columns (c, u, v) of a ksize x ksize
   window: src[n, c, 2h + u - pad, 2w + v - pad], 0 outside (the backward-data GEMM below reads dy with it);
-* ``weight_up2_flip_t`` (B): the "summed" flipped kernel of the backward-data GEMM, ksize = k + 1:
-  B[(co, u, v), ci] = sum over a, b in {0, 1} with 0 <= u - a < k, 0 <= v - b < k of
-  w[co, ci, k-1-(u-a), k-1-(v-b)].
+  with the "summed" kernel W'[co, ci, u, v] = sum over a, b in {0, 1} with 0 <= u - a < k, 0 <= v - b < k of
+  w[co, ci, k-1-(u-a), k-1-(v-b)] as its B (ksize = k + 1; ``conv.upsampled`` makes W' by a small launch and reads
+  it flipped through the plain ``weight_flip_t`` loader).
 
-Why the last two: the input gradient of a conv on up(x) is the usual one at the upsampled size, d(up x), summed
+Why: the input gradient of a conv on up(x) is the usual one at the upsampled size, d(up x), summed
 over each 2x2 block (the upsample backward). For stride 1, with P' = k - 1 - pad,
   dx[n, ci, h, w] = sum_{a,b} sum_{co,kh,kw} dy[n, co, 2h+a+kh-P', 2w+b+kw-P'] w[co, ci, k-1-kh, k-1-kw]
 and with u = a + kh, v = b + kw in [0, k] this is a stride-2 correlation of dy with a (k+1) x (k+1) kernel whose
 taps are sums of up to 4 flipped taps: one GEMM over the small map, M = N*H*W, K = Cout*(k+1)^2 (16 Cout for
 k = 3, against 36 Cout for the conv at the upsampled size followed by the 2x2 sum). Exact for any padding: dy's
 zero padding is the loader's zero fill. The 2x2 sum happens in the K loop (no atomics, a fixed order).
+(The taps were first summed inside a B loader, 4 weight loads per element: 325 us for the autoencoder's
+128 -> 256 layer at batch 64 on an H100, 7 + 209 us with W' made once per step.)
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import functools
 import numpy as np
 from numba import uint32
 
-from .indexing import F0, U1, Loader, _divmod, _im2col_get, _index1, _patch_fns, device_function
+from .indexing import F0, U1, Loader, _divmod, _im2col_get, _patch_fns, device_function
 from .problem import (
     D_GHW,
     D_GHW_MUL,
@@ -50,7 +52,7 @@ from .problem import (
 __all__ = ["UP_A_MAPS", "UP_B_MAPS", "up_a_loader", "up_b_loader"]
 
 UP_A_MAPS = ("im2col_up2", "im2col_s2")
-UP_B_MAPS = ("im2col_k_up2", "weight_up2_flip_t")
+UP_B_MAPS = ("im2col_k_up2",)
 
 
 @device_function
@@ -100,34 +102,6 @@ def _up2_get(x, dims, pix, pat):
 
 
 @functools.cache
-def _summed_flip(ksize):
-    """B[(co, u, v), ci] of ``weight_up2_flip_t`` for a (k+1) x (k+1) window, ksize = k + 1."""
-    kk = np.uint32(ksize * ksize)
-    ks = np.uint32(ksize)
-    k = np.uint32(ksize - 1)  # the weight's kernel size
-    last = np.uint32(ksize - 2)  # k - 1
-
-    @device_function
-    def get(w, dims, j, p):
-        s = F0
-        if j < dims[D_N] and p < dims[D_K]:
-            co = uint32(p // kk)
-            rem = uint32(p - co * kk)
-            u = uint32(rem // ks)
-            v = uint32(rem - u * ks)
-            for a in range(2):
-                uu = uint32(u - uint32(a))  # wraps above k - 1 when u = 0, a = 1
-                if uu < k:
-                    for b in range(2):
-                        vv = uint32(v - uint32(b))
-                        if vv < k:
-                            s += w[co, j, uint32(last - uu), uint32(last - vv)]
-        return s
-
-    return get
-
-
-@functools.cache
 def up_a_loader(kind, ksize):
     """The A loader (``mappings.Loader``) of an upsample mapping."""
     if kind == "im2col_up2":
@@ -163,8 +137,4 @@ def up_b_loader(kind, ksize):
             return F0
 
         return Loader(True, _patch_up2(ksize), _pixel_up2, get)
-    if kind == "weight_up2_flip_t":
-        if ksize < 2:
-            raise ValueError(f"gemm: weight_up2_flip_t takes ksize = k + 1 >= 2, got {ksize}")
-        return Loader(True, _index1, _index1, _summed_flip(ksize))
     raise ValueError(f"gemm: unknown B mapping {kind!r}; choose from {UP_B_MAPS}")
