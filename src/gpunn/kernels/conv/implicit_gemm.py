@@ -48,6 +48,7 @@ __all__ = [
     "conv_backward_weight_implicit_gemm",
     "conv_forward_implicit_gemm",
     "default_version",
+    "forward_gemm",
 ]
 
 GEMM_VERSIONS = tuple(VERSIONS)  # every GEMM version runs every mapping
@@ -126,9 +127,16 @@ def conv_forward_implicit_gemm(x, w, bias, out, padding, relu=False, version=Non
     """out = conv(x, w) (+ bias) (ReLU): x (N, Cin, H, W), w (Cout, Cin, k, k), bias (Cout,) or None,
     out (N, Cout, OH, OW). ``splits``: split-K count (None: by shape, see ``_splits``); with more than one the
     bias and ReLU are applied by the fixed-order sum of the partials."""
-    op = "conv_forward_implicit_gemm"
+    return forward_gemm("conv_forward_implicit_gemm", x, w, bias, out, padding, relu, version, block, stream,
+                        launch, splits, "im2col", shape(x))
+
+
+def forward_gemm(op, x, w, bias, out, padding, relu, version, block, stream, launch, splits, a_map,
+                 seen_shape) -> Launch | LaunchGroup:
+    """The forward GEMM of a conv whose input, of `seen_shape` (N, Cin, H', W'), is read from x through the A
+    mapping `a_map` (``im2col``: x itself; ``im2col_up2``: its 2x upsample, ``conv.upsampled``)."""
     _activation(op, "x", x)
-    k, oh, ow = _geometry(op, shape(x), w, padding)
+    k, oh, ow = _geometry(op, seen_shape, w, padding)
     n, cin, h, wd = shape(x)
     cout = int(w.shape[0])
     _activation(op, "out", out)
@@ -139,7 +147,7 @@ def conv_forward_implicit_gemm(x, w, bias, out, padding, relu=False, version=Non
     epilogue, aux = epilogue_args(op, bias, relu, None)
     problem = conv_problem(n * oh * ow, cout, cin * k * k, (cin, h, wd), (oh, ow), padding, cout)
     version = _version(op, version, problem.m, problem.n, problem.k)
-    return gemm_split_k(version, problem, flat(x), w, flat(out), aux, epilogue, a_map="im2col",
+    return gemm_split_k(version, problem, flat(x), w, flat(out), aux, epilogue, a_map=a_map,
                         b_map="weight_t", store="nchw", ksize=k, splits=_splits(op, splits, version, problem),
                         block=block, stream=stream, launch=launch, op=op,
                         name=f"{op}[{version},k{k},p{padding},{epilogue}]")

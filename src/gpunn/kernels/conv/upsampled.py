@@ -28,11 +28,11 @@ from gpunn import device
 
 from ..common import cdiv, epilogue_args, shape
 from ..gemm import auto_splits, conv_problem, gemm_split_k, multiprocessors, output_tiles
-from ..launch import Launch, LaunchGroup, bind, check_device_array, flat
+from ..launch import Launch, LaunchGroup, bind, flat
 from ..pool import upsample2x_backward_ref, upsample2x_forward_ref
 from .checks import _device_array, _padding, _weight, jit_for
 from .checks import _geometry as _direct_geometry
-from .implicit_gemm import WGRAD_SPLIT_WAVES, _activation, _expect, _geometry, _splits, _version
+from .implicit_gemm import WGRAD_SPLIT_WAVES, _activation, _expect, _geometry, _splits, _version, forward_gemm
 from .reference import conv_backward_data_ref, conv_backward_weight_ref, conv_forward_ref
 from .staged import staged_group
 
@@ -58,23 +58,8 @@ def conv_forward_implicit_gemm_up(x, w, bias, out, padding, relu=False, version=
                                   launch=True, splits=None) -> Launch | LaunchGroup:
     """out = conv(up(x), w) (+ bias) (ReLU): x (N, Cin, H, W), out (N, Cout, OH, OW) with OH = 2H + 2p - k + 1;
     the rest as ``conv_forward_implicit_gemm``."""
-    op = "conv_forward_implicit_gemm_up"
-    _activation(op, "x", x)
-    n, cin, h, wd = shape(x)
-    k, oh, ow = _geometry(op, upsampled_shape(shape(x)), w, padding)
-    cout = int(w.shape[0])
-    _activation(op, "out", out)
-    _expect(op, "out", out, (n, cout, oh, ow))
-    if bias is not None:
-        check_device_array(op, "bias", bias, 1)
-        _expect(op, "bias", bias, (cout,))
-    epilogue, aux = epilogue_args(op, bias, relu, None)
-    problem = conv_problem(n * oh * ow, cout, cin * k * k, (cin, h, wd), (oh, ow), padding, cout)
-    version = _version(op, version, problem.m, problem.n, problem.k)
-    return gemm_split_k(version, problem, flat(x), w, flat(out), aux, epilogue, a_map="im2col_up2",
-                        b_map="weight_t", store="nchw", ksize=k, splits=_splits(op, splits, version, problem),
-                        block=block, stream=stream, launch=launch, op=op,
-                        name=f"{op}[{version},k{k},p{padding},{epilogue}]")
+    return forward_gemm("conv_forward_implicit_gemm_up", x, w, bias, out, padding, relu, version, block, stream,
+                        launch, splits, "im2col_up2", upsampled_shape(shape(x)))
 
 
 def conv_backward_data_implicit_gemm_up(dy, w, dx, padding, relu_mask=None, version=None, block=None, stream=0,
