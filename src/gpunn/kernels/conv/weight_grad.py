@@ -7,7 +7,9 @@ plane (consecutive threads: consecutive ox, coalesced dy and x reads), loading d
 accumulated in k*k registers. The k*k sums are then reduced over the block (a tree in shared memory, or warp
 shuffles then shared memory: ``shuffle``, real GPU only) and written by `store`: "store" dw directly (one split);
 "atomic" cuda.atomic.add into dw zeroed before (several splits: ``block``, ``shuffle``); "partial"
-partials[split, slice * k*k + kk], added in split order by a second kernel (``deterministic``: bit-identical).
+partials[split, slice * k*k + kk], added in split order by a second kernel (``deterministic``: bit-identical);
+"bias_partial" the same with one more sum per block, of dy itself (the bias gradient, written by the ci = Cin-1 blocks),
+into partials[split, co * (Cin*k*k + 1) + ...] (the bias last in each co's row: ``wgrad_bias``).
 With one split (large Cout*Cin, or ``splits=1``) every one is deterministic.
 """
 
@@ -81,12 +83,14 @@ def tree_rows(threads, rows, count):
 @functools.cache
 def _wgrad(k, pad, threads, reduction, store):
     kk_n = k * k
+    bias = store == "bias_partial"  # one more sum: dy's own (the bias gradient)
+    sums = kk_n + 1 if bias else kk_n
     warps = threads // WARP
     shuffle = reduction == "shuffle"
     # tree reduction: `rows` of the k*k sums side by side in buf (rows x threads), leaving a little shared
     # memory for the other (1-element) array; shuffles: one value per sum and warp
-    rows = max(1, min(kk_n, (SMEM_LIMIT - 64) // (4 * threads)))
-    several_trees = rows < kk_n
+    rows = max(1, min(sums, (SMEM_LIMIT - 64) // (4 * threads)))
+    several_trees = rows < sums
     buf_n = 1 if shuffle else rows * threads
     warp_buf_n = kk_n * warps if shuffle else 1
     P = np.uint32(pad)
@@ -94,27 +98,33 @@ def _wgrad(k, pad, threads, reduction, store):
     KK = np.uint32(kk_n)
     T = np.uint32(threads)
     NW = np.uint32(warps)
-    tree = tree_rows(threads, rows, kk_n)
+    tree = tree_rows(threads, rows, sums)
 
     # one store per specialisation, chosen here rather than by branches inside (out is 4-D or 2-D)
-    if store == "partial":
+    if bias:  # row co of partials: the Cin*k*k weights, then the bias (sum kk_n, written by ci = Cin - 1 only)
         @cuda.jit(device=True)
-        def write(out, split, co, ci, slice_, kk, value):
+        def write(out, split, co, ci, cin, slice_, kk, value):
+            # column co * (Cin*KK + 1) + ci*KK + kk = slice * KK + co + kk; the bias (kk = KK) by the last slice of co
+            if kk < KK or ci == uint32(cin - U1):
+                out[split, uint32(uint32(slice_ * KK + co) + kk)] = value
+    elif store == "partial":
+        @cuda.jit(device=True)
+        def write(out, split, co, ci, cin, slice_, kk, value):
             out[split, uint32(slice_ * KK + kk)] = value
     elif store == "atomic":
         @cuda.jit(device=True)
-        def write(out, split, co, ci, slice_, kk, value):
+        def write(out, split, co, ci, cin, slice_, kk, value):
             cuda.atomic.add(out, (co, ci, uint32(kk // K), uint32(kk % K)), value)
     else:
         @cuda.jit(device=True)
-        def write(out, split, co, ci, slice_, kk, value):
+        def write(out, split, co, ci, cin, slice_, kk, value):
             out[co, ci, uint32(kk // K), uint32(kk % K)] = value
 
     @jit_for(threads)
     def conv_wgrad_kernel(x, dy, out, per):
         buf = cuda.shared.array(buf_n, float32)
         warp_buf = cuda.shared.array(warp_buf_n, float32)
-        acc = cuda.local.array(kk_n, float32)
+        acc = cuda.local.array(sums, float32)
         n_img = uint32(x.shape[0])
         cin = uint32(x.shape[1])
         h = uint32(x.shape[2])
@@ -127,7 +137,7 @@ def _wgrad(k, pad, threads, reduction, store):
         split = uint32(cuda.blockIdx.y)
         co = uint32(slice_ // cin)
         ci = uint32(slice_ % cin)
-        for j in range(kk_n):
+        for j in range(sums):
             acc[j] = float32(0.0)
         n = uint32(split * per)
         n_end = uint32(min(n_img, uint32(n + per)))
@@ -137,6 +147,8 @@ def _wgrad(k, pad, threads, reduction, store):
                 oy = uint32(e // ow_n)
                 ox = uint32(e % ow_n)
                 d = dy[n, co, oy, ox]
+                if bias:
+                    acc[kk_n] += d
                 for kh in range(k):
                     r = uint32(oy + uint32(kh))
                     if r >= P and r < h + P:
@@ -166,15 +178,15 @@ def _wgrad(k, pad, threads, reduction, store):
                 while wi < NW:
                     total += warp_buf[uint32(kk * NW + wi)]
                     wi = uint32(wi + U1)
-                write(out, split, co, ci, slice_, kk, total)
+                write(out, split, co, ci, cin, slice_, kk, total)
                 kk = uint32(kk + T)
         else:
             # `rows` of the k*k sums reduced side by side per tree (all of them for k = 3 and up to 1024
             # threads): log2(T) barriers per tree instead of per sum; thread j writes sum j0 + j.
-            for j0 in range(0, kk_n, rows):
+            for j0 in range(0, sums, rows):
                 tree(buf, acc, j0, t)
-                if t < uint32(rows) and j0 + t < kk_n:
-                    write(out, split, co, ci, slice_, uint32(j0 + t), buf[uint32(t * T)])
+                if t < uint32(rows) and j0 + t < sums:
+                    write(out, split, co, ci, cin, slice_, uint32(j0 + t), buf[uint32(t * T)])
                 if several_trees:
                     cuda.syncthreads()  # the next tree overwrites buf[j * T], read just above by thread j
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import cuda, int8, uint32
+from numba import cuda, float32, int8, uint32
 
 from ..common import epilogue_flags
 from .indexing import (  # noqa: F401  (re-exported: the kernels import them from here)
@@ -87,7 +87,7 @@ B_MAPS += _UP_B_MAPS
 STORES = ("dense", "nchw", "weight4", "partial")
 # the 2x2 max-pool fusion's mappings (bottom of this module): pixels in pooling-window order, the pooled gradient
 POOL_A_MAPS = ("im2col_window", "pool_grad_im2col", "pool_grad_channels")
-POOL_B_MAPS = ("im2col_k_window",)
+POOL_B_MAPS = ("im2col_k_window", "im2col_k_window_ones")
 WINDOW_STORES = ("pool_nchw",)
 # the GEMM versions with a window epilogue (window_fns); the deep ones are deep.TILES
 WINDOW_VERSIONS = ("narrow", "deep128x32", "deep128x16", "deep32x32")
@@ -306,8 +306,11 @@ def kernel_parts(a_map, b_map, store, ksize, epilogue):
 # else 0, expanded on the fly by the A loaders from a = (dpool, route) (flat arrays of the pooled shape):
 # ``pool_grad_im2col`` the input-gradient GEMM's im2col of that dy (src fields (C, 2*PH, 2*PW): the even part
 # of the conv output, zero beyond); ``pool_grad_channels`` the weight-gradient GEMM's dy as (C, K) with K in
-# window order on the pooled grid, against ``im2col_k_window`` (the input's im2col in the same order).
+# window order on the pooled grid, against ``im2col_k_window`` (the input's im2col in the same order). Its twin
+# ``im2col_k_window_ones`` adds a last column N-1 = Cin*k*k of ones, so that the same GEMM's last output column is
+# the bias gradient (the sum of the expanded gradient over K).
 
+F1 = float32(1.0)
 ROUTE_NONE = 4  # the route of a window whose pooled value is not > 0: no gradient reaches the conv
 _U3 = np.uint32(3)
 
@@ -403,13 +406,26 @@ def _pool_a_loader(kind, ksize):
 
 @functools.cache
 def _pool_b_loader(kind, ksize):
+    patch = _patch_fns(ksize)[0]
     if kind == "im2col_k_window":  # x flat NCHW (src); K rows pixels in window order, N columns (c, kh, kw)
-        patch = _patch_fns(ksize)[0]
 
         @device_function
         def get(x, dims, pat, pix):
             if pat[0] < dims[D_N] and pix[0] < dims[D_K]:
                 return _im2col_get(x, dims, pix, pat)
+            return F0
+
+        return Loader(True, patch, _window_pixel, get)
+    if kind == "im2col_k_window_ones":  # as im2col_k_window with one more column N-1 of ones: the bias gradient
+
+        @device_function
+        def get(x, dims, pat, pix):
+            if pix[0] < dims[D_K]:
+                last = uint32(dims[D_N] - U1)
+                if pat[0] < last:
+                    return _im2col_get(x, dims, pix, pat)
+                if pat[0] == last:
+                    return F1
             return F0
 
         return Loader(True, patch, _window_pixel, get)
