@@ -29,7 +29,15 @@ from gpunn.errors import GpunnError
 from gpunn.nn import Conv2d, Flatten, Linear, MaxPool2d, ReLU, Upsample
 from gpunn.nn.functional import DEFAULT_REDUCTION
 
-from .policy import Policy, conv_version, gemm_splits, gemm_version, pool_fused
+from .policy import (
+    BIAS_WITH_WEIGHT,
+    Policy,
+    conv_version,
+    gemm_splits,
+    gemm_version,
+    pool_bias_with_weight,
+    pool_fused,
+)
 
 
 @dataclass
@@ -177,7 +185,8 @@ class FlattenStage(Stage):
 
 class Conv2dStage(Stage):
     """Stride-1 convolution (gpunn.kernels.conv), the versions per pass from the policy; bias and ReLU fused
-    into the forward under a fusing policy, the bias gradient its own launch."""
+    into the forward under a fusing policy, the bias gradient its own launches or, where the policy's bias_grad
+    version is BIAS_WITH_WEIGHT, made by the weight-gradient launches (ConvVersion.with_bias)."""
 
     def __init__(self, layer: Conv2d, offset: int, relu: bool, up: bool = False):
         self.cin, self.cout = layer.in_channels, layer.out_channels
@@ -208,18 +217,29 @@ class Conv2dStage(Stage):
         start = self.offset + self.cout * self.cin * self.k * self.k
         return buf[start:start + self.cout]
 
-    def _version(self, binder, step: str, x=None):
-        """The pass's launcher under the policy (policy.conv_version: "auto" chooses by this layer's shape and, given
-        its input x, size), given the run's block size unless it runs a fixed block (ConvVersion.takes_threads)."""
+    def _name(self, binder, step: str, x=None) -> str:
+        """The pass's version name under the policy (policy.conv_version: "auto" chooses by this layer's shape and,
+        given its input x, size)."""
+        size = None if x is None else tuple((2 if self.up else 1) * int(s) for s in x.shape[2:])
+        return conv_version(binder.policy, step, self.cin, self.cout, self.k, self.padding, size, up=self.up)
+
+    def _version(self, binder, step: str, x=None, with_bias: bool = False):
+        """The pass's launcher under the policy, given the run's block size unless it runs a fixed block
+        (ConvVersion.takes_threads); `with_bias`: the weight-gradient version's launcher that makes the bias
+        gradient too."""
         import functools
 
         from gpunn.kernels import conv
 
-        size = None if x is None else tuple((2 if self.up else 1) * int(s) for s in x.shape[2:])
-        name = conv_version(binder.policy, step, self.cin, self.cout, self.k, self.padding, size)
+        name = self._name(binder, step, x)
         version = conv.upsampled_version(step, name) if self.up else conv.VERSIONS[step][name]
+        launcher = version.with_bias if with_bias else version.launcher
+        if launcher is None:
+            raise ValueError(f"GPU engine: {self!r}: bias_grad {BIAS_WITH_WEIGHT!r} needs a weight-gradient version "
+                             f"that makes the bias gradient (conv.ConvVersion.with_bias); {name!r} does not: "
+                             f"choose another bias_grad or backward_weight version")
         threads = binder.threads if version.takes_threads else {}
-        return functools.partial(version.launcher, launch=False, **threads)
+        return functools.partial(launcher, launch=False, **threads)
 
     def forward(self, binder, x, y):
         # the bias is part of every conv forward (as in the papers' naive kernels); the ReLU only when fused
@@ -233,6 +253,10 @@ class Conv2dStage(Stage):
         if dx is not None:
             launches.append(self._version(binder, "backward_data")(dy, self.weight(p), dx, self.padding,
                                                                    relu_mask=mask))
+        if self._name(binder, "bias_grad", x.view) == BIAS_WITH_WEIGHT:  # one pass makes both
+            launches.append(self._version(binder, "backward_weight", x.view, with_bias=True)(
+                x.view, dy, self.weight(g), self.bias(g), self.padding))
+            return launches
         launches.append(self._version(binder, "backward_weight", x.view)(x.view, dy, self.weight(g), self.padding))
         launches.append(self._version(binder, "bias_grad")(dy, self.bias(g)))
         return launches
@@ -272,6 +296,12 @@ class ConvPoolStage(Conv2dStage):
         if dx is not None:
             launches.append(pooled.conv_backward_data_pool_implicit_gemm(dy, y.aux, self.weight(p), dx, self.padding,
                                                                          relu_mask=mask, launch=False))
+        if pool_bias_with_weight(binder.policy, self.cout):  # one pass makes the weight and bias gradients
+            from gpunn.kernels.conv import wgrad_bias
+
+            launches.append(wgrad_bias.conv_backward_weight_bias_pool(x.view, dy, y.aux, self.weight(g), self.bias(g),
+                                                                      self.padding, launch=False))
+            return launches
         launches.append(pooled.conv_backward_weight_pool_implicit_gemm(x.view, dy, y.aux, self.weight(g),
                                                                        self.padding, launch=False))
         launches.append(pooled.conv_bias_grad_pool(dy, y.aux, self.bias(g), launch=False, **binder.threads))

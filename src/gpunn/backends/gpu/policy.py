@@ -138,6 +138,13 @@ AUTO_TILED_MAX_PRODUCT = 4096  # in x out channels up to which the shared-memory
 AUTO_SKINNY_MAX = 4            # output channels up to which the implicit GEMM's skinny kernel wins
 AUTO_WGRAD_MIN = 1024          # weights below which the block-reduction weight gradient beats the GEMM
 AUTO_STAGED_MIN_WIDE = 64      # input channels from which a narrow output's staged weight gradient is chosen
+# the bias gradient "made by the weight-gradient pass" (no launches of its own: gpunn.kernels.conv.wgrad_bias), a
+# bias_grad version that "auto" chooses where the layer's weight-gradient version makes it (conv.ConvVersion.
+# with_bias: these), and for a fused conv + ReLU + pool stage up to AUTO_POOL_BIAS_MAX_COUT output channels (the
+# deep32x32 weight gradient's M, the CNN's conv2: the ones column lies inside its last N tile)
+BIAS_WITH_WEIGHT = "with_weight"
+WGRAD_WITH_BIAS = ("deterministic",)
+AUTO_POOL_BIAS_MAX_COUT = 32
 SGD_MODES = ("flat", "per_layer")
 COPY_MODES = ("sync", "pipelined")
 UPSAMPLE_MODES = ("separate", "fused")
@@ -177,7 +184,7 @@ POLICY_MODELS = {
 
 
 def conv_version(policy: Policy, step: str, in_channels: int, out_channels: int, k: int, padding: int = 0,
-                 size: tuple[int, int] | None = None) -> str:
+                 size: tuple[int, int] | None = None, up: bool = False) -> str:
     """The conv version (gpunn.kernels.conv.VERSIONS[step]) of a layer in_channels -> out_channels, k x k, under
     `policy`: its named version, or for "auto" the fastest per shape in the H100 conv benchmark (issue-8 notes,
     batch 64, CNN and autoencoder shapes), all deterministic:
@@ -190,7 +197,9 @@ def conv_version(policy: Policy, step: str, in_channels: int, out_channels: int,
         3->256, it took 0.276 ms against the implicit GEMM's 0.156, so that stays the GEMM); else the
         deterministic block reduction where the GEMM is small (Cout*Cin*k*k < AUTO_WGRAD_MIN: cnn conv1's 144
         weights) or its M = Cout is skinny, else the implicit GEMM;
-      bias gradient: the split reduction."""
+      bias gradient: BIAS_WITH_WEIGHT where the layer's weight-gradient version (the same rules, with `size`)
+        makes it (WGRAD_WITH_BIAS: cnn conv1's deterministic block reduction), and not on an upsampled input
+        (`up`: the weight gradient is then an upsampled twin, none of which makes it); else the split reduction."""
     name = policy.conv[step]
     if name != "auto":
         return name
@@ -205,7 +214,19 @@ def conv_version(policy: Policy, step: str, in_channels: int, out_channels: int,
                 return "staged"
         small = out_channels * in_channels * k * k < AUTO_WGRAD_MIN or out_channels <= AUTO_SKINNY_MAX
         return "deterministic" if small else "implicit_gemm"
+    if not up and conv_version(policy, "backward_weight", in_channels, out_channels, k, padding,
+                               size) in WGRAD_WITH_BIAS:
+        return BIAS_WITH_WEIGHT  # made by the weight-gradient launches
     return "split"  # the bias gradient: split over images, partial sums added in a fixed order
+
+
+def pool_bias_with_weight(policy: Policy, out_channels: int) -> bool:
+    """Whether a fused conv + ReLU + pool stage's bias gradient is made by its weight-gradient launches
+    (gpunn.kernels.conv.wgrad_bias.conv_backward_weight_bias_pool) under `policy`: its bias_grad version
+    BIAS_WITH_WEIGHT, or "auto" with at most AUTO_POOL_BIAS_MAX_COUT output channels; else the stage's own two
+    launches (conv_bias_grad_pool)."""
+    name = policy.conv["bias_grad"]
+    return name == BIAS_WITH_WEIGHT or (name == "auto" and out_channels <= AUTO_POOL_BIAS_MAX_COUT)
 
 
 def pool_fused(policy: Policy, in_channels: int, out_channels: int, k: int) -> bool:

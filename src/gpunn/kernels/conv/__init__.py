@@ -21,6 +21,11 @@ Versions (the papers' naive and optimized CUDA kernels, papers 001 and 004, and 
     implicit_gemm  forward, input and weight gradient as implicit-im2col GEMMs of ``gpunn.kernels.gemm``
     split          bias gradient: (Cout, S) blocks over batch splits, partials added in a fixed order
 
+A weight-gradient version may also make the bias gradient in the same launches (``ConvVersion.with_bias``, a
+launcher taking db after dw: ``wgrad_bias``): ``deterministic`` does (dy's sum beside the k*k products). A layer
+whose bias gradient is "made by the weight-gradient pass" (gpunn.backends.gpu.policy.BIAS_WITH_WEIGHT) calls it
+instead of the two launchers.
+
 Convolutions on a 2x nearest-upsampled input read through the upsample (``upsampled``): ``UP_VERSIONS[pass]``
 holds their ``ConvVersion`` records (forward and backward_data ``implicit_gemm``, backward_weight ``implicit_gemm``
 and ``staged``), launchers ``conv_<pass>_<version>_up`` taking the map before the upsample; ``upsampled_version``
@@ -88,6 +93,7 @@ from .weight_grad import (
     conv_backward_weight_shuffle,
     weight_grad_splits,
 )
+from .wgrad_bias import conv_backward_weight_bias_deterministic, conv_backward_weight_bias_pool
 
 __all__ = [
     "CI_CHUNK",
@@ -112,6 +118,8 @@ __all__ = [
     "conv_backward_weight_up_ref",
     "conv_forward_implicit_gemm_up",
     "conv_forward_up_ref",
+    "conv_backward_weight_bias_deterministic",
+    "conv_backward_weight_bias_pool",
     "conv_backward_weight_block",
     "conv_backward_weight_deterministic",
     "conv_backward_weight_implicit_gemm",
@@ -149,13 +157,15 @@ def _every_layer(*layer) -> bool:
 class ConvVersion:
     """One version of one pass: its launcher; whether it needs a real GPU (warp shuffles: not under the
     simulator); which layers (cin, cout, k, padding, height, width) it handles; whether it takes a run's thread
-    count (the implicit-GEMM versions run their GEMM version's fixed block)."""
+    count (the implicit-GEMM versions run their GEMM version's fixed block); for a weight gradient, the launcher
+    that makes the bias gradient too (dw, then db; None: this version makes dw only)."""
 
     name: str
     launcher: Callable
     needs_gpu: bool = False
     applies: Callable = _every_layer
     takes_threads: bool = True
+    with_bias: Callable | None = None
 
 
 def _table(*versions: ConvVersion) -> dict:
@@ -177,7 +187,8 @@ VERSIONS = {
         ConvVersion("naive", conv_backward_weight_naive),
         ConvVersion("block", conv_backward_weight_block),
         ConvVersion("shuffle", conv_backward_weight_shuffle, needs_gpu=True),
-        ConvVersion("deterministic", conv_backward_weight_deterministic),
+        ConvVersion("deterministic", conv_backward_weight_deterministic,
+                    with_bias=conv_backward_weight_bias_deterministic),
         ConvVersion("implicit_gemm", conv_backward_weight_implicit_gemm, takes_threads=False),
         ConvVersion("staged", conv_backward_weight_staged, applies=staged_fits),
     ),
