@@ -12,8 +12,8 @@ sums of the (Cout, N + 1) matrix, and one sum launch adds them in a fixed order 
   channel writes that sum as the bias column.
 
 The sum launch (``_sum_kernel``): a block takes SUM_COLUMNS consecutive elements of the (Cout, N + 1) matrix and
-SUM_LANES lanes each; lane l adds splits l, l + L, ... in order (SUM_UNROLL loads in flight), then the lanes' sums
-are added by a fixed tree in shared memory. Deterministic (fixed orders, no atomics); the bits may differ from
+``sum_lanes`` lanes each; lane l adds splits l, l + L, ... in order (SUM_UNROLL loads in flight), then the lanes'
+sums are added by a fixed tree in shared memory. Deterministic (fixed orders, no atomics); the bits may differ from
 the separate launches' (another summation order). References: ``conv_backward_weight_ref`` and
 ``conv_bias_grad_ref`` of the (expanded) output gradient.
 """
@@ -44,21 +44,29 @@ from .implicit_gemm import WGRAD_SPLIT_WAVES, _activation, _expect, _geometry, _
 from .pooled import WGRAD_MIN_K, WGRAD_VERSION, WGRAD_WAVES, _pooled_pair, _pooled_shape, pool_wgrad_version
 from .weight_grad import SIMULATOR_WGRAD_SPLITS, _wgrad, weight_grad_splits
 
-__all__ = ["SUM_COLUMNS", "SUM_LANES", "conv_backward_weight_bias_deterministic", "conv_backward_weight_bias_pool"]
+__all__ = ["SUM_COLUMNS", "SUM_LANES", "check_db", "conv_backward_weight_bias_deterministic",
+           "conv_backward_weight_bias_pool", "sum_lanes", "sum_launch"]
 
 SUM_COLUMNS = 32  # elements of the (Cout, N + 1) matrix per sum block: a warp reads 32 consecutive partials
-SUM_LANES = 16  # ... and lanes per element: each adds every SUM_LANES-th split
+SUM_LANES = 16  # ... and lanes per element: each adds every SUM_LANES-th split (SUM_LANES_MANY from SUM_MANY)
+SUM_LANES_MANY = 32
+SUM_MANY = 256
 SUM_UNROLL = 4
 _COLS = np.uint32(SUM_COLUMNS)
-_LANES = np.uint32(SUM_LANES)
 _UNROLL = np.uint32(SUM_UNROLL)
 
 
+def sum_lanes(splits: int) -> int:
+    """Lanes per element of the sum launch over `splits` partial slices."""
+    return SUM_LANES_MANY if splits >= SUM_MANY else SUM_LANES
+
+
 @functools.cache
-def _sum_kernel(k):
+def _sum_kernel(k, lanes=SUM_LANES):
     KK = np.uint32(k * k)
     K = np.uint32(k)
-    threads = SUM_COLUMNS * SUM_LANES
+    threads = SUM_COLUMNS * lanes
+    _LANES = np.uint32(lanes)
 
     @jit_for(threads)
     def wgrad_bias_sum(partials, dw, db, splits):
@@ -109,14 +117,15 @@ def _sum_kernel(k):
     return wgrad_bias_sum
 
 
-def _sum_launch(k, partials, dw, db, splits, stream, name):
+def sum_launch(k, partials, dw, db, splits, stream, name):
+    """The bound sum launch: dw and db from the flat (splits, Cout, Cin*k*k + 1) partials."""
     cout, cin = int(dw.shape[0]), int(dw.shape[1])
-    kernel = _sum_kernel(k)
-    return bind(kernel, cdiv(cout * (cin * k * k + 1), SUM_COLUMNS), SUM_COLUMNS * SUM_LANES,
+    lanes = sum_lanes(splits)
+    return bind(_sum_kernel(k, lanes), cdiv(cout * (cin * k * k + 1), SUM_COLUMNS), SUM_COLUMNS * lanes,
                 (partials, dw, db, np.uint32(splits)), stream, False, name)
 
 
-def _check_db(op, db, cout):
+def check_db(op, db, cout):
     check_device_array(op, "db", db, 1)
     _expect(op, "db", db, (cout,))
 
@@ -131,7 +140,7 @@ def conv_backward_weight_bias_pool(x, dpool, route, dw, db, padding, version=Non
     k, oh, ow = _geometry(op, shape(x), dw, padding, "dw")
     n, cin, h, wd = shape(x)
     cout = int(dw.shape[0])
-    _check_db(op, db, cout)
+    check_db(op, db, cout)
     pooled = _pooled_shape(op, n, cout, oh, ow)
     a = _pooled_pair(op, "dpool", dpool, route, pooled)
     check_splits(op, splits)
@@ -156,7 +165,7 @@ def conv_backward_weight_bias_pool(x, dpool, route, dw, db, padding, version=Non
     group = LaunchGroup([
         bind(kernel, (*grid, splits), threads, (a, flat(x), partials, aux, (*problem.dims, np.uint32(k_len))),
              stream, False, f"{op}[{version},k{k},p{padding}][split {splits} x {k_len}]"),
-        _sum_launch(k, partials, dw, db, splits, stream, f"{op}.sum[{splits}]"),
+        sum_launch(k, partials, dw, db, splits, stream, f"{op}.sum[{splits}]"),
     ])
     if launch:
         group()
@@ -169,7 +178,7 @@ def conv_backward_weight_bias_deterministic(x, dy, dw, db, padding, block=256, s
     (``splits`` as there) with dy's own sum beside the k*k products, then one sum launch into dw and db."""
     op = "conv_backward_weight_bias_deterministic"
     padding, (cout, cin, k) = backward_weight_args(op, x, dy, dw, padding)
-    _check_db(op, db, cout)
+    check_db(op, db, cout)
     block = check_block(op, block, power_of_two=True)
     check_splits(op, splits)
     slices = cout * cin
@@ -181,7 +190,7 @@ def conv_backward_weight_bias_deterministic(x, dy, dw, db, padding, block=256, s
     group = LaunchGroup([
         bind(_wgrad(k, padding, block, "tree", "bias_partial"), (slices, splits), block,
              (x, dy, partials, np.uint32(per)), stream, False, f"{op}[k{k},p{padding},splits{splits}]"),
-        _sum_launch(k, partials.reshape(partials.size), dw, db, splits, stream, f"{op}.sum[{splits}]"),
+        sum_launch(k, partials.reshape(partials.size), dw, db, splits, stream, f"{op}.sum[{splits}]"),
     ])
     if launch:
         group()

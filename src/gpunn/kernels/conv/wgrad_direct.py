@@ -1,0 +1,210 @@
+"""Weight and bias gradients of the fused conv + ReLU + 2x2 max pool stage by a direct convolution (version
+``direct``): the input band in shared memory, the pooled gradient read through the route, no im2col arithmetic.
+
+Block (band, split) takes pooled rows [band * rows, (band + 1) * rows) of images [split * per, (split + 1) * per).
+Per image it stages the input rows that band's windows read (Cin x (2*rows + k - 1) x (2*PW + k - 1), zero in the
+padding; channel planes at an odd stride: the 16 channels of a warp hit distinct banks) in shared memory. A
+thread owns CO_T output channels x one input channel, i.e. CO_T * k*k weights and the CO_T biases: per window
+and output channel it reads dpool and the route once; the route says which of the window's four conv pixels
+got the gradient (none: the value counts as 0), so the window adds d * x over that pixel's k x k patch (k*k
+shared loads and FMAs, not 4 k*k) and d to the bias. Threads beyond the block's DIRECT_THREADS items loop in
+passes (each restaging). Each block writes its slice of (splits, Cout, Cin*k*k + 1) partial sums (bias last),
+added in a fixed order by ``wgrad_bias``'s sum launch: deterministic. Float64 references: as ``wgrad_bias``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from numba import cuda, float32, uint32
+
+from gpunn import device
+
+from ..common import shape
+from ..gemm import multiprocessors
+from ..launch import LaunchGroup, bind, flat
+from .checks import U0, U1, check_grid_y, check_splits, jit_for
+from .implicit_gemm import _activation, _geometry
+from .pooled import _pooled_pair, _pooled_shape
+from .wgrad_bias import check_db, sum_launch
+
+__all__ = ["CO_T", "DIRECT_SMEM", "DIRECT_THREADS", "conv_backward_weight_bias_pool_direct", "direct_layout"]
+
+CO_T = 4  # output channels per thread
+DIRECT_THREADS = 128
+DIRECT_SMEM = 6144  # floats of the staged input band (24 KiB)
+DIRECT_ROWS = 2  # pooled rows per band (fewer where the band does not fit)
+DIRECT_BLOCKS_PER_SM = 3  # image splits: about this many blocks per SM (whole images, at least one per split)
+_CO_T = np.uint32(CO_T)
+_T = np.uint32(DIRECT_THREADS)
+_WARPS = np.uint32(DIRECT_THREADS // 32)
+_U32 = np.uint32(32)
+_U2 = np.uint32(2)
+_U3 = np.uint32(3)
+_U4 = np.uint32(4)
+
+
+def _plane(rows, pw, k):
+    """(rows, cols, stride) of one staged channel: the stride the next odd number >= rows * cols."""
+    th, tw = 2 * rows + k - 1, 2 * pw + k - 1
+    return th, tw, th * tw | 1
+
+
+def direct_layout(cin, ph, pw, k, rows=None):
+    """The pooled rows per band: ``rows`` (None: DIRECT_ROWS, fewer where the band does not fit), checked against
+    DIRECT_SMEM; None where not even one pooled row fits."""
+    for r in ([rows] if rows is not None else range(min(DIRECT_ROWS, ph), 0, -1)):
+        if cin * _plane(r, pw, k)[2] <= DIRECT_SMEM:
+            return r
+    return None
+
+
+@functools.cache
+def _kernel(k, pad):
+    KK = k * k
+    ACC = CO_T * KK
+    _K1 = np.uint32(k - 1)
+    _KK = np.uint32(KK)
+    P = np.uint32(pad)
+
+    @jit_for(DIRECT_THREADS)
+    def wgrad_pool_direct(x, dpool, route, partials, dims, rows, per):
+        # flat C-contiguous x (N, Cin, H, W), dpool and route (N, Cout, PH, PW); dims (N, Cin, H, W, Cout, PH, PW)
+        xs = cuda.shared.array(DIRECT_SMEM, float32)
+        acc = cuda.local.array(ACC, float32)
+        bacc = cuda.local.array(CO_T, float32)
+        n_img, cin, h, wd, cout, ph_n, pw_n = dims
+        hw = uint32(h * wd)
+        pp = uint32(ph_n * pw_n)
+        t = uint32(cuda.threadIdx.x)
+        lane = uint32(t % _U32)
+        warp = uint32(t // _U32)
+        ph0 = uint32(cuda.blockIdx.x * rows)
+        bh = uint32(min(ph_n, uint32(ph0 + rows)) - ph0)  # pooled rows of this band
+        th = uint32(bh * _U2 + _K1)  # staged rows and columns
+        tw = uint32(pw_n * _U2 + _K1)
+        stride = uint32(uint32(th * tw) | U1)
+        nw = uint32(cin * _KK)
+        row_len = uint32(nw + U1)
+        z = uint32(cuda.blockIdx.y * cuda.gridDim.x + cuda.blockIdx.x)
+        out0 = uint32(z * cout * row_len)
+        n0 = uint32(cuda.blockIdx.y * per)
+        n1 = uint32(min(n_img, uint32(n0 + per)))
+        items = uint32(uint32(uint32(cout + _U3) // _CO_T) * cin)
+        passes = uint32(uint32(items + _T - U1) // _T)
+        p = U0
+        while p < passes:
+            item = uint32(p * _T + t)
+            live = item < items
+            cg = uint32(item // cin)
+            ci = uint32(item - cg * cin)
+            co0 = uint32(cg * _CO_T)
+            for i in range(ACC):
+                acc[i] = float32(0.0)
+            for j in range(CO_T):
+                bacc[j] = float32(0.0)
+            n = n0
+            while n < n1:
+                # stage the band: warps over (channel, row), lanes over columns (coalesced rows of x)
+                c = U0
+                while c < cin:
+                    plane0 = uint32(uint32(n * cin + c) * hw)
+                    r = warp
+                    while r < th:
+                        ih = uint32(uint32(ph0 * _U2 + r) - P)
+                        col = lane
+                        while col < tw:
+                            iw = uint32(col - P)
+                            v = float32(0.0)
+                            if ih < h and iw < wd:
+                                v = x[uint32(plane0 + ih * wd + iw)]
+                            xs[uint32(c * stride + r * tw + col)] = v
+                            col = uint32(col + _U32)
+                        r = uint32(r + _WARPS)
+                    c = uint32(c + U1)
+                cuda.syncthreads()
+                if live:
+                    xbase = uint32(ci * stride)
+                    gbase = uint32(uint32(n * cout + co0) * pp)  # dpool[n, co0, 0, 0]
+                    q = U0
+                    while q < bh:
+                        ph = uint32(ph0 + q)
+                        pw = U0
+                        while pw < pw_n:
+                            win = uint32(gbase + ph * pw_n + pw)
+                            for j in range(CO_T):
+                                co = uint32(co0 + uint32(j))
+                                if co < cout:
+                                    g = uint32(win + uint32(j) * pp)
+                                    d = dpool[g]
+                                    sel = uint32(route[g])
+                                    if sel >= _U4:  # no gradient reached the conv (the ReLU or the pool)
+                                        d = float32(0.0)
+                                        sel = U0
+                                    base = uint32(xbase + uint32(q * _U2 + (sel >> U1)) * tw
+                                                  + uint32(pw * _U2 + (sel & U1)))
+                                    for kh in range(k):
+                                        rb = uint32(base + uint32(kh) * tw)
+                                        for kw in range(k):
+                                            acc[j * KK + kh * k + kw] += d * xs[uint32(rb + uint32(kw))]
+                                    bacc[j] += d
+                            pw = uint32(pw + U1)
+                        q = uint32(q + U1)
+                cuda.syncthreads()  # the next image overwrites the band
+                n = uint32(n + U1)
+            if live:
+                for j in range(CO_T):
+                    co = uint32(co0 + uint32(j))
+                    if co < cout:
+                        o = uint32(out0 + co * row_len)
+                        for kk in range(KK):
+                            partials[uint32(o + ci * _KK + uint32(kk))] = acc[j * KK + kk]
+                        if ci == U0:
+                            partials[uint32(o + nw)] = bacc[j]
+            p = uint32(p + U1)
+
+    return wgrad_pool_direct
+
+
+def conv_backward_weight_bias_pool_direct(x, dpool, route, dw, db, padding, rows=None, per=None, stream=0,
+                                          launch=True) -> LaunchGroup:
+    """dw (Cout, Cin, k, k) and db (Cout,) (overwritten) of the fused conv + ReLU + pool given dpool and its route;
+    x (N, Cin, H, W). ``rows``: pooled rows per band (None: ``direct_layout``); ``per``: images per block (None:
+    about DIRECT_BLOCKS_PER_SM blocks per SM; 1 under the simulator). Two launches: the direct pass, the sum."""
+    op = "conv_backward_weight_bias_pool_direct"
+    _activation(op, "x", x)
+    k, oh, ow = _geometry(op, shape(x), dw, padding, "dw")
+    n, cin, h, wd = shape(x)
+    cout = int(dw.shape[0])
+    check_db(op, db, cout)
+    ph, pw = _pooled_shape(op, n, cout, oh, ow)[2:]
+    d, r = _pooled_pair(op, "dpool", dpool, route, (n, cout, ph, pw))
+    if rows is not None and (isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 1):
+        raise ValueError(f"{op}: rows must be a positive int or None, got {rows!r}")
+    check_splits(op, per)
+    fitted = direct_layout(cin, ph, pw, k, rows)
+    if fitted is None:
+        raise ValueError(f"{op}: {cin} input channels x {pw} pooled columns do not fit the {DIRECT_SMEM}-float "
+                         f"staged band{'' if rows is None else f' at {rows} rows'}; use fewer rows or "
+                         f"conv_backward_weight_bias_pool (the GEMM)")
+    bands = math.ceil(ph / fitted)
+    if per is None:
+        per = 1 if device.simulator_enabled() else max(1, math.ceil(n * bands / (DIRECT_BLOCKS_PER_SM
+                                                                                  * multiprocessors())))
+    per = min(int(per), n)
+    splits = math.ceil(n / per)
+    check_grid_y(op, splits)
+    total = bands * splits
+    partials = cuda.to_device(np.full(total * cout * (cin * k * k + 1), np.nan, np.float32))  # NaN: unwritten
+    group = LaunchGroup([
+        bind(_kernel(k, int(padding)), (bands, splits), DIRECT_THREADS,
+             (flat(x), d, r, partials, tuple(np.uint32(v) for v in (n, cin, h, wd, cout, ph, pw)), np.uint32(fitted),
+              np.uint32(per)),
+             stream, False, f"{op}[k{k},p{padding},rows{fitted},per{per}]"),
+        sum_launch(k, partials, dw, db, total, stream, f"{op}.sum[{total}]"),
+    ])
+    if launch:
+        group()
+    return group
