@@ -1,5 +1,6 @@
-"""Weight and bias gradients in one pass (kernels/conv/wgrad_bias.py) against the float64 references, and the
-engine's bias gradient "made by the weight-gradient pass" (policy.BIAS_WITH_WEIGHT) against cpu-numpy.
+"""Weight and bias gradients in one pass (kernels/conv/wgrad_bias.py, wgrad_direct.py) against the float64
+references, and the engine's bias gradient "made by the weight-gradient pass" (policy.BIAS_WITH_WEIGHT) against
+cpu-numpy.
 
 Tiny odd shapes under the simulator (odd batch, channels, maps; padding 0 and 1), NaN-poisoned dw and db, fresh
 random inputs per test; several split counts, so that the lane sum's fixed tree sees lanes with 0, 1 and more
@@ -25,6 +26,7 @@ from gpunn.kernels import conv
 from gpunn.kernels.conv import pooled as P
 from gpunn.kernels.conv import reference as R
 from gpunn.kernels.conv import wgrad_bias as WB
+from gpunn.kernels.conv import wgrad_direct as WD
 from gpunn.nn import build_model
 from gpunn.seeding import batch_order
 
@@ -68,10 +70,9 @@ def _pooled_inputs(case, seed):
     return x, dpool, route, dy, wt.shape
 
 
-def _pool_pass(x, dpool, route, w_shape, p, **kw):
+def _pool_pass(x, dpool, route, w_shape, p, launcher=WB.conv_backward_weight_bias_pool, **kw):
     dw, db = _nan(w_shape), _nan(w_shape[0])
-    group = WB.conv_backward_weight_bias_pool(cuda.to_device(x), cuda.to_device(dpool), cuda.to_device(route), dw, db,
-                                              p, **kw)
+    group = launcher(cuda.to_device(x), cuda.to_device(dpool), cuda.to_device(route), dw, db, p, **kw)
     assert len(group.launches) == 2
     return dw.copy_to_host(), db.copy_to_host()
 
@@ -83,6 +84,16 @@ def test_pooled_weight_and_bias_gradients(case, version, splits):
     x, dpool, route, dy, w_shape = _pooled_inputs(case, "pool")
     k, p = case[-2], case[-1]
     dw, db = _pool_pass(x, dpool, route, w_shape, p, version=version, splits=splits)
+    assert _rel_err(dw, R.conv_backward_weight_ref(x, dy, k, p)) < TOL
+    assert _rel_err(db, R.conv_bias_grad_ref(dy)) < TOL
+
+
+@pytest.mark.parametrize("case", CASES + [(2, 45, 9, 8, 7, 3, 1)])  # the last: 3 x 45 items, two passes of 128
+@pytest.mark.parametrize("rows,per", [(None, None), (1, 2), (2, 1), (3, 5)])
+def test_pooled_weight_and_bias_gradients_by_direct_convolution(case, rows, per):
+    x, dpool, route, dy, w_shape = _pooled_inputs(case, "direct")
+    k, p = case[-2], case[-1]
+    dw, db = _pool_pass(x, dpool, route, w_shape, p, WD.conv_backward_weight_bias_pool_direct, rows=rows, per=per)
     assert _rel_err(dw, R.conv_backward_weight_ref(x, dy, k, p)) < TOL
     assert _rel_err(db, R.conv_bias_grad_ref(dy)) < TOL
 
@@ -107,6 +118,9 @@ def test_both_passes_repeat_bit_for_bit():
     x, dpool, route, dy, w_shape = _pooled_inputs(case, "bits")
     runs = [_pool_pass(x, dpool, route, w_shape, case[-1], splits=3) for _ in range(2)]
     assert all(np.array_equal(a, b) for a, b in zip(*runs))
+    runs = [_pool_pass(x, dpool, route, w_shape, case[-1], WD.conv_backward_weight_bias_pool_direct, rows=1)
+            for _ in range(2)]
+    assert all(np.array_equal(a, b) for a, b in zip(*runs))
     results = []
     for _ in range(2):
         dw, db = _nan(w_shape), _nan(w_shape[0])
@@ -129,6 +143,14 @@ def test_bad_arguments_are_refused():
         WB.conv_backward_weight_bias_deterministic(x, dy, dw, _nan((cout, 1)), p)
     with pytest.raises(ValueError, match="splits"):
         WB.conv_backward_weight_bias_pool(x, dpool, route, dw, _nan(cout), p, splits=0)
+    direct = WD.conv_backward_weight_bias_pool_direct
+    with pytest.raises(ValueError, match="rows must be a positive int"):
+        direct(x, dpool, route, dw, _nan(cout), p, rows=0)
+    with pytest.raises(ValueError, match="db must have shape"):
+        direct(x, dpool, route, dw, _nan(cout + 1), p)
+    wide = cuda.to_device(np.zeros((n, 600, h, w), np.float32))  # 600 channels x a band of 6 x 10: too large
+    with pytest.raises(ValueError, match="do not fit the 6144-float staged band"):
+        direct(wide, dpool, route, _nan((cout, 600, k, k)), _nan(cout), p)
 
 
 # ---- the engine: gpu-graph's CNN (its eager twin: the simulator has no graphs)
@@ -167,8 +189,11 @@ def test_the_policy_chooses_the_bias_with_the_weight_gradient():
     assert conv_version(graph, "bias_grad", 256, 3, 3, 1, (512, 512), up=True) == "split"  # upsampled twin
     assert conv_version(graph, "bias_grad", 128, 128, 3, 1, (8, 8)) == "split"  # implicit GEMM
     assert conv_version(im2col, "bias_grad", 1, 16, 3, 0, (28, 28)) == "split"  # other variants: unchanged
-    assert pool_bias_with_weight(graph, 32) and not pool_bias_with_weight(graph, 256)
-    assert not pool_bias_with_weight(im2col, 32)
+    assert pool_bias_with_weight(graph, 16, 32, 3, (12, 12)) == "direct"  # cnn conv2
+    assert pool_bias_with_weight(graph, 16, 32, 3) == "gemm"  # no pooled size given
+    assert pool_bias_with_weight(graph, 600, 32, 3, (12, 12)) == "gemm"  # the band does not fit
+    assert pool_bias_with_weight(graph, 3, 256, 3, (16, 16)) is None  # ae conv1: its own bias launches
+    assert pool_bias_with_weight(im2col, 16, 32, 3, (12, 12)) is None
     for name in WGRAD_WITH_BIAS:  # the policy's list is what the version table says
         assert conv.VERSIONS["backward_weight"][name].with_bias is not None
     assert all(v.with_bias is None for v in conv.UP_VERSIONS["backward_weight"].values())
@@ -183,17 +208,24 @@ def test_the_graph_step_has_no_bias_launches():
     names = _names(_engine(_policy()))
     assert not any("bias_grad" in name for name in names), names
     assert any(name.startswith("conv_backward_weight_bias_deterministic[") for name in names)
-    assert any(name.startswith("conv_backward_weight_bias_pool[") for name in names)
+    assert any(name.startswith("conv_backward_weight_bias_pool_direct[") for name in names)
     split = _names(_engine(_policy("split")))
     assert sum("bias_grad" in name for name in split) == 4  # two launches per bias gradient ...
     assert len(names) < len(split)  # ... gone (conv1's weight gradient: 1 launch -> 2 under the simulator's 1 split)
     assert any(isinstance(s, ConvPoolStage) for s in _engine(_policy()).train_stages)
 
 
-def test_gradients_match_cpu_and_the_separate_bias_launches():
+@pytest.mark.parametrize("pooled_pass", ["direct", "gemm"])
+def test_gradients_match_cpu_and_the_separate_bias_launches(pooled_pass, monkeypatch):
+    from gpunn.backends.gpu import policy
+
+    monkeypatch.setattr(policy, "AUTO_POOL_WGRAD_BIAS", pooled_pass)
     x, y = _data(3)
     ref = _cpu().gradients(x, y)
-    got = _engine(_policy()).gradients(x, y)
+    engine = _engine(_policy())
+    assert any(f"conv_backward_weight_bias_pool{'_direct' if pooled_pass == 'direct' else ''}[" in name
+               for name in _names(engine))
+    got = engine.gradients(x, y)
     assert np.abs(ref).max() > 0
     assert _rel_err(got, ref) < 1e-5
     assert _rel_err(got, _engine(_policy("split")).gradients(x, y)) < 1e-5
@@ -222,10 +254,11 @@ def test_short_epoch_matches_cpu_and_repeats_bit_for_bit():
 def test_cnn_shapes_on_the_gpu():
     case = (64, 16, 32, 26, 26, 3, 0)
     x, dpool, route, dy, w_shape = _pooled_inputs(case, "gpu")
-    dw, db = _pool_pass(x, dpool, route, w_shape, 0)
-    assert _rel_err(dw, R.conv_backward_weight_ref(x, dy, 3, 0)) < 1e-4
-    assert _rel_err(db, R.conv_bias_grad_ref(dy)) < 1e-4
-    assert _pool_pass(x, dpool, route, w_shape, 0)[0].tobytes() == dw.tobytes()
+    for launcher in (WB.conv_backward_weight_bias_pool, WD.conv_backward_weight_bias_pool_direct):
+        dw, db = _pool_pass(x, dpool, route, w_shape, 0, launcher)
+        assert _rel_err(dw, R.conv_backward_weight_ref(x, dy, 3, 0)) < 1e-4
+        assert _rel_err(db, R.conv_bias_grad_ref(dy)) < 1e-4
+        assert _pool_pass(x, dpool, route, w_shape, 0, launcher)[0].tobytes() == dw.tobytes()
     rng = _rng("gpu-conv1")
     x1, dy1 = _rand(rng, 64, 1, 28, 28), _rand(rng, 64, 16, 26, 26)
     dw1, db1 = _nan((16, 1, 3, 3)), _nan(16)

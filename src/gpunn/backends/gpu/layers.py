@@ -296,11 +296,12 @@ class ConvPoolStage(Conv2dStage):
         if dx is not None:
             launches.append(pooled.conv_backward_data_pool_implicit_gemm(dy, y.aux, self.weight(p), dx, self.padding,
                                                                          relu_mask=mask, launch=False))
-        if pool_bias_with_weight(binder.policy, self.cout):  # one pass makes the weight and bias gradients
-            from gpunn.kernels.conv import wgrad_bias
+        both = pool_bias_with_weight(binder.policy, self.cin, self.cout, self.k, tuple(int(s) for s in dy.shape[2:]))
+        if both is not None:  # one pass makes the weight and bias gradients
+            from gpunn.kernels.conv import POOL_WGRAD_BIAS
 
-            launches.append(wgrad_bias.conv_backward_weight_bias_pool(x.view, dy, y.aux, self.weight(g), self.bias(g),
-                                                                      self.padding, launch=False))
+            launches.append(POOL_WGRAD_BIAS[both](x.view, dy, y.aux, self.weight(g), self.bias(g), self.padding,
+                                                  launch=False))
             return launches
         launches.append(pooled.conv_backward_weight_pool_implicit_gemm(x.view, dy, y.aux, self.weight(g),
                                                                        self.padding, launch=False))

@@ -145,6 +145,7 @@ AUTO_STAGED_MIN_WIDE = 64      # input channels from which a narrow output's sta
 BIAS_WITH_WEIGHT = "with_weight"
 WGRAD_WITH_BIAS = ("deterministic",)
 AUTO_POOL_BIAS_MAX_COUT = 32
+AUTO_POOL_WGRAD_BIAS = "direct"  # that pass by a direct convolution where it fits (else the GEMM with a ones column)
 SGD_MODES = ("flat", "per_layer")
 COPY_MODES = ("sync", "pipelined")
 UPSAMPLE_MODES = ("separate", "fused")
@@ -220,13 +221,22 @@ def conv_version(policy: Policy, step: str, in_channels: int, out_channels: int,
     return "split"  # the bias gradient: split over images, partial sums added in a fixed order
 
 
-def pool_bias_with_weight(policy: Policy, out_channels: int) -> bool:
-    """Whether a fused conv + ReLU + pool stage's bias gradient is made by its weight-gradient launches
-    (gpunn.kernels.conv.wgrad_bias.conv_backward_weight_bias_pool) under `policy`: its bias_grad version
-    BIAS_WITH_WEIGHT, or "auto" with at most AUTO_POOL_BIAS_MAX_COUT output channels; else the stage's own two
-    launches (conv_bias_grad_pool)."""
+def pool_bias_with_weight(policy: Policy, in_channels: int, out_channels: int, k: int,
+                          pooled: tuple[int, int] | None = None) -> str | None:
+    """The version (gpunn.kernels.conv.POOL_WGRAD_BIAS) of a fused conv + ReLU + pool stage's weight-gradient pass
+    that also makes its bias gradient under `policy`, or None: the stage's own weight and bias launches. Made by
+    that pass where the bias_grad version is BIAS_WITH_WEIGHT, or "auto" with at most AUTO_POOL_BIAS_MAX_COUT
+    output channels; then AUTO_POOL_WGRAD_BIAS ("direct") where its staged input band fits (`pooled`: the pooled
+    output's height and width, given; conv.direct_layout), else "gemm"."""
     name = policy.conv["bias_grad"]
-    return name == BIAS_WITH_WEIGHT or (name == "auto" and out_channels <= AUTO_POOL_BIAS_MAX_COUT)
+    if not (name == BIAS_WITH_WEIGHT or (name == "auto" and out_channels <= AUTO_POOL_BIAS_MAX_COUT)):
+        return None
+    if AUTO_POOL_WGRAD_BIAS == "direct" and pooled is not None:
+        from gpunn.kernels.conv import direct_layout  # (numba: the policy module itself stays plain data)
+
+        if direct_layout(in_channels, *pooled, k) is not None:
+            return "direct"
+    return "gemm"
 
 
 def pool_fused(policy: Policy, in_channels: int, out_channels: int, k: int) -> bool:

@@ -24,7 +24,8 @@ Versions (the papers' naive and optimized CUDA kernels, papers 001 and 004, and 
 A weight-gradient version may also make the bias gradient in the same launches (``ConvVersion.with_bias``, a
 launcher taking db after dw: ``wgrad_bias``): ``deterministic`` does (dy's sum beside the k*k products). A layer
 whose bias gradient is "made by the weight-gradient pass" (gpunn.backends.gpu.policy.BIAS_WITH_WEIGHT) calls it
-instead of the two launchers.
+instead of the two launchers. The fused conv + ReLU + pool stage's versions of that pass are ``POOL_WGRAD_BIAS``:
+"gemm" (its weight-gradient GEMM with a ones column, ``wgrad_bias``) and "direct" (``wgrad_direct``).
 
 Convolutions on a 2x nearest-upsampled input read through the upsample (``upsampled``): ``UP_VERSIONS[pass]``
 holds their ``ConvVersion`` records (forward and backward_data ``implicit_gemm``, backward_weight ``implicit_gemm``
@@ -94,11 +95,13 @@ from .weight_grad import (
     weight_grad_splits,
 )
 from .wgrad_bias import conv_backward_weight_bias_deterministic, conv_backward_weight_bias_pool
+from .wgrad_direct import conv_backward_weight_bias_pool_direct, direct_layout
 
 __all__ = [
     "CI_CHUNK",
     "COG",
     "PASSES",
+    "POOL_WGRAD_BIAS",
     "SIMULATOR_BIAS_SPLITS",
     "SMEM_LIMIT",
     "UP_VERSIONS",
@@ -120,6 +123,7 @@ __all__ = [
     "conv_forward_up_ref",
     "conv_backward_weight_bias_deterministic",
     "conv_backward_weight_bias_pool",
+    "conv_backward_weight_bias_pool_direct",
     "conv_backward_weight_block",
     "conv_backward_weight_deterministic",
     "conv_backward_weight_implicit_gemm",
@@ -137,6 +141,7 @@ __all__ = [
     "conv_forward_tiled",
     "conv_launcher",
     "conv_output_size",
+    "direct_layout",
     "fitted_threads",
     "runnable_versions",
     "staged_fits",
@@ -198,6 +203,10 @@ VERSIONS = {
         ConvVersion("split", conv_bias_grad_split),
     ),
 }
+
+
+# the fused conv + ReLU + pool stage's weight + bias gradient pass (launchers taking x, dpool, route, dw, db, padding)
+POOL_WGRAD_BIAS = {"gemm": conv_backward_weight_bias_pool, "direct": conv_backward_weight_bias_pool_direct}
 
 
 # versions of the passes of a conv whose input is a 2x upsample (the launchers take the map before it)
