@@ -234,7 +234,7 @@ def pool_bias_with_weight(policy: Policy, in_channels: int, out_channels: int, k
     if AUTO_POOL_WGRAD_BIAS == "direct" and pooled is not None:
         from gpunn.kernels.conv import direct_layout  # (numba: the policy module itself stays plain data)
 
-        if direct_layout(in_channels, *pooled, k) is not None:
+        if direct_layout(in_channels, out_channels, *pooled, k) is not None:
             return "direct"
     return "gemm"
 

@@ -2,14 +2,15 @@
 ``direct``): the input band in shared memory, the pooled gradient read through the route, no im2col arithmetic.
 
 Block (band, split) takes pooled rows [band * rows, (band + 1) * rows) of images [split * per, (split + 1) * per).
-Per image it stages the input rows that band's windows read (Cin x (2*rows + k - 1) x (2*PW + k - 1), zero in the
-padding; channel planes at an odd stride: the 16 channels of a warp hit distinct banks) in shared memory. A
-thread owns CO_T output channels x one input channel, i.e. CO_T * k*k weights and the CO_T biases: per window
-and output channel it reads dpool and the route once; the route says which of the window's four conv pixels
-got the gradient (none: the value counts as 0), so the window adds d * x over that pixel's k x k patch (k*k
-shared loads and FMAs, not 4 k*k) and d to the bias. Threads beyond the block's DIRECT_THREADS items loop in
-passes (each restaging). Each block writes its slice of (splits, Cout, Cin*k*k + 1) partial sums (bias last),
-added in a fixed order by ``wgrad_bias``'s sum launch: deterministic. Float64 references: as ``wgrad_bias``.
+Per image it stages in shared memory the input rows that band's windows read (Cin x (2*rows + k - 1) x
+(2*PW + k - 1), zero in the padding; channel planes at an odd stride: the 16 channels of a warp hit distinct
+banks; STAGE_UNROLL loads in flight per thread) and the band's pooled gradient: per (output channel, window) d,
+0 where the route is none, and the offset of the routed conv pixel (the route says which of the window's four
+pixels got the gradient). A thread owns CO_T output channels x one input channel, i.e. CO_T * k*k weights and
+the CO_T biases: per window and output channel it adds d * x over that pixel's k x k patch (k*k shared loads and
+FMAs, not 4 k*k) and d to the bias, every operand in shared memory. Items beyond the block's DIRECT_THREADS
+loop in passes (each restaging). Each block writes its slice of (splits, Cout, Cin*k*k + 1) partial sums (bias
+last), added in a fixed order by ``wgrad_bias``'s sum launch: deterministic. Float64 references: as ``wgrad_bias``.
 """
 
 from __future__ import annotations
@@ -35,10 +36,13 @@ __all__ = ["CO_T", "DIRECT_SMEM", "DIRECT_THREADS", "conv_backward_weight_bias_p
 CO_T = 4  # output channels per thread
 DIRECT_THREADS = 128
 DIRECT_SMEM = 6144  # floats of the staged input band (24 KiB)
+GRAD_SMEM = 2048  # (channel, window) entries of the staged pooled gradient (8 + 8 KiB)
+STAGE_UNROLL = 4  # loads in flight per thread while staging
 DIRECT_ROWS = 2  # pooled rows per band (fewer where the band does not fit)
 DIRECT_BLOCKS_PER_SM = 3  # image splits: about this many blocks per SM (whole images, at least one per split)
 _CO_T = np.uint32(CO_T)
 _T = np.uint32(DIRECT_THREADS)
+_UNROLL = np.uint32(STAGE_UNROLL)
 _WARPS = np.uint32(DIRECT_THREADS // 32)
 _U32 = np.uint32(32)
 _U2 = np.uint32(2)
@@ -52,11 +56,12 @@ def _plane(rows, pw, k):
     return th, tw, th * tw | 1
 
 
-def direct_layout(cin, ph, pw, k, rows=None):
+def direct_layout(cin, cout, ph, pw, k, rows=None):
     """The pooled rows per band: ``rows`` (None: DIRECT_ROWS, fewer where the band does not fit), checked against
-    DIRECT_SMEM; None where not even one pooled row fits."""
+    DIRECT_SMEM (the input band) and GRAD_SMEM (the pooled gradient's band); None where not even one row fits."""
+    cout4 = -(-cout // CO_T) * CO_T
     for r in ([rows] if rows is not None else range(min(DIRECT_ROWS, ph), 0, -1)):
-        if cin * _plane(r, pw, k)[2] <= DIRECT_SMEM:
+        if cin * _plane(r, pw, k)[2] <= DIRECT_SMEM and cout4 * min(r, ph) * pw <= GRAD_SMEM:
             return r
     return None
 
@@ -73,6 +78,10 @@ def _kernel(k, pad):
     def wgrad_pool_direct(x, dpool, route, partials, dims, rows, per):
         # flat C-contiguous x (N, Cin, H, W), dpool and route (N, Cout, PH, PW); dims (N, Cin, H, W, Cout, PH, PW)
         xs = cuda.shared.array(DIRECT_SMEM, float32)
+        gs = cuda.shared.array(GRAD_SMEM, float32)
+        os_ = cuda.shared.array(GRAD_SMEM, uint32)
+        vals = cuda.local.array(STAGE_UNROLL, float32)
+        dsts = cuda.local.array(STAGE_UNROLL, uint32)
         acc = cuda.local.array(ACC, float32)
         bacc = cuda.local.array(CO_T, float32)
         n_img, cin, h, wd, cout, ph_n, pw_n = dims
@@ -92,7 +101,9 @@ def _kernel(k, pad):
         out0 = uint32(z * cout * row_len)
         n0 = uint32(cuda.blockIdx.y * per)
         n1 = uint32(min(n_img, uint32(n0 + per)))
-        items = uint32(uint32(uint32(cout + _U3) // _CO_T) * cin)
+        cout4 = uint32(uint32(uint32(cout + _U3) // _CO_T) * _CO_T)
+        bw = uint32(bh * pw_n)  # the band's windows
+        items = uint32(uint32(cout4 // _CO_T) * cin)
         passes = uint32(uint32(items + _T - U1) // _T)
         p = U0
         while p < passes:
@@ -107,49 +118,67 @@ def _kernel(k, pad):
                 bacc[j] = float32(0.0)
             n = n0
             while n < n1:
-                # stage the band: warps over (channel, row), lanes over columns (coalesced rows of x)
-                c = U0
-                while c < cin:
-                    plane0 = uint32(uint32(n * cin + c) * hw)
-                    r = warp
-                    while r < th:
-                        ih = uint32(uint32(ph0 * _U2 + r) - P)
-                        col = lane
-                        while col < tw:
+                # stage the band of x: element e = (c, r, col) of Cin x th x tw, STAGE_UNROLL loads in flight
+                tile = uint32(cin * th * tw)
+                e0 = t
+                while e0 < tile:
+                    for u in range(STAGE_UNROLL):
+                        e = uint32(e0 + uint32(u) * _T)
+                        v = float32(0.0)
+                        dst = U0
+                        if e < tile:
+                            c = uint32(e // uint32(th * tw))
+                            rem = uint32(e - c * th * tw)
+                            r = uint32(rem // tw)
+                            col = uint32(rem - r * tw)
+                            ih = uint32(uint32(ph0 * _U2 + r) - P)
                             iw = uint32(col - P)
-                            v = float32(0.0)
                             if ih < h and iw < wd:
-                                v = x[uint32(plane0 + ih * wd + iw)]
-                            xs[uint32(c * stride + r * tw + col)] = v
-                            col = uint32(col + _U32)
-                        r = uint32(r + _WARPS)
-                    c = uint32(c + U1)
+                                v = x[uint32(uint32(uint32(n * cin + c) * hw) + ih * wd + iw)]
+                            dst = uint32(c * stride + rem)
+                        vals[u] = v
+                        dsts[u] = dst
+                    for u in range(STAGE_UNROLL):
+                        if uint32(e0 + uint32(u) * _T) < tile:
+                            xs[dsts[u]] = vals[u]
+                    e0 = uint32(e0 + _T * _UNROLL)
+                # ... and of the pooled gradient: per (channel, window) d (0 where the route is none) and the offset
+                # of the routed pixel in the band, channels padded to whole groups with zeros
+                co = warp
+                while co < cout4:
+                    gsrc = uint32(uint32(n * cout + co) * pp + ph0 * pw_n)  # the band's windows are contiguous
+                    w = lane
+                    while w < bw:
+                        d = float32(0.0)
+                        off = U0
+                        if co < cout:
+                            d = dpool[uint32(gsrc + w)]
+                            sel = uint32(route[uint32(gsrc + w)])
+                            if sel >= _U4:  # no gradient reached the conv (the ReLU or the pool)
+                                d = float32(0.0)
+                            else:
+                                off = uint32((sel >> U1) * tw + (sel & U1))
+                        gs[uint32(co * bw + w)] = d
+                        os_[uint32(co * bw + w)] = off
+                        w = uint32(w + _U32)
+                    co = uint32(co + _WARPS)
                 cuda.syncthreads()
                 if live:
                     xbase = uint32(ci * stride)
-                    gbase = uint32(uint32(n * cout + co0) * pp)  # dpool[n, co0, 0, 0]
                     q = U0
                     while q < bh:
-                        ph = uint32(ph0 + q)
                         pw = U0
                         while pw < pw_n:
-                            win = uint32(gbase + ph * pw_n + pw)
+                            wbase = uint32(xbase + q * _U2 * tw + pw * _U2)
+                            gi = uint32(co0 * bw + q * pw_n + pw)
                             for j in range(CO_T):
-                                co = uint32(co0 + uint32(j))
-                                if co < cout:
-                                    g = uint32(win + uint32(j) * pp)
-                                    d = dpool[g]
-                                    sel = uint32(route[g])
-                                    if sel >= _U4:  # no gradient reached the conv (the ReLU or the pool)
-                                        d = float32(0.0)
-                                        sel = U0
-                                    base = uint32(xbase + uint32(q * _U2 + (sel >> U1)) * tw
-                                                  + uint32(pw * _U2 + (sel & U1)))
-                                    for kh in range(k):
-                                        rb = uint32(base + uint32(kh) * tw)
-                                        for kw in range(k):
-                                            acc[j * KK + kh * k + kw] += d * xs[uint32(rb + uint32(kw))]
-                                    bacc[j] += d
+                                d = gs[uint32(gi + uint32(j) * bw)]
+                                base = uint32(wbase + os_[uint32(gi + uint32(j) * bw)])
+                                for kh in range(k):
+                                    rb = uint32(base + uint32(kh) * tw)
+                                    for kw in range(k):
+                                        acc[j * KK + kh * k + kw] += d * xs[uint32(rb + uint32(kw))]
+                                bacc[j] += d
                             pw = uint32(pw + U1)
                         q = uint32(q + U1)
                 cuda.syncthreads()  # the next image overwrites the band
@@ -184,10 +213,11 @@ def conv_backward_weight_bias_pool_direct(x, dpool, route, dw, db, padding, rows
     if rows is not None and (isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 1):
         raise ValueError(f"{op}: rows must be a positive int or None, got {rows!r}")
     check_splits(op, per)
-    fitted = direct_layout(cin, ph, pw, k, rows)
+    fitted = direct_layout(cin, cout, ph, pw, k, rows)
     if fitted is None:
-        raise ValueError(f"{op}: {cin} input channels x {pw} pooled columns do not fit the {DIRECT_SMEM}-float "
-                         f"staged band{'' if rows is None else f' at {rows} rows'}; use fewer rows or "
+        raise ValueError(f"{op}: {cin} input channels (or {cout} output channels) x {pw} pooled columns do not fit "
+                         f"the {DIRECT_SMEM}-float staged band (or {GRAD_SMEM} gradient entries)"
+                         f"{'' if rows is None else f' at {rows} rows'}; use fewer rows or "
                          f"conv_backward_weight_bias_pool (the GEMM)")
     bands = math.ceil(ph / fitted)
     if per is None:
