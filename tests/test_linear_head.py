@@ -86,6 +86,8 @@ def test_head_refuses_bad_arguments_with_one_clear_error():
                      poisoned((3, 40)), poisoned((3, 40)), poisoned(3), launch=False)
     with pytest.raises(ValueError, match="head_forward: shapes do not fit"):
         head_forward(d(x), d(w), d(b), d(labels), poisoned((3, 4)), poisoned((2, 4)), poisoned(3), launch=False)
+    with pytest.raises(ValueError, match="head_backward: block must be at least the class count"):
+        head_backward(d(x), poisoned((3, 4)), d(w), None, poisoned((5, 4)), poisoned(4), block=2, launch=False)
     with pytest.raises(ValueError, match="head_backward: relu_mask is the ReLU backward of dx"):
         head_backward(d(x), poisoned((3, 4)), d(w), None, poisoned((5, 4)), poisoned(4), relu_mask=d(x), launch=False)
     assert linear_head.MAX_CLASSES == FUSED_HEAD_MAX_CLASSES

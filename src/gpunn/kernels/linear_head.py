@@ -39,11 +39,14 @@ ROW_TILE = 64         # backward: dlogits rows staged in shared memory per step
 ROW_BATCH = 16        # backward: a thread's x (and mask) loads issued together
 
 
-def _check_classes(op: str, classes: int) -> int:
+def _check_classes(op: str, classes: int, block: int) -> int:
     if not 2 <= classes <= MAX_CLASSES:
         raise ValueError(f"{op}: classes must be in [2, {MAX_CLASSES}] (registers and the shared tree), got "
                          f"{classes}; train wider heads with the separate Linear and softmax_ce_grad launches "
                          "(Policy.head 'layers')")
+    if block < classes:
+        raise ValueError(f"{op}: block must be at least the class count (a thread per class), got block {block} "
+                         f"for {classes} classes")
     return classes
 
 
@@ -166,7 +169,7 @@ def head_forward(x, w, b, labels, logits, dlogits, losses, block: int = FORWARD_
                  reduction: str = DEFAULT_REDUCTION, stream=0, launch: bool = True) -> Launch:
     """logits (B, C) = x (B, K) w (K, C) + b (C,), then dlogits (B, C) and the per-row CE losses as
     softmax.softmax_ce_grad (the same `reduction` scaling, and the same epoch-long `losses` with `counter` and
-    `stride`); one block of `block` threads (a power of two) per row."""
+    `stride`); one block of `block` threads (a power of two, at least C) per row."""
     op = "head_forward"
     block = check_block(op, block, power_of_two=True)
     for name, a in (("x", x), ("w", w), ("logits", logits), ("dlogits", dlogits)):
@@ -175,7 +178,7 @@ def head_forward(x, w, b, labels, logits, dlogits, losses, block: int = FORWARD_
     check_array(op, "labels", labels, 1, dtype=np.int32)
     check_array(op, "losses", losses, 1)
     rows, features = (int(s) for s in x.shape)
-    classes = _check_classes(op, int(w.shape[1]))
+    classes = _check_classes(op, int(w.shape[1]), block)
     counter, stride = epoch_losses_args(op, losses, counter, stride, rows)
     if (tuple(w.shape) != (features, classes) or tuple(b.shape) != (classes,) or tuple(labels.shape) != (rows,)
             or tuple(logits.shape) != (rows, classes) or tuple(dlogits.shape) != (rows, classes)
@@ -192,14 +195,14 @@ def head_forward(x, w, b, labels, logits, dlogits, losses, block: int = FORWARD_
 def head_backward(x, dlogits, w, dx, dw, db, relu_mask=None, block: int = BACKWARD_BLOCK, stream=0,
                   launch: bool = True) -> Launch:
     """dx (B, K) = dlogits (B, C) w^T (zeroed where relu_mask <= 0; dx None: not computed), dw (K, C) = x^T dlogits
-    and db (C,) = the column sums of dlogits; one thread per input feature, `block` of them per block."""
+    and db (C,) = the column sums of dlogits; one thread per input feature, `block` (at least C) of them per block."""
     op = "head_backward"
     block = check_block(op, block)
     for name, a in (("x", x), ("dlogits", dlogits), ("w", w), ("dw", dw)):
         check_array(op, name, a, 2)
     check_array(op, "db", db, 1)
     rows, features = (int(s) for s in x.shape)
-    classes = _check_classes(op, int(w.shape[1]))
+    classes = _check_classes(op, int(w.shape[1]), block)
     if dx is not None:
         check_array(op, "dx", dx, 2)
     if relu_mask is not None:

@@ -173,7 +173,7 @@ class LinearHeadStage(LinearStage):
             p = binder.params
             return [linear_head.head_forward(self._rows(x.view), self.weight(p), self.bias(p), labels, out, dout,
                                              losses, counter=counter, stride=stride, reduction=binder.reduction,
-                                             launch=False)]
+                                             launch=False, **binder.threads)]
 
         return fused
 
@@ -186,7 +186,7 @@ class LinearHeadStage(LinearStage):
         p, g = binder.params, binder.grads
         x2, dx2, mask2 = (self._rows(a) for a in (x.view, dx, mask))
         return [linear_head.head_backward(x2, dy, self.weight(p), dx2, self.weight(g), self.bias(g), relu_mask=mask2,
-                                          launch=False)]
+                                          launch=False, **binder.threads)]
 
     def _rows(self, a):
         """a (rows, ...) as the (rows, inputs) matrix the kernels take (None stays None)."""
