@@ -43,16 +43,17 @@ def problem(rows, features, classes, seed=0):
 # ---- kernels
 
 
-@pytest.mark.parametrize(("rows", "features", "classes", "block"), [(11, 67, 7, 16), (7, 67, 7, 8), (70, 45, 3, 32)])
+@pytest.mark.parametrize(("rows", "features", "classes", "block", "backward_block"),
+                         [(11, 67, 7, 16, 32), (7, 67, 7, 8, 64), (70, 45, 3, 32, 32), (70, 31, 2, 16, 64)])
 @pytest.mark.parametrize("reduction", ["mean", "sum"])
-def test_head_matches_the_reference(rows, features, classes, block, reduction):
+def test_head_matches_the_reference(rows, features, classes, block, backward_block, reduction):
     x, w, b, labels, mask = problem(rows, features, classes)
     logits, dlogits, losses = poisoned((rows, classes)), poisoned((rows, classes)), poisoned(rows)
     head_forward(cuda.to_device(x), cuda.to_device(w), cuda.to_device(b), cuda.to_device(labels), logits, dlogits,
                  losses, block=block, reduction=reduction)
     dx, dw, db = poisoned((rows, features)), poisoned((features, classes)), poisoned(classes)
     head_backward(cuda.to_device(x), dlogits, cuda.to_device(w), dx, dw, db, relu_mask=cuda.to_device(mask),
-                  block=block)
+                  block=backward_block)  # 70 rows: several row tiles; 67 features: a partial last block
     ref = head_ref(x, w, b, labels, reduction, relu_mask=mask)
     for name, out, expected in zip(("logits", "dlogits", "losses", "dx", "dw", "db"),
                                    (logits, dlogits, losses, dx, dw, db), ref):
@@ -74,7 +75,7 @@ def test_head_writes_the_epoch_buffer_at_the_steps_position_and_backward_without
     assert rel_err(got[9:9 + rows], ref_losses) < 1e-5
     assert np.isnan(np.delete(got, np.arange(9, 9 + rows))).all()  # nothing else written
     dw, db = poisoned((features, classes)), poisoned(classes)
-    head_backward(xd, dlogits, wd, None, dw, db, block=16)
+    head_backward(xd, dlogits, wd, None, dw, db, block=32)
     assert rel_err(dw.copy_to_host(), ref_dw) < 1e-5 and rel_err(db.copy_to_host(), ref_db) < 1e-5
 
 
@@ -88,6 +89,8 @@ def test_head_refuses_bad_arguments_with_one_clear_error():
         head_forward(d(x), d(w), d(b), d(labels), poisoned((3, 4)), poisoned((2, 4)), poisoned(3), launch=False)
     with pytest.raises(ValueError, match="head_backward: block must be at least the class count"):
         head_backward(d(x), poisoned((3, 4)), d(w), None, poisoned((5, 4)), poisoned(4), block=2, launch=False)
+    with pytest.raises(ValueError, match="head_backward: block must be a multiple of 32"):
+        head_backward(d(x), poisoned((3, 4)), d(w), None, poisoned((5, 4)), poisoned(4), block=48, launch=False)
     with pytest.raises(ValueError, match="head_backward: relu_mask is the ReLU backward of dx"):
         head_backward(d(x), poisoned((3, 4)), d(w), None, poisoned((5, 4)), poisoned(4), relu_mask=d(x), launch=False)
     assert linear_head.MAX_CLASSES == FUSED_HEAD_MAX_CLASSES

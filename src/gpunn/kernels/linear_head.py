@@ -1,14 +1,15 @@
 """A classifier's last Linear layer fused with its softmax cross-entropy head: two plain launches a step.
 
-    head_forward   one block per batch row r: logits[r] = x[r] W + b (each thread the columns k = t, t + block, ...
-                   for every class, K_BATCH of them loaded together, then a fixed-order shared-memory tree over the
-                   block), then, as softmax_ce_grad, dlogits[r] = (softmax - onehot(label)) * scale and the row's loss
-                   log(sum exp(s)) - s[label] (s = logits - rowmax) into the losses buffer, at the step's position
-                   in an epoch-long buffer (counter, stride)
-    head_backward  one thread per input feature k, dlogits staged in shared memory ROW_TILE rows at a time:
-                   dX[r, k] = sum_c dlogits[r, c] W[k, c] (zeroed where an optional ReLU mask is <= 0),
-                   dW[k, c] = sum_r x[r, k] dlogits[r, c] over the rows in order (ROW_BATCH x loads in flight),
-                   db[c] = sum_r dlogits[r, c] by block 0's first `classes` threads
+    head_forward   one block per batch row r: logits[r] = x[r] W + b, thread (g, c) summing class c over the
+                   features k = g, g + G, ... (a warp's W loads one contiguous run, K_BATCH of them in flight), then a
+                   fixed-order shared-memory tree over the G groups; then, as softmax_ce_grad, dlogits[r] =
+                   (softmax - onehot(label)) * scale and the row's loss log(sum exp(s)) - s[label] (s = logits -
+                   rowmax) into the losses buffer, at the step's position in an epoch-long buffer (counter, stride)
+    head_backward  blocks of K_COLUMNS features x row groups, dlogits staged in shared memory a row tile at a time:
+                   dX[r, k] = sum_c dlogits[r, c] W[k, c] (zeroed where an optional ReLU mask is <= 0) by the one
+                   thread holding row r of feature k, dW[k, c] = sum_r x[r, k] dlogits[r, c] as each row group's
+                   sum over its rows in order, the groups' partials then added in group order; db the same sums
+                   for an extra feature of ones (the column k = in_features)
 
 No atomics: every output is one thread's fixed-order sum (the logits: one tree), so two runs give the same bits.
 Rows and in_features are generic (a last partial batch included; x may be a strided view); the class count is a
@@ -31,12 +32,13 @@ from .softmax import epoch_losses_args, grad_scale, softmax_ce_grad_ref
 
 __all__ = ["BACKWARD_BLOCK", "FORWARD_BLOCK", "MAX_CLASSES", "head_backward", "head_forward", "head_ref"]
 
-FORWARD_BLOCK = 256   # threads per row of the forward (a power of two: the tree)
-BACKWARD_BLOCK = 64   # input features per block of the backward
-MAX_CLASSES = 32      # classes per thread in registers, and the forward's (classes, block) shared tree
-K_BATCH = 4           # forward: a thread's K columns whose x and W loads are issued together
-ROW_TILE = 64         # backward: dlogits rows staged in shared memory per step
-ROW_BATCH = 16        # backward: a thread's x (and mask) loads issued together
+FORWARD_BLOCK = 1024  # forward: at most this many threads per row (classes x a power of two of K groups)
+BACKWARD_BLOCK = 256  # backward: threads per block, K_COLUMNS features x block // K_COLUMNS row groups
+MAX_CLASSES = 32      # a compile-time constant: the register arrays and shared buffers are sized by it
+K_BATCH = 16          # forward: a thread's x and W loads issued together
+K_COLUMNS = 32        # backward: features per block (a warp's lanes: its x loads and dX stores coalesced)
+ROWS_PER_THREAD = 8   # backward: a thread's rows per tile (its x and mask loads issued together)
+MAX_PARTIALS = 8192   # backward: block x classes, its row groups' dW partials (32 KiB of shared memory)
 
 
 def _check_classes(op: str, classes: int, block: int) -> int:
@@ -50,56 +52,56 @@ def _check_classes(op: str, classes: int, block: int) -> int:
     return classes
 
 
+def forward_groups(classes: int, block: int) -> int:
+    """K groups of the forward: the largest power of two with classes x groups <= block."""
+    return 1 << int(math.log2(block // classes))
+
+
 # --------------------------------------------------------------------------------------------- kernels
 @functools.cache
-def _forward_kernel(classes: int, block: int):
+def _forward_kernel(classes: int, groups: int):
+    """Thread t = g * classes + c sums class c over the features k = g, g + groups, ...: a warp's W loads are one
+    contiguous run of the row-major W (coalesced), its x loads a few broadcast addresses."""
+    threads = classes * groups
+
     @cuda.jit
     def head_forward_kernel(x, w, b, labels, logits, dlogits, losses, counter, stride, scale):
-        buf = cuda.shared.array((classes, block), float32)
-        acc = cuda.local.array(classes, float32)
+        buf = cuda.shared.array(threads, float32)
         xv = cuda.local.array(K_BATCH, float32)
-        wv = cuda.local.array((K_BATCH, classes), float32)
+        wv = cuda.local.array(K_BATCH, float32)
         r = cuda.blockIdx.x
         t = cuda.threadIdx.x
+        g = t // classes
+        c = t - g * classes
         features = x.shape[1]
-        for c in range(classes):
-            acc[c] = float32(0.0)
-        for k0 in range(t, features, block * K_BATCH):
+        acc = float32(0.0)
+        for k0 in range(g, features, groups * K_BATCH):
             for u in range(K_BATCH):  # fixed trip count: the batch's loads in flight together
-                k = k0 + u * block
-                if k < features:
-                    xv[u] = x[r, k]
-                    for c in range(classes):
-                        wv[u, c] = w[k, c]
-                else:
-                    xv[u] = float32(0.0)
-                    for c in range(classes):
-                        wv[u, c] = float32(0.0)
+                k = k0 + u * groups
+                xv[u] = x[r, k] if k < features else float32(0.0)
+                wv[u] = w[k, c] if k < features else float32(0.0)
             for u in range(K_BATCH):  # added in k order
-                for c in range(classes):
-                    acc[c] += xv[u] * wv[u, c]
-        for c in range(classes):
-            buf[c, t] = acc[c]
-        width = block // 2
-        while width > 0:  # fixed-order tree: buf[c, 0] = the row's logit c without its bias
+                acc += xv[u] * wv[u]
+        buf[t] = acc
+        width = groups // 2
+        while width > 0:  # fixed-order tree over the groups: buf[c] = the row's logit c without its bias
             cuda.syncthreads()
-            if t < width:
-                for c in range(classes):
-                    buf[c, t] += buf[c, t + width]
+            if g < width:
+                buf[t] += buf[t + width * classes]
             width //= 2
         cuda.syncthreads()
         if t < classes:  # the softmax-CE gradient (as softmax_ce_grad), each of these threads over all classes
             label = labels[r]
             rowmax = float32(-math.inf)
-            for c in range(classes):
-                rowmax = max(rowmax, buf[c, 0] + b[c])
+            for j in range(classes):
+                rowmax = max(rowmax, buf[j] + b[j])
             total = float32(0.0)
-            for c in range(classes):
-                total += math.exp(buf[c, 0] + b[c] - rowmax)
+            for j in range(classes):
+                total += math.exp(buf[j] + b[j] - rowmax)
             if t == 0:  # losses may be an epoch-long buffer: this batch's rows start at step * stride
                 at = (counter[0] * stride) % losses.shape[0] + r
-                losses[at] = math.log(total) - (buf[label, 0] + b[label] - rowmax)
-            mine = buf[t, 0] + b[t]
+                losses[at] = math.log(total) - (buf[label] + b[label] - rowmax)
+            mine = buf[t] + b[t]
             logits[r, t] = mine
             p = math.exp(mine - rowmax) * (float32(1.0) / total)
             if t == label:
@@ -111,55 +113,77 @@ def _forward_kernel(classes: int, block: int):
 
 @functools.cache
 def _backward_kernel(classes: int, block: int, with_dx: bool, with_mask: bool):
+    """Thread t = g * K_COLUMNS + j: feature k = block start + j, rows g * ROWS_PER_THREAD + i of each row tile;
+    the column k = in_features is the bias (x = 1: its "dW" is db). The row groups' dW partials are added in group
+    order through shared memory, each output by one thread (consecutive threads, consecutive dW elements)."""
+    row_groups = block // K_COLUMNS
+    tile = row_groups * ROWS_PER_THREAD
+    span = K_COLUMNS * classes
+
     @cuda.jit
     def head_backward_kernel(x, dl, w, dx, mask, dw, db):
-        dls = cuda.shared.array((ROW_TILE, classes), float32)
+        dls = cuda.shared.array((tile, classes), float32)
+        wsh = cuda.shared.array(span, float32)
+        part = cuda.shared.array((row_groups, span), float32)
         wk = cuda.local.array(classes, float32)
         acc = cuda.local.array(classes, float32)
-        xv = cuda.local.array(ROW_BATCH, float32)
-        mv = cuda.local.array(ROW_BATCH, float32)
+        xv = cuda.local.array(ROWS_PER_THREAD, float32)
+        mv = cuda.local.array(ROWS_PER_THREAD, float32)
         t = cuda.threadIdx.x
-        k = cuda.blockIdx.x * block + t
+        g = t // K_COLUMNS
+        j = t - g * K_COLUMNS
+        base = cuda.blockIdx.x * K_COLUMNS
+        k = base + j
         rows, features = x.shape[0], x.shape[1]
         live = k < features
-        sums_bias = cuda.blockIdx.x == 0 and t < classes
-        for c in range(classes):
-            wk[c] = w[k, c] if live and with_dx else float32(0.0)
-            acc[c] = float32(0.0)
-        bias_acc = float32(0.0)
-        for r0 in range(0, rows, ROW_TILE):
-            n = min(ROW_TILE, rows - r0)
-            cuda.syncthreads()  # the previous tile is read by everyone
-            for i in range(t, n * classes, block):
-                dls[i // classes, i % classes] = dl[r0 + i // classes, i % classes]
+        bias_column = k == features
+        if with_dx:
+            for f in range(t, span, block):  # the block's W rows, coalesced
+                kf = base + f // classes
+                wsh[f] = w[kf, f % classes] if kf < features else float32(0.0)
             cuda.syncthreads()
-            if sums_bias:
-                for i in range(n):
-                    bias_acc += dls[i, t]
-            if live:
-                for i0 in range(0, n, ROW_BATCH):
-                    for j in range(ROW_BATCH):  # fixed trip count: the batch's loads in flight together
-                        if i0 + j < n:
-                            xv[j] = x[r0 + i0 + j, k]
-                            if with_mask:
-                                mv[j] = mask[r0 + i0 + j, k]
-                    for j in range(ROW_BATCH):  # the rows in order
-                        if i0 + j < n:
-                            g = float32(0.0)
-                            for c in range(classes):
-                                d = dls[i0 + j, c]
-                                acc[c] += xv[j] * d
-                                if with_dx:
-                                    g += d * wk[c]
-                            if with_dx:
-                                if with_mask and not mv[j] > 0:
-                                    g = float32(0.0)
-                                dx[r0 + i0 + j, k] = g
-        if live:
             for c in range(classes):
-                dw[k, c] = acc[c]
-        if sums_bias:
-            db[t] = bias_acc
+                wk[c] = wsh[j * classes + c]
+        for c in range(classes):
+            acc[c] = float32(0.0)
+        for r0 in range(0, rows, tile):
+            first = r0 + g * ROWS_PER_THREAD
+            for i in range(ROWS_PER_THREAD):  # the thread's x (and mask) loads first, in flight over the staging
+                r = first + i
+                xv[i] = x[r, k] if live and r < rows else float32(1.0)
+                if with_mask:
+                    mv[i] = mask[r, k] if live and r < rows else float32(0.0)
+            n = min(tile, rows - r0)
+            cuda.syncthreads()  # the previous tile is read by everyone
+            for f in range(t, n * classes, block):
+                dls[f // classes, f % classes] = dl[r0 + f // classes, f % classes]
+            cuda.syncthreads()
+            if live or bias_column:
+                for i in range(ROWS_PER_THREAD):  # the rows in order
+                    r = first + i
+                    if r < rows:
+                        gsum = float32(0.0)
+                        for c in range(classes):
+                            d = dls[g * ROWS_PER_THREAD + i, c]
+                            acc[c] += xv[i] * d
+                            if with_dx:
+                                gsum += d * wk[c]
+                        if with_dx and live:
+                            if with_mask and not mv[i] > 0:
+                                gsum = float32(0.0)
+                            dx[r, k] = gsum
+        for c in range(classes):
+            part[g, j * classes + c] = acc[c]
+        cuda.syncthreads()
+        for f in range(t, span, block):  # the row groups' partials in group order
+            total = part[0, f]
+            for h in range(1, row_groups):
+                total += part[h, f]
+            kf = base + f // classes
+            if kf < features:
+                dw[kf, f % classes] = total
+            elif kf == features:
+                db[f % classes] = total
 
     return head_backward_kernel
 
@@ -169,9 +193,9 @@ def head_forward(x, w, b, labels, logits, dlogits, losses, block: int = FORWARD_
                  reduction: str = DEFAULT_REDUCTION, stream=0, launch: bool = True) -> Launch:
     """logits (B, C) = x (B, K) w (K, C) + b (C,), then dlogits (B, C) and the per-row CE losses as
     softmax.softmax_ce_grad (the same `reduction` scaling, and the same epoch-long `losses` with `counter` and
-    `stride`); one block of `block` threads (a power of two, at least C) per row."""
+    `stride`); one block per row of C x G threads, G the largest power of two with C x G <= `block` (>= C)."""
     op = "head_forward"
-    block = check_block(op, block, power_of_two=True)
+    block = check_block(op, block)
     for name, a in (("x", x), ("w", w), ("logits", logits), ("dlogits", dlogits)):
         check_array(op, name, a, 2)
     check_array(op, "b", b, 1)
@@ -188,14 +212,16 @@ def head_forward(x, w, b, labels, logits, dlogits, losses, block: int = FORWARD_
                          f"{tuple(dlogits.shape)}, losses {tuple(losses.shape)} (need x (B, K), w (K, C), b (C,), "
                          "labels and losses (B,), logits and dlogits (B, C))")
     scale = grad_scale(op, reduction, rows)
-    return bind(_forward_kernel(classes, block), rows, block,
+    groups = forward_groups(classes, block)
+    return bind(_forward_kernel(classes, groups), rows, classes * groups,
                 (x, w, b, labels, logits, dlogits, losses, counter, np.int32(stride), scale), stream, launch, op)
 
 
 def head_backward(x, dlogits, w, dx, dw, db, relu_mask=None, block: int = BACKWARD_BLOCK, stream=0,
                   launch: bool = True) -> Launch:
     """dx (B, K) = dlogits (B, C) w^T (zeroed where relu_mask <= 0; dx None: not computed), dw (K, C) = x^T dlogits
-    and db (C,) = the column sums of dlogits; one thread per input feature, `block` (at least C) of them per block."""
+    and db (C,) = the column sums of dlogits; blocks of `block` threads (a multiple of K_COLUMNS), each K_COLUMNS
+    features (the bias one more) over block // K_COLUMNS row groups."""
     op = "head_backward"
     block = check_block(op, block)
     for name, a in (("x", x), ("dlogits", dlogits), ("w", w), ("dw", dw)):
@@ -203,6 +229,10 @@ def head_backward(x, dlogits, w, dx, dw, db, relu_mask=None, block: int = BACKWA
     check_array(op, "db", db, 1)
     rows, features = (int(s) for s in x.shape)
     classes = _check_classes(op, int(w.shape[1]), block)
+    if block % K_COLUMNS or block * classes > MAX_PARTIALS:
+        raise ValueError(f"{op}: block must be a multiple of {K_COLUMNS} (a warp per row group) with block x classes "
+                         f"<= {MAX_PARTIALS} (the groups' dW partials in shared memory), got {block} for {classes} "
+                         "classes")
     if dx is not None:
         check_array(op, "dx", dx, 2)
     if relu_mask is not None:
@@ -218,7 +248,8 @@ def head_backward(x, dlogits, w, dx, dw, db, relu_mask=None, block: int = BACKWA
     kernel = _backward_kernel(classes, block, dx is not None, relu_mask is not None)
     dx_arg = x if dx is None else dx  # unread placeholders of the absent outputs
     mask_arg = x if relu_mask is None else relu_mask
-    return bind(kernel, cdiv(features, block), block, (x, dlogits, w, dx_arg, mask_arg, dw, db), stream, launch, op)
+    return bind(kernel, cdiv(features + 1, K_COLUMNS), block, (x, dlogits, w, dx_arg, mask_arg, dw, db), stream,
+                launch, op)
 
 
 # --------------------------------------------------------------------------------------------- reference
