@@ -85,6 +85,9 @@ def test_head_refuses_bad_arguments_with_one_clear_error():
     with pytest.raises(ValueError, match="head_forward: classes must be in"):
         head_forward(d(x), d(np.zeros((5, 40), np.float32)), d(np.zeros(40, np.float32)), d(labels),
                      poisoned((3, 40)), poisoned((3, 40)), poisoned(3), launch=False)
+    with pytest.raises(ValueError, match="head_forward: block x classes must be at most 8192"):
+        head_forward(d(x), d(np.zeros((5, 16), np.float32)), d(np.zeros(16, np.float32)), d(labels),
+                     poisoned((3, 16)), poisoned((3, 16)), poisoned(3), block=1024, launch=False)
     with pytest.raises(ValueError, match="head_forward: shapes do not fit"):
         head_forward(d(x), d(w), d(b), d(labels), poisoned((3, 4)), poisoned((2, 4)), poisoned(3), launch=False)
     with pytest.raises(ValueError, match="head_backward: block must be at least the class count"):

@@ -1,10 +1,10 @@
 """A classifier's last Linear layer fused with its softmax cross-entropy head: two plain launches a step.
 
-    head_forward   one block per batch row r: logits[r] = x[r] W + b, thread (g, c) summing class c over the
-                   features k = g, g + G, ... (a warp's W loads one contiguous run, K_BATCH of them in flight), then a
-                   fixed-order shared-memory tree over the G groups; then, as softmax_ce_grad, dlogits[r] =
-                   (softmax - onehot(label)) * scale and the row's loss log(sum exp(s)) - s[label] (s = logits -
-                   rowmax) into the losses buffer, at the step's position in an epoch-long buffer (counter, stride)
+    head_forward   one block per batch row r: logits[r] = x[r] W + b, each thread summing every class over the
+                   features k = t, t + block, ... (K_BATCH of them loaded together), then a fixed-order shared-memory
+                   tree per class over the block; then, as softmax_ce_grad, dlogits[r] = (softmax - onehot(label)) *
+                   scale and the row's loss log(sum exp(s)) - s[label] (s = logits - rowmax) into the losses buffer,
+                   at the step's position in an epoch-long buffer (counter, stride)
     head_backward  blocks of K_COLUMNS features x row groups, dlogits staged in shared memory a row tile at a time:
                    dX[r, k] = sum_c dlogits[r, c] W[k, c] (zeroed where an optional ReLU mask is <= 0) by the one
                    thread holding row r of feature k, dW[k, c] = sum_r x[r, k] dlogits[r, c] as each row group's
@@ -32,13 +32,13 @@ from .softmax import epoch_losses_args, grad_scale, softmax_ce_grad_ref
 
 __all__ = ["BACKWARD_BLOCK", "FORWARD_BLOCK", "MAX_CLASSES", "head_backward", "head_forward", "head_ref"]
 
-FORWARD_BLOCK = 1024  # forward: at most this many threads per row (classes x a power of two of K groups)
+FORWARD_BLOCK = 256   # forward: threads per row (a power of two: the tree)
 BACKWARD_BLOCK = 256  # backward: threads per block, K_COLUMNS features x block // K_COLUMNS row groups
 MAX_CLASSES = 32      # a compile-time constant: the register arrays and shared buffers are sized by it
-K_BATCH = 16          # forward: a thread's x and W loads issued together
+K_BATCH = 4           # forward: a thread's features whose x and W loads are issued together
 K_COLUMNS = 32        # backward: features per block (a warp's lanes: its x loads and dX stores coalesced)
 ROWS_PER_THREAD = 8   # backward: a thread's rows per tile (its x and mask loads issued together)
-MAX_PARTIALS = 8192   # backward: block x classes, its row groups' dW partials (32 KiB of shared memory)
+MAX_PARTIALS = 8192   # block x classes at most: the forward's tree, the backward's dW partials (32 KiB shared)
 
 
 def _check_classes(op: str, classes: int, block: int) -> int:
@@ -52,56 +52,59 @@ def _check_classes(op: str, classes: int, block: int) -> int:
     return classes
 
 
-def forward_groups(classes: int, block: int) -> int:
-    """K groups of the forward: the largest power of two with classes x groups <= block."""
-    return 1 << int(math.log2(block // classes))
-
-
 # --------------------------------------------------------------------------------------------- kernels
 @functools.cache
-def _forward_kernel(classes: int, groups: int):
-    """Thread t = g * classes + c sums class c over the features k = g, g + groups, ...: a warp's W loads are one
-    contiguous run of the row-major W (coalesced), its x loads a few broadcast addresses."""
-    threads = classes * groups
+def _forward_kernel(classes: int, block: int):
+    """Thread t sums every class over the features k = t, t + block, ... (its x loads coalesced, its W rows
+    whole), then one fixed-order tree per class over the block."""
 
     @cuda.jit
     def head_forward_kernel(x, w, b, labels, logits, dlogits, losses, counter, stride, scale):
-        buf = cuda.shared.array(threads, float32)
+        buf = cuda.shared.array((classes, block), float32)
+        acc = cuda.local.array(classes, float32)
         xv = cuda.local.array(K_BATCH, float32)
-        wv = cuda.local.array(K_BATCH, float32)
+        wv = cuda.local.array((K_BATCH, classes), float32)
         r = cuda.blockIdx.x
         t = cuda.threadIdx.x
-        g = t // classes
-        c = t - g * classes
         features = x.shape[1]
-        acc = float32(0.0)
-        for k0 in range(g, features, groups * K_BATCH):
+        for c in range(classes):
+            acc[c] = float32(0.0)
+        for k0 in range(t, features, block * K_BATCH):
             for u in range(K_BATCH):  # fixed trip count: the batch's loads in flight together
-                k = k0 + u * groups
-                xv[u] = x[r, k] if k < features else float32(0.0)
-                wv[u] = w[k, c] if k < features else float32(0.0)
+                k = k0 + u * block
+                if k < features:
+                    xv[u] = x[r, k]
+                    for c in range(classes):
+                        wv[u, c] = w[k, c]
+                else:
+                    xv[u] = float32(0.0)
+                    for c in range(classes):
+                        wv[u, c] = float32(0.0)
             for u in range(K_BATCH):  # added in k order
-                acc += xv[u] * wv[u]
-        buf[t] = acc
-        width = groups // 2
-        while width > 0:  # fixed-order tree over the groups: buf[c] = the row's logit c without its bias
+                for c in range(classes):
+                    acc[c] += xv[u] * wv[u, c]
+        for c in range(classes):
+            buf[c, t] = acc[c]
+        width = block // 2
+        while width > 0:  # fixed-order tree: buf[c, 0] = the row's logit c without its bias
             cuda.syncthreads()
-            if g < width:
-                buf[t] += buf[t + width * classes]
+            if t < width:
+                for c in range(classes):
+                    buf[c, t] += buf[c, t + width]
             width //= 2
         cuda.syncthreads()
         if t < classes:  # the softmax-CE gradient (as softmax_ce_grad), each of these threads over all classes
             label = labels[r]
             rowmax = float32(-math.inf)
-            for j in range(classes):
-                rowmax = max(rowmax, buf[j] + b[j])
+            for c in range(classes):
+                rowmax = max(rowmax, buf[c, 0] + b[c])
             total = float32(0.0)
-            for j in range(classes):
-                total += math.exp(buf[j] + b[j] - rowmax)
+            for c in range(classes):
+                total += math.exp(buf[c, 0] + b[c] - rowmax)
             if t == 0:  # losses may be an epoch-long buffer: this batch's rows start at step * stride
                 at = (counter[0] * stride) % losses.shape[0] + r
-                losses[at] = math.log(total) - (buf[label] + b[label] - rowmax)
-            mine = buf[t] + b[t]
+                losses[at] = math.log(total) - (buf[label, 0] + b[label] - rowmax)
+            mine = buf[t, 0] + b[t]
             logits[r, t] = mine
             p = math.exp(mine - rowmax) * (float32(1.0) / total)
             if t == label:
@@ -193,9 +196,9 @@ def head_forward(x, w, b, labels, logits, dlogits, losses, block: int = FORWARD_
                  reduction: str = DEFAULT_REDUCTION, stream=0, launch: bool = True) -> Launch:
     """logits (B, C) = x (B, K) w (K, C) + b (C,), then dlogits (B, C) and the per-row CE losses as
     softmax.softmax_ce_grad (the same `reduction` scaling, and the same epoch-long `losses` with `counter` and
-    `stride`); one block per row of C x G threads, G the largest power of two with C x G <= `block` (>= C)."""
+    `stride`); one block of `block` threads (a power of two, at least C) per row."""
     op = "head_forward"
-    block = check_block(op, block)
+    block = check_block(op, block, power_of_two=True)
     for name, a in (("x", x), ("w", w), ("logits", logits), ("dlogits", dlogits)):
         check_array(op, name, a, 2)
     check_array(op, "b", b, 1)
@@ -203,6 +206,9 @@ def head_forward(x, w, b, labels, logits, dlogits, losses, block: int = FORWARD_
     check_array(op, "losses", losses, 1)
     rows, features = (int(s) for s in x.shape)
     classes = _check_classes(op, int(w.shape[1]), block)
+    if block * classes > MAX_PARTIALS:
+        raise ValueError(f"{op}: block x classes must be at most {MAX_PARTIALS} (the tree's shared buffer), got block "
+                         f"{block} for {classes} classes")
     counter, stride = epoch_losses_args(op, losses, counter, stride, rows)
     if (tuple(w.shape) != (features, classes) or tuple(b.shape) != (classes,) or tuple(labels.shape) != (rows,)
             or tuple(logits.shape) != (rows, classes) or tuple(dlogits.shape) != (rows, classes)
@@ -212,8 +218,7 @@ def head_forward(x, w, b, labels, logits, dlogits, losses, block: int = FORWARD_
                          f"{tuple(dlogits.shape)}, losses {tuple(losses.shape)} (need x (B, K), w (K, C), b (C,), "
                          "labels and losses (B,), logits and dlogits (B, C))")
     scale = grad_scale(op, reduction, rows)
-    groups = forward_groups(classes, block)
-    return bind(_forward_kernel(classes, groups), rows, classes * groups,
+    return bind(_forward_kernel(classes, block), rows, block,
                 (x, w, b, labels, logits, dlogits, losses, counter, np.int32(stride), scale), stream, launch, op)
 
 
