@@ -11,7 +11,8 @@
                    sum over its rows in order, the groups' partials then added in group order; db the same sums
                    for an extra feature of ones (the column k = in_features)
 
-No atomics: every output is one thread's fixed-order sum (the logits: one tree), so two runs give the same bits.
+No atomics: every output is a fixed-order sum (per-thread partials combined by a fixed tree or in group order), so
+two runs give the same bits.
 Rows and in_features are generic (a last partial batch included; x may be a strided view); the class count is a
 compile-time constant (registers and the shared tree), at most MAX_CLASSES. Reference: `head_ref` (float64).
 """

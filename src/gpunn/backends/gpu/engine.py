@@ -5,7 +5,8 @@ their gradients in two flat device buffers, starts from the model's init and tra
 order (gpunn.seeding), so it can be compared with cpu-numpy step by step.
 
 For each batch shape it binds a step program once: the forward launches (the batch gather when the data is resident,
-every stage's forward, the loss head writing per-sample losses and the output gradient) and the backward launches
+every stage's forward, the loss head writing per-sample losses and the output gradient: the model's, or the last
+stage's when it fuses it, layers.Stage.loss_head) and the backward launches
 (every stage's backward in reverse, one SGD launch that also advances the device-side step counter), or for a
 resident MLP under Policy.step "persistent" its whole step in two launches (persistent.py). Steps replay the bound
 launches (gpunn.kernels.launch) or, under a graph policy, two captured CUDA graphs; one event clock
