@@ -200,3 +200,24 @@ def test_head_at_the_cnn_shapes_on_the_gpu(rows):
     head_backward(cuda.to_device(x), dlogits, cuda.to_device(w), dx, dw, db, relu_mask=cuda.to_device(mask))
     for out, expected in zip((logits, dlogits, losses, dx, dw, db), head_ref(x, w, b, labels, relu_mask=mask)):
         assert rel_err(out.copy_to_host(), expected) < 1e-5
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+def test_fused_head_after_a_relu_masks_its_input_gradient(reduction):
+    """The MLP through the layer stages (Policy.step "layers") with the fused head: fc1 folded, its ReLU the head's
+    relu_mask; one-batch gradients at an odd batch against cpu-numpy, in both loss reductions."""
+    from gpunn.backends.cpu_numpy import CpuNumpyBackend
+    from gpunn.backends.gpu.engine import GpuEngine
+
+    sizes = {"in_features": 13, "hidden": 9, "classes": 5}
+    policy = dataclasses.replace(graph_policy("fused"), step="layers")
+    gpu = GpuEngine(build_model("mlp", seed=2, **sizes), "mlp", 0.1, policy, reduction)
+    ref = CpuNumpyBackend(build_model("mlp", seed=2, **sizes), "mlp", 0.1, reduction)
+    assert not gpu.persistent and isinstance(gpu.train_stages[-1], LinearHeadStage)
+    rng = np.random.default_rng(6)
+    x, y = rng.standard_normal((11, 13)).astype(np.float32), rng.integers(0, 5, 11)
+    expected = ref.gradients(x, y)
+    got = gpu.gradients(x, y)
+    assert rel_err(got, expected) < 1e-5
+    h = gpu.predict(x, layers=3)  # Flatten, Linear, ReLU: the mask; without it dW1 would not match
+    assert (h == 0).any() and (h > 0).any()
