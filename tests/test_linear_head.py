@@ -61,6 +61,22 @@ def test_head_matches_the_reference(rows, features, classes, block, backward_blo
     assert np.any(dx.copy_to_host() == 0) and np.any(dx.copy_to_host() != 0)  # the mask zeroed some, not all
 
 
+@pytest.mark.parametrize(("rows", "splits"), [(11, 3), (7, 67), (17, 2)])
+def test_split_forward_matches_the_reference_and_repeats_its_bits(rows, splits):
+    features, classes = 67, 7
+    x, w, b, labels, _ = problem(rows, features, classes, seed=rows)
+    outs = poisoned((rows, classes)), poisoned((rows, classes)), poisoned(rows)
+    launch = head_forward(cuda.to_device(x), cuda.to_device(w), cuda.to_device(b), cuda.to_device(labels), *outs,
+                          splits=splits, reduction="sum", launch=False)
+    launch()
+    first = [a.copy_to_host() for a in outs]
+    launch()  # the arrival counts were zeroed by the first launch's last blocks
+    for name, out, before, expected in zip(("logits", "dlogits", "losses"), outs, first,
+                                           head_ref(x, w, b, labels, "sum")):
+        assert rel_err(out.copy_to_host(), expected) < 1e-5, name
+        assert np.array_equal(out.copy_to_host(), before), name
+
+
 def test_head_writes_the_epoch_buffer_at_the_steps_position_and_backward_without_dx():
     rows, features, classes, stride = 7, 30, 5, 9
     x, w, b, labels, _ = problem(rows, features, classes, seed=4)
@@ -88,6 +104,9 @@ def test_head_refuses_bad_arguments_with_one_clear_error():
     with pytest.raises(ValueError, match="head_forward: block x classes must be at most 8192"):
         head_forward(d(x), d(np.zeros((5, 16), np.float32)), d(np.zeros(16, np.float32)), d(labels),
                      poisoned((3, 16)), poisoned((3, 16)), poisoned(3), block=1024, launch=False)
+    with pytest.raises(ValueError, match=r"head_forward: splits must be an int in \[1, in_features = 5\]"):
+        head_forward(d(x), d(w), d(b), d(labels), poisoned((3, 4)), poisoned((3, 4)), poisoned(3), splits=6,
+                     launch=False)
     with pytest.raises(ValueError, match="head_forward: shapes do not fit"):
         head_forward(d(x), d(w), d(b), d(labels), poisoned((3, 4)), poisoned((2, 4)), poisoned(3), launch=False)
     with pytest.raises(ValueError, match="head_backward: block must be at least the class count"):
@@ -191,11 +210,15 @@ def test_fused_head_is_two_launches_of_the_step():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("rows", [64, 17])
-def test_head_at_the_cnn_shapes_on_the_gpu(rows):
+@pytest.mark.parametrize("splits", [1, 16])
+def test_head_at_the_cnn_shapes_on_the_gpu(rows, splits):
     x, w, b, labels, mask = problem(rows, 4608, 10, seed=2)
     logits, dlogits, losses = poisoned((rows, 10)), poisoned((rows, 10)), poisoned(rows)
-    head_forward(cuda.to_device(x), cuda.to_device(w), cuda.to_device(b), cuda.to_device(labels), logits, dlogits,
-                 losses)
+    forward = head_forward(cuda.to_device(x), cuda.to_device(w), cuda.to_device(b), cuda.to_device(labels), logits,
+                           dlogits, losses, splits=splits)
+    first = dlogits.copy_to_host()
+    forward()  # again: the same bits (the split version's arrival counts reset)
+    assert np.array_equal(dlogits.copy_to_host(), first)
     dx, dw, db = poisoned((rows, 4608)), poisoned((4608, 10)), poisoned(10)
     head_backward(cuda.to_device(x), dlogits, cuda.to_device(w), dx, dw, db, relu_mask=cuda.to_device(mask))
     for out, expected in zip((logits, dlogits, losses, dx, dw, db), head_ref(x, w, b, labels, relu_mask=mask)):

@@ -5,6 +5,8 @@
                    tree per class over the block; then, as softmax_ce_grad, dlogits[r] = (softmax - onehot(label)) *
                    scale and the row's loss log(sum exp(s)) - s[label] (s = logits - rowmax) into the losses buffer,
                    at the step's position in an epoch-long buffer (counter, stride)
+                   with `splits`: blocks of SPLIT_ROWS rows x one K range write partial logits, and the last block
+                   of each row tile to arrive (an int32 arrival count: no float atomics) adds them in split order
     head_backward  blocks of K_COLUMNS features x row groups, dlogits staged in shared memory a row tile at a time:
                    dX[r, k] = sum_c dlogits[r, c] W[k, c] (zeroed where an optional ReLU mask is <= 0) by the one
                    thread holding row r of feature k, dW[k, c] = sum_r x[r, k] dlogits[r, c] as each row group's
@@ -23,7 +25,7 @@ import functools
 import math
 
 import numpy as np
-from numba import cuda, float32
+from numba import cuda, float32, int32
 
 from gpunn.nn.functional import DEFAULT_REDUCTION
 
@@ -39,6 +41,7 @@ MAX_CLASSES = 32      # a compile-time constant: the register arrays and shared 
 K_BATCH = 4           # forward: a thread's features whose x and W loads are issued together
 K_COLUMNS = 32        # backward: features per block (a warp's lanes: its x loads and dX stores coalesced)
 ROWS_PER_THREAD = 8   # backward: a thread's rows per tile (its x and mask loads issued together)
+SPLIT_ROWS = 8        # forward with splits: rows per block (a warp per row; 256 threads)
 MAX_PARTIALS = 8192   # block x classes at most: the forward's tree, the backward's dW partials (32 KiB shared)
 
 
@@ -113,6 +116,91 @@ def _forward_kernel(classes: int, block: int):
             dlogits[r, t] = p * scale
 
     return head_forward_kernel
+
+
+@functools.cache
+def _split_forward_kernel(classes: int, splits: int):
+    """The forward over a (splits, row tiles) grid: block (s, tile) sums K range s of SPLIT_ROWS rows (a warp per
+    row, each lane every class over k = lo + lane, lo + lane + 32, ..., then a tree over the lanes) into
+    part[s, r, :]; the last block of a row tile to arrive (an int32 arrival count per tile, after a threadfence)
+    adds the partials in split order and does the softmax-CE part, then zeroes its count for the next launch."""
+    block = SPLIT_ROWS * 32
+
+    @cuda.jit
+    def split_forward_kernel(x, w, b, labels, logits, dlogits, losses, counter, stride, scale, part, arrivals):
+        buf = cuda.shared.array((classes, block), float32)
+        lg = cuda.shared.array((SPLIT_ROWS, classes), float32)
+        last = cuda.shared.array(1, int32)
+        acc = cuda.local.array(classes, float32)
+        xv = cuda.local.array(K_BATCH, float32)
+        wv = cuda.local.array((K_BATCH, classes), float32)
+        s = cuda.blockIdx.x
+        tile = cuda.blockIdx.y
+        t = cuda.threadIdx.x
+        i = t // 32
+        lane = t - i * 32
+        r = tile * SPLIT_ROWS + i
+        rows, features = x.shape[0], x.shape[1]
+        chunk = (features + splits - 1) // splits
+        lo = s * chunk
+        hi = min(lo + chunk, features)
+        for c in range(classes):
+            acc[c] = float32(0.0)
+        if r < rows:
+            for k0 in range(lo + lane, hi, 32 * K_BATCH):
+                for u in range(K_BATCH):  # fixed trip count: the batch's loads in flight together
+                    k = k0 + u * 32
+                    xv[u] = x[r, k] if k < hi else float32(0.0)
+                    for c in range(classes):
+                        wv[u, c] = w[k, c] if k < hi else float32(0.0)
+                for u in range(K_BATCH):  # added in k order
+                    for c in range(classes):
+                        acc[c] += xv[u] * wv[u, c]
+        for c in range(classes):
+            buf[c, t] = acc[c]
+        width = 16
+        while width > 0:  # fixed-order tree over each row's lanes
+            cuda.syncthreads()
+            if lane < width:
+                for c in range(classes):
+                    buf[c, t] += buf[c, t + width]
+            width //= 2
+        cuda.syncthreads()
+        if lane < classes and r < rows:
+            part[s, r, lane] = buf[lane, i * 32]
+        cuda.threadfence()  # this block's partials visible to the tile's last block before it counts this one
+        cuda.syncthreads()
+        if t == 0:
+            last[0] = 1 if cuda.atomic.add(arrivals, tile, 1) == splits - 1 else 0
+        cuda.syncthreads()
+        if last[0] == 1:  # every split of this row tile has written its partials
+            if lane < classes and r < rows:
+                v = part[0, r, lane]
+                for q in range(1, splits):  # in split order
+                    v += part[q, r, lane]
+                lg[i, lane] = v + b[lane]
+            cuda.syncthreads()
+            if lane < classes and r < rows:  # the softmax-CE gradient, as the row version's
+                label = labels[r]
+                rowmax = float32(-math.inf)
+                for c in range(classes):
+                    rowmax = max(rowmax, lg[i, c])
+                total = float32(0.0)
+                for c in range(classes):
+                    total += math.exp(lg[i, c] - rowmax)
+                if lane == 0:
+                    at = (counter[0] * stride) % losses.shape[0] + r
+                    losses[at] = math.log(total) - (lg[i, label] - rowmax)
+                mine = lg[i, lane]
+                logits[r, lane] = mine
+                p = math.exp(mine - rowmax) * (float32(1.0) / total)
+                if lane == label:
+                    p -= float32(1.0)
+                dlogits[r, lane] = p * scale
+            if t == 0:
+                arrivals[tile] = 0  # ready for the next launch (a replayed graph's included)
+
+    return split_forward_kernel
 
 
 @functools.cache
@@ -194,10 +282,12 @@ def _backward_kernel(classes: int, block: int, with_dx: bool, with_mask: bool):
 
 # --------------------------------------------------------------------------------------------- launchers
 def head_forward(x, w, b, labels, logits, dlogits, losses, block: int = FORWARD_BLOCK, counter=None, stride: int = 0,
-                 reduction: str = DEFAULT_REDUCTION, stream=0, launch: bool = True) -> Launch:
+                 reduction: str = DEFAULT_REDUCTION, splits: int = 1, stream=0, launch: bool = True) -> Launch:
     """logits (B, C) = x (B, K) w (K, C) + b (C,), then dlogits (B, C) and the per-row CE losses as
     softmax.softmax_ce_grad (the same `reduction` scaling, and the same epoch-long `losses` with `counter` and
-    `stride`); one block of `block` threads (a power of two, at least C) per row."""
+    `stride`); one block of `block` threads (a power of two, at least C) per row. With `splits` > 1 (at most K):
+    the split version, K cut into that many ranges, blocks of SPLIT_ROWS rows x one range (`block` unused), its
+    partials and arrival counts allocated here."""
     op = "head_forward"
     block = check_block(op, block, power_of_two=True)
     for name, a in (("x", x), ("w", w), ("logits", logits), ("dlogits", dlogits)):
@@ -219,6 +309,15 @@ def head_forward(x, w, b, labels, logits, dlogits, losses, block: int = FORWARD_
                          f"{tuple(dlogits.shape)}, losses {tuple(losses.shape)} (need x (B, K), w (K, C), b (C,), "
                          "labels and losses (B,), logits and dlogits (B, C))")
     scale = grad_scale(op, reduction, rows)
+    if isinstance(splits, bool) or not isinstance(splits, (int, np.integer)) or not 1 <= splits <= features:
+        raise ValueError(f"{op}: splits must be an int in [1, in_features = {features}], got {splits!r}")
+    if splits > 1:
+        tiles = cdiv(rows, SPLIT_ROWS)
+        part = cuda.device_array((int(splits), rows, classes), np.float32)
+        arrivals = cuda.to_device(np.zeros(tiles, np.int32))  # zeroed again by each launch's last blocks
+        return bind(_split_forward_kernel(classes, int(splits)), (int(splits), tiles), SPLIT_ROWS * 32,
+                    (x, w, b, labels, logits, dlogits, losses, counter, np.int32(stride), scale, part, arrivals),
+                    stream, launch, op)
     return bind(_forward_kernel(classes, block), rows, block,
                 (x, w, b, labels, logits, dlogits, losses, counter, np.int32(stride), scale), stream, launch, op)
 
