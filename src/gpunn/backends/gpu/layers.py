@@ -14,8 +14,12 @@ kernels that do accumulate: atomic column sums). Fusions are decided by `plan` f
 after a Linear becomes the Linear's epilogue (`relu`), and a Linear whose input comes straight from the
 batch gather or from another Linear folds its bias into the GEMM (`fold`); under `upsample: fused` an Upsample
 followed by a Conv2d becomes one conv stage reading through the upsample (`up`); a Conv2d + ReLU + MaxPool2d run
-becomes one ConvPoolStage where the policy's `pool` says so (policy.pool_fused). A new model needs new stage
-classes only for layer types listed nowhere in STAGES; the engine does not change.
+becomes one ConvPoolStage where the policy's `pool` says so (policy.pool_fused); a model's final Linear becomes a
+LinearHeadStage, which is its loss head too, where the policy's `head` says so (policy.head_fused). A new model needs
+new stage classes only for layer types listed nowhere in STAGES; the engine does not change.
+
+The loss head (HEADS, by the model's loss) runs after the forward stages: `stage.loss_head(x, head)` of the last
+stage gives it (x: that stage's input), `head` itself unless the stage fuses it.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from gpunn.errors import GpunnError
 from gpunn.nn import Conv2d, Flatten, Linear, MaxPool2d, ReLU, Upsample
 from gpunn.nn.functional import DEFAULT_REDUCTION
 
-from .policy import Policy, conv_version, gemm_splits, gemm_version, pool_fused
+from .policy import Policy, conv_version, gemm_splits, gemm_version, head_fused, pool_fused
 
 
 @dataclass
@@ -91,6 +95,10 @@ class Stage:
     def backward(self, binder: Binder, x: Act, y: Act, dy, dx, mask) -> list:
         return []
 
+    def loss_head(self, x: Act, head):
+        """The loss head of a program ending in this stage (x: its input): `head` (HEADS), unless it fuses it."""
+        return head
+
 
 class LinearStage(Stage):
     def __init__(self, layer: Linear, offset: int, relu: bool):
@@ -144,6 +152,45 @@ class LinearStage(Stage):
             else:  # the bias gradient is zero here: the SGD launch zeroes every gradient after its update
                 launches.append(reduce.colsum_atomic(dy, self.bias(g), launch=False, zeroed=True, **binder.threads))
         return launches
+
+
+class LinearHeadStage(LinearStage):
+    """A final Linear fused with its softmax_ce loss head (gpunn.kernels.linear_head, under the policy's `head`): the
+    forward binds nothing, its launch is the loss head's (logits, dlogits and the per-sample losses from x); the
+    backward is one launch writing dx (masked by the ReLU before, if any), dW and db into the gradient buffer in
+    LinearStage's layout. Never folded: it reads W and b where they are and its input needs no ones column."""
+
+    def __init__(self, layer: Linear, offset: int):
+        super().__init__(layer, offset, relu=False)
+
+    def __repr__(self):
+        return f"Linear({self.inputs}, {self.outputs}) + softmax_ce"
+
+    def loss_head(self, x, head):
+        def fused(binder, out, labels, target, dout, losses, counter, stride) -> list:
+            from gpunn.kernels import linear_head
+
+            p = binder.params
+            return [linear_head.head_forward(self._rows(x.view), self.weight(p), self.bias(p), labels, out, dout,
+                                             losses, counter=counter, stride=stride, reduction=binder.reduction,
+                                             launch=False, **binder.threads)]
+
+        return fused
+
+    def forward(self, binder, x, y):
+        return []
+
+    def backward(self, binder, x, y, dy, dx, mask):
+        from gpunn.kernels import linear_head
+
+        p, g = binder.params, binder.grads
+        x2, dx2, mask2 = (self._rows(a) for a in (x.view, dx, mask))
+        return [linear_head.head_backward(x2, dy, self.weight(p), dx2, self.weight(g), self.bias(g), relu_mask=mask2,
+                                          launch=False, **binder.threads)]
+
+    def _rows(self, a):
+        """a (rows, ...) as the (rows, inputs) matrix the kernels take (None stays None)."""
+        return a if a is None or len(a.shape) == 2 else a.reshape(a.shape[0], self.inputs)
 
 
 class ReluStage(Stage):
@@ -360,8 +407,9 @@ STAGES = {
 FUSES_RELU = (Linear, Conv2d)  # layer types whose kernels take a ReLU epilogue
 
 
-def plan(layers, policy: Policy, fold: bool) -> list[Stage]:
-    """The stages of a model's layer list under `policy`; `fold` allows folded biases (training programs)."""
+def plan(layers, policy: Policy, fold: bool, loss: str | None = None) -> list[Stage]:
+    """The stages of a model's layer list under `policy`; `fold` allows folded biases and `loss` (the model's, None:
+    no loss head) a final Linear fused with it (training programs)."""
     stages: list[Stage] = []
     offset = 0
     i = 0
@@ -384,7 +432,11 @@ def plan(layers, policy: Policy, fold: bool) -> list[Stage]:
             stages.append(stage)
             i += 3
             continue
-        stage = Conv2dStage(layer, offset, relu, up=True) if up else make(layer, offset, relu)
+        if (isinstance(layer, Linear) and i == len(layers) - 1 and fold
+                and head_fused(policy, loss, layer.out_features)):
+            stage = LinearHeadStage(layer, offset)
+        else:
+            stage = Conv2dStage(layer, offset, relu, up=True) if up else make(layer, offset, relu)
         offset += stage.params
         stages.append(stage)
         i += 2 if relu else 1
@@ -393,7 +445,7 @@ def plan(layers, policy: Policy, fold: bool) -> list[Stage]:
         for stage in stages:
             if producer == "gather" and stage.view:
                 continue  # leading Flatten: the engine's input buffer is already (rows, features)
-            if isinstance(stage, LinearStage):
+            if isinstance(stage, LinearStage) and not isinstance(stage, LinearHeadStage):
                 stage.fold = producer == "gather" or isinstance(producer, LinearStage)
             producer = stage
     return stages

@@ -17,7 +17,8 @@ CUDA graphs or not. The engine (gpunn.backends.gpu.engine) reads nothing else to
                gpunn.kernels.mlp_step, a cooperative forward launch and a backward launch that applies the SGD
                update and advances the counter), each convolution pass in its fastest deterministic version for the
                layer's shape (conv "auto": conv_version), its forward and backward launches captured once into two
-               CUDA graphs and replayed (real GPU only: the simulator has no graphs)
+               CUDA graphs and replayed (real GPU only: the simulator has no graphs); a final Linear under the
+               softmax-CE loss, outside the persistent step, fused with its head (`head: fused`: two launches)
 
 The CNN's variants (paper 001's naive and optimized CUDA versions, and ours):
 
@@ -90,11 +91,14 @@ class Policy:
                           # step (Linear, ReLU, Linear, softmax-CE) in two launches, its forward one cooperative
                           # launch with a grid-wide sync (gpunn.backends.gpu.persistent; other models keep the
                           # stages); "phased": that step's device code in three plain launches (nothing cooperative)
+    head: str = "layers"  # a final Linear under the softmax_ce loss: "layers", its stage then the loss head (GEMMs,
+                          # softmax_ce_grad, column sums: six launches); "fused", one stage whose forward launch is
+                          # the loss head too and whose backward is one launch (gpunn.kernels.linear_head; head_fused)
 
     def __post_init__(self):
         for name, value, choices in (("sgd", self.sgd, SGD_MODES), ("copy", self.copy, COPY_MODES),
                                      ("upsample", self.upsample, UPSAMPLE_MODES), ("pool", self.pool, POOL_MODES),
-                                     ("step", self.step, STEP_MODES)):
+                                     ("step", self.step, STEP_MODES), ("head", self.head, HEAD_MODES)):
             if value not in choices:
                 raise ValueError(f"policy {self.name}: {name} must be one of {choices}, got {value!r}")
 
@@ -145,6 +149,8 @@ POOL_MODES = ("separate", "fused", "auto")
 AUTO_POOL_MAX_COUT = 32  # pool "auto": fused where the fused forward's 128x32 window tiles fit the conv (the CNN)
 AUTO_POOL_MAX_K = 32     # ... or where its GEMM depth Cin*k*k is at most this (a first layer: the autoencoder's)
 STEP_MODES = ("layers", "persistent", "phased")
+HEAD_MODES = ("layers", "fused")
+FUSED_HEAD_MAX_CLASSES = 32  # = gpunn.kernels.linear_head.MAX_CLASSES (a test checks): classes held in registers
 PIPELINE_DEPTH = 3  # host batch buffers of the pipelined copy: one being filled, one in flight, one in use
 
 # gpu-fused (the MLP) and gpu-im2col (the CNN and the autoencoder) are one design: data resident on the GPU, fused
@@ -162,7 +168,7 @@ POLICIES = {
     "gpu-fused": Policy("gpu-fused", **RESIDENT_FUSED),
     "gpu-im2col": Policy("gpu-im2col", **RESIDENT_FUSED),
     "gpu-graph": Policy("gpu-graph", gemm="auto", fuse=True, resident=True, graphs=True, conv=AUTO_CONV,
-                        pool_backward="gather", upsample="fused", pool="auto", step="persistent"),
+                        pool_backward="gather", upsample="fused", pool="auto", step="persistent", head="fused"),
 }
 # which models each GPU variant trains (the registry's `models`): E1-E3's MLP variants, E4's CNN variants and E5's
 # autoencoder variants (paper 004's naive, "optimized v1" = gpu-tiled and "optimized v2" = gpu-im2col, and ours)
@@ -219,6 +225,14 @@ def pool_fused(policy: Policy, in_channels: int, out_channels: int, k: int) -> b
         return False
     return (policy.pool == "fused" or out_channels <= AUTO_POOL_MAX_COUT
             or in_channels * k * k <= AUTO_POOL_MAX_K)
+
+
+def head_fused(policy: Policy, loss: str | None, classes: int) -> bool:
+    """Whether a model's final Linear (`classes` outputs) and its `loss` head are one stage under `policy` (its
+    `head` field, with `fuse`): only for the softmax_ce loss and at most FUSED_HEAD_MAX_CLASSES classes. On the
+    H100 the CNN's head (Linear(4608, 10), batch 64) took six launches, about 38 us timed alone."""
+    return (policy.fuse and policy.head == "fused" and loss == "softmax_ce"
+            and 2 <= classes <= FUSED_HEAD_MAX_CLASSES)
 
 
 def gemm_version(policy: Policy, rows: int, cols: int) -> str:
