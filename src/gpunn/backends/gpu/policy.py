@@ -48,7 +48,8 @@ per step (RunSpec.batch; batch 1 is the paper's setting):
 Conv2d + ReLU + MaxPool2d(2) runs (`pool`, pool_fused): gpu-im2col and gpu-graph fuse the CNN's conv2 and the
 autoencoder's conv1, each with its ReLU and pool, into one stage whose forward writes only the pooled output and the
 winners' route, and whose backward reads the pooled gradient through the route (gpunn.kernels.conv.pooled); the other
-variants keep separate stages.
+variants keep separate stages. gpu-graph runs that stage's forward and input gradient as direct convolutions from
+shared memory where they fit (`pool_conv`: "direct", gpunn.kernels.conv.direct_pooled), gpu-im2col as GEMMs.
 
 A run's block size (RunSpec.block, `_t<threads>` in its path) reaches the kernels that take a thread count
 (`with_block`): every kernel of gpu-naive; the tiled and shuffle convolutions, the pool, bias, elementwise and SGD
@@ -86,6 +87,9 @@ class Policy:
     pool: str = "separate"  # Conv2d + ReLU + MaxPool2d: "separate" stages; "fused" one stage (gpunn.kernels.conv.
                             # pooled: the conv's full-size output and gradient never stored); "auto" fused where
                             # the window tiles suit the conv: few output channels or a shallow K (pool_fused)
+    pool_conv: str = "gemm"  # the fused stage's forward and input gradient: "gemm" (pooled's implicit GEMMs) or
+                             # "direct" (gpunn.kernels.conv.direct_pooled: direct convolutions from shared memory,
+                             # where its limits allow, direct_fits; the GEMMs elsewhere)
     step: str = "layers"  # "layers": one stage per layer op (layers.py); "persistent": a resident MLP's whole
                           # step (Linear, ReLU, Linear, softmax-CE) in two launches, its forward one cooperative
                           # launch with a grid-wide sync (gpunn.backends.gpu.persistent; other models keep the
@@ -94,6 +98,7 @@ class Policy:
     def __post_init__(self):
         for name, value, choices in (("sgd", self.sgd, SGD_MODES), ("copy", self.copy, COPY_MODES),
                                      ("upsample", self.upsample, UPSAMPLE_MODES), ("pool", self.pool, POOL_MODES),
+                                     ("pool_conv", self.pool_conv, POOL_CONV_MODES),
                                      ("step", self.step, STEP_MODES)):
             if value not in choices:
                 raise ValueError(f"policy {self.name}: {name} must be one of {choices}, got {value!r}")
@@ -142,6 +147,7 @@ SGD_MODES = ("flat", "per_layer")
 COPY_MODES = ("sync", "pipelined")
 UPSAMPLE_MODES = ("separate", "fused")
 POOL_MODES = ("separate", "fused", "auto")
+POOL_CONV_MODES = ("gemm", "direct")
 AUTO_POOL_MAX_COUT = 32  # pool "auto": fused where the fused forward's 128x32 window tiles fit the conv (the CNN)
 AUTO_POOL_MAX_K = 32     # ... or where its GEMM depth Cin*k*k is at most this (a first layer: the autoencoder's)
 STEP_MODES = ("layers", "persistent", "phased")
@@ -162,7 +168,7 @@ POLICIES = {
     "gpu-fused": Policy("gpu-fused", **RESIDENT_FUSED),
     "gpu-im2col": Policy("gpu-im2col", **RESIDENT_FUSED),
     "gpu-graph": Policy("gpu-graph", gemm="auto", fuse=True, resident=True, graphs=True, conv=AUTO_CONV,
-                        pool_backward="gather", upsample="fused", pool="auto", step="persistent"),
+                        pool_backward="gather", upsample="fused", pool="auto", pool_conv="direct", step="persistent"),
 }
 # which models each GPU variant trains (the registry's `models`): E1-E3's MLP variants, E4's CNN variants and E5's
 # autoencoder variants (paper 004's naive, "optimized v1" = gpu-tiled and "optimized v2" = gpu-im2col, and ours)
