@@ -26,7 +26,7 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import cuda, float32, int8, uint32
+from numba import cuda, float32, int8, int32, uint32
 
 from ..common import cdiv, epilogue_args, epilogue_flags, shape
 from ..gemm.indexing import SMEM_ALIGN
@@ -42,6 +42,7 @@ __all__ = ["COT", "CI_CHUNK", "MAX_K", "MAX_THREADS", "conv_backward_data_pool_d
 COT = 8  # output channels per thread (fewer where the output has fewer: a power of two covering them)
 CI_CHUNK = 8  # source channels staged per barrier pair (fewer if the band would not fit)
 MAX_K = 7  # the (k+1)^2 source window and 4*COT accumulators stay in registers
+STAGE_UNROLL = 8  # loads in flight per thread while staging (the staging is latency-bound: few warps per SM)
 MAX_THREADS = 256  # quads per block: the image's quads rounded up to a warp, at most this many
 F0 = float32(0.0)
 _U2 = np.uint32(2)
@@ -98,7 +99,7 @@ def direct_fits(in_channels, out_channels, k, padding, h, w) -> bool:
 
 
 @functools.cache
-def _kernel(dgrad, k, off, cic, cot, threads, rows, width, epilogue):
+def _kernel(dgrad, k, off, cic, cot, threads, rows, width, epilogue, su=STAGE_UNROLL):
     has_bias, relu, mask = epilogue_flags(epilogue)
     kk = k * k
     k1 = k + 1
@@ -118,6 +119,22 @@ def _kernel(dgrad, k, off, cic, cot, threads, rows, width, epilogue):
     KK = np.uint32(kk)
     CIC = np.uint32(cic)
     UCOT = np.uint32(cot)
+    SIN_N = np.uint32(sin_n)
+    SW_N = np.uint32(sw_n)
+    SU_T = np.uint32(su * threads)
+    ncc = width // 2 + 1  # the input gradient stages pooled cells: ncr x ncc per channel cover its band
+    cells = (rows // 2 + 1) * ncc
+    NCC = np.uint32(ncc)
+    CELLS = np.uint32(cells)
+    CELL_N = np.uint32(cic * cells)
+    PX_LO = np.int32((0 - off) >> 1)
+    CELL_C0 = np.int32(((0 - off) >> 1) * 2 + off)
+    IOFF = np.int32(off)
+    IROWS = np.int32(rows)
+    IWIDTH = np.int32(width)
+    I0 = np.int32(0)
+    I1 = np.int32(1)
+    I2 = np.int32(2)
 
     @jit_for(threads)
     def conv_pool_direct_kernel(src, route, w, aux, out):
@@ -151,51 +168,97 @@ def _kernel(dgrad, k, off, cic, cot, threads, rows, width, epilogue):
             my_row = uint32(uint32(qy - r0) * _U2)
             my_col = uint32(qx * _U2)
         row0 = uint32(r0 * _U2)  # the band's first padded source row
+        if dgrad:  # the pooled cells covering the band: rows from py_lo, columns from PX_LO (floor((0 - off) / 2))
+            ph = int32(src.shape[2])
+            pw = int32(src.shape[3])
+            py_lo = int32(int32(row0) - IOFF) >> I1
+            cell_r0 = int32(py_lo * I2 + IOFF - int32(row0))  # the first cell's first band row (0 or -1)
+        vals = cuda.local.array(su, float32)
+        rts = cuda.local.array(su, uint32)
         for i in range(acc_n):
             acc[i] = F0
 
         ci0 = U0
         while ci0 < src_ch:
-            # ---- the band of the chunk's source planes, padded coordinates, zero outside
-            idx = t
-            while idx < sin_n:
-                srow = uint32(idx // SW)  # = cl * rows + the band's row
-                c = uint32(idx - srow * SW)  # padded column
-                cl = uint32(srow // ROWS)
-                r = uint32(row0 + srow - cl * ROWS)  # padded row; minus OFF: the source's
-                ci = uint32(ci0 + cl)
-                v = F0
-                if ci < src_ch and r >= OFF and r < sh + OFF and c >= OFF and c < sw + OFF:
-                    y = uint32(r - OFF)
-                    x = uint32(c - OFF)
-                    if dgrad:
-                        py = uint32(y >> U1)
-                        px = uint32(x >> U1)
-                        if uint32(route[n, ci, py, px]) == uint32((y & U1) * _U2 + (x & U1)):
+            # ---- the band of the chunk's source planes in padded coordinates, zero outside; SU loads in flight
+            if dgrad:  # per pooled cell (py, px): its value and route, stored as the 2x2 cell of the expanded dy
+                base = t
+                while base < CELL_N:
+                    for u in range(su):
+                        idx = uint32(base + uint32(u * threads))
+                        cl = uint32(idx // CELLS)
+                        cr = uint32(uint32(idx - cl * CELLS) // NCC)
+                        py = int32(py_lo + int32(cr))
+                        px = int32(PX_LO + int32(uint32(idx - cl * CELLS - cr * NCC)))
+                        ci = uint32(ci0 + cl)
+                        v = F0
+                        rt = _NONE
+                        if (idx < CELL_N and ci < src_ch and py >= I0 and py < ph and px >= I0 and px < pw):
                             v = src[n, ci, py, px]
-                    else:
-                        v = src[n, ci, y, x]
-                s_in[srow, c] = v
-                idx = uint32(idx + T)
-            # ---- the chunk's weights for the block's channels: s_w[(cl*kk + tap)*cot + c], zero past the ends
-            idx = t
-            while idx < sw_n:
-                c = uint32(idx % UCOT)
-                wrow = uint32(idx // UCOT)  # = cl * kk + tap
-                cl = uint32(wrow // KK)
-                tap = uint32(wrow - cl * KK)
-                co = uint32(co0 + c)
-                ci = uint32(ci0 + cl)
-                kh = uint32(tap // K)
-                kw = uint32(tap - kh * K)
-                v = F0
-                if co < out_ch and ci < src_ch:
-                    if dgrad:  # w (Cout = the source's channels, Cin = dx's), flipped
-                        v = w[ci, co, uint32(KM1 - kh), uint32(KM1 - kw)]
-                    else:
-                        v = w[co, ci, kh, kw]
-                s_w[wrow, c] = v
-                idx = uint32(idx + T)
+                            rt = uint32(route[n, ci, py, px])
+                        vals[u] = v
+                        rts[u] = rt
+                    for u in range(su):
+                        idx = uint32(base + uint32(u * threads))
+                        if idx < CELL_N:
+                            cl = uint32(idx // CELLS)
+                            cr = uint32(uint32(idx - cl * CELLS) // NCC)
+                            cc = uint32(idx - cl * CELLS - cr * NCC)
+                            rb = int32(int32(cr) * I2 + cell_r0)  # the cell's first band row, column below
+                            cb = int32(int32(cc) * I2 + CELL_C0)
+                            srow = int32(int32(cl * ROWS) + rb)
+                            v = vals[u]
+                            rt = rts[u]
+                            for i in range(2):
+                                for j in range(2):
+                                    if (rb + i >= I0 and rb + i < IROWS and cb + j >= I0 and cb + j < IWIDTH):
+                                        s_in[srow + i, cb + j] = v if rt == uint32(2 * i + j) else F0
+                    base = uint32(base + SU_T)
+            else:
+                base = t
+                while base < SIN_N:
+                    for u in range(su):
+                        idx = uint32(base + uint32(u * threads))
+                        srow = uint32(idx // SW)  # = cl * rows + the band's row
+                        c = uint32(idx - srow * SW)  # padded column
+                        cl = uint32(srow // ROWS)
+                        r = uint32(row0 + srow - cl * ROWS)  # padded row; minus OFF: the source's
+                        ci = uint32(ci0 + cl)
+                        v = F0
+                        if idx < SIN_N and ci < src_ch and r >= OFF and r < sh + OFF and c >= OFF and c < sw + OFF:
+                            v = src[n, ci, uint32(r - OFF), uint32(c - OFF)]
+                        vals[u] = v
+                    for u in range(su):
+                        idx = uint32(base + uint32(u * threads))
+                        if idx < SIN_N:
+                            srow = uint32(idx // SW)
+                            s_in[srow, uint32(idx - srow * SW)] = vals[u]
+                    base = uint32(base + SU_T)
+            # ---- the chunk's weights for the block's channels: s_w[cl*kk + tap, c], zero past the ends
+            base = t
+            while base < SW_N:
+                for u in range(su):
+                    idx = uint32(base + uint32(u * threads))
+                    c = uint32(idx % UCOT)
+                    wrow = uint32(idx // UCOT)  # = cl * kk + tap
+                    cl = uint32(wrow // KK)
+                    tap = uint32(wrow - cl * KK)
+                    co = uint32(co0 + c)
+                    ci = uint32(ci0 + cl)
+                    kh = uint32(tap // K)
+                    kw = uint32(tap - kh * K)
+                    v = F0
+                    if idx < SW_N and co < out_ch and ci < src_ch:
+                        if dgrad:  # w (Cout = the source's channels, Cin = dx's), flipped
+                            v = w[ci, co, uint32(KM1 - kh), uint32(KM1 - kw)]
+                        else:
+                            v = w[co, ci, kh, kw]
+                    vals[u] = v
+                for u in range(su):
+                    idx = uint32(base + uint32(u * threads))
+                    if idx < SW_N:
+                        s_w[uint32(idx // UCOT), uint32(idx % UCOT)] = vals[u]
+                base = uint32(base + SU_T)
             cuda.syncthreads()
 
             cl = U0
@@ -287,12 +350,14 @@ def _kernel(dgrad, k, off, cic, cot, threads, rows, width, epilogue):
 
 def _bind(op, dgrad, src, route, w, aux, out, k, padding, epilogue, quads, src_ch, out_ch, tuning, stream,
           launch):
+    tuning = dict(tuning)
+    su = tuning.pop("su", STAGE_UNROLL)
     plan = _plan(src_ch, out_ch, *quads, k, padding, **tuning)
     if isinstance(plan, str):
         raise ValueError(f"{op}: {plan}; use the GEMM versions of gpunn.kernels.conv.pooled")
     threads, rows, width, cot, cic = plan
     off = k - 1 - padding if dgrad else padding
-    kernel = _kernel(dgrad, k, off, cic, cot, threads, rows, width, epilogue)
+    kernel = _kernel(dgrad, k, off, cic, cot, threads, rows, width, epilogue, su)
     n = shape(out)[0]
     grid = (cdiv(quads[0] * quads[1], threads), cdiv(out_ch, cot), n)
     if max(grid[1:]) > MAX_GRID_YZ:
