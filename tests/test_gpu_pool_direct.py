@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gpunn.backends.gpu.layers import ConvPoolStage
-from gpunn.backends.gpu.policy import POLICIES, Policy
+from gpunn.backends.gpu.policy import POLICIES, POOL_DIRECT, POOL_GEMM, Policy
 from gpunn.kernels.conv import direct_pooled
 from gpunn.nn import build_model
 from gpunn.seeding import batch_order
@@ -25,9 +25,12 @@ def rel_err(out, ref):
 
 
 def engine(pool_conv="direct", base="gpu-graph", seed=3, lr=0.1):
+    """`base` (graphs off) with the fused stage's passes: "direct", "gemm", or a Policy.pool_conv dict."""
     from gpunn.backends.gpu.engine import GpuEngine
 
-    policy = dataclasses.replace(POLICIES[base], name=f"{base}-{pool_conv}", graphs=False, pool_conv=pool_conv)
+    if isinstance(pool_conv, str):
+        pool_conv = {"forward": pool_conv, "backward_data": pool_conv}
+    policy = dataclasses.replace(POLICIES[base], name=f"{base}-pool-conv", graphs=False, pool_conv=pool_conv)
     return GpuEngine(build_model("cnn", seed=seed, **CNN), "cnn", lr, policy)
 
 
@@ -48,10 +51,11 @@ def launch_names(eng, rows=3):
 
 
 def test_policies_choose_the_direct_passes_by_data():
-    assert POLICIES["gpu-graph"].pool_conv == "direct"
-    assert all(POLICIES[name].pool_conv == "gemm" for name in POLICIES if name != "gpu-graph")
-    with pytest.raises(ValueError, match="pool_conv must be one of"):
-        Policy("bad", gemm="auto", fuse=True, resident=True, pool_conv="sometimes")
+    assert POLICIES["gpu-graph"].pool_conv == POOL_DIRECT
+    assert all(POLICIES[name].pool_conv == POOL_GEMM for name in POLICIES if name != "gpu-graph")
+    for bad in ({"forward": "sometimes", "backward_data": "gemm"}, {"forward": "direct"}):
+        with pytest.raises(ValueError, match="pool_conv must map"):
+            Policy("bad", gemm="auto", fuse=True, resident=True, pool_conv=bad)
     names = launch_names(engine())
     assert any(n.startswith("conv_forward_pool_direct[") for n in names), names
     assert any(n.startswith("conv_backward_data_pool_direct[") for n in names), names
@@ -60,6 +64,9 @@ def test_policies_choose_the_direct_passes_by_data():
     names = launch_names(engine("gemm"))
     assert not any("pool_direct" in n for n in names), names
     assert any(n.startswith("conv_forward_pool_implicit_gemm[") for n in names), names
+    names = launch_names(engine({"forward": "gemm", "backward_data": "direct"}))
+    assert any(n.startswith("conv_forward_pool_implicit_gemm[") for n in names), names
+    assert any(n.startswith("conv_backward_data_pool_direct[") for n in names), names
 
 
 def test_shapes_outside_the_limits_fall_back_to_the_gemms(monkeypatch):

@@ -254,10 +254,10 @@ class ConvPoolStage(Conv2dStage):
         c, h, w = super().out_shape(in_shape)
         return (c, h // 2, w // 2)
 
-    def _direct(self, binder, x) -> bool:
-        """Whether the forward and input gradient run as direct convolutions (policy.pool_conv "direct" where
-        direct_pooled's limits allow this layer on x's maps; else the pooled GEMMs)."""
-        if binder.policy.pool_conv != "direct":
+    def _direct(self, binder, step: str, x) -> bool:
+        """Whether the pass `step` (forward, backward_data) runs as a direct convolution (policy.pool_conv "direct"
+        where direct_pooled's limits allow this layer on x's maps; else the pooled GEMMs)."""
+        if binder.policy.pool_conv[step] != "direct":
             return False
         from gpunn.kernels.conv import direct_pooled
 
@@ -271,7 +271,7 @@ class ConvPoolStage(Conv2dStage):
 
         p = binder.params
         y.aux = cuda.device_array(y.view.shape, np.int8)  # the route, for this program's backward
-        launcher = (direct_pooled.conv_forward_pool_direct if self._direct(binder, x)
+        launcher = (direct_pooled.conv_forward_pool_direct if self._direct(binder, "forward", x)
                     else pooled.conv_forward_pool_implicit_gemm)
         return [launcher(x.view, self.weight(p), self.bias(p), y.view, y.aux, self.padding, launch=False)]
 
@@ -281,7 +281,7 @@ class ConvPoolStage(Conv2dStage):
         p, g = binder.params, binder.grads
         launches = []
         if dx is not None:
-            launcher = (direct_pooled.conv_backward_data_pool_direct if self._direct(binder, x)
+            launcher = (direct_pooled.conv_backward_data_pool_direct if self._direct(binder, "backward_data", x)
                         else pooled.conv_backward_data_pool_implicit_gemm)
             launches.append(launcher(dy, y.aux, self.weight(p), dx, self.padding, relu_mask=mask, launch=False))
         launches.append(pooled.conv_backward_weight_pool_implicit_gemm(x.view, dy, y.aux, self.weight(g),

@@ -31,7 +31,7 @@ from numba import cuda, float32, int8, int32, uint32
 from ..common import cdiv, epilogue_args, epilogue_flags, shape
 from ..gemm.indexing import SMEM_ALIGN
 from ..gemm.mappings import ROUTE_NONE
-from ..launch import Launch, bind, check_device_array
+from ..launch import Launch, bind, check_device_array, flat
 from .checks import MAX_GRID_YZ, SMEM_LIMIT, U0, U1, WARP, jit_for
 from .implicit_gemm import _activation, _expect, _geometry
 from .pooled import _pooled_pair, _pooled_shape
@@ -43,6 +43,7 @@ COT = 8  # output channels per thread (fewer where the output has fewer: a power
 CI_CHUNK = 8  # source channels staged per barrier pair (fewer if the band would not fit)
 MAX_K = 7  # the (k+1)^2 source window and 4*COT accumulators stay in registers
 STAGE_UNROLL = 8  # loads in flight per thread while staging (the staging is latency-bound: few warps per SM)
+MAX_WIDTH = 1024  # band columns (2 * quads per row + k - 1): a thread per column while staging
 MAX_THREADS = 256  # quads per block: the image's quads rounded up to a warp, at most this many
 F0 = float32(0.0)
 _U2 = np.uint32(2)
@@ -57,11 +58,11 @@ def _pow2(n):
 def _layout(qh, qw, k, threads=None):
     """(threads, band rows, band width) of a quad grid qh x qw: threads = the quads rounded up to a warp (at most
     MAX_THREADS), the band the padded source rows a block's quads read (at most 2 * quad rows + k - 1)."""
-    quads = qh * qw
-    if threads is None:
-        threads = min(MAX_THREADS, cdiv(quads, WARP) * WARP)
+    quads, width = qh * qw, 2 * qw + k - 1
+    if threads is None:  # (a thread per band column while staging: at least `width` threads)
+        threads = cdiv(max(min(MAX_THREADS, quads), width), WARP) * WARP
     rows = 2 * min(qh, (threads - 1) // qw + 2) + k - 1
-    return threads, rows, 2 * qw + k - 1
+    return threads, rows, width
 
 
 def _chunk(src_ch, cot, k, band, cic=None):
@@ -80,6 +81,8 @@ def _plan(src_ch, out_ch, qh, qw, k, padding, cot=None, cic=None, threads=None):
         return f"padding {padding} must be between 0 and k // 2 = {k // 2}"
     cot = cot or min(COT, _pow2(out_ch))
     threads, rows, width = _layout(qh, qw, k, threads)
+    if width > min(threads, MAX_WIDTH):
+        return f"a band {width} wide needs at least that many threads, at most {MAX_WIDTH}"
     cic = _chunk(src_ch, cot, k, rows * width, cic)
     if cic == 0:
         return (f"a band of {rows} x {width} source values ({4 * rows * width} bytes a channel) does not fit in "
@@ -105,7 +108,6 @@ def _kernel(dgrad, k, off, cic, cot, threads, rows, width, epilogue, su=STAGE_UN
     k1 = k + 1
     sin_rows = cic * rows  # shared shapes: plain ints, closure constants
     sw_rows = cic * kk
-    sin_n = sin_rows * width
     sw_n = sw_rows * cot
     acc_n = 4 * cot
     win_n = k1 * k1
@@ -119,25 +121,25 @@ def _kernel(dgrad, k, off, cic, cot, threads, rows, width, epilogue, su=STAGE_UN
     KK = np.uint32(kk)
     CIC = np.uint32(cic)
     UCOT = np.uint32(cot)
-    SIN_N = np.uint32(sin_n)
     SW_N = np.uint32(sw_n)
     SU_T = np.uint32(su * threads)
     ncc = width // 2 + 1  # the input gradient stages pooled cells: ncr x ncc per channel cover its band
-    cells = (rows // 2 + 1) * ncc
+    ncr = rows // 2 + 1
+    crs = threads // ncc  # rows of cells (rows of the band) a block's threads stage at once
+    rps = threads // width
     NCC = np.uint32(ncc)
-    CELLS = np.uint32(cells)
-    CELL_N = np.uint32(cic * cells)
-    PX_LO = np.int32((0 - off) >> 1)
-    CELL_C0 = np.int32(((0 - off) >> 1) * 2 + off)
+    NCR = np.uint32(ncr)
+    CELL_ROWS = np.uint32(cic * ncr)
+    SIN_ROWS = np.uint32(sin_rows)
+    SU_CRS = np.uint32(su * crs)
+    SU_RPS = np.uint32(su * rps)
+    PX_LO = np.uint32(((0 - off) >> 1) % 2**32)  # floor(-off / 2), wrapped
+    CELL_C0 = np.uint32((((0 - off) >> 1) * 2 + off) % 2**32)  # its first band column: 0 or -1, wrapped
     IOFF = np.int32(off)
-    IROWS = np.int32(rows)
-    IWIDTH = np.int32(width)
-    I0 = np.int32(0)
     I1 = np.int32(1)
-    I2 = np.int32(2)
 
     @jit_for(threads)
-    def conv_pool_direct_kernel(src, route, w, aux, out):
+    def conv_pool_direct_kernel(src, route, w, aux, out, src1, route1, aux1):
         # Separate lines: the simulator aliases static shared arrays declared on one line.
         s_in = cuda.shared.array((sin_rows, width), float32, alignment=SMEM_ALIGN)
         s_w = cuda.shared.array((sw_rows, cot), float32, alignment=SMEM_ALIGN)
@@ -168,72 +170,89 @@ def _kernel(dgrad, k, off, cic, cot, threads, rows, width, epilogue, su=STAGE_UN
             my_row = uint32(uint32(qy - r0) * _U2)
             my_col = uint32(qx * _U2)
         row0 = uint32(r0 * _U2)  # the band's first padded source row
+        # staging: the thread's column s_c (of cells: scb, scb + 1) and first row s_r0 (a row of cells)
         if dgrad:  # the pooled cells covering the band: rows from py_lo, columns from PX_LO (floor((0 - off) / 2))
-            ph = int32(src.shape[2])
-            pw = int32(src.shape[3])
-            py_lo = int32(int32(row0) - IOFF) >> I1
-            cell_r0 = int32(py_lo * I2 + IOFF - int32(row0))  # the first cell's first band row (0 or -1)
+            ph = uint32(src.shape[2])
+            pw = uint32(src.shape[3])
+            py_lo = uint32(int32(int32(row0) - IOFF) >> I1)  # (wrapped when negative)
+            cell_r0 = uint32(uint32(py_lo * _U2 + OFF) - row0)  # the first cell's first band row: 0 or -1 (wrapped)
+            s_r0 = uint32(t // NCC)
+            cc = uint32(t - s_r0 * NCC)
+            px = uint32(PX_LO + cc)
+            s_live = s_r0 < crs  # every cell of the cover writes its 2x2 positions (zeros outside the map)
+            px_ok = s_live and px < pw
+            spx = px if px_ok else U0
+            scb = uint32(uint32(cc * _U2) + CELL_C0)
+            c_ok0 = scb < SW
+            c_ok1 = uint32(scb + U1) < SW
+        else:
+            s_r0 = uint32(t // SW)
+            s_c = uint32(t - s_r0 * SW)
+            s_live = s_r0 < rps
+            sx = uint32(s_c - OFF)
+            s_cok = s_live and sx < sw
         vals = cuda.local.array(su, float32)
         rts = cuda.local.array(su, uint32)
+        keep = cuda.local.array(acc_n, float32)  # the input gradient's ReLU mask at its outputs
         for i in range(acc_n):
             acc[i] = F0
 
         ci0 = U0
         while ci0 < src_ch:
-            # ---- the band of the chunk's source planes in padded coordinates, zero outside; SU loads in flight
+            # ---- the band of the chunk's source planes in padded coordinates, zero outside. A thread keeps one
+            # column (of cells, for the input gradient) and steps over rows; SU loads in flight. 32-bit unsigned
+            # arithmetic throughout (a coordinate below 0 wraps to a huge value and fails its `< size` test).
+            nc0 = uint32(n * src_ch + ci0)
             if dgrad:  # per pooled cell (py, px): its value and route, stored as the 2x2 cell of the expanded dy
-                base = t
-                while base < CELL_N:
+                srow = s_r0
+                while srow < CELL_ROWS:
                     for u in range(su):
-                        idx = uint32(base + uint32(u * threads))
-                        cl = uint32(idx // CELLS)
-                        cr = uint32(uint32(idx - cl * CELLS) // NCC)
-                        py = int32(py_lo + int32(cr))
-                        px = int32(PX_LO + int32(uint32(idx - cl * CELLS - cr * NCC)))
-                        ci = uint32(ci0 + cl)
+                        s = uint32(srow + uint32(u * crs))
+                        cl = uint32(s // NCR)
+                        py = uint32(py_lo + uint32(s - uint32(cl * NCR)))
                         v = F0
                         rt = _NONE
-                        if (idx < CELL_N and ci < src_ch and py >= I0 and py < ph and px >= I0 and px < pw):
-                            v = src[n, ci, py, px]
-                            rt = uint32(route[n, ci, py, px])
+                        if px_ok and s < CELL_ROWS and uint32(ci0 + cl) < src_ch and py < ph:
+                            at = uint32(uint32(uint32(uint32(nc0 + cl) * ph) + py) * pw + spx)
+                            v = src1[at]
+                            rt = uint32(route1[at])
                         vals[u] = v
                         rts[u] = rt
                     for u in range(su):
-                        idx = uint32(base + uint32(u * threads))
-                        if idx < CELL_N:
-                            cl = uint32(idx // CELLS)
-                            cr = uint32(uint32(idx - cl * CELLS) // NCC)
-                            cc = uint32(idx - cl * CELLS - cr * NCC)
-                            rb = int32(int32(cr) * I2 + cell_r0)  # the cell's first band row, column below
-                            cb = int32(int32(cc) * I2 + CELL_C0)
-                            srow = int32(int32(cl * ROWS) + rb)
+                        s = uint32(srow + uint32(u * crs))
+                        if s_live and s < CELL_ROWS:
+                            cl = uint32(s // NCR)
+                            rb = uint32(uint32(uint32(s - uint32(cl * NCR)) * _U2) + cell_r0)  # the cell's first row
+                            row = uint32(uint32(cl * ROWS) + rb)
                             v = vals[u]
                             rt = rts[u]
-                            for i in range(2):
-                                for j in range(2):
-                                    if (rb + i >= I0 and rb + i < IROWS and cb + j >= I0 and cb + j < IWIDTH):
-                                        s_in[srow + i, cb + j] = v if rt == uint32(2 * i + j) else F0
-                    base = uint32(base + SU_T)
+                            if rb < ROWS:
+                                if c_ok0:
+                                    s_in[row, scb] = v if rt == U0 else F0
+                                if c_ok1:
+                                    s_in[row, uint32(scb + U1)] = v if rt == U1 else F0
+                            if uint32(rb + U1) < ROWS:
+                                if c_ok0:
+                                    s_in[uint32(row + U1), scb] = v if rt == _U2 else F0
+                                if c_ok1:
+                                    s_in[uint32(row + U1), uint32(scb + U1)] = v if rt == _U3 else F0
+                    srow = uint32(srow + SU_CRS)
             else:
-                base = t
-                while base < SIN_N:
+                srow = s_r0
+                while srow < SIN_ROWS:
                     for u in range(su):
-                        idx = uint32(base + uint32(u * threads))
-                        srow = uint32(idx // SW)  # = cl * rows + the band's row
-                        c = uint32(idx - srow * SW)  # padded column
-                        cl = uint32(srow // ROWS)
-                        r = uint32(row0 + srow - cl * ROWS)  # padded row; minus OFF: the source's
-                        ci = uint32(ci0 + cl)
+                        s = uint32(srow + uint32(u * rps))
+                        cl = uint32(s // ROWS)
+                        y = uint32(uint32(row0 + uint32(s - uint32(cl * ROWS))) - OFF)  # the source row
                         v = F0
-                        if idx < SIN_N and ci < src_ch and r >= OFF and r < sh + OFF and c >= OFF and c < sw + OFF:
-                            v = src[n, ci, uint32(r - OFF), uint32(c - OFF)]
+                        if s_cok and s < SIN_ROWS and uint32(ci0 + cl) < src_ch and y < sh:
+                            v = src1[uint32(uint32(uint32(uint32(nc0 + cl) * sh) + y) * sw + sx)]
                         vals[u] = v
                     for u in range(su):
-                        idx = uint32(base + uint32(u * threads))
-                        if idx < SIN_N:
-                            srow = uint32(idx // SW)
-                            s_in[srow, uint32(idx - srow * SW)] = vals[u]
-                    base = uint32(base + SU_T)
+                        s = uint32(srow + uint32(u * rps))
+                        if s_live and s < SIN_ROWS:
+                            s_in[s, s_c] = vals[u]
+                    srow = uint32(srow + SU_RPS)
             # ---- the chunk's weights for the block's channels: s_w[cl*kk + tap, c], zero past the ends
             base = t
             while base < SW_N:
@@ -285,7 +304,22 @@ def _kernel(dgrad, k, off, cic, cot, threads, rows, width, epilogue, su=STAGE_UN
             cuda.syncthreads()
             ci0 = uint32(ci0 + CIC)
 
-        if live:
+        if live and dgrad:  # dx's 2x2 pixels (the last row / column of an odd map dropped), masked
+            oh = uint32(out.shape[2])
+            ow = uint32(out.shape[3])
+            y = uint32(qy * _U2)
+            x = uint32(qx * _U2)
+            x_ok = uint32(x + U1) < ow
+            y_ok = uint32(y + U1) < oh
+            if mask:  # every mask value loaded first: one round trip, not one per channel
+                at = uint32(uint32(uint32(n * out_ch + co0) * oh + y) * ow + x)
+                for c in range(cot):
+                    if uint32(co0 + uint32(c)) < out_ch:
+                        keep[4 * c] = aux1[at]
+                        keep[4 * c + 1] = aux1[uint32(at + U1)] if x_ok else F0
+                        keep[4 * c + 2] = aux1[uint32(at + ow)] if y_ok else F0
+                        keep[4 * c + 3] = aux1[uint32(at + ow + U1)] if x_ok and y_ok else F0
+                    at = uint32(at + oh * ow)
             for c in range(cot):
                 co = uint32(co0 + uint32(c))
                 if co < out_ch:
@@ -293,57 +327,53 @@ def _kernel(dgrad, k, off, cic, cot, threads, rows, width, epilogue, su=STAGE_UN
                     v1 = acc[4 * c + 1]
                     v2 = acc[4 * c + 2]
                     v3 = acc[4 * c + 3]
-                    if dgrad:
-                        oh = uint32(out.shape[2])
-                        ow = uint32(out.shape[3])
-                        y = uint32(qy * _U2)
-                        x = uint32(qx * _U2)
-                        x1 = uint32(x + U1)
-                        y1 = uint32(y + U1)
-                        if mask:
-                            if not aux[n, co, y, x] > F0:
-                                v0 = F0
-                            if x1 < ow and not aux[n, co, y, x1] > F0:
-                                v1 = F0
-                            if y1 < oh and not aux[n, co, y1, x] > F0:
-                                v2 = F0
-                            if x1 < ow and y1 < oh and not aux[n, co, y1, x1] > F0:
-                                v3 = F0
-                        out[n, co, y, x] = v0
-                        if x1 < ow:
-                            out[n, co, y, x1] = v1
-                        if y1 < oh:
-                            out[n, co, y1, x] = v2
-                            if x1 < ow:
-                                out[n, co, y1, x1] = v3
-                    else:
-                        if has_bias:
-                            bv = aux[co]
-                            v0 += bv
-                            v1 += bv
-                            v2 += bv
-                            v3 += bv
-                        if relu:
-                            v0 = F0 if v0 < F0 else v0  # NaN stays NaN
-                            v1 = F0 if v1 < F0 else v1  # NaN stays NaN
-                            v2 = F0 if v2 < F0 else v2  # NaN stays NaN
-                            v3 = F0 if v3 < F0 else v3  # NaN stays NaN
-                        # strict > keeps the first position on ties; `v != v` lets a NaN win (pooled's rule)
-                        best = v0
-                        pos = U0
-                        if v1 > best or v1 != v1:
-                            best = v1
-                            pos = U1
-                        if v2 > best or v2 != v2:
-                            best = v2
-                            pos = _U2
-                        if v3 > best or v3 != v3:
-                            best = v3
-                            pos = _U3
-                        if relu and not best > F0:
-                            pos = _NONE
-                        out[n, co, qy, qx] = best
-                        route[n, co, qy, qx] = int8(pos)
+                    if mask:
+                        v0 = v0 if keep[4 * c] > F0 else F0
+                        v1 = v1 if keep[4 * c + 1] > F0 else F0
+                        v2 = v2 if keep[4 * c + 2] > F0 else F0
+                        v3 = v3 if keep[4 * c + 3] > F0 else F0
+                    out[n, co, y, x] = v0
+                    if x_ok:
+                        out[n, co, y, uint32(x + U1)] = v1
+                    if y_ok:
+                        out[n, co, uint32(y + U1), x] = v2
+                        if x_ok:
+                            out[n, co, uint32(y + U1), uint32(x + U1)] = v3
+        if live and not dgrad:
+            for c in range(cot):
+                co = uint32(co0 + uint32(c))
+                if co < out_ch:
+                    v0 = acc[4 * c]
+                    v1 = acc[4 * c + 1]
+                    v2 = acc[4 * c + 2]
+                    v3 = acc[4 * c + 3]
+                    if has_bias:
+                        bv = aux[co]
+                        v0 += bv
+                        v1 += bv
+                        v2 += bv
+                        v3 += bv
+                    if relu:
+                        v0 = F0 if v0 < F0 else v0  # NaN stays NaN, as pooled's epilogue
+                        v1 = F0 if v1 < F0 else v1
+                        v2 = F0 if v2 < F0 else v2
+                        v3 = F0 if v3 < F0 else v3
+                    # strict > keeps the first position on ties; `v != v` lets a NaN win (pooled's rule)
+                    best = v0
+                    pos = U0
+                    if v1 > best or v1 != v1:
+                        best = v1
+                        pos = U1
+                    if v2 > best or v2 != v2:
+                        best = v2
+                        pos = _U2
+                    if v3 > best or v3 != v3:
+                        best = v3
+                        pos = _U3
+                    if relu and not best > F0:
+                        pos = _NONE
+                    out[n, co, qy, qx] = best
+                    route[n, co, qy, qx] = int8(pos)
 
     return conv_pool_direct_kernel
 
@@ -362,7 +392,7 @@ def _bind(op, dgrad, src, route, w, aux, out, k, padding, epilogue, quads, src_c
     grid = (cdiv(quads[0] * quads[1], threads), cdiv(out_ch, cot), n)
     if max(grid[1:]) > MAX_GRID_YZ:
         raise ValueError(f"{op}: grid {grid} (quad tiles, channel groups, images) exceeds {MAX_GRID_YZ} in y or z")
-    return bind(kernel, grid, threads, (src, route, w, aux, out), stream, launch,
+    return bind(kernel, grid, threads, (src, route, w, aux, out, flat(src), flat(route), flat(aux)), stream, launch,
                 f"{op}[t{threads},cot{cot},cic{cic},k{k},p{padding},{epilogue}]")
 
 
