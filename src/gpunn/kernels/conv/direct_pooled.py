@@ -40,7 +40,7 @@ __all__ = ["COT", "CI_CHUNK", "MAX_K", "MAX_THREADS", "conv_backward_data_pool_d
            "direct_fits"]
 
 COT = 8  # output channels per thread (fewer where the output has fewer: a power of two covering them)
-CI_CHUNK = 8  # source channels staged per barrier pair (fewer if the band would not fit)
+CI_CHUNK = 8  # source channels staged per barrier pair where not all fit in shared memory (fewer if 8 do not)
 MAX_K = 7  # the (k+1)^2 source window and 4*COT accumulators stay in registers
 STAGE_UNROLL = 8  # loads in flight per thread while staging (the staging is latency-bound: few warps per SM)
 MAX_WIDTH = 1024  # band columns (2 * quads per row + k - 1): a thread per column while staging
@@ -66,11 +66,24 @@ def _layout(qh, qw, k, threads=None):
 
 
 def _chunk(src_ch, cot, k, band, cic=None):
-    """Source channels per stage: up to CI_CHUNK (or `cic`) that fit in SMEM_LIMIT with their weights; 0 if none."""
+    """Source channels per stage (0 if not one fits in SMEM_LIMIT with its weights): `cic` if given, else all of
+    them where they fit (one barrier pair), else up to CI_CHUNK."""
+    def fits(c):
+        return 4 * c * (band + k * k * cot) <= SMEM_LIMIT
+
+    if cic is None and fits(src_ch):
+        return src_ch
     for c in range(min(cic or CI_CHUNK, src_ch), 0, -1):
-        if 4 * c * (band + k * k * cot) <= SMEM_LIMIT:
+        if fits(c):
             return c
     return 0
+
+
+def _unroll(rows, step):
+    """Loads in flight per staging pass for `rows` rows (of cells) taken `step` at a time: at most STAGE_UNROLL, as
+    few as keep the same number of passes (no mostly idle last pass)."""
+    per_thread = cdiv(rows, step)
+    return cdiv(per_thread, cdiv(per_thread, STAGE_UNROLL))
 
 
 def _plan(src_ch, out_ch, qh, qw, k, padding, cot=None, cic=None, threads=None):
@@ -381,11 +394,14 @@ def _kernel(dgrad, k, off, cic, cot, threads, rows, width, epilogue, su=STAGE_UN
 def _bind(op, dgrad, src, route, w, aux, out, k, padding, epilogue, quads, src_ch, out_ch, tuning, stream,
           launch):
     tuning = dict(tuning)
-    su = tuning.pop("su", STAGE_UNROLL)
+    su = tuning.pop("su", None)
     plan = _plan(src_ch, out_ch, *quads, k, padding, **tuning)
     if isinstance(plan, str):
         raise ValueError(f"{op}: {plan}; use the GEMM versions of gpunn.kernels.conv.pooled")
     threads, rows, width, cot, cic = plan
+    if su is None:  # staged rows: the input gradient's rows of pooled cells, or the band's rows
+        su = (_unroll(cic * (rows // 2 + 1), threads // (width // 2 + 1)) if dgrad
+              else _unroll(cic * rows, threads // width))
     off = k - 1 - padding if dgrad else padding
     kernel = _kernel(dgrad, k, off, cic, cot, threads, rows, width, epilogue, su)
     n = shape(out)[0]
@@ -400,7 +416,7 @@ def conv_forward_pool_direct(x, w, bias, out, route, padding, relu=True, stream=
                              **tuning) -> Launch:
     """out, route (N, Cout, OH//2, OW//2) = maxpool2x2(ReLU(conv(x, w) + bias)) and its route, as
     ``pooled.conv_forward_pool_implicit_gemm``; x (N, Cin, H, W), w (Cout, Cin, k, k), bias (Cout,) or None.
-    ``tuning``: cot, cic, threads (defaults: the module's rules)."""
+    ``tuning``: cot, cic, threads, su (defaults: the module's rules)."""
     op = "conv_forward_pool_direct"
     _activation(op, "x", x)
     k, oh, ow = _geometry(op, shape(x), w, padding)
