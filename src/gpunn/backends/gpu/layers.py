@@ -301,24 +301,36 @@ class ConvPoolStage(Conv2dStage):
         c, h, w = super().out_shape(in_shape)
         return (c, h // 2, w // 2)
 
+    def _direct(self, binder, step: str, x) -> bool:
+        """Whether the pass `step` (forward, backward_data) runs as a direct convolution (policy.pool_conv "direct"
+        where direct_pooled's limits allow this layer on x's maps; else the pooled GEMMs)."""
+        if binder.policy.pool_conv[step] != "direct":
+            return False
+        from gpunn.kernels.conv import direct_pooled
+
+        h, w = (int(s) for s in x.view.shape[2:])
+        return direct_pooled.direct_fits(self.cin, self.cout, self.k, self.padding, h, w)
+
     def forward(self, binder, x, y):
         from numba import cuda
 
-        from gpunn.kernels.conv import pooled
+        from gpunn.kernels.conv import direct_pooled, pooled
 
         p = binder.params
         y.aux = cuda.device_array(y.view.shape, np.int8)  # the route, for this program's backward
-        return [pooled.conv_forward_pool_implicit_gemm(x.view, self.weight(p), self.bias(p), y.view, y.aux,
-                                                       self.padding, launch=False)]
+        launcher = (direct_pooled.conv_forward_pool_direct if self._direct(binder, "forward", x)
+                    else pooled.conv_forward_pool_implicit_gemm)
+        return [launcher(x.view, self.weight(p), self.bias(p), y.view, y.aux, self.padding, launch=False)]
 
     def backward(self, binder, x, y, dy, dx, mask):
-        from gpunn.kernels.conv import pooled
+        from gpunn.kernels.conv import direct_pooled, pooled
 
         p, g = binder.params, binder.grads
         launches = []
         if dx is not None:
-            launches.append(pooled.conv_backward_data_pool_implicit_gemm(dy, y.aux, self.weight(p), dx, self.padding,
-                                                                         relu_mask=mask, launch=False))
+            launcher = (direct_pooled.conv_backward_data_pool_direct if self._direct(binder, "backward_data", x)
+                        else pooled.conv_backward_data_pool_implicit_gemm)
+            launches.append(launcher(dy, y.aux, self.weight(p), dx, self.padding, relu_mask=mask, launch=False))
         launches.append(pooled.conv_backward_weight_pool_implicit_gemm(x.view, dy, y.aux, self.weight(g),
                                                                        self.padding, launch=False))
         launches.append(pooled.conv_bias_grad_pool(dy, y.aux, self.bias(g), launch=False, **binder.threads))

@@ -49,7 +49,8 @@ per step (RunSpec.batch; batch 1 is the paper's setting):
 Conv2d + ReLU + MaxPool2d(2) runs (`pool`, pool_fused): gpu-im2col and gpu-graph fuse the CNN's conv2 and the
 autoencoder's conv1, each with its ReLU and pool, into one stage whose forward writes only the pooled output and the
 winners' route, and whose backward reads the pooled gradient through the route (gpunn.kernels.conv.pooled); the other
-variants keep separate stages.
+variants keep separate stages. gpu-graph runs that stage's forward and input gradient as direct convolutions from
+shared memory where they fit (`pool_conv`, gpunn.kernels.conv.direct_pooled), gpu-im2col as GEMMs.
 
 A run's block size (RunSpec.block, `_t<threads>` in its path) reaches the kernels that take a thread count
 (`with_block`): every kernel of gpu-naive; the tiled and shuffle convolutions, the pool, bias, elementwise and SGD
@@ -87,6 +88,9 @@ class Policy:
     pool: str = "separate"  # Conv2d + ReLU + MaxPool2d: "separate" stages; "fused" one stage (gpunn.kernels.conv.
                             # pooled: the conv's full-size output and gradient never stored); "auto" fused where
                             # the window tiles suit the conv: few output channels or a shallow K (pool_fused)
+    # the fused stage's forward and input gradient, per pass: "gemm" (pooled's implicit GEMMs) or "direct"
+    # (gpunn.kernels.conv.direct_pooled: direct convolutions from shared memory where direct_fits; else the GEMMs)
+    pool_conv: dict = field(default_factory=lambda: dict(POOL_GEMM))
     step: str = "layers"  # "layers": one stage per layer op (layers.py); "persistent": a resident MLP's whole
                           # step (Linear, ReLU, Linear, softmax-CE) in two launches, its forward one cooperative
                           # launch with a grid-wide sync (gpunn.backends.gpu.persistent; other models keep the
@@ -101,6 +105,9 @@ class Policy:
                                      ("step", self.step, STEP_MODES), ("head", self.head, HEAD_MODES)):
             if value not in choices:
                 raise ValueError(f"policy {self.name}: {name} must be one of {choices}, got {value!r}")
+        if sorted(self.pool_conv) != sorted(POOL_GEMM) or not set(self.pool_conv.values()) <= set(POOL_CONV_MODES):
+            raise ValueError(f"policy {self.name}: pool_conv must map {tuple(POOL_GEMM)} to one of {POOL_CONV_MODES}, "
+                             f"got {self.pool_conv!r}")
 
     @property
     def simulator(self) -> bool:
@@ -146,6 +153,9 @@ SGD_MODES = ("flat", "per_layer")
 COPY_MODES = ("sync", "pipelined")
 UPSAMPLE_MODES = ("separate", "fused")
 POOL_MODES = ("separate", "fused", "auto")
+POOL_CONV_MODES = ("gemm", "direct")
+POOL_GEMM = {"forward": "gemm", "backward_data": "gemm"}  # the fused stage's passes on pooled's GEMMs
+POOL_DIRECT = {"forward": "direct", "backward_data": "direct"}  # ... as direct convolutions (gpu-graph)
 AUTO_POOL_MAX_COUT = 32  # pool "auto": fused where the fused forward's 128x32 window tiles fit the conv (the CNN)
 AUTO_POOL_MAX_K = 32     # ... or where its GEMM depth Cin*k*k is at most this (a first layer: the autoencoder's)
 STEP_MODES = ("layers", "persistent", "phased")
@@ -168,7 +178,8 @@ POLICIES = {
     "gpu-fused": Policy("gpu-fused", **RESIDENT_FUSED),
     "gpu-im2col": Policy("gpu-im2col", **RESIDENT_FUSED),
     "gpu-graph": Policy("gpu-graph", gemm="auto", fuse=True, resident=True, graphs=True, conv=AUTO_CONV,
-                        pool_backward="gather", upsample="fused", pool="auto", step="persistent", head="fused"),
+                        pool_backward="gather", upsample="fused", pool="auto", pool_conv=dict(POOL_DIRECT),
+                        step="persistent", head="fused"),
 }
 # which models each GPU variant trains (the registry's `models`): E1-E3's MLP variants, E4's CNN variants and E5's
 # autoencoder variants (paper 004's naive, "optimized v1" = gpu-tiled and "optimized v2" = gpu-im2col, and ours)
