@@ -133,10 +133,12 @@ def test_backward_weight(version, p):
     assert _backward_weight(version, p) < TOL
 
 
-def test_regblock128_all_three_ops():
-    assert _forward("regblock128", 1, shape=SMALL) < TOL
-    assert _backward_data("regblock128", 1, shape=SMALL) < TOL
-    assert _backward_weight("regblock128", 1, shape=SMALL) < TOL
+@pytest.mark.parametrize("version", ["regblock128", "coalesced128"])
+def test_128x128_tiles_all_three_ops(version):
+    """coalesced128: its whole-line weight loads in the forward (weight_t), regblock128's loads elsewhere."""
+    assert _forward(version, 1, shape=SMALL) < TOL
+    assert _backward_data(version, 1, shape=SMALL) < TOL
+    assert _backward_weight(version, 1, shape=SMALL) < TOL
 
 
 @pytest.mark.parametrize("k,p,version", [(1, 0, "tiled16"), (5, 2, "regblock")])
@@ -153,11 +155,11 @@ def test_padding_wider_than_the_kernel():
 
 
 def test_default_version_runs():
-    assert C.default_version(4096, 256, 2304) == "regblock128"
+    assert C.default_version(4096, 256, 2304) == "coalesced128"
     assert C.default_version(4096, 5, 45) == "regblock"
     assert C.default_version(4096, 3, 2304) == "skinny"
     assert C.default_version(43264, 16, 9) == "skinny"  # 1->16: K = 9 fits one chunk
-    assert C.default_version(65536, 256, 27) == "regblock128"  # 3->256: K = 27, but N too wide
+    assert C.default_version(65536, 256, 27) == "coalesced128"  # 3->256: K = 27, but N too wide
     assert C.default_version(4096, 16, 45) == "regblock"  # K over one chunk
     assert _forward(None, 1, shape=SMALL) < TOL  # M = 40, N = 4: the skinny version
     assert _forward(None, 1, shape=(2, 3, 5, 4, 5)) < TOL  # N = 5: the 64x64 tiles

@@ -149,11 +149,12 @@ def test_skinny_all_three_ops():
     assert _backward_weight("skinny", 3, 1, shape=(3, 3, 2, 5, 7), splits=1) < TOL
 
 
-def test_regblock128_all_three_ops():
+@pytest.mark.parametrize("version", ["regblock128", "coalesced128"])
+def test_128x128_tiles_all_three_ops(version):
     shape = (2, 3, 5, 3, 5)
-    assert _forward("regblock128", 3, 1, shape=shape) < TOL
-    assert _backward_data("regblock128", 3, 1, shape=shape) < TOL
-    assert _backward_weight("regblock128", 3, 1, shape=shape, splits=1) < TOL
+    assert _forward(version, 3, 1, shape=shape) < TOL
+    assert _backward_data(version, 3, 1, shape=shape) < TOL
+    assert _backward_weight(version, 3, 1, shape=shape, splits=1) < TOL
 
 
 @pytest.mark.parametrize("cin,cout,p", [(5, 2, 1), (2, 3, 0)])

@@ -85,6 +85,8 @@ def test_gemm_every_version_transpose_epilogue(version, trans_a, trans_b, epilog
     ("regblock", True, True, 5, 65, 9),        # 2 blocks along N
     ("regblock128", False, False, 130, 5, 17),  # 2 blocks of the 128x128 tile along M, 3 K steps
     ("regblock128", True, True, 3, 131, 10),    # 2 blocks along N
+    ("coalesced128", False, False, 130, 5, 17),  # its whole-line loads (dense A, dense B) across tiles
+    ("coalesced128", True, True, 3, 131, 10),    # (transposed A, transposed B)
 ])
 def test_gemm_across_tiles(version, trans_a, trans_b, m, n, k):
     assert _run(version, m, n, k, trans_a, trans_b, "bias_relu") < TOL
@@ -466,3 +468,20 @@ def test_gpu_direct_launch_matches_the_ordinary_call():
     ordinary = cuda.to_device(np.full((257, 129), np.nan, np.float32))
     G.gemm_regblock128(d_a, d_b, ordinary, bias=d_bias, relu=True)
     np.testing.assert_array_equal(ordinary.copy_to_host(), out.copy_to_host())
+
+
+@pytest.mark.parametrize("trans_a,trans_b", TRANS, ids=TRANS_IDS)
+def test_coalesced128_is_regblock128_bit_for_bit(trans_a, trans_b):
+    """coalesced128 changes which thread loads which element and which thread owns which outputs, not a sum: its
+    results are regblock128's bits (odd shapes over two tiles each way, three K steps and a partial one)."""
+    m, n, k = 131, 133, 29
+    rng = _rng("coalesced", trans_a, trans_b)
+    a, b = _stored(rng, m, n, k, trans_a, trans_b)
+    got = {}
+    for version in ("regblock128", "coalesced128"):
+        out = _nan((m, n))
+        G.gemm(cuda.to_device(a), cuda.to_device(b), out, version=version, trans_a=trans_a, trans_b=trans_b)
+        got[version] = out.copy_to_host()
+    assert np.isfinite(got["coalesced128"]).all()
+    assert np.array_equal(got["regblock128"], got["coalesced128"])
+    assert _rel_err(got["coalesced128"], G.gemm_reference(a, b, trans_a, trans_b)) < TOL

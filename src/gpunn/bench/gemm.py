@@ -66,7 +66,7 @@ QUICK_GEMM_CASES = (
 )
 
 
-SPLIT_K_VERSIONS = ("regblock", "regblock128")
+SPLIT_K_VERSIONS = ("regblock", "regblock128", "coalesced128")
 
 
 def _versions(case: GemmCase) -> dict:

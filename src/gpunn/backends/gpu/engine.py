@@ -5,7 +5,8 @@ their gradients in two flat device buffers, starts from the model's init and tra
 order (gpunn.seeding), so it can be compared with cpu-numpy step by step.
 
 For each batch shape it binds a step program once: the forward launches (the batch gather when the data is resident,
-every stage's forward, the loss head writing per-sample losses and the output gradient) and the backward launches
+every stage's forward, the loss head writing per-sample losses and the output gradient: the model's, or the last
+stage's when it fuses it, layers.Stage.loss_head) and the backward launches
 (every stage's backward in reverse, one SGD launch that also advances the device-side step counter), or for a
 resident MLP under Policy.step "persistent" its whole step in two launches (persistent.py). Steps replay the bound
 launches (gpunn.kernels.launch) or, under a graph policy, two captured CUDA graphs; one event clock
@@ -90,7 +91,7 @@ class GpuEngine(Backend):
         self.cuda = cuda
         self.name = policy.name
         self.policy = policy
-        self.train_stages = plan(model.layers, policy, fold=True)
+        self.train_stages = plan(model.layers, policy, fold=True, loss=self.model_spec.loss)
         self.persistent = persistent.fits(self)  # resident steps in two launches (Policy.step, persistent.py)
         # predictions: the fused forward (epilogues, no ones columns) with the policy's kernel versions
         predict_policy = dataclasses.replace(policy, fuse=True)
@@ -188,8 +189,8 @@ class GpuEngine(Backend):
         dacts: list = [None] * (len(stages) + 1)
         dacts[-1] = cuda.device_array(out.shape, np.float32)
         target = x.view.reshape(rows, -1) if self.target_is_input else None
-        forward += self.head(binder, out.reshape(rows, -1), y, target, dacts[-1].reshape(rows, -1), losses, counter,
-                             stride)
+        head = stages[-1].loss_head(acts[-2], self.head)  # the last stage's fused head, or the model's loss head
+        forward += head(binder, out.reshape(rows, -1), y, target, dacts[-1].reshape(rows, -1), losses, counter, stride)
         backward = []
         for i in reversed(range(first, len(stages))):
             stage, dy = stages[i], dacts[i + 1]

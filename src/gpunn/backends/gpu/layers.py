@@ -14,8 +14,12 @@ kernels that do accumulate: atomic column sums). Fusions are decided by `plan` f
 after a Linear becomes the Linear's epilogue (`relu`), and a Linear whose input comes straight from the
 batch gather or from another Linear folds its bias into the GEMM (`fold`); under `upsample: fused` an Upsample
 followed by a Conv2d becomes one conv stage reading through the upsample (`up`); a Conv2d + ReLU + MaxPool2d run
-becomes one ConvPoolStage where the policy's `pool` says so (policy.pool_fused). A new model needs new stage
-classes only for layer types listed nowhere in STAGES; the engine does not change.
+becomes one ConvPoolStage where the policy's `pool` says so (policy.pool_fused); a model's final Linear becomes a
+LinearHeadStage, which is its loss head too, where the policy's `head` says so (policy.head_fused). A new model needs
+new stage classes only for layer types listed nowhere in STAGES; the engine does not change.
+
+The loss head (HEADS, by the model's loss) runs after the forward stages: `stage.loss_head(x, head)` of the last
+stage gives it (x: that stage's input), `head` itself unless the stage fuses it.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from .policy import (
     conv_version,
     gemm_splits,
     gemm_version,
+    head_fused,
     pool_bias_with_weight,
     pool_fused,
 )
@@ -99,6 +104,10 @@ class Stage:
     def backward(self, binder: Binder, x: Act, y: Act, dy, dx, mask) -> list:
         return []
 
+    def loss_head(self, x: Act, head):
+        """The loss head of a program ending in this stage (x: its input): `head` (HEADS), unless it fuses it."""
+        return head
+
 
 class LinearStage(Stage):
     def __init__(self, layer: Linear, offset: int, relu: bool):
@@ -152,6 +161,45 @@ class LinearStage(Stage):
             else:  # the bias gradient is zero here: the SGD launch zeroes every gradient after its update
                 launches.append(reduce.colsum_atomic(dy, self.bias(g), launch=False, zeroed=True, **binder.threads))
         return launches
+
+
+class LinearHeadStage(LinearStage):
+    """A final Linear fused with its softmax_ce loss head (gpunn.kernels.linear_head, under the policy's `head`): the
+    forward binds nothing, its launch is the loss head's (logits, dlogits and the per-sample losses from x); the
+    backward is one launch writing dx (masked by the ReLU before, if any), dW and db into the gradient buffer in
+    LinearStage's layout. Never folded: it reads W and b where they are and its input needs no ones column."""
+
+    def __init__(self, layer: Linear, offset: int):
+        super().__init__(layer, offset, relu=False)
+
+    def __repr__(self):
+        return f"Linear({self.inputs}, {self.outputs}) + softmax_ce"
+
+    def loss_head(self, x, head):
+        def fused(binder, out, labels, target, dout, losses, counter, stride) -> list:
+            from gpunn.kernels import linear_head
+
+            p = binder.params
+            return [linear_head.head_forward(self._rows(x.view), self.weight(p), self.bias(p), labels, out, dout,
+                                             losses, counter=counter, stride=stride, reduction=binder.reduction,
+                                             launch=False, **binder.threads)]
+
+        return fused
+
+    def forward(self, binder, x, y):
+        return []
+
+    def backward(self, binder, x, y, dy, dx, mask):
+        from gpunn.kernels import linear_head
+
+        p, g = binder.params, binder.grads
+        x2, dx2, mask2 = (self._rows(a) for a in (x.view, dx, mask))
+        return [linear_head.head_backward(x2, dy, self.weight(p), dx2, self.weight(g), self.bias(g), relu_mask=mask2,
+                                          launch=False, **binder.threads)]
+
+    def _rows(self, a):
+        """a (rows, ...) as the (rows, inputs) matrix the kernels take (None stays None)."""
+        return a if a is None or len(a.shape) == 2 else a.reshape(a.shape[0], self.inputs)
 
 
 class ReluStage(Stage):
@@ -278,24 +326,36 @@ class ConvPoolStage(Conv2dStage):
         c, h, w = super().out_shape(in_shape)
         return (c, h // 2, w // 2)
 
+    def _direct(self, binder, step: str, x) -> bool:
+        """Whether the pass `step` (forward, backward_data) runs as a direct convolution (policy.pool_conv "direct"
+        where direct_pooled's limits allow this layer on x's maps; else the pooled GEMMs)."""
+        if binder.policy.pool_conv[step] != "direct":
+            return False
+        from gpunn.kernels.conv import direct_pooled
+
+        h, w = (int(s) for s in x.view.shape[2:])
+        return direct_pooled.direct_fits(self.cin, self.cout, self.k, self.padding, h, w)
+
     def forward(self, binder, x, y):
         from numba import cuda
 
-        from gpunn.kernels.conv import pooled
+        from gpunn.kernels.conv import direct_pooled, pooled
 
         p = binder.params
         y.aux = cuda.device_array(y.view.shape, np.int8)  # the route, for this program's backward
-        return [pooled.conv_forward_pool_implicit_gemm(x.view, self.weight(p), self.bias(p), y.view, y.aux,
-                                                       self.padding, launch=False)]
+        launcher = (direct_pooled.conv_forward_pool_direct if self._direct(binder, "forward", x)
+                    else pooled.conv_forward_pool_implicit_gemm)
+        return [launcher(x.view, self.weight(p), self.bias(p), y.view, y.aux, self.padding, launch=False)]
 
     def backward(self, binder, x, y, dy, dx, mask):
-        from gpunn.kernels.conv import pooled
+        from gpunn.kernels.conv import direct_pooled, pooled
 
         p, g = binder.params, binder.grads
         launches = []
         if dx is not None:
-            launches.append(pooled.conv_backward_data_pool_implicit_gemm(dy, y.aux, self.weight(p), dx, self.padding,
-                                                                         relu_mask=mask, launch=False))
+            launcher = (direct_pooled.conv_backward_data_pool_direct if self._direct(binder, "backward_data", x)
+                        else pooled.conv_backward_data_pool_implicit_gemm)
+            launches.append(launcher(dy, y.aux, self.weight(p), dx, self.padding, relu_mask=mask, launch=False))
         both = pool_bias_with_weight(binder.policy, self.cin, self.cout, self.k, tuple(int(s) for s in dy.shape[2:]))
         if both is not None:  # one pass makes the weight and bias gradients
             from gpunn.kernels.conv import POOL_WGRAD_BIAS
@@ -391,8 +451,9 @@ STAGES = {
 FUSES_RELU = (Linear, Conv2d)  # layer types whose kernels take a ReLU epilogue
 
 
-def plan(layers, policy: Policy, fold: bool) -> list[Stage]:
-    """The stages of a model's layer list under `policy`; `fold` allows folded biases (training programs)."""
+def plan(layers, policy: Policy, fold: bool, loss: str | None = None) -> list[Stage]:
+    """The stages of a model's layer list under `policy`; `fold` allows folded biases and `loss` (the model's, None:
+    no loss head) a final Linear fused with it (training programs)."""
     stages: list[Stage] = []
     offset = 0
     i = 0
@@ -415,7 +476,11 @@ def plan(layers, policy: Policy, fold: bool) -> list[Stage]:
             stages.append(stage)
             i += 3
             continue
-        stage = Conv2dStage(layer, offset, relu, up=True) if up else make(layer, offset, relu)
+        if (isinstance(layer, Linear) and i == len(layers) - 1 and fold
+                and head_fused(policy, loss, layer.out_features)):
+            stage = LinearHeadStage(layer, offset)
+        else:
+            stage = Conv2dStage(layer, offset, relu, up=True) if up else make(layer, offset, relu)
         offset += stage.params
         stages.append(stage)
         i += 2 if relu else 1
@@ -424,7 +489,7 @@ def plan(layers, policy: Policy, fold: bool) -> list[Stage]:
         for stage in stages:
             if producer == "gather" and stage.view:
                 continue  # leading Flatten: the engine's input buffer is already (rows, features)
-            if isinstance(stage, LinearStage):
+            if isinstance(stage, LinearStage) and not isinstance(stage, LinearHeadStage):
                 stage.fold = producer == "gather" or isinstance(producer, LinearStage)
             producer = stage
     return stages

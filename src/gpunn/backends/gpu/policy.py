@@ -17,7 +17,8 @@ CUDA graphs or not. The engine (gpunn.backends.gpu.engine) reads nothing else to
                gpunn.kernels.mlp_step, a cooperative forward launch and a backward launch that applies the SGD
                update and advances the counter), each convolution pass in its fastest deterministic version for the
                layer's shape (conv "auto": conv_version), its forward and backward launches captured once into two
-               CUDA graphs and replayed (real GPU only: the simulator has no graphs)
+               CUDA graphs and replayed (real GPU only: the simulator has no graphs); a final Linear under the
+               softmax-CE loss, outside the persistent step, fused with its head (`head: fused`: two launches)
 
 The CNN's variants (paper 001's naive and optimized CUDA versions, and ours):
 
@@ -48,7 +49,8 @@ per step (RunSpec.batch; batch 1 is the paper's setting):
 Conv2d + ReLU + MaxPool2d(2) runs (`pool`, pool_fused): gpu-im2col and gpu-graph fuse the CNN's conv2 and the
 autoencoder's conv1, each with its ReLU and pool, into one stage whose forward writes only the pooled output and the
 winners' route, and whose backward reads the pooled gradient through the route (gpunn.kernels.conv.pooled); the other
-variants keep separate stages.
+variants keep separate stages. gpu-graph runs that stage's forward and input gradient as direct convolutions from
+shared memory where they fit (`pool_conv`, gpunn.kernels.conv.direct_pooled), gpu-im2col as GEMMs.
 
 A run's block size (RunSpec.block, `_t<threads>` in its path) reaches the kernels that take a thread count
 (`with_block`): every kernel of gpu-naive; the tiled and shuffle convolutions, the pool, bias, elementwise and SGD
@@ -86,17 +88,26 @@ class Policy:
     pool: str = "separate"  # Conv2d + ReLU + MaxPool2d: "separate" stages; "fused" one stage (gpunn.kernels.conv.
                             # pooled: the conv's full-size output and gradient never stored); "auto" fused where
                             # the window tiles suit the conv: few output channels or a shallow K (pool_fused)
+    # the fused stage's forward and input gradient, per pass: "gemm" (pooled's implicit GEMMs) or "direct"
+    # (gpunn.kernels.conv.direct_pooled: direct convolutions from shared memory where direct_fits; else the GEMMs)
+    pool_conv: dict = field(default_factory=lambda: dict(POOL_GEMM))
     step: str = "layers"  # "layers": one stage per layer op (layers.py); "persistent": a resident MLP's whole
                           # step (Linear, ReLU, Linear, softmax-CE) in two launches, its forward one cooperative
                           # launch with a grid-wide sync (gpunn.backends.gpu.persistent; other models keep the
                           # stages); "phased": that step's device code in three plain launches (nothing cooperative)
+    head: str = "layers"  # a final Linear under the softmax_ce loss: "layers", its stage then the loss head (GEMMs,
+                          # softmax_ce_grad, column sums: six launches); "fused", one stage whose forward launch is
+                          # the loss head too and whose backward is one launch (gpunn.kernels.linear_head; head_fused)
 
     def __post_init__(self):
         for name, value, choices in (("sgd", self.sgd, SGD_MODES), ("copy", self.copy, COPY_MODES),
                                      ("upsample", self.upsample, UPSAMPLE_MODES), ("pool", self.pool, POOL_MODES),
-                                     ("step", self.step, STEP_MODES)):
+                                     ("step", self.step, STEP_MODES), ("head", self.head, HEAD_MODES)):
             if value not in choices:
                 raise ValueError(f"policy {self.name}: {name} must be one of {choices}, got {value!r}")
+        if sorted(self.pool_conv) != sorted(POOL_GEMM) or not set(self.pool_conv.values()) <= set(POOL_CONV_MODES):
+            raise ValueError(f"policy {self.name}: pool_conv must map {tuple(POOL_GEMM)} to one of {POOL_CONV_MODES}, "
+                             f"got {self.pool_conv!r}")
 
     @property
     def simulator(self) -> bool:
@@ -150,9 +161,14 @@ SGD_MODES = ("flat", "per_layer")
 COPY_MODES = ("sync", "pipelined")
 UPSAMPLE_MODES = ("separate", "fused")
 POOL_MODES = ("separate", "fused", "auto")
+POOL_CONV_MODES = ("gemm", "direct")
+POOL_GEMM = {"forward": "gemm", "backward_data": "gemm"}  # the fused stage's passes on pooled's GEMMs
+POOL_DIRECT = {"forward": "direct", "backward_data": "direct"}  # ... as direct convolutions (gpu-graph)
 AUTO_POOL_MAX_COUT = 32  # pool "auto": fused where the fused forward's 128x32 window tiles fit the conv (the CNN)
 AUTO_POOL_MAX_K = 32     # ... or where its GEMM depth Cin*k*k is at most this (a first layer: the autoencoder's)
 STEP_MODES = ("layers", "persistent", "phased")
+HEAD_MODES = ("layers", "fused")
+FUSED_HEAD_MAX_CLASSES = 32  # = gpunn.kernels.linear_head.MAX_CLASSES (a test checks): classes held in registers
 PIPELINE_DEPTH = 3  # host batch buffers of the pipelined copy: one being filled, one in flight, one in use
 
 # gpu-fused (the MLP) and gpu-im2col (the CNN and the autoencoder) are one design: data resident on the GPU, fused
@@ -170,7 +186,8 @@ POLICIES = {
     "gpu-fused": Policy("gpu-fused", **RESIDENT_FUSED),
     "gpu-im2col": Policy("gpu-im2col", **RESIDENT_FUSED),
     "gpu-graph": Policy("gpu-graph", gemm="auto", fuse=True, resident=True, graphs=True, conv=AUTO_CONV,
-                        pool_backward="gather", upsample="fused", pool="auto", step="persistent"),
+                        pool_backward="gather", upsample="fused", pool="auto", pool_conv=dict(POOL_DIRECT),
+                        step="persistent", head="fused"),
 }
 # which models each GPU variant trains (the registry's `models`): E1-E3's MLP variants, E4's CNN variants and E5's
 # autoencoder variants (paper 004's naive, "optimized v1" = gpu-tiled and "optimized v2" = gpu-im2col, and ours)
@@ -250,6 +267,14 @@ def pool_fused(policy: Policy, in_channels: int, out_channels: int, k: int) -> b
         return False
     return (policy.pool == "fused" or out_channels <= AUTO_POOL_MAX_COUT
             or in_channels * k * k <= AUTO_POOL_MAX_K)
+
+
+def head_fused(policy: Policy, loss: str | None, classes: int) -> bool:
+    """Whether a model's final Linear (`classes` outputs) and its `loss` head are one stage under `policy` (its
+    `head` field, with `fuse`): only for the softmax_ce loss and at most FUSED_HEAD_MAX_CLASSES classes. On the
+    H100 the CNN's head (Linear(4608, 10), batch 64) took six launches, about 38 us timed alone."""
+    return (policy.fuse and policy.head == "fused" and loss == "softmax_ce"
+            and 2 <= classes <= FUSED_HEAD_MAX_CLASSES)
 
 
 def gemm_version(policy: Policy, rows: int, cols: int) -> str:

@@ -98,10 +98,11 @@ SKINNY_MAX_N_ONE_CHUNK = 4 * SK_N  # skinny also where K fits one chunk and N is
 def default_version(m: int, n: int, k: int) -> str:
     """The skinny version for N <= 4 (1-3 channels on the output side of the GEMM), and for N <= 16 where K
     fits one of its chunks (a first layer's forward: the tiles would be mostly K padding; timings: NOTES.md);
-    else the 128x128 tiles where both GEMM sides fill them, else the 64x64 ones (less work thrown away)."""
+    else the 128x128 tiles where both GEMM sides fill them (coalesced128: regblock128's bits, its loads and warp
+    layout faster at the autoencoder's shapes, NOTES.md), else the 64x64 ones (less work thrown away)."""
     if n <= SK_N or (k <= SK_KC and n <= SKINNY_MAX_N_ONE_CHUNK):
         return "skinny"
-    return "regblock128" if min(m, n) >= VERSIONS["regblock128"].tile[0] else "regblock"
+    return "coalesced128" if min(m, n) >= VERSIONS["coalesced128"].tile[0] else "regblock"
 
 
 def _version(op, version, m, n, k):

@@ -17,7 +17,23 @@ from .problem import GemmProblem, gemm_shapes
 from .split_k import gemm_split_k
 from .versions import VERSIONS, gemm_mapped, lookup
 
-__all__ = ["DENSE_LAUNCHERS", "gemm", "gemm_naive", "gemm_regblock", "gemm_regblock128", "gemm_tiled16"]
+__all__ = ["DENSE_LAUNCHERS", "gemm", "gemm_coalesced128", "gemm_naive", "gemm_regblock", "gemm_regblock128",
+           "gemm_tiled16"]
+
+
+FLAT_VERSIONS = frozenset({"coalesced128"})  # versions that read K-contiguous operands flat (32-bit offsets)
+FLAT_MAX = 2**32  # elements a flat operand may have (its offsets are uint32)
+
+
+def _operand(version, x, trans, k_contiguous):
+    """(mapping, array) of a dense operand: passed flat to the versions of FLAT_VERSIONS where K is its contiguous
+    axis (A not transposed, B transposed) and it is C-contiguous (``dense_flat``, ``dense_t_flat``: 32-bit element
+    offsets instead of 64-bit strided addresses; in coalesced128's SASS 606 instead of 626 instructions per K step
+    at NN, NOTES.md), else as it is."""
+    name = "dense_t" if trans else "dense"
+    if version in FLAT_VERSIONS and k_contiguous and x.is_c_contiguous() and x.size < FLAT_MAX:
+        return f"{name}_flat", x.reshape(x.size)
+    return name, x
 
 
 def _dense(version, a, b, out, trans_a, trans_b, bias, relu, relu_mask, block, stream, launch, splits):
@@ -26,8 +42,9 @@ def _dense(version, a, b, out, trans_a, trans_b, bias, relu, relu_mask, block, s
     op = VERSIONS[version].op
     m, n, k = gemm_shapes(a, b, out, trans_a, trans_b, bias, relu_mask, op)
     epilogue, aux = epilogue_args(op, bias, relu, relu_mask)
-    kw = dict(a_map="dense_t" if trans_a else "dense", b_map="dense_t" if trans_b else "dense", block=block,
-              stream=stream, launch=launch, op=op,
+    a_map, a = _operand(version, a, trans_a, not trans_a)
+    b_map, b = _operand(version, b, trans_b, trans_b)
+    kw = dict(a_map=a_map, b_map=b_map, block=block, stream=stream, launch=launch, op=op,
               name=f"{op}[{'T' if trans_a else 'N'}{'T' if trans_b else 'N'},{epilogue}]")
     if isinstance(splits, (int, np.integer)) and not isinstance(splits, bool) and splits == 1:
         return gemm_mapped(version, GemmProblem(m, n, k), a, b, out, aux, epilogue, **kw)
@@ -59,9 +76,17 @@ def gemm_regblock128(a, b, out, trans_a=False, trans_b=False, bias=None, relu=Fa
                   splits)
 
 
+def gemm_coalesced128(a, b, out, trans_a=False, trans_b=False, bias=None, relu=False, relu_mask=None,
+                      block=VERSIONS["coalesced128"].block, stream=0, launch=True, splits=1) -> Launch | LaunchGroup:
+    """regblock128's tile with whole-line tile loads and warp tiles (the same bits); the block is fixed to 256
+    threads."""
+    return _dense("coalesced128", a, b, out, trans_a, trans_b, bias, relu, relu_mask, block, stream, launch,
+                  splits)
+
+
 # The versions with a dense launcher (the benchmark times each; its block default is in its signature).
 DENSE_LAUNCHERS = {"naive": gemm_naive, "tiled16": gemm_tiled16, "regblock": gemm_regblock,
-                   "regblock128": gemm_regblock128}
+                   "regblock128": gemm_regblock128, "coalesced128": gemm_coalesced128}
 
 
 def gemm(a, b, out, version="tiled16", **kw) -> Launch | LaunchGroup:

@@ -2,10 +2,12 @@
 
 A kernel never indexes its operands itself: it asks three compile-time mappings, each written once here:
 
-* the A loader (``A_MAPS``) gives op(A)[i, p]: ``dense`` a[i, p]; ``dense_t`` a[p, i]; ``im2col`` the implicit
+* the A loader (``A_MAPS``) gives op(A)[i, p]: ``dense`` a[i, p]; ``dense_t`` a[p, i]; ``dense_flat`` and
+  ``dense_t_flat`` the same of a C-contiguous array passed flat (32-bit element offsets); ``im2col`` the implicit
   im2col matrix of an NCHW tensor with zero padding, rows (n, oh, ow), columns (c, kh, kw); ``channels`` an NCHW
   tensor seen as (C, N*H*W), rows c, columns (n, h, w);
-* the B loader (``B_MAPS``) gives op(B)[p, j]: ``dense``; ``dense_t``; ``weight_t`` a (Cout, Cin, k, k) weight as
+* the B loader (``B_MAPS``) gives op(B)[p, j]: ``dense``; ``dense_t``; their ``_flat`` twins; ``weight_t`` a
+  (Cout, Cin, k, k) weight as
   B[(ci, kh, kw), co]; ``weight_flip_t`` B[(co, kh, kw), ci] = w[co, ci, k-1-kh, k-1-kw]; ``im2col_k`` the im2col
   matrix in the K-rows role, B[(n, oh, ow), (c, kh, kw)];
 * the store (``STORES``) puts C[i, j] (and reads the ``mask`` epilogue's aux at the same place): ``dense``
@@ -75,12 +77,12 @@ from .problem import (
     D_SRC_W,
 )
 
-__all__ = ["A_MAPS", "B_MAPS", "POOL_A_MAPS", "POOL_B_MAPS", "ROUTE_NONE", "STORES", "WINDOW_STORES",
-           "WINDOW_VERSIONS", "device_function", "finish_fn", "k_range_fn", "kernel_parts", "store_fns",
-           "window_fns"]
+__all__ = ["A_MAPS", "B_MAPS", "DENSE_K_A", "DENSE_K_B", "POOL_A_MAPS", "POOL_B_MAPS", "ROUTE_NONE", "STORES",
+           "WINDOW_STORES", "WINDOW_VERSIONS", "device_function", "finish_fn", "k_range_fn", "kernel_parts",
+           "store_fns", "window_fns"]
 
-A_MAPS = ("dense", "dense_t", "im2col", "channels")
-B_MAPS = ("dense", "dense_t", "weight_t", "weight_flip_t", "im2col_k")
+A_MAPS = ("dense", "dense_t", "dense_flat", "dense_t_flat", "im2col", "channels")
+B_MAPS = ("dense", "dense_t", "dense_flat", "dense_t_flat", "weight_t", "weight_flip_t", "im2col_k")
 # the upsample mappings (mappings_up)
 A_MAPS += _UP_A_MAPS
 B_MAPS += _UP_B_MAPS
@@ -116,6 +118,20 @@ def _a_loader(kind, ksize):
             return a[p, i] if (p < dims[D_K] and i < dims[D_M]) else F0
 
         return Loader(False, _index1, _index1, get)
+    if kind == "dense_flat":  # a C-contiguous (M, K) as a flat buffer: 32-bit element offsets
+
+        @device_function
+        def get(a, dims, i, p):
+            return a[uint32(i * dims[D_K] + p)] if (i < dims[D_M] and p < dims[D_K]) else F0
+
+        return Loader(True, _index1, _index1, get)
+    if kind == "dense_t_flat":  # a C-contiguous (K, M), flat
+
+        @device_function
+        def get(a, dims, i, p):
+            return a[uint32(p * dims[D_M] + i)] if (p < dims[D_K] and i < dims[D_M]) else F0
+
+        return Loader(False, _index1, _index1, get)
     if kind == "im2col":  # x flat NCHW (src); rows pixels of the grid, columns (c, kh, kw)
         patch = _patch_fns(ksize)[0]
 
@@ -143,6 +159,12 @@ def _a_loader(kind, ksize):
     raise ValueError(f"gemm: unknown A mapping {kind!r}; choose from {A_MAPS}")
 
 
+# The mappings whose K axis is truly contiguous in memory with a plain outer index (coalesced128 reads them 8
+# consecutive K of 4 outer indices per warp request); weight_flip_t's K runs backwards within each 3x3 window.
+DENSE_K_A = frozenset({"dense", "dense_flat"})
+DENSE_K_B = frozenset({"dense_t", "dense_t_flat", "weight_t"})
+
+
 @functools.cache
 def _b_loader(kind, ksize):
     """op(B)[p, j] of a B mapping; outer index j < N, inner p < K."""
@@ -155,6 +177,20 @@ def _b_loader(kind, ksize):
             return b[p, j] if (p < dims[D_K] and j < dims[D_N]) else F0
 
         return Loader(False, _index1, _index1, get)
+    if kind == "dense_flat":  # b C-contiguous (K, N), flat
+
+        @device_function
+        def get(b, dims, j, p):
+            return b[uint32(p * dims[D_N] + j)] if (p < dims[D_K] and j < dims[D_N]) else F0
+
+        return Loader(False, _index1, _index1, get)
+    if kind == "dense_t_flat":  # b C-contiguous (N, K), flat
+
+        @device_function
+        def get(b, dims, j, p):
+            return b[uint32(j * dims[D_K] + p)] if (j < dims[D_N] and p < dims[D_K]) else F0
+
+        return Loader(True, _index1, _index1, get)
     if kind == "dense_t":  # b (N, K)
 
         @device_function

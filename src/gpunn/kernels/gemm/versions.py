@@ -46,6 +46,8 @@ VERSIONS = {v.name: v for v in (
                 (regblock.BM, regblock.BN)),
     GemmVersion("regblock128", regblock128.kernel, regblock128.config, regblock128.THREADS, regblock128.BK,
                 (regblock128.BM, regblock128.BN)),
+    GemmVersion("coalesced128", regblock128.kernel_coalesced, regblock128.config, regblock128.THREADS,
+                regblock128.BK, (regblock128.BM, regblock128.BN)),
     GemmVersion("skinny", skinny.kernel, skinny.config, skinny.SK_THREADS, skinny.SK_KC,
                 (skinny.SK_THREADS, skinny.SK_N)),
     *(GemmVersion(d.name, d.kernel, d.config, d.threads, d.bk, (d.bm, d.bn)) for d in DEEP_TILES),
