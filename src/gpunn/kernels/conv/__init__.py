@@ -19,6 +19,8 @@ Versions (the papers' naive and optimized CUDA kernels, papers 001 and 004, and 
     staged         weight gradient of a layer with a narrow side (<= 4 channels): padded input planes staged in
                    shared memory, narrow*k*k sums per thread, partials added in a fixed order
     implicit_gemm  forward, input and weight gradient as implicit-im2col GEMMs of ``gpunn.kernels.gemm``
+    winograd       forward, input and weight gradient of 3x3 kernels by Winograd's F(2x2, 3x3): elementwise
+                   tile transforms around one batched GEMM of the 16 positions (``gemm.batched``)
     split          bias gradient: (Cout, S) blocks over batch splits, partials added in a fixed order
 
 Convolutions on a 2x nearest-upsampled input read through the upsample (``upsampled``): ``UP_VERSIONS[pass]``
@@ -88,6 +90,12 @@ from .weight_grad import (
     conv_backward_weight_shuffle,
     weight_grad_splits,
 )
+from .winograd import (
+    conv_backward_data_winograd,
+    conv_backward_weight_winograd,
+    conv_forward_winograd,
+    winograd_fits,
+)
 
 __all__ = [
     "CI_CHUNK",
@@ -125,6 +133,10 @@ __all__ = [
     "conv_bias_grad_split",
     "conv_forward_implicit_gemm",
     "conv_forward_naive",
+    "conv_forward_winograd",
+    "conv_backward_data_winograd",
+    "conv_backward_weight_winograd",
+    "winograd_fits",
     "conv_forward_ref",
     "conv_forward_tiled",
     "conv_launcher",
@@ -167,11 +179,13 @@ VERSIONS = {
         ConvVersion("naive", conv_forward_naive),
         ConvVersion("tiled", conv_forward_tiled),
         ConvVersion("implicit_gemm", conv_forward_implicit_gemm, takes_threads=False),
+        ConvVersion("winograd", conv_forward_winograd, applies=winograd_fits, takes_threads=False),
     ),
     "backward_data": _table(
         ConvVersion("naive", conv_backward_data_naive),
         ConvVersion("tiled", conv_backward_data_tiled),
         ConvVersion("implicit_gemm", conv_backward_data_implicit_gemm, takes_threads=False),
+        ConvVersion("winograd", conv_backward_data_winograd, applies=winograd_fits, takes_threads=False),
     ),
     "backward_weight": _table(
         ConvVersion("naive", conv_backward_weight_naive),
@@ -180,6 +194,7 @@ VERSIONS = {
         ConvVersion("deterministic", conv_backward_weight_deterministic),
         ConvVersion("implicit_gemm", conv_backward_weight_implicit_gemm, takes_threads=False),
         ConvVersion("staged", conv_backward_weight_staged, applies=staged_fits),
+        ConvVersion("winograd", conv_backward_weight_winograd, applies=winograd_fits, takes_threads=False),
     ),
     "bias_grad": _table(
         ConvVersion("naive", conv_bias_grad_naive),
