@@ -15,6 +15,7 @@ from numba import cuda
 
 from gpunn.kernels import conv as C
 from gpunn.kernels.conv import reference as R
+from gpunn.kernels.conv import upsampled as UP
 from gpunn.kernels.conv import winograd as WG
 from gpunn.kernels.gemm import batched as B
 from gpunn.kernels.launch import LaunchGroup
@@ -43,13 +44,18 @@ def _rel_err(got, ref):
     return float(np.abs(got - ref).max() / np.abs(ref).max())
 
 
-def _forward(p, shape=SHAPE, bias=True, relu=True, version=None, w_view=False):
+def _out_hw(h, wd, p, up):
+    return (2 * h + 2 * p - 2, 2 * wd + 2 * p - 2) if up else (h + 2 * p - 2, wd + 2 * p - 2)
+
+
+def _forward(p, shape=SHAPE, bias=True, relu=True, version=None, w_view=False, up=False):
     n, cin, cout, h, wd = shape
-    rng = _rng("wino-fwd", p, shape, bias, relu, version, w_view)
+    rng = _rng("wino-fwd", p, shape, bias, relu, version, w_view, up)
     x = _rand(rng, n, cin, h, wd)
     w = _rand(rng, cout, cin, 3, 3)
     b = _rand(rng, cout) if bias else None
-    oh, ow = h + 2 * p - 2, wd + 2 * p - 2
+    oh, ow = _out_hw(h, wd, p, up)
+    launcher = WG.conv_forward_winograd_up if up else WG.conv_forward_winograd
     wd_dev = cuda.to_device(w)
     if w_view:  # a strided view of a flat parameter buffer, as the engine passes weights
         buf = cuda.to_device(np.concatenate([np.zeros(7, np.float32), w.ravel()]))
@@ -57,47 +63,48 @@ def _forward(p, shape=SHAPE, bias=True, relu=True, version=None, w_view=False):
     outs = []
     for _ in range(2):
         out = _nan((n, cout, oh, ow))
-        launch = WG.conv_forward_winograd(cuda.to_device(x), wd_dev, None if b is None else cuda.to_device(b),
-                                          out, p, relu=relu, version=version)
+        launch = launcher(cuda.to_device(x), wd_dev, None if b is None else cuda.to_device(b), out, p, relu=relu,
+                          version=version)
         assert isinstance(launch, LaunchGroup)
         outs.append(out.copy_to_host())
     assert np.array_equal(outs[0], outs[1], equal_nan=True), "two runs differ"
-    return _rel_err(outs[0], R.conv_forward_ref(x, w, b, p, relu))
+    return _rel_err(outs[0], (UP.conv_forward_up_ref if up else R.conv_forward_ref)(x, w, b, p, relu))
 
 
-def _backward_data(p, shape=SHAPE, mask=True, version=None):
+def _backward_data(p, shape=SHAPE, mask=True, version=None, up=False):
     n, cin, cout, h, wd = shape
-    rng = _rng("wino-bwd-data", p, shape, mask, version)
-    oh, ow = h + 2 * p - 2, wd + 2 * p - 2
+    rng = _rng("wino-bwd-data", p, shape, mask, version, up)
+    oh, ow = _out_hw(h, wd, p, up)
+    launcher = WG.conv_backward_data_winograd_up if up else WG.conv_backward_data_winograd
     dy, w = _rand(rng, n, cout, oh, ow), _rand(rng, cout, cin, 3, 3)
     relu_mask = np.maximum(rng.standard_normal((n, cin, h, wd)), 0).astype(np.float32) if mask else None
     outs = []
     for _ in range(2):
         dx = _nan((n, cin, h, wd))
-        WG.conv_backward_data_winograd(cuda.to_device(dy), cuda.to_device(w), dx, p,
-                                       relu_mask=None if relu_mask is None else cuda.to_device(relu_mask),
-                                       version=version)
+        launcher(cuda.to_device(dy), cuda.to_device(w), dx, p,
+                 relu_mask=None if relu_mask is None else cuda.to_device(relu_mask), version=version)
         outs.append(dx.copy_to_host())
     assert np.array_equal(outs[0], outs[1], equal_nan=True), "two runs differ"
     got = outs[0]
     if mask:
         assert np.all(got[relu_mask <= 0] == 0), "the ReLU mask must zero dx"
-    return _rel_err(got, R.conv_backward_data_ref(dy, w, (n, cin, h, wd), p, relu_mask))
+    ref = UP.conv_backward_data_up_ref if up else R.conv_backward_data_ref
+    return _rel_err(got, ref(dy, w, (n, cin, h, wd), p, relu_mask))
 
 
-def _backward_weight(p, shape=SHAPE, splits=None, version=None):
+def _backward_weight(p, shape=SHAPE, splits=None, version=None, up=False):
     n, cin, cout, h, wd = shape
-    rng = _rng("wino-bwd-weight", p, shape, splits, version)
-    oh, ow = h + 2 * p - 2, wd + 2 * p - 2
+    rng = _rng("wino-bwd-weight", p, shape, splits, version, up)
+    oh, ow = _out_hw(h, wd, p, up)
+    launcher = WG.conv_backward_weight_winograd_up if up else WG.conv_backward_weight_winograd
     x, dy = _rand(rng, n, cin, h, wd), _rand(rng, n, cout, oh, ow)
     outs = []
     for _ in range(2):
         dw = _nan((cout, cin, 3, 3))
-        WG.conv_backward_weight_winograd(cuda.to_device(x), cuda.to_device(dy), dw, p, splits=splits,
-                                         version=version)
+        launcher(cuda.to_device(x), cuda.to_device(dy), dw, p, splits=splits, version=version)
         outs.append(dw.copy_to_host())
     assert np.array_equal(outs[0], outs[1], equal_nan=True), "two runs differ"
-    return _rel_err(outs[0], R.conv_backward_weight_ref(x, dy, 3, p))
+    return _rel_err(outs[0], (UP.conv_backward_weight_up_ref if up else R.conv_backward_weight_ref)(x, dy, 3, p))
 
 
 @pytest.mark.parametrize("p", [1, 0, 2])
@@ -126,6 +133,18 @@ def test_backward_weight(p, splits):
 def test_wgrad_splits_change_chunks_not_result_much():
     """Different split counts sum the same products in different groupings: close, each within TOL."""
     assert _backward_weight(1, splits=2) <= TOL and _backward_weight(1, splits=5) <= TOL
+
+
+UP_SHAPE = (3, 5, 6, 3, 5)  # before the upsample: 6x10 after it
+
+
+@pytest.mark.parametrize("p", [1, 0])
+def test_upsampled_passes(p):
+    """The passes of a conv on up(x): x read through the upsample, the input gradient's 2x2 sums in the output
+    transform."""
+    assert _forward(p, shape=UP_SHAPE, up=True) <= TOL
+    assert _backward_data(p, shape=UP_SHAPE, up=True) <= TOL
+    assert _backward_weight(p, shape=UP_SHAPE, splits=2, up=True) <= TOL
 
 
 def test_coalesced128_batched():
@@ -186,6 +205,8 @@ def test_registered():
         assert C.VERSIONS[step]["winograd"].applies(128, 128, 3, 1, 16, 16)
         assert not C.VERSIONS[step]["winograd"].applies(128, 128, 5, 2, 16, 16)
     assert "winograd" in C.runnable_versions("forward", (5, 6, 3, 1, 7, 9))
+    for step in ("forward", "backward_data", "backward_weight"):
+        assert C.upsampled_version(step, "winograd").launcher.__name__.endswith("_winograd_up")
     assert "winograd" not in C.runnable_versions("forward", (5, 6, 1, 0, 7, 9))
 
 
@@ -197,3 +218,12 @@ def test_gpu_autoencoder_shapes(shape):
     assert _forward(1, shape=shape) <= TOL
     assert _backward_data(1, shape=shape) <= TOL
     assert _backward_weight(1, shape=shape) <= TOL
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") == "1", reason="needs a real GPU")
+@pytest.mark.parametrize("shape", [(64, 128, 256, 8, 8), (5, 33, 65, 7, 9)])
+def test_gpu_upsampled_shapes(shape):
+    assert _forward(1, shape=shape, up=True) <= TOL
+    assert _backward_data(1, shape=shape, up=True) <= TOL
+    assert _backward_weight(1, shape=shape, up=True) <= TOL

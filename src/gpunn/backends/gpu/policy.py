@@ -138,6 +138,8 @@ AUTO_TILED_MAX_PRODUCT = 4096  # in x out channels up to which the shared-memory
 AUTO_SKINNY_MAX = 4            # output channels up to which the implicit GEMM's skinny kernel wins
 AUTO_WGRAD_MIN = 1024          # weights below which the block-reduction weight gradient beats the GEMM
 AUTO_STAGED_MIN_WIDE = 64      # input channels from which a narrow output's staged weight gradient is chosen
+AUTO_WINOGRAD_MIN_PRODUCT = 128 * 128  # in x out channels from which 3x3, padding-1 passes run Winograd F(2x2, 3x3)
+AUTO_WINOGRAD_STEPS = ("forward", "backward_data", "backward_weight")  # ... the passes where it measured faster
 SGD_MODES = ("flat", "per_layer")
 COPY_MODES = ("sync", "pipelined")
 UPSAMPLE_MODES = ("separate", "fused")
@@ -190,10 +192,16 @@ def conv_version(policy: Policy, step: str, in_channels: int, out_channels: int,
         3->256, it took 0.276 ms against the implicit GEMM's 0.156, so that stays the GEMM); else the
         deterministic block reduction where the GEMM is small (Cout*Cin*k*k < AUTO_WGRAD_MIN: cnn conv1's 144
         weights) or its M = Cout is skinny, else the implicit GEMM;
-      bias gradient: the split reduction."""
+      bias gradient: the split reduction.
+    Before these: 3x3 kernels with padding 1 and in * out channels >= AUTO_WINOGRAD_MIN_PRODUCT run the passes of
+    AUTO_WINOGRAD_STEPS as ``winograd`` (ae 256->128, 128->128, and 128->256 on its upsampled input: conv.UP_VERSIONS'
+    twin reads through the upsample)."""
     name = policy.conv[step]
     if name != "auto":
         return name
+    if (step in AUTO_WINOGRAD_STEPS and k == 3 and padding == 1
+            and in_channels * out_channels >= AUTO_WINOGRAD_MIN_PRODUCT):
+        return "winograd"
     if step in ("forward", "backward_data"):
         ci, co = (in_channels, out_channels) if step == "forward" else (out_channels, in_channels)
         return "tiled" if ci * co <= AUTO_TILED_MAX_PRODUCT and co > AUTO_SKINNY_MAX else "implicit_gemm"

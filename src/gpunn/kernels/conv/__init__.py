@@ -24,9 +24,10 @@ Versions (the papers' naive and optimized CUDA kernels, papers 001 and 004, and 
     split          bias gradient: (Cout, S) blocks over batch splits, partials added in a fixed order
 
 Convolutions on a 2x nearest-upsampled input read through the upsample (``upsampled``): ``UP_VERSIONS[pass]``
-holds their ``ConvVersion`` records (forward and backward_data ``implicit_gemm``, backward_weight ``implicit_gemm``
-and ``staged``), launchers ``conv_<pass>_<version>_up`` taking the map before the upsample; ``upsampled_version``
-gives a plain version's twin. A table of its own: their inputs differ from ``VERSIONS``' (x, not up(x)).
+holds their ``ConvVersion`` records (forward and backward_data ``implicit_gemm`` and ``winograd``, backward_weight
+``implicit_gemm``, ``staged`` and ``winograd``), launchers ``conv_<pass>_<version>_up`` taking the map before the
+upsample; ``upsampled_version`` gives a plain version's twin. A table of its own: their inputs differ from
+``VERSIONS``' (x, not up(x)).
 
 The float64 NumPy references are ``conv_forward_ref``, ``conv_backward_data_ref``, ``conv_backward_weight_ref``
 and ``conv_bias_grad_ref``. Index arithmetic is uint32 (see ``gpunn.kernels.gemm.mappings``). History (PTX
@@ -92,8 +93,11 @@ from .weight_grad import (
 )
 from .winograd import (
     conv_backward_data_winograd,
+    conv_backward_data_winograd_up,
     conv_backward_weight_winograd,
+    conv_backward_weight_winograd_up,
     conv_forward_winograd,
+    conv_forward_winograd_up,
     winograd_fits,
 )
 
@@ -135,7 +139,10 @@ __all__ = [
     "conv_forward_naive",
     "conv_forward_winograd",
     "conv_backward_data_winograd",
+    "conv_backward_data_winograd_up",
     "conv_backward_weight_winograd",
+    "conv_backward_weight_winograd_up",
+    "conv_forward_winograd_up",
     "winograd_fits",
     "conv_forward_ref",
     "conv_forward_tiled",
@@ -206,11 +213,18 @@ VERSIONS = {
 
 # versions of the passes of a conv whose input is a 2x upsample (the launchers take the map before it)
 UP_VERSIONS = {
-    "forward": _table(ConvVersion("implicit_gemm", conv_forward_implicit_gemm_up, takes_threads=False)),
-    "backward_data": _table(ConvVersion("implicit_gemm", conv_backward_data_implicit_gemm_up, takes_threads=False)),
+    "forward": _table(
+        ConvVersion("implicit_gemm", conv_forward_implicit_gemm_up, takes_threads=False),
+        ConvVersion("winograd", conv_forward_winograd_up, applies=winograd_fits, takes_threads=False),
+    ),
+    "backward_data": _table(
+        ConvVersion("implicit_gemm", conv_backward_data_implicit_gemm_up, takes_threads=False),
+        ConvVersion("winograd", conv_backward_data_winograd_up, applies=winograd_fits, takes_threads=False),
+    ),
     "backward_weight": _table(
         ConvVersion("implicit_gemm", conv_backward_weight_implicit_gemm_up, takes_threads=False),
         ConvVersion("staged", conv_backward_weight_staged_up, applies=staged_fits),
+        ConvVersion("winograd", conv_backward_weight_winograd_up, applies=winograd_fits, takes_threads=False),
     ),
 }
 UP_DEFAULT = "implicit_gemm"  # the twin of a plain version that has none of its own

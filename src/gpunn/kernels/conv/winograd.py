@@ -13,9 +13,11 @@ A^T (2x4) of F(2, 3), every pass is transforms around ONE batched GEMM of the 16
   dU[pos] = V[pos] @ dM[pos]^T (Cin x Cout, K = T split into S chunks in grid z: partials (16 S, Cin, Cout)),
   and one launch summing the S partials of each position in order and applying dW = G^T dU G.
 
-Transforms are elementwise kernels, one thread per (channel, tile), consecutive threads on consecutive tiles (the
-scratch buffers' writes coalesced). The scratch buffers are allocated when a launch is bound (NaN-filled) and held
-by its ``LaunchGroup``. Padding 0..2 (the input gradient's is 2 - p). Measurements: NOTES.md.
+The ``_up`` launchers run the passes of a conv on the 2x nearest upsample of x (``conv.upsampled``'s twins): the input
+transform reads through the upsample; the input gradient's output transform sums each tile's 2x2 outputs (one pixel of
+x). Transforms are elementwise kernels, one thread per (channel, tile), consecutive threads on consecutive tiles (the
+scratch buffers' writes coalesced). The scratch buffers are allocated when a launch is bound (NaN-filled) and held by
+its ``LaunchGroup``. Padding 0..2 (the input gradient's is 2 - p). Measurements: NOTES.md.
 """
 
 from __future__ import annotations
@@ -33,9 +35,11 @@ from ..gemm.batched import batch_chunks, gemm_batched
 from ..gemm.versions import lookup
 from ..launch import LaunchGroup, bind, check_device_array, flat, grid_for
 from .implicit_gemm import _activation, _expect, _geometry
+from .upsampled import upsampled_shape
 
 __all__ = ["TRANSFORM_THREADS", "WINOGRAD_WGRAD_WAVES", "conv_backward_data_winograd",
-           "conv_backward_weight_winograd", "conv_forward_winograd", "winograd_fits", "winograd_version"]
+           "conv_backward_data_winograd_up", "conv_backward_weight_winograd", "conv_backward_weight_winograd_up",
+           "conv_forward_winograd", "conv_forward_winograd_up", "winograd_fits", "winograd_version"]
 
 TRANSFORM_THREADS = 256
 WINOGRAD_WGRAD_WAVES = 2  # the weight gradient's automatic split count: about this many blocks per SM
@@ -73,45 +77,55 @@ def _scratch(size):
     return cuda.to_device(np.full(int(size), np.nan, dtype=np.float32))
 
 
-@cuda.jit
-def _input_transform(x, v, dims):
-    """v[pos, c, t] = (B^T d B)[pos] of the 4x4 window d of tile t in channel c of x (flat NCHW)."""
-    d = cuda.local.array(POSITIONS, float32)
-    t_all = dims[_T]
-    ct = uint32(dims[_C] * t_all)
-    tt = uint32(dims[_TH] * dims[_TW])
-    e = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
-    stride = uint32(cuda.gridDim.x * cuda.blockDim.x)
-    while e < ct:
-        c = uint32(e // t_all)
-        t = uint32(e - c * t_all)
-        n = uint32(t // tt)
-        r = uint32(t - n * tt)
-        ty = uint32(r // dims[_TW])
-        tx = uint32(r - ty * dims[_TW])
-        h0 = uint32(ty * _U2 - dims[_P])  # mod 2^32: one unsigned compare rejects both sides of the padding
-        w0 = uint32(tx * _U2 - dims[_P])
-        base = uint32(uint32(n * dims[_C] + c) * dims[_H] * dims[_W])
-        for i in range(4):
-            hi = uint32(h0 + uint32(i))
-            for j in range(4):
-                wj = uint32(w0 + uint32(j))
-                d[i * 4 + j] = x[uint32(base + hi * dims[_W] + wj)] if hi < dims[_H] and wj < dims[_W] else _F0
-        for j in range(4):  # B^T d: B^T = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]
-            a0, a1, a2, a3 = d[j], d[4 + j], d[8 + j], d[12 + j]
-            d[j] = a0 - a2
-            d[4 + j] = a1 + a2
-            d[8 + j] = a2 - a1
-            d[12 + j] = a1 - a3
-        for i in range(4):  # (B^T d) B
-            a0, a1, a2, a3 = d[4 * i], d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]
-            d[4 * i] = a0 - a2
-            d[4 * i + 1] = a1 + a2
-            d[4 * i + 2] = a2 - a1
-            d[4 * i + 3] = a1 - a3
-        for pos in range(POSITIONS):
-            v[uint32(uint32(pos) * ct + e)] = d[pos]
-        e = uint32(e + stride)
+@functools.cache
+def _input_kernel(up):
+    """The input transform; with `up` it reads the 2x nearest upsample of x (the window's bounds (2H, 2W))."""
+    shift = np.uint32(1 if up else 0)
+
+    @cuda.jit
+    def input_transform(x, v, dims):
+        """v[pos, c, t] = (B^T d B)[pos] of the 4x4 window d of tile t in channel c of x (flat NCHW)."""
+        d = cuda.local.array(POSITIONS, float32)
+        t_all = dims[_T]
+        ct = uint32(dims[_C] * t_all)
+        tt = uint32(dims[_TH] * dims[_TW])
+        h_in = uint32(dims[_H] << shift)
+        w_in = uint32(dims[_W] << shift)
+        e = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
+        stride = uint32(cuda.gridDim.x * cuda.blockDim.x)
+        while e < ct:
+            c = uint32(e // t_all)
+            t = uint32(e - c * t_all)
+            n = uint32(t // tt)
+            r = uint32(t - n * tt)
+            ty = uint32(r // dims[_TW])
+            tx = uint32(r - ty * dims[_TW])
+            h0 = uint32(ty * _U2 - dims[_P])  # mod 2^32: one unsigned compare rejects both sides of the padding
+            w0 = uint32(tx * _U2 - dims[_P])
+            base = uint32(uint32(n * dims[_C] + c) * dims[_H] * dims[_W])
+            for i in range(4):
+                hi = uint32(h0 + uint32(i))
+                for j in range(4):
+                    wj = uint32(w0 + uint32(j))
+                    d[i * 4 + j] = (x[uint32(base + (hi >> shift) * dims[_W] + (wj >> shift))]
+                                    if hi < h_in and wj < w_in else _F0)
+            for j in range(4):  # B^T d: B^T = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]
+                a0, a1, a2, a3 = d[j], d[4 + j], d[8 + j], d[12 + j]
+                d[j] = a0 - a2
+                d[4 + j] = a1 + a2
+                d[8 + j] = a2 - a1
+                d[12 + j] = a1 - a3
+            for i in range(4):  # (B^T d) B
+                a0, a1, a2, a3 = d[4 * i], d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]
+                d[4 * i] = a0 - a2
+                d[4 * i + 1] = a1 + a2
+                d[4 * i + 2] = a2 - a1
+                d[4 * i + 3] = a1 - a3
+            for pos in range(POSITIONS):
+                v[uint32(uint32(pos) * ct + e)] = d[pos]
+            e = uint32(e + stride)
+
+    return input_transform
 
 
 @cuda.jit
@@ -185,7 +199,9 @@ def _dy_transform(dy, dm, dims):
 
 
 @functools.cache
-def _output_kernel(epilogue):
+def _output_kernel(epilogue, down=False):
+    """The output transform; with `down` (the input gradient of a conv on a 2x upsample) each tile's 2x2 outputs
+    are summed into one element of the (OH/2, OW/2) map (the upsample's backward; OH, OW even)."""
     has_bias, relu, mask = epilogue_flags(epilogue)
 
     @cuda.jit
@@ -211,24 +227,34 @@ def _output_kernel(epilogue):
                 m3 = m[uint32(uint32(12 + j) * ct + e)]
                 t2[j] = m0 + m1 + m2
                 t2[4 + j] = m1 - m2 - m3
-            base = uint32(uint32(n * dims[_C] + c) * dims[_OH] * dims[_OW])
-            for i in range(2):
-                oh = uint32(ty * _U2 + uint32(i))
-                for j in range(2):  # (A^T M) A
-                    ow = uint32(tx * _U2 + uint32(j))
-                    if oh < dims[_OH] and ow < dims[_OW]:
-                        if j == 0:
-                            val = t2[4 * i] + t2[4 * i + 1] + t2[4 * i + 2]
-                        else:
-                            val = t2[4 * i + 1] - t2[4 * i + 2] - t2[4 * i + 3]
-                        idx = uint32(base + oh * dims[_OW] + ow)
-                        if has_bias:
-                            val += aux[c]
-                        if relu and val < _F0:
-                            val = _F0
-                        if mask and not aux[idx] > _F0:
-                            val = _F0
-                        y[idx] = val
+            if down:  # one element per tile: its 4 outputs summed (row 0's pair, then row 1's)
+                val = _F0
+                for i in range(2):
+                    val += t2[4 * i] + t2[4 * i + 1] + t2[4 * i + 2]
+                    val += t2[4 * i + 1] - t2[4 * i + 2] - t2[4 * i + 3]
+                idx = uint32(uint32(uint32(n * dims[_C] + c) * tt + r))
+                if mask and not aux[idx] > _F0:
+                    val = _F0
+                y[idx] = val
+            else:
+                base = uint32(uint32(n * dims[_C] + c) * dims[_OH] * dims[_OW])
+                for i in range(2):
+                    oh = uint32(ty * _U2 + uint32(i))
+                    for j in range(2):  # (A^T M) A
+                        ow = uint32(tx * _U2 + uint32(j))
+                        if oh < dims[_OH] and ow < dims[_OW]:
+                            if j == 0:
+                                val = t2[4 * i] + t2[4 * i + 1] + t2[4 * i + 2]
+                            else:
+                                val = t2[4 * i + 1] - t2[4 * i + 2] - t2[4 * i + 3]
+                            idx = uint32(base + oh * dims[_OW] + ow)
+                            if has_bias:
+                                val += aux[c]
+                            if relu and val < _F0:
+                                val = _F0
+                            if mask and not aux[idx] > _F0:
+                                val = _F0
+                            y[idx] = val
             e = uint32(e + stride)
 
     return output_transform
@@ -292,12 +318,14 @@ def _bind(kernel, n, args, stream, name):
     return bind(kernel, grid_for(n, threads), threads, args, stream, False, name)
 
 
-def _winograd_conv(op, src, w, out, epilogue, aux, padding, flip, version, stream, launch):
+def _winograd_conv(op, src, w, out, epilogue, aux, padding, flip, version, block, stream, launch, up=False,
+                   down=False):
     """out = the Winograd convolution of src (N, C, H', W') by the 3x3 kernel u made from w (``_weight_transform``,
-    `flip` for the input gradient's), padding p, with the epilogue: the forward and input-gradient passes."""
+    `flip` for the input gradient's), padding p, with the epilogue: the forward and input-gradient passes. `up`:
+    src is read through its 2x upsample; `down`: the output grid is twice out's size, each 2x2 block summed."""
     n, c_in, h, wd = shape(src)
     c_out = shape(out)[1]
-    oh, ow = shape(out)[2:]
+    oh, ow = ((2 if down else 1) * int(v) for v in shape(out)[2:])
     td_in = _tdims(n, c_in, h, wd, oh, ow, padding)
     td_out = _tdims(n, c_out, h, wd, oh, ow, padding)
     tiles = int(td_in[_T])
@@ -307,10 +335,10 @@ def _winograd_conv(op, src, w, out, epilogue, aux, padding, flip, version, strea
     group = LaunchGroup([
         _bind(_weight_transform, c_in * c_out, (w, u, np.uint32(c_in), np.uint32(c_out), bool(flip)), stream,
               f"{op}[weight transform]"),
-        _bind(_input_transform, c_in * tiles, (flat(src), v, td_in), stream, f"{op}[input transform]"),
+        _bind(_input_kernel(up), c_in * tiles, (flat(src), v, td_in), stream, f"{op}[input transform]"),
         gemm_batched(version, tiles, c_out, c_in, POSITIONS, v, u, m, a_map="batch_t", b_map="batch",
-                     store="batch_t", stream=stream, launch=False, op=op),
-        _bind(_output_kernel(epilogue), c_out * tiles, (m, flat(out), aux, td_out), stream,
+                     store="batch_t", block=block, stream=stream, launch=False, op=op),
+        _bind(_output_kernel(epilogue, down), c_out * tiles, (m, flat(out), aux, td_out), stream,
               f"{op}[output transform,{epilogue}]"),
     ])
     if launch:
@@ -318,10 +346,11 @@ def _winograd_conv(op, src, w, out, epilogue, aux, padding, flip, version, strea
     return group
 
 
-def conv_forward_winograd(x, w, bias, out, padding, relu=False, version=None, stream=0,
+def conv_forward_winograd(x, w, bias, out, padding, relu=False, version=None, block=None, stream=0,
                           launch=True) -> LaunchGroup:
     """out = conv(x, w) (+ bias) (ReLU): x (N, Cin, H, W), w (Cout, Cin, 3, 3) (any strides), bias (Cout,) or
-    None, out (N, Cout, OH, OW). ``version``: the batched GEMM's (None: ``winograd_version``)."""
+    None, out (N, Cout, OH, OW). ``version``, ``block``: the batched GEMM's (None: ``winograd_version``, its
+    block)."""
     op = "conv_forward_winograd"
     _activation(op, "x", x)
     k, oh, ow = _geometry(op, shape(x), w, padding)
@@ -333,10 +362,10 @@ def conv_forward_winograd(x, w, bias, out, padding, relu=False, version=None, st
         check_device_array(op, "bias", bias, 1)
         _expect(op, "bias", bias, (cout,))
     epilogue, aux = epilogue_args(op, bias, relu, None)
-    return _winograd_conv(op, x, w, out, epilogue, aux, padding, False, version, stream, launch)
+    return _winograd_conv(op, x, w, out, epilogue, aux, padding, False, version, block, stream, launch)
 
 
-def conv_backward_data_winograd(dy, w, dx, padding, relu_mask=None, version=None, stream=0,
+def conv_backward_data_winograd(dy, w, dx, padding, relu_mask=None, version=None, block=None, stream=0,
                                 launch=True) -> LaunchGroup:
     """dx = dL/dx of out = conv(x, w): dy (N, Cout, OH, OW), w (Cout, Cin, 3, 3), dx (N, Cin, H, W); dx = 0
     where ``relu_mask`` (dx's shape) <= 0. The forward machinery on dy with the rotated kernel, padding 2 - p."""
@@ -351,18 +380,23 @@ def conv_backward_data_winograd(dy, w, dx, padding, relu_mask=None, version=None
         _activation(op, "relu_mask", relu_mask)
         _expect(op, "relu_mask", relu_mask, shape(dx))
     epilogue, aux = epilogue_args(op, None, False, None if relu_mask is None else flat(relu_mask))
-    return _winograd_conv(op, dy, w, dx, epilogue, aux, 2 - int(padding), True, version, stream, launch)
+    return _winograd_conv(op, dy, w, dx, epilogue, aux, 2 - int(padding), True, version, block, stream, launch)
 
 
-def conv_backward_weight_winograd(x, dy, dw, padding, version=None, stream=0, launch=True,
+def conv_backward_weight_winograd(x, dy, dw, padding, version=None, block=None, stream=0, launch=True,
                                   splits=None) -> LaunchGroup:
     """dw = dL/dw of out = conv(x, w) (overwritten): x (N, Cin, H, W), dy (N, Cout, OH, OW), dw (Cout, Cin, 3, 3)
     (any strides). ``splits``: the chunks of the tile sum (K of the batched GEMM) per position (None: about
     WINOGRAD_WGRAD_WAVES blocks per SM; SIMULATOR_WGRAD_SPLITS under the simulator), summed in a fixed order."""
     op = "conv_backward_weight_winograd"
     _activation(op, "x", x)
-    _activation(op, "dy", dy)
     k, oh, ow = _geometry(op, shape(x), dw, padding, "dw")
+    return _winograd_wgrad(op, x, dy, dw, padding, k, oh, ow, version, block, stream, launch, splits, False)
+
+
+def _winograd_wgrad(op, x, dy, dw, padding, k, oh, ow, version, block, stream, launch, splits, up):
+    """The weight gradient on the (oh, ow) grid of dy; `up`: x read through its 2x upsample."""
+    _activation(op, "dy", dy)
     _check(op, k, padding)
     n, cin, h, wd = shape(x)
     cout = int(dw.shape[0])
@@ -381,13 +415,65 @@ def conv_backward_weight_winograd(x, dy, dw, padding, version=None, stream=0, la
     v, dm = _scratch(POSITIONS * cin * tiles), _scratch(POSITIONS * cout * tiles)
     partials = _scratch(POSITIONS * splits * cin * cout)
     group = LaunchGroup([
-        _bind(_input_transform, cin * tiles, (flat(x), v, td_x), stream, f"{op}[input transform]"),
+        _bind(_input_kernel(up), cin * tiles, (flat(x), v, td_x), stream, f"{op}[input transform]"),
         _bind(_dy_transform, cout * tiles, (flat(dy), dm, td_dy), stream, f"{op}[dy transform]"),
         gemm_batched(version, cin, cout, tiles, POSITIONS, v, dm, partials, a_map="batch_k", b_map="batch_t_k",
-                     store="partial", splits=splits, stream=stream, launch=False, op=op),
+                     store="partial", splits=splits, block=block, stream=stream, launch=False, op=op),
         _bind(_wgrad_finish, cin * cout, (partials, dw, np.uint32(cin), np.uint32(cout), np.uint32(splits)), stream,
               f"{op}[sum {splits} + weight transform]"),
     ])
     if launch:
         group()
     return group
+
+
+# ---------------------------------------------------------------------------------------------------------
+# On a 2x nearest upsample of x (conv.upsampled's passes): the input transform reads through the upsample, and
+# the input gradient's output transform sums each tile's 2x2 outputs (a tile is one upsampled pixel: its origin
+# is even), so neither up(x) nor its gradient is stored.
+
+
+def conv_forward_winograd_up(x, w, bias, out, padding, relu=False, version=None, block=None, stream=0,
+                             launch=True) -> LaunchGroup:
+    """out = conv(up(x), w) (+ bias) (ReLU): x (N, Cin, H, W), out (N, Cout, OH, OW) with OH = 2H + 2p - 2."""
+    op = "conv_forward_winograd_up"
+    _activation(op, "x", x)
+    k, oh, ow = _geometry(op, upsampled_shape(shape(x)), w, padding)
+    _check(op, k, padding)
+    n, cout = shape(x)[0], int(w.shape[0])
+    _activation(op, "out", out)
+    _expect(op, "out", out, (n, cout, oh, ow))
+    if bias is not None:
+        check_device_array(op, "bias", bias, 1)
+        _expect(op, "bias", bias, (cout,))
+    epilogue, aux = epilogue_args(op, bias, relu, None)
+    return _winograd_conv(op, x, w, out, epilogue, aux, padding, False, version, block, stream, launch, up=True)
+
+
+def conv_backward_data_winograd_up(dy, w, dx, padding, relu_mask=None, version=None, block=None, stream=0,
+                                   launch=True) -> LaunchGroup:
+    """dx = dL/dx of out = conv(up(x), w): dy (N, Cout, OH, OW), dx and ``relu_mask`` (N, Cin, H, W): the input
+    gradient at the upsampled size, each 2x2 block summed by the output transform."""
+    op = "conv_backward_data_winograd_up"
+    _activation(op, "dy", dy)
+    _activation(op, "dx", dx)
+    k, oh, ow = _geometry(op, upsampled_shape(shape(dx)), w, padding)
+    _check(op, k, padding)
+    n, cout = shape(dx)[0], int(w.shape[0])
+    _expect(op, "dy", dy, (n, cout, oh, ow))
+    if relu_mask is not None:
+        _activation(op, "relu_mask", relu_mask)
+        _expect(op, "relu_mask", relu_mask, shape(dx))
+    epilogue, aux = epilogue_args(op, None, False, None if relu_mask is None else flat(relu_mask))
+    return _winograd_conv(op, dy, w, dx, epilogue, aux, 2 - int(padding), True, version, block, stream, launch,
+                          down=True)
+
+
+def conv_backward_weight_winograd_up(x, dy, dw, padding, version=None, block=None, stream=0, launch=True,
+                                     splits=None) -> LaunchGroup:
+    """dw = dL/dw of out = conv(up(x), w) (overwritten): x (N, Cin, H, W), dy (N, Cout, OH, OW); ``splits`` as in
+    ``conv_backward_weight_winograd``."""
+    op = "conv_backward_weight_winograd_up"
+    _activation(op, "x", x)
+    k, oh, ow = _geometry(op, upsampled_shape(shape(x)), dw, padding, "dw")
+    return _winograd_wgrad(op, x, dy, dw, padding, k, oh, ow, version, block, stream, launch, splits, True)

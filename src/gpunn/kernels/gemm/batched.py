@@ -29,11 +29,11 @@ def batch_chunks(k_total: int, splits: int, k_step: int) -> tuple[int, int]:
 
 
 def gemm_batched(version, m, n, k_total, batches, a, b, out, *, a_map, b_map, store, splits=1, aux=None,
-                 epilogue="none", stream=0, launch=True, op=None, name=None) -> Launch:
+                 epilogue="none", block=None, stream=0, launch=True, op=None, name=None) -> Launch:
     """C_z = A_z @ B_z for z < batches * S (S the splits used, ``batch_chunks``): A_z (m, k_len), B_z (k_len, n)
     read through the batched mappings from flat float32 buffers a and b (shapes: ``mappings_batched``), C_z stored
     through `store` (``batch_t``: out (Z, n, m); ``partial``: out (Z, m, n)). The caller sizes out for
-    ``batch_chunks(k_total, splits, k_step)[0]`` splits."""
+    ``batch_chunks(k_total, splits, k_step)[0]`` splits. ``block``: the version's (None: its default)."""
     op = op or "gemm_batched"
     if version not in BATCH_VERSIONS:
         raise ValueError(f"{op}: version {version!r} cannot run batched; choose from {BATCH_VERSIONS}")
@@ -54,6 +54,6 @@ def gemm_batched(version, m, n, k_total, batches, a, b, out, *, a_map, b_map, st
     if aux is None:
         aux = epilogue_args(op)[1]
     kernel = spec.kernel(a_map, b_map, store, 1, epilogue)
-    grid, threads = spec.config(op, spec.block, m, n, kernel)
+    grid, threads = spec.config(op, spec.block if block is None else block, m, n, kernel)
     name = name or f"{op}[{version},{a_map},{b_map}->{store},{batches}x{splits}]"
     return bind(kernel, (*grid, z), threads, (a, b, out, aux, problem.dims), stream, launch, name)

@@ -1,10 +1,11 @@
 """Operand mappings of a batched GEMM: one launch runs Z independent GEMMs C_z = A_z @ B_z, GEMM z on grid z
 (``gemm.batched`` binds the launch; the kernels are unchanged, the mappings read ``cuda.blockIdx.z``).
 
-The problem's dims are (M, N, K, S, K_total) (``batched_problem``): each of the Z / S stored operands is
-K_total deep, and its K is split into S chunks of K = k_len indices (S = 1: no split), grid z = b * S + s
-running chunk s of operand pair b (a fixed order: ``conv.winograd`` sums the S partial products of each b in
-s order afterwards). Operands are flat C-contiguous float32 buffers (32-bit element offsets):
+The problem's dims are (M, N, K, S, S_mul, S_shift, K_total) (``batched_problem``; S_mul, S_shift: the magic
+numbers of a division by S): each of the Z / S stored operands is K_total deep, and its K is split into S chunks of
+K = k_len indices (S = 1: no split), grid z = b * S + s running chunk s of operand pair b (a fixed order:
+``conv.winograd`` sums the S partial products of each b in s order afterwards).
+Operands are flat C-contiguous float32 buffers (32-bit element offsets):
 
 * ``batch_t`` (A): a (Z/S, K_total, M), A_z[i, p] = a[b, s*k_len + p, i] (contiguous along M);
 * ``batch_k`` (A): a (Z/S, M, K_total), A_z[i, p] = a[b, i, s*k_len + p] (contiguous along K: coalesced128's
@@ -23,8 +24,8 @@ from __future__ import annotations
 
 from numba import cuda, uint32
 
-from .indexing import F0, U1, Loader, _index1, device_function
-from .problem import D_K, D_M, D_N, GemmProblem
+from .indexing import F0, Loader, _divmod, _index1, device_function
+from .problem import D_K, D_M, D_N, GemmProblem, fast_divmod_constants
 
 __all__ = ["BATCH_A_MAPS", "BATCH_B_MAPS", "BATCH_FIELDS", "BATCH_STORES", "batch_a_loader", "batch_b_loader",
            "batch_store_fns", "batched_problem"]
@@ -32,25 +33,21 @@ __all__ = ["BATCH_A_MAPS", "BATCH_B_MAPS", "BATCH_FIELDS", "BATCH_STORES", "batc
 BATCH_A_MAPS = ("batch_t", "batch_k")
 BATCH_B_MAPS = ("batch", "batch_t_k")
 BATCH_STORES = ("batch_t",)
-BATCH_FIELDS = ("splits", "k_total")
-D_SPLITS, D_KTOT = 3, 4
+BATCH_FIELDS = ("splits", "splits_mul", "splits_shift", "k_total")
+D_SPLITS, D_SPLITS_MUL, D_SPLITS_SHIFT, D_KTOT = 3, 4, 5, 6
 
 
 def batched_problem(m: int, n: int, k_len: int, splits: int, k_total: int) -> GemmProblem:
-    """dims (M, N, k_len, S, K_total) of a batched GEMM whose K_total is split into `splits` chunks of k_len (every
-    chunk non-empty: ``gemm.batched.batch_chunks``)."""
-    return GemmProblem(int(m), int(n), int(k_len), (int(splits), int(k_total)))
+    """dims (M, N, k_len, S, S_mul, S_shift, K_total) of a batched GEMM whose K_total is split into `splits` chunks of
+    k_len (every chunk non-empty: ``gemm.batched.batch_chunks``)."""
+    return GemmProblem(int(m), int(n), int(k_len), (int(splits), *fast_divmod_constants(int(splits)), int(k_total)))
 
 
 @device_function
 def _chunk(dims):
     """(operand pair b, first K index s*k_len of this block's chunk) of grid z = b*S + s."""
-    z = uint32(cuda.blockIdx.z)
-    s = dims[D_SPLITS]
-    if s == U1:
-        return z, uint32(0)
-    b = uint32(z // s)
-    return b, uint32(uint32(z - b * s) * dims[D_K])
+    b, s = _divmod(uint32(cuda.blockIdx.z), dims[D_SPLITS], dims[D_SPLITS_MUL], dims[D_SPLITS_SHIFT])
+    return b, uint32(s * dims[D_K])
 
 
 def batch_a_loader(kind):
