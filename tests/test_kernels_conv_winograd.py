@@ -147,6 +147,29 @@ def test_upsampled_passes(p):
     assert _backward_weight(p, shape=UP_SHAPE, splits=2, up=True) <= TOL
 
 
+@pytest.mark.parametrize("up", [False, True])
+def test_weight_gradient_reads_the_forwards_input_transform(up):
+    """The forward's kept V (``v``) serves the weight gradient: the same bits as transforming x again."""
+    n, cin, cout, h, wd = UP_SHAPE if up else SHAPE
+    rng = _rng("shared-v", up)
+    x, w = _rand(rng, n, cin, h, wd), _rand(rng, cout, cin, 3, 3)
+    oh, ow = _out_hw(h, wd, 1, up)
+    dy = _rand(rng, n, cout, oh, ow)
+    d_x, d_dy = cuda.to_device(x), cuda.to_device(dy)
+    v = _nan(WG.input_transform_size(x.shape, 1, up))
+    (WG.conv_forward_winograd_up if up else WG.conv_forward_winograd)(d_x, cuda.to_device(w), None,
+                                                                     _nan((n, cout, oh, ow)), 1, v=v)
+    wgrad = WG.conv_backward_weight_winograd_up if up else WG.conv_backward_weight_winograd
+    shared, own = _nan((cout, cin, 3, 3)), _nan((cout, cin, 3, 3))
+    group = wgrad(d_x, d_dy, shared, 1, splits=2, v=v)
+    assert len(group.launches) == 3  # no input transform
+    wgrad(d_x, d_dy, own, 1, splits=2)
+    assert np.array_equal(shared.copy_to_host(), own.copy_to_host())
+    assert np.isfinite(own.copy_to_host()).all()
+    with pytest.raises(ValueError, match="input_transform_size"):
+        wgrad(d_x, d_dy, own, 1, v=_nan(7))
+
+
 def test_coalesced128_batched():
     """The 128x128 tiles through the batched mappings (its 8-K loads on batch_k / batch_t_k, one tile each)."""
     shape = (1, 3, 4, 5, 5)

@@ -88,10 +88,39 @@ def main():
             record(op, tag, "cuDNN", "total", ms, flops, float((run().double() - ref).abs().max() / ref.abs().max()))
 
 
+def extras():
+    """The weight gradient's split counts, and its group reading the forward's kept V (no input transform)."""
+    for cin, cout, hw, counts in ((256, 128, 16, (4, 8, 9, 16)), (128, 128, 8, (4, 8, 16)),
+                                  (128, 256, 16, (4, 8, 9, 16))):
+        g = torch.Generator(device="cuda").manual_seed(2)
+        x = torch.randn((BATCH, cin, hw, hw), device="cuda", generator=g)
+        dy = torch.randn((BATCH, cout, hw, hw), device="cuda", generator=g)
+        ref = torch.nn.grad.conv2d_weight(x.double(), (cout, cin, 3, 3), dy.double(), padding=1)
+        flops = 2 * BATCH * hw * hw * cout * cin * 9
+        tag = f"{cin}->{cout}@{hw}"
+        dx_, dy_ = cuda.as_cuda_array(x), cuda.as_cuda_array(dy)
+        for splits in (None, *counts):
+            out = cuda.to_device(np.full((cout, cin, 3, 3), np.nan, np.float32))
+            launch = WG.conv_backward_weight_winograd(dx_, dy_, out, 1, splits=splits, launch=False)
+            launch()
+            cuda.synchronize()
+            record("wgrad", tag, "winograd", f"splits {splits}: {launch.launches[-1].name.split('[')[-1]}",
+                   ms_of(launch), flops, rel_err(out, ref))
+        v = cuda.device_array(WG.input_transform_size(tuple(x.shape), 1), np.float32)
+        w = cuda.as_cuda_array(torch.randn((cout, cin, 3, 3), device="cuda", generator=g))
+        WG.conv_forward_winograd(dx_, w, None, cuda.device_array((BATCH, cout, hw, hw), np.float32), 1, v=v)
+        out = cuda.to_device(np.full((cout, cin, 3, 3), np.nan, np.float32))
+        launch = WG.conv_backward_weight_winograd(dx_, dy_, out, 1, v=v, launch=False)
+        launch()
+        cuda.synchronize()
+        record("wgrad", tag, "winograd", "shared V (no input transform)", ms_of(launch), flops, rel_err(out, ref))
+
+
 if __name__ == "__main__":
     print(torch.cuda.get_device_name(), flush=True)
     try:
         main()
+        extras()
     finally:
         with open(sys.argv[1], "w") as f:
             f.write("op,case,version,piece,ms,tflops_direct,rel_err\n")

@@ -30,19 +30,21 @@ from numba import cuda, float32, uint32
 from gpunn import device
 
 from ..common import epilogue_args, epilogue_flags, shape
-from ..gemm import auto_splits, multiprocessors, output_tiles
+from ..gemm import multiprocessors, output_tiles
 from ..gemm.batched import batch_chunks, gemm_batched
 from ..gemm.versions import lookup
 from ..launch import LaunchGroup, bind, check_device_array, flat, grid_for
 from .implicit_gemm import _activation, _expect, _geometry
 from .upsampled import upsampled_shape
 
-__all__ = ["TRANSFORM_THREADS", "WINOGRAD_WGRAD_WAVES", "conv_backward_data_winograd",
+__all__ = ["TRANSFORM_THREADS", "WINOGRAD_MIN_K", "WINOGRAD_WGRAD_WAVES", "conv_backward_data_winograd",
            "conv_backward_data_winograd_up", "conv_backward_weight_winograd", "conv_backward_weight_winograd_up",
-           "conv_forward_winograd", "conv_forward_winograd_up", "winograd_fits", "winograd_version"]
+           "conv_forward_winograd", "conv_forward_winograd_up", "input_transform_size", "wgrad_splits", "winograd_fits",
+           "winograd_version"]
 
 TRANSFORM_THREADS = 256
-WINOGRAD_WGRAD_WAVES = 2  # the weight gradient's automatic split count: about this many blocks per SM
+WINOGRAD_WGRAD_WAVES = 2  # the weight gradient's automatic split count: at most this many blocks per SM ...
+WINOGRAD_MIN_K = 128  # ... and at least this many tiles per chunk (wgrad_splits)
 SIMULATOR_WGRAD_SPLITS = 2
 POSITIONS = 16  # the 4x4 transformed tile
 _HALF = float32(0.5)
@@ -262,24 +264,26 @@ def _output_kernel(epilogue, down=False):
 
 @cuda.jit
 def _wgrad_finish(partials, dw, cin, cout, splits):
-    """dw[co, ci] = G^T dU G, dU[pos] the sum of the splits' partials (splits*16, Cin, Cout) in split order."""
+    """dw[co, ci] = G^T dU G, dU[pos] the sum of the splits' partials (16*splits, Cin, Cout) in split order (the
+    16 positions' loads of one split in flight together)."""
     u = cuda.local.array(POSITIONS, float32)
     t3 = cuda.local.array(12, float32)
     cc = uint32(cin * cout)
+    pos_stride = uint32(splits * cc)
     e = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
     stride = uint32(cuda.gridDim.x * cuda.blockDim.x)
     while e < cc:
         ci = uint32(e // cout)
         co = uint32(e - ci * cout)
         for pos in range(POSITIONS):
-            idx = uint32(uint32(pos) * splits * cc + e)
-            acc = partials[idx]
-            s = np.uint32(1)
-            while s < splits:
-                idx = uint32(idx + cc)
-                acc += partials[idx]
-                s = uint32(s + np.uint32(1))
-            u[pos] = acc
+            u[pos] = partials[uint32(uint32(pos) * pos_stride + e)]
+        idx = e
+        s = np.uint32(1)
+        while s < splits:
+            idx = uint32(idx + cc)
+            for pos in range(POSITIONS):
+                u[pos] += partials[uint32(uint32(pos) * pos_stride + idx)]
+            s = uint32(s + np.uint32(1))
         for j in range(4):  # G^T dU (3x4): G^T = [[1, .5, .5, 0], [0, .5, -.5, 0], [0, .5, .5, 1]]
             u0, u1, u2, u3 = u[j], u[4 + j], u[8 + j], u[12 + j]
             t3[j] = u0 + _HALF * (u1 + u2)
@@ -291,6 +295,14 @@ def _wgrad_finish(partials, dw, cin, cout, splits):
             dw[co, ci, i, 1] = _HALF * (a1 - a2)
             dw[co, ci, i, 2] = _HALF * (a1 + a2) + a3
         e = uint32(e + stride)
+
+
+def wgrad_splits(tiles: int, out_tiles: int, multiprocessors: int, waves: int = None, min_k: int = None) -> int:
+    """The weight gradient's split count: as many chunks as keep the 16 positions' output tiles x splits within
+    `waves` blocks per SM (no second, nearly empty wave), each chunk at least `min_k` tiles deep."""
+    waves = WINOGRAD_WGRAD_WAVES if waves is None else waves
+    min_k = WINOGRAD_MIN_K if min_k is None else min_k
+    return max(1, min((waves * multiprocessors) // max(1, POSITIONS * out_tiles), tiles // min_k))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -313,16 +325,34 @@ def _version(op, version, m, n):
     return version
 
 
+def input_transform_size(x_shape, padding, up=False) -> int:
+    """Elements of the transformed input V (16, C, T) of a forward or weight-gradient pass on x of `x_shape`
+    (N, C, H, W) (`up`: on its 2x upsample) with 3x3 kernels and `padding`: the ``v`` buffer they can share."""
+    n, c, h, w = (int(d) for d in x_shape)
+    if up:
+        h, w = 2 * h, 2 * w
+    return POSITIONS * c * n * (-(-(h + 2 * int(padding) - 2) // 2)) * (-(-(w + 2 * int(padding) - 2) // 2))
+
+
+def _v_buffer(op, v, size):
+    check_device_array(op, "v", v, 1)
+    if v.size != size:
+        raise ValueError(f"{op}: v must hold the transformed input, {size} elements (input_transform_size), got "
+                         f"{v.size}")
+    return v
+
+
 def _bind(kernel, n, args, stream, name):
     threads = _threads()
     return bind(kernel, grid_for(n, threads), threads, args, stream, False, name)
 
 
 def _winograd_conv(op, src, w, out, epilogue, aux, padding, flip, version, block, stream, launch, up=False,
-                   down=False):
+                   down=False, v=None):
     """out = the Winograd convolution of src (N, C, H', W') by the 3x3 kernel u made from w (``_weight_transform``,
     `flip` for the input gradient's), padding p, with the epilogue: the forward and input-gradient passes. `up`:
-    src is read through its 2x upsample; `down`: the output grid is twice out's size, each 2x2 block summed."""
+    src is read through its 2x upsample; `down`: the output grid is twice out's size, each 2x2 block summed; `v`:
+    the buffer the input transform writes (None: a scratch buffer of its own)."""
     n, c_in, h, wd = shape(src)
     c_out = shape(out)[1]
     oh, ow = ((2 if down else 1) * int(v) for v in shape(out)[2:])
@@ -330,8 +360,8 @@ def _winograd_conv(op, src, w, out, epilogue, aux, padding, flip, version, block
     td_out = _tdims(n, c_out, h, wd, oh, ow, padding)
     tiles = int(td_in[_T])
     version = _version(op, version, tiles, c_out)
-    v, u = _scratch(POSITIONS * c_in * tiles), _scratch(POSITIONS * c_in * c_out)
-    m = _scratch(POSITIONS * c_out * tiles)
+    v = _scratch(POSITIONS * c_in * tiles) if v is None else _v_buffer(op, v, POSITIONS * c_in * tiles)
+    u, m = _scratch(POSITIONS * c_in * c_out), _scratch(POSITIONS * c_out * tiles)
     group = LaunchGroup([
         _bind(_weight_transform, c_in * c_out, (w, u, np.uint32(c_in), np.uint32(c_out), bool(flip)), stream,
               f"{op}[weight transform]"),
@@ -347,10 +377,11 @@ def _winograd_conv(op, src, w, out, epilogue, aux, padding, flip, version, block
 
 
 def conv_forward_winograd(x, w, bias, out, padding, relu=False, version=None, block=None, stream=0,
-                          launch=True) -> LaunchGroup:
+                          launch=True, v=None) -> LaunchGroup:
     """out = conv(x, w) (+ bias) (ReLU): x (N, Cin, H, W), w (Cout, Cin, 3, 3) (any strides), bias (Cout,) or
     None, out (N, Cout, OH, OW). ``version``, ``block``: the batched GEMM's (None: ``winograd_version``, its
-    block)."""
+    block). ``v``: a float32 buffer of ``input_transform_size`` elements to keep the transformed input in (the
+    weight gradient of the same step can then take it instead of transforming x again)."""
     op = "conv_forward_winograd"
     _activation(op, "x", x)
     k, oh, ow = _geometry(op, shape(x), w, padding)
@@ -362,7 +393,7 @@ def conv_forward_winograd(x, w, bias, out, padding, relu=False, version=None, bl
         check_device_array(op, "bias", bias, 1)
         _expect(op, "bias", bias, (cout,))
     epilogue, aux = epilogue_args(op, bias, relu, None)
-    return _winograd_conv(op, x, w, out, epilogue, aux, padding, False, version, block, stream, launch)
+    return _winograd_conv(op, x, w, out, epilogue, aux, padding, False, version, block, stream, launch, v=v)
 
 
 def conv_backward_data_winograd(dy, w, dx, padding, relu_mask=None, version=None, block=None, stream=0,
@@ -384,18 +415,20 @@ def conv_backward_data_winograd(dy, w, dx, padding, relu_mask=None, version=None
 
 
 def conv_backward_weight_winograd(x, dy, dw, padding, version=None, block=None, stream=0, launch=True,
-                                  splits=None) -> LaunchGroup:
+                                  splits=None, v=None) -> LaunchGroup:
     """dw = dL/dw of out = conv(x, w) (overwritten): x (N, Cin, H, W), dy (N, Cout, OH, OW), dw (Cout, Cin, 3, 3)
-    (any strides). ``splits``: the chunks of the tile sum (K of the batched GEMM) per position (None: about
-    WINOGRAD_WGRAD_WAVES blocks per SM; SIMULATOR_WGRAD_SPLITS under the simulator), summed in a fixed order."""
+    (any strides). ``splits``: the chunks of the tile sum (K of the batched GEMM) per position (None:
+    ``wgrad_splits``; SIMULATOR_WGRAD_SPLITS under the simulator), summed in a fixed order. ``v``: the transformed
+    x kept by this step's forward (its ``v``; written before this group runs): no input transform here."""
     op = "conv_backward_weight_winograd"
     _activation(op, "x", x)
     k, oh, ow = _geometry(op, shape(x), dw, padding, "dw")
-    return _winograd_wgrad(op, x, dy, dw, padding, k, oh, ow, version, block, stream, launch, splits, False)
+    return _winograd_wgrad(op, x, dy, dw, padding, k, oh, ow, version, block, stream, launch, splits, False, v)
 
 
-def _winograd_wgrad(op, x, dy, dw, padding, k, oh, ow, version, block, stream, launch, splits, up):
-    """The weight gradient on the (oh, ow) grid of dy; `up`: x read through its 2x upsample."""
+def _winograd_wgrad(op, x, dy, dw, padding, k, oh, ow, version, block, stream, launch, splits, up, v=None):
+    """The weight gradient on the (oh, ow) grid of dy; `up`: x read through its 2x upsample; `v`: x transformed
+    by the forward (None: transformed here)."""
     _activation(op, "dy", dy)
     _check(op, k, padding)
     n, cin, h, wd = shape(x)
@@ -407,15 +440,20 @@ def _winograd_wgrad(op, x, dy, dw, padding, k, oh, ow, version, block, stream, l
     version = _version(op, version, cin, cout)
     if splits is None:
         splits = (SIMULATOR_WGRAD_SPLITS if device.simulator_enabled() else
-                  auto_splits(tiles, POSITIONS * output_tiles(version, cin, cout), multiprocessors(),
-                              waves=WINOGRAD_WGRAD_WAVES))
+                  wgrad_splits(tiles, output_tiles(version, cin, cout), multiprocessors()))
     if isinstance(splits, bool) or not isinstance(splits, (int, np.integer)) or splits < 1:
         raise ValueError(f"{op}: splits must be None or a positive int, got {splits!r}")
     splits = batch_chunks(tiles, int(splits), lookup(version).k_step)[0]
-    v, dm = _scratch(POSITIONS * cin * tiles), _scratch(POSITIONS * cout * tiles)
+    dm = _scratch(POSITIONS * cout * tiles)
     partials = _scratch(POSITIONS * splits * cin * cout)
+    transform = []
+    if v is None:
+        v = _scratch(POSITIONS * cin * tiles)
+        transform = [_bind(_input_kernel(up), cin * tiles, (flat(x), v, td_x), stream, f"{op}[input transform]")]
+    else:
+        _v_buffer(op, v, POSITIONS * cin * tiles)
     group = LaunchGroup([
-        _bind(_input_kernel(up), cin * tiles, (flat(x), v, td_x), stream, f"{op}[input transform]"),
+        *transform,
         _bind(_dy_transform, cout * tiles, (flat(dy), dm, td_dy), stream, f"{op}[dy transform]"),
         gemm_batched(version, cin, cout, tiles, POSITIONS, v, dm, partials, a_map="batch_k", b_map="batch_t_k",
                      store="partial", splits=splits, block=block, stream=stream, launch=False, op=op),
@@ -434,7 +472,7 @@ def _winograd_wgrad(op, x, dy, dw, padding, k, oh, ow, version, block, stream, l
 
 
 def conv_forward_winograd_up(x, w, bias, out, padding, relu=False, version=None, block=None, stream=0,
-                             launch=True) -> LaunchGroup:
+                             launch=True, v=None) -> LaunchGroup:
     """out = conv(up(x), w) (+ bias) (ReLU): x (N, Cin, H, W), out (N, Cout, OH, OW) with OH = 2H + 2p - 2."""
     op = "conv_forward_winograd_up"
     _activation(op, "x", x)
@@ -447,7 +485,8 @@ def conv_forward_winograd_up(x, w, bias, out, padding, relu=False, version=None,
         check_device_array(op, "bias", bias, 1)
         _expect(op, "bias", bias, (cout,))
     epilogue, aux = epilogue_args(op, bias, relu, None)
-    return _winograd_conv(op, x, w, out, epilogue, aux, padding, False, version, block, stream, launch, up=True)
+    return _winograd_conv(op, x, w, out, epilogue, aux, padding, False, version, block, stream, launch, up=True,
+                          v=v)
 
 
 def conv_backward_data_winograd_up(dy, w, dx, padding, relu_mask=None, version=None, block=None, stream=0,
@@ -470,10 +509,10 @@ def conv_backward_data_winograd_up(dy, w, dx, padding, relu_mask=None, version=N
 
 
 def conv_backward_weight_winograd_up(x, dy, dw, padding, version=None, block=None, stream=0, launch=True,
-                                     splits=None) -> LaunchGroup:
-    """dw = dL/dw of out = conv(up(x), w) (overwritten): x (N, Cin, H, W), dy (N, Cout, OH, OW); ``splits`` as in
-    ``conv_backward_weight_winograd``."""
+                                     splits=None, v=None) -> LaunchGroup:
+    """dw = dL/dw of out = conv(up(x), w) (overwritten): x (N, Cin, H, W), dy (N, Cout, OH, OW); ``splits`` and
+    ``v`` as in ``conv_backward_weight_winograd``."""
     op = "conv_backward_weight_winograd_up"
     _activation(op, "x", x)
     k, oh, ow = _geometry(op, upsampled_shape(shape(x)), dw, padding, "dw")
-    return _winograd_wgrad(op, x, dy, dw, padding, k, oh, ow, version, block, stream, launch, splits, True)
+    return _winograd_wgrad(op, x, dy, dw, padding, k, oh, ow, version, block, stream, launch, splits, True, v)
