@@ -201,3 +201,17 @@ def test_gpu_variants_match_cpu_mse_per_epoch_on_1000_images(variant, cpu_refere
     for got, want in zip(losses, expected):
         assert got == pytest.approx(want, rel=1e-4)
     assert rel_err(gpu.parameters(), expected_params) < 1e-3
+
+
+def test_one_batch_gradients_match_cpu_with_winograd(monkeypatch):
+    """gpu-graph's Winograd rule on every plain 3x3 padding-1 conv (its channel threshold lowered to the tiny net's):
+    the engine's weight and gradient views, the ReLU masks and the bias gradient around conv.winograd."""
+    from gpunn.backends.gpu import policy as P
+
+    monkeypatch.setattr(P, "AUTO_WINOGRAD_MIN_PRODUCT", 1)
+    assert P.conv_version(POLICIES["gpu-graph"], "backward_weight", 3, 2, 3, 1, (2, 2)) == "winograd"
+    ref, gpu = pair("gpu-graph-eager")
+    x = images(3)
+    expected = ref.gradients(x, x)
+    assert rel_err(gpu.gradients(x, x), expected) < 1e-5
+    assert rel_err(gpu.predict(x), ref.predict(x)) < 1e-5

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from gpunn.backends.gpu.engine import _launches
-from gpunn.backends.gpu.policy import POLICIES, conv_version
+from gpunn.backends.gpu.policy import AUTO_WINOGRAD_STEPS, POLICIES, conv_version
 from gpunn.backends.registry import VARIANTS, make_backend, takes_block
 from gpunn.errors import GpunnError
 from gpunn.nn import build_model
@@ -100,6 +100,14 @@ def test_graph_policy_picks_each_conv_pass_by_shape():
     assert conv_version(graph, "backward_weight", 1, 16, 3, 0, (28, 28)) == "deterministic"  # not wide: as before
     assert conv_version(graph, "backward_weight", 256, 3, 3, 1, (512, 512)) == "deterministic"  # planes too large
     assert conv_version(POLICIES["gpu-im2col"], "forward", 1, 16, 3) == "implicit_gemm"
+    # Winograd F(2x2, 3x3) for the wide 3x3 padding-1 layers, on the passes of AUTO_WINOGRAD_STEPS
+    for step in ("forward", "backward_data", "backward_weight"):
+        want = "winograd" if step in AUTO_WINOGRAD_STEPS else "implicit_gemm"
+        assert conv_version(graph, step, 256, 128, 3, 1, (16, 16)) == want
+        assert conv_version(graph, step, 128, 128, 3, 1, (8, 8)) == want
+        assert conv_version(graph, step, 256, 3, 3, 1, (32, 32)) != "winograd"  # too few channels
+        assert conv_version(graph, step, 256, 128, 3, 0) != "winograd"  # padding 0: not measured
+        assert conv_version(POLICIES["gpu-im2col"], step, 256, 128, 3, 1) == "implicit_gemm"
 
 
 # ---- run settings: the block size

@@ -44,6 +44,10 @@ from .policy import (
     pool_fused,
 )
 
+# a conv whose forward and weight gradient both run Winograd transforms x once: the forward keeps V for the weight
+# gradient (gpunn.kernels.conv.winograd; H100 numbers: the issue-26 notes)
+SHARE_WINOGRAD_INPUT = True
+
 
 @dataclass
 class Act:
@@ -289,11 +293,28 @@ class Conv2dStage(Stage):
         threads = binder.threads if version.takes_threads else {}
         return functools.partial(launcher, launch=False, **threads)
 
+    def _shares_winograd_input(self, binder, x) -> bool:
+        """Whether the forward and the weight gradient both run ``winograd`` (SHARE_WINOGRAD_INPUT on): the
+        forward then keeps x's transform in y.aux and the weight gradient reads it (x is transformed once)."""
+        if not SHARE_WINOGRAD_INPUT:
+            return False
+        size = tuple((2 if self.up else 1) * int(s) for s in x.shape[2:])
+        return all(conv_version(binder.policy, step, self.cin, self.cout, self.k, self.padding, size) == "winograd"
+                   for step in ("forward", "backward_weight"))
+
     def forward(self, binder, x, y):
         # the bias is part of every conv forward (as in the papers' naive kernels); the ReLU only when fused
         p = binder.params
+        kw = {}
+        if self._shares_winograd_input(binder, x.view):
+            from numba import cuda
+
+            from gpunn.kernels.conv import winograd
+
+            y.aux = cuda.device_array(winograd.input_transform_size(x.view.shape, self.padding, self.up), np.float32)
+            kw["v"] = y.aux  # x transformed, for this program's weight gradient
         return [self._version(binder, "forward")(x.view, self.weight(p), self.bias(p), y.view, self.padding,
-                                                 relu=self.relu)]
+                                                 relu=self.relu, **kw)]
 
     def backward(self, binder, x, y, dy, dx, mask):
         p, g = binder.params, binder.grads
@@ -305,7 +326,9 @@ class Conv2dStage(Stage):
             launches.append(self._version(binder, "backward_weight", x.view, with_bias=True)(
                 x.view, dy, self.weight(g), self.bias(g), self.padding))
             return launches
-        launches.append(self._version(binder, "backward_weight", x.view)(x.view, dy, self.weight(g), self.padding))
+        kw = {"v": y.aux} if self._shares_winograd_input(binder, x.view) else {}
+        launches.append(self._version(binder, "backward_weight", x.view)(x.view, dy, self.weight(g), self.padding,
+                                                                         **kw))
         launches.append(self._version(binder, "bias_grad")(dy, self.bias(g)))
         return launches
 

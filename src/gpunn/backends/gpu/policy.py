@@ -157,6 +157,8 @@ BIAS_WITH_WEIGHT = "with_weight"
 WGRAD_WITH_BIAS = ("deterministic",)
 AUTO_POOL_BIAS_MAX_COUT = 32
 AUTO_POOL_WGRAD_BIAS = "direct"  # that pass by a direct convolution where it fits (else the GEMM with a ones column)
+AUTO_WINOGRAD_MIN_PRODUCT = 128 * 128  # in x out channels from which 3x3, padding-1 passes run Winograd F(2x2, 3x3)
+AUTO_WINOGRAD_STEPS = ("forward", "backward_data", "backward_weight")  # ... the passes where it measured faster
 SGD_MODES = ("flat", "per_layer")
 COPY_MODES = ("sync", "pipelined")
 UPSAMPLE_MODES = ("separate", "fused")
@@ -217,10 +219,16 @@ def conv_version(policy: Policy, step: str, in_channels: int, out_channels: int,
         weights) or its M = Cout is skinny, else the implicit GEMM;
       bias gradient: BIAS_WITH_WEIGHT where the layer's weight-gradient version (the same rules, with `size`)
         makes it (WGRAD_WITH_BIAS: cnn conv1's deterministic block reduction), and not on an upsampled input
-        (`up`: the weight gradient is then an upsampled twin, none of which makes it); else the split reduction."""
+        (`up`: the weight gradient is then an upsampled twin, none of which makes it); else the split reduction.
+    Before these: 3x3 kernels with padding 1 and in * out channels >= AUTO_WINOGRAD_MIN_PRODUCT run the passes of
+    AUTO_WINOGRAD_STEPS as ``winograd`` (ae 256->128, 128->128, and 128->256 on its upsampled input: conv.UP_VERSIONS'
+    twin reads through the upsample)."""
     name = policy.conv[step]
     if name != "auto":
         return name
+    if (step in AUTO_WINOGRAD_STEPS and k == 3 and padding == 1
+            and in_channels * out_channels >= AUTO_WINOGRAD_MIN_PRODUCT):
+        return "winograd"
     if step in ("forward", "backward_data"):
         ci, co = (in_channels, out_channels) if step == "forward" else (out_channels, in_channels)
         return "tiled" if ci * co <= AUTO_TILED_MAX_PRODUCT and co > AUTO_SKINNY_MAX else "implicit_gemm"

@@ -19,6 +19,8 @@ Versions (the papers' naive and optimized CUDA kernels, papers 001 and 004, and 
     staged         weight gradient of a layer with a narrow side (<= 4 channels): padded input planes staged in
                    shared memory, narrow*k*k sums per thread, partials added in a fixed order
     implicit_gemm  forward, input and weight gradient as implicit-im2col GEMMs of ``gpunn.kernels.gemm``
+    winograd       forward, input and weight gradient of 3x3 kernels by Winograd's F(2x2, 3x3): elementwise
+                   tile transforms around one batched GEMM of the 16 positions (``gemm.batched``)
     split          bias gradient: (Cout, S) blocks over batch splits, partials added in a fixed order
 
 A weight-gradient version may also make the bias gradient in the same launches (``ConvVersion.with_bias``, a
@@ -28,9 +30,10 @@ instead of the two launchers. The fused conv + ReLU + pool stage's versions of t
 "gemm" (its weight-gradient GEMM with a ones column, ``wgrad_bias``) and "direct" (``wgrad_direct``).
 
 Convolutions on a 2x nearest-upsampled input read through the upsample (``upsampled``): ``UP_VERSIONS[pass]``
-holds their ``ConvVersion`` records (forward and backward_data ``implicit_gemm``, backward_weight ``implicit_gemm``
-and ``staged``), launchers ``conv_<pass>_<version>_up`` taking the map before the upsample; ``upsampled_version``
-gives a plain version's twin. A table of its own: their inputs differ from ``VERSIONS``' (x, not up(x)).
+holds their ``ConvVersion`` records (forward and backward_data ``implicit_gemm`` and ``winograd``, backward_weight
+``implicit_gemm``, ``staged`` and ``winograd``), launchers ``conv_<pass>_<version>_up`` taking the map before the
+upsample; ``upsampled_version`` gives a plain version's twin. A table of its own: their inputs differ from
+``VERSIONS``' (x, not up(x)).
 
 The float64 NumPy references are ``conv_forward_ref``, ``conv_backward_data_ref``, ``conv_backward_weight_ref``
 and ``conv_bias_grad_ref``. Index arithmetic is uint32 (see ``gpunn.kernels.gemm.mappings``). History (PTX
@@ -96,6 +99,15 @@ from .weight_grad import (
 )
 from .wgrad_bias import conv_backward_weight_bias_deterministic, conv_backward_weight_bias_pool
 from .wgrad_direct import conv_backward_weight_bias_pool_direct, direct_layout
+from .winograd import (
+    conv_backward_data_winograd,
+    conv_backward_data_winograd_up,
+    conv_backward_weight_winograd,
+    conv_backward_weight_winograd_up,
+    conv_forward_winograd,
+    conv_forward_winograd_up,
+    winograd_fits,
+)
 
 __all__ = [
     "CI_CHUNK",
@@ -137,6 +149,13 @@ __all__ = [
     "conv_bias_grad_split",
     "conv_forward_implicit_gemm",
     "conv_forward_naive",
+    "conv_forward_winograd",
+    "conv_backward_data_winograd",
+    "conv_backward_data_winograd_up",
+    "conv_backward_weight_winograd",
+    "conv_backward_weight_winograd_up",
+    "conv_forward_winograd_up",
+    "winograd_fits",
     "conv_forward_ref",
     "conv_forward_tiled",
     "conv_launcher",
@@ -182,11 +201,13 @@ VERSIONS = {
         ConvVersion("naive", conv_forward_naive),
         ConvVersion("tiled", conv_forward_tiled),
         ConvVersion("implicit_gemm", conv_forward_implicit_gemm, takes_threads=False),
+        ConvVersion("winograd", conv_forward_winograd, applies=winograd_fits, takes_threads=False),
     ),
     "backward_data": _table(
         ConvVersion("naive", conv_backward_data_naive),
         ConvVersion("tiled", conv_backward_data_tiled),
         ConvVersion("implicit_gemm", conv_backward_data_implicit_gemm, takes_threads=False),
+        ConvVersion("winograd", conv_backward_data_winograd, applies=winograd_fits, takes_threads=False),
     ),
     "backward_weight": _table(
         ConvVersion("naive", conv_backward_weight_naive),
@@ -196,6 +217,7 @@ VERSIONS = {
                     with_bias=conv_backward_weight_bias_deterministic),
         ConvVersion("implicit_gemm", conv_backward_weight_implicit_gemm, takes_threads=False),
         ConvVersion("staged", conv_backward_weight_staged, applies=staged_fits),
+        ConvVersion("winograd", conv_backward_weight_winograd, applies=winograd_fits, takes_threads=False),
     ),
     "bias_grad": _table(
         ConvVersion("naive", conv_bias_grad_naive),
@@ -211,11 +233,18 @@ POOL_WGRAD_BIAS = {"gemm": conv_backward_weight_bias_pool, "direct": conv_backwa
 
 # versions of the passes of a conv whose input is a 2x upsample (the launchers take the map before it)
 UP_VERSIONS = {
-    "forward": _table(ConvVersion("implicit_gemm", conv_forward_implicit_gemm_up, takes_threads=False)),
-    "backward_data": _table(ConvVersion("implicit_gemm", conv_backward_data_implicit_gemm_up, takes_threads=False)),
+    "forward": _table(
+        ConvVersion("implicit_gemm", conv_forward_implicit_gemm_up, takes_threads=False),
+        ConvVersion("winograd", conv_forward_winograd_up, applies=winograd_fits, takes_threads=False),
+    ),
+    "backward_data": _table(
+        ConvVersion("implicit_gemm", conv_backward_data_implicit_gemm_up, takes_threads=False),
+        ConvVersion("winograd", conv_backward_data_winograd_up, applies=winograd_fits, takes_threads=False),
+    ),
     "backward_weight": _table(
         ConvVersion("implicit_gemm", conv_backward_weight_implicit_gemm_up, takes_threads=False),
         ConvVersion("staged", conv_backward_weight_staged_up, applies=staged_fits),
+        ConvVersion("winograd", conv_backward_weight_winograd_up, applies=winograd_fits, takes_threads=False),
     ),
 }
 UP_DEFAULT = "implicit_gemm"  # the twin of a plain version that has none of its own

@@ -18,8 +18,9 @@ A kernel never indexes its operands itself: it asks three compile-time mappings,
   in pooling-window order, a window store taking 4 rows at once (``window_fns``), and the pooled gradient
   expanded through the route by the backward loaders.
 
-The mappings of a conv whose input is a 2x upsampled map (``im2col_up2``, ``im2col_s2``, ``im2col_k_up2``) live in
-``mappings_up`` and are part of ``A_MAPS`` / ``B_MAPS``.
+The batched GEMM's mappings (``batch_t``, ``batch_k``; ``batch``, ``batch_t_k``; store ``batch_t``: grid z picks
+the GEMM) live in ``mappings_batched``. The mappings of a conv whose input is a 2x upsampled map (``im2col_up2``,
+``im2col_s2``, ``im2col_k_up2``) live in ``mappings_up``; both are part of ``A_MAPS`` / ``B_MAPS``.
 
 A loader is ``outer(dims, index) -> state`` for the index that stays fixed through the K loop (the row of A, the
 column of B), ``inner(dims, p) -> state`` for the K index, and ``get(array, dims, outer, inner)`` the element, zero
@@ -56,6 +57,7 @@ from .indexing import (  # noqa: F401  (re-exported: the kernels import them fro
     _pixel,
     device_function,
 )
+from .mappings_batched import BATCH_A_MAPS, BATCH_B_MAPS, BATCH_STORES, batch_a_loader, batch_b_loader, batch_store_fns
 from .mappings_up import UP_A_MAPS as _UP_A_MAPS
 from .mappings_up import UP_B_MAPS as _UP_B_MAPS
 from .mappings_up import up_a_loader, up_b_loader
@@ -87,6 +89,10 @@ B_MAPS = ("dense", "dense_t", "dense_flat", "dense_t_flat", "weight_t", "weight_
 A_MAPS += _UP_A_MAPS
 B_MAPS += _UP_B_MAPS
 STORES = ("dense", "nchw", "weight4", "partial")
+# the batched GEMM's mappings (mappings_batched: grid z picks the GEMM)
+A_MAPS += BATCH_A_MAPS
+B_MAPS += BATCH_B_MAPS
+STORES += BATCH_STORES
 # the 2x2 max-pool fusion's mappings (bottom of this module): pixels in pooling-window order, the pooled gradient
 POOL_A_MAPS = ("im2col_window", "pool_grad_im2col", "pool_grad_channels")
 POOL_B_MAPS = ("im2col_k_window", "im2col_k_window_ones")
@@ -104,6 +110,8 @@ def _a_loader(kind, ksize):
     """op(A)[i, p] of an A mapping; outer index i < M, inner p < K."""
     if kind in POOL_A_MAPS:  # the pooling window's mappings (bottom of this module)
         return _pool_a_loader(kind, ksize)
+    if kind in BATCH_A_MAPS:
+        return batch_a_loader(kind)
     if kind == "dense":  # a (M, K)
 
         @device_function
@@ -161,8 +169,8 @@ def _a_loader(kind, ksize):
 
 # The mappings whose K axis is truly contiguous in memory with a plain outer index (coalesced128 reads them 8
 # consecutive K of 4 outer indices per warp request); weight_flip_t's K runs backwards within each 3x3 window.
-DENSE_K_A = frozenset({"dense", "dense_flat"})
-DENSE_K_B = frozenset({"dense_t", "dense_t_flat", "weight_t"})
+DENSE_K_A = frozenset({"dense", "dense_flat", "batch_k"})
+DENSE_K_B = frozenset({"dense_t", "dense_t_flat", "weight_t", "batch_t_k"})
 
 
 @functools.cache
@@ -170,6 +178,8 @@ def _b_loader(kind, ksize):
     """op(B)[p, j] of a B mapping; outer index j < N, inner p < K."""
     if kind in POOL_B_MAPS:
         return _pool_b_loader(kind, ksize)
+    if kind in BATCH_B_MAPS:
+        return batch_b_loader(kind)
     if kind == "dense":  # b (K, N)
 
         @device_function
@@ -234,6 +244,8 @@ def store_fns(kind, ksize):
     if kind in WINDOW_STORES:
         raise ValueError(f"gemm: store {kind!r} finishes 4 rows at once; run it with a version that has a window "
                          f"epilogue ({WINDOW_VERSIONS})")
+    if kind in BATCH_STORES:
+        return batch_store_fns(kind)
     if kind == "dense":  # c (M, N), any strides
 
         @device_function

@@ -1,0 +1,518 @@
+"""Convolution version ``winograd``: 3x3 stride-1 convolutions by Winograd's F(2x2, 3x3), float32, deterministic.
+
+Each 2x2 block of the output (a tile; the map's last tiles partial where its size is odd) comes from the 4x4
+input window at (2*ty - p, 2*tx - p), zero outside the image. With the constant matrices B^T (4x4), G (4x3) and
+A^T (2x4) of F(2, 3), every pass is transforms around ONE batched GEMM of the 16 positions (``gemm.batched``):
+
+* forward: V = B^T d B per tile and input channel (V (16, Cin, T), T tiles), U = G g G^T per (ci, co)
+  (U (16, Cin, Cout)), M[pos] = V[pos]^T @ U[pos] (M (16, Cout, T)), y = A^T M A per tile with the bias and
+  ReLU, stored NCHW (the tile's elements inside the map only);
+* input gradient: the same on dy with the 180-degree rotated, in/out-swapped weights (the full correlation,
+  padding 2 - p), the ReLU mask applied by the output transform;
+* weight gradient: dM = A dy A^T per tile (4x4 from a 2x2 block of dy, zero outside the map) (dM (16, Cout, T)),
+  dU[pos] = V[pos] @ dM[pos]^T (Cin x Cout, K = T split into S chunks in grid z: partials (16 S, Cin, Cout)),
+  and one launch summing the S partials of each position in order and applying dW = G^T dU G.
+
+The ``_up`` launchers run the passes of a conv on the 2x nearest upsample of x (``conv.upsampled``'s twins): the input
+transform reads through the upsample; the input gradient's output transform sums each tile's 2x2 outputs (one pixel of
+x). Transforms are elementwise kernels, one thread per (channel, tile), consecutive threads on consecutive tiles (the
+scratch buffers' writes coalesced). The scratch buffers are allocated when a launch is bound (NaN-filled) and held by
+its ``LaunchGroup``. Padding 0..2 (the input gradient's is 2 - p). Measurements: NOTES.md.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba import cuda, float32, uint32
+
+from gpunn import device
+
+from ..common import epilogue_args, epilogue_flags, shape
+from ..gemm import multiprocessors, output_tiles
+from ..gemm.batched import batch_chunks, gemm_batched
+from ..gemm.versions import lookup
+from ..launch import LaunchGroup, bind, check_device_array, flat, grid_for
+from .implicit_gemm import _activation, _expect, _geometry
+from .upsampled import upsampled_shape
+
+__all__ = ["TRANSFORM_THREADS", "WINOGRAD_MIN_K", "WINOGRAD_WGRAD_WAVES", "conv_backward_data_winograd",
+           "conv_backward_data_winograd_up", "conv_backward_weight_winograd", "conv_backward_weight_winograd_up",
+           "conv_forward_winograd", "conv_forward_winograd_up", "input_transform_size", "wgrad_splits", "winograd_fits",
+           "winograd_version"]
+
+TRANSFORM_THREADS = 256
+WINOGRAD_WGRAD_WAVES = 2  # the weight gradient's automatic split count: at most this many blocks per SM ...
+WINOGRAD_MIN_K = 128  # ... and at least this many tiles per chunk (wgrad_splits)
+SIMULATOR_WGRAD_SPLITS = 2
+POSITIONS = 16  # the 4x4 transformed tile
+_HALF = float32(0.5)
+_F0 = float32(0.0)
+_U2 = np.uint32(2)
+# transform dims: (N, C, H, W) of the map the input transform reads, (OH, OW) of the output grid, tiles (th, tw),
+# T = N * th * tw, the padding
+_N, _C, _H, _W, _OH, _OW, _TH, _TW, _T, _P = range(10)
+
+
+def winograd_fits(cin, cout, k, padding, height=None, width=None) -> bool:
+    """Whether the version handles a layer: 3x3 kernels, padding 0..2 (its input gradient's is 2 - padding)."""
+    return k == 3 and 0 <= padding <= 2
+
+
+def winograd_version(m: int, n: int) -> str:
+    """The batched GEMM's version: the 128x128 tiles (coalesced128) where both sides fill them, else regblock."""
+    return "coalesced128" if min(m, n) >= 128 else "regblock"
+
+
+def _tdims(n, c, h, w, oh, ow, padding):
+    th, tw = -(-oh // 2), -(-ow // 2)
+    return tuple(np.uint32(v) for v in (n, c, h, w, oh, ow, th, tw, n * th * tw, padding))
+
+
+def _threads():
+    return 32 if device.simulator_enabled() else TRANSFORM_THREADS  # the simulator runs a thread per block slot
+
+
+def _scratch(size):
+    """A NaN-filled float32 buffer (an element no kernel wrote would poison the result)."""
+    return cuda.to_device(np.full(int(size), np.nan, dtype=np.float32))
+
+
+@functools.cache
+def _input_kernel(up):
+    """The input transform; with `up` it reads the 2x nearest upsample of x (the window's bounds (2H, 2W))."""
+    shift = np.uint32(1 if up else 0)
+
+    @cuda.jit
+    def input_transform(x, v, dims):
+        """v[pos, c, t] = (B^T d B)[pos] of the 4x4 window d of tile t in channel c of x (flat NCHW)."""
+        d = cuda.local.array(POSITIONS, float32)
+        t_all = dims[_T]
+        ct = uint32(dims[_C] * t_all)
+        tt = uint32(dims[_TH] * dims[_TW])
+        h_in = uint32(dims[_H] << shift)
+        w_in = uint32(dims[_W] << shift)
+        e = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
+        stride = uint32(cuda.gridDim.x * cuda.blockDim.x)
+        while e < ct:
+            c = uint32(e // t_all)
+            t = uint32(e - c * t_all)
+            n = uint32(t // tt)
+            r = uint32(t - n * tt)
+            ty = uint32(r // dims[_TW])
+            tx = uint32(r - ty * dims[_TW])
+            h0 = uint32(ty * _U2 - dims[_P])  # mod 2^32: one unsigned compare rejects both sides of the padding
+            w0 = uint32(tx * _U2 - dims[_P])
+            base = uint32(uint32(n * dims[_C] + c) * dims[_H] * dims[_W])
+            for i in range(4):
+                hi = uint32(h0 + uint32(i))
+                for j in range(4):
+                    wj = uint32(w0 + uint32(j))
+                    d[i * 4 + j] = (x[uint32(base + (hi >> shift) * dims[_W] + (wj >> shift))]
+                                    if hi < h_in and wj < w_in else _F0)
+            for j in range(4):  # B^T d: B^T = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]
+                a0, a1, a2, a3 = d[j], d[4 + j], d[8 + j], d[12 + j]
+                d[j] = a0 - a2
+                d[4 + j] = a1 + a2
+                d[8 + j] = a2 - a1
+                d[12 + j] = a1 - a3
+            for i in range(4):  # (B^T d) B
+                a0, a1, a2, a3 = d[4 * i], d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]
+                d[4 * i] = a0 - a2
+                d[4 * i + 1] = a1 + a2
+                d[4 * i + 2] = a2 - a1
+                d[4 * i + 3] = a1 - a3
+            for pos in range(POSITIONS):
+                v[uint32(uint32(pos) * ct + e)] = d[pos]
+            e = uint32(e + stride)
+
+    return input_transform
+
+
+@cuda.jit
+def _weight_transform(w, u, rows, cols, flip):
+    """u[pos, r, c] = (G g G^T)[pos]: g = w[c, r] (forward: rows Cin, cols Cout), or with `flip` g = w[r, c]
+    rotated by 180 degrees (the input gradient's kernel: rows Cout, cols Cin)."""
+    g = cuda.local.array(12, float32)
+    rc = uint32(rows * cols)
+    e = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
+    stride = uint32(cuda.gridDim.x * cuda.blockDim.x)
+    while e < rc:
+        r = uint32(e // cols)
+        c = uint32(e - r * cols)
+        for kh in range(3):
+            for kw in range(3):
+                g[kh * 3 + kw] = w[r, c, 2 - kh, 2 - kw] if flip else w[c, r, kh, kw]
+        for j in range(3):  # G g, rows 0..3 in the 12 slots: G = [[1, 0, 0], [.5, .5, .5], [.5, -.5, .5], [0, 0, 1]]
+            g0, g1, g2 = g[j], g[3 + j], g[6 + j]
+            g[j] = g0
+            g[3 + j] = _HALF * (g0 + g1 + g2)
+            g[6 + j] = _HALF * (g0 - g1 + g2)
+            g[9 + j] = g2
+        for i in range(4):  # (G g) G^T, stored per position
+            t0, t1, t2 = g[3 * i], g[3 * i + 1], g[3 * i + 2]
+            base = uint32(uint32(4 * i) * rc + e)
+            u[base] = t0
+            u[uint32(base + rc)] = _HALF * (t0 + t1 + t2)
+            u[uint32(base + _U2 * rc)] = _HALF * (t0 - t1 + t2)
+            u[uint32(base + np.uint32(3) * rc)] = t2
+        e = uint32(e + stride)
+
+
+@cuda.jit
+def _dy_transform(dy, dm, dims):
+    """dm[pos, c, t] = (A g A^T)[pos] of the 2x2 block g of tile t in channel c of dy (flat NCHW on the output
+    grid, zero outside it)."""
+    h = cuda.local.array(8, float32)
+    t_all = dims[_T]
+    ct = uint32(dims[_C] * t_all)
+    tt = uint32(dims[_TH] * dims[_TW])
+    e = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
+    stride = uint32(cuda.gridDim.x * cuda.blockDim.x)
+    while e < ct:
+        c = uint32(e // t_all)
+        t = uint32(e - c * t_all)
+        n = uint32(t // tt)
+        r = uint32(t - n * tt)
+        ty = uint32(r // dims[_TW])
+        tx = uint32(r - ty * dims[_TW])
+        base = uint32(uint32(n * dims[_C] + c) * dims[_OH] * dims[_OW])
+        oh = uint32(ty * _U2)
+        ow = uint32(tx * _U2)
+        for j in range(2):  # A g (4x2): A = [[1, 0], [1, 1], [1, -1], [0, -1]]
+            w_ = uint32(ow + uint32(j))
+            inside = w_ < dims[_OW]
+            g0 = dy[uint32(base + oh * dims[_OW] + w_)] if inside and oh < dims[_OH] else _F0
+            g1 = dy[uint32(base + (oh + np.uint32(1)) * dims[_OW] + w_)] if (
+                inside and uint32(oh + np.uint32(1)) < dims[_OH]) else _F0
+            h[j] = g0
+            h[2 + j] = g0 + g1
+            h[4 + j] = g0 - g1
+            h[6 + j] = -g1
+        for i in range(4):  # (A g) A^T
+            h0, h1 = h[2 * i], h[2 * i + 1]
+            base_out = uint32(uint32(4 * i) * ct + e)
+            dm[base_out] = h0
+            dm[uint32(base_out + ct)] = h0 + h1
+            dm[uint32(base_out + _U2 * ct)] = h0 - h1
+            dm[uint32(base_out + np.uint32(3) * ct)] = -h1
+        e = uint32(e + stride)
+
+
+@functools.cache
+def _output_kernel(epilogue, down=False):
+    """The output transform; with `down` (the input gradient of a conv on a 2x upsample) each tile's 2x2 outputs
+    are summed into one element of the (OH/2, OW/2) map (the upsample's backward; OH, OW even)."""
+    has_bias, relu, mask = epilogue_flags(epilogue)
+
+    @cuda.jit
+    def output_transform(m, y, aux, dims):
+        """y = A^T M A per tile and channel (m (16, C, T)), with the epilogue, into flat NCHW y on (OH, OW)."""
+        t2 = cuda.local.array(8, float32)
+        t_all = dims[_T]
+        ct = uint32(dims[_C] * t_all)
+        tt = uint32(dims[_TH] * dims[_TW])
+        e = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
+        stride = uint32(cuda.gridDim.x * cuda.blockDim.x)
+        while e < ct:
+            c = uint32(e // t_all)
+            t = uint32(e - c * t_all)
+            n = uint32(t // tt)
+            r = uint32(t - n * tt)
+            ty = uint32(r // dims[_TW])
+            tx = uint32(r - ty * dims[_TW])
+            for j in range(4):  # A^T M (2x4): A^T = [[1, 1, 1, 0], [0, 1, -1, -1]]
+                m0 = m[uint32(uint32(j) * ct + e)]
+                m1 = m[uint32(uint32(4 + j) * ct + e)]
+                m2 = m[uint32(uint32(8 + j) * ct + e)]
+                m3 = m[uint32(uint32(12 + j) * ct + e)]
+                t2[j] = m0 + m1 + m2
+                t2[4 + j] = m1 - m2 - m3
+            if down:  # one element per tile: its 4 outputs summed (row 0's pair, then row 1's)
+                val = _F0
+                for i in range(2):
+                    val += t2[4 * i] + t2[4 * i + 1] + t2[4 * i + 2]
+                    val += t2[4 * i + 1] - t2[4 * i + 2] - t2[4 * i + 3]
+                idx = uint32(uint32(uint32(n * dims[_C] + c) * tt + r))
+                if mask and not aux[idx] > _F0:
+                    val = _F0
+                y[idx] = val
+            else:
+                base = uint32(uint32(n * dims[_C] + c) * dims[_OH] * dims[_OW])
+                for i in range(2):
+                    oh = uint32(ty * _U2 + uint32(i))
+                    for j in range(2):  # (A^T M) A
+                        ow = uint32(tx * _U2 + uint32(j))
+                        if oh < dims[_OH] and ow < dims[_OW]:
+                            if j == 0:
+                                val = t2[4 * i] + t2[4 * i + 1] + t2[4 * i + 2]
+                            else:
+                                val = t2[4 * i + 1] - t2[4 * i + 2] - t2[4 * i + 3]
+                            idx = uint32(base + oh * dims[_OW] + ow)
+                            if has_bias:
+                                val += aux[c]
+                            if relu and val < _F0:
+                                val = _F0
+                            if mask and not aux[idx] > _F0:
+                                val = _F0
+                            y[idx] = val
+            e = uint32(e + stride)
+
+    return output_transform
+
+
+@cuda.jit
+def _wgrad_finish(partials, dw, cin, cout, splits):
+    """dw[co, ci] = G^T dU G, dU[pos] the sum of the splits' partials (16*splits, Cin, Cout) in split order (the
+    16 positions' loads of one split in flight together)."""
+    u = cuda.local.array(POSITIONS, float32)
+    t3 = cuda.local.array(12, float32)
+    cc = uint32(cin * cout)
+    pos_stride = uint32(splits * cc)
+    e = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
+    stride = uint32(cuda.gridDim.x * cuda.blockDim.x)
+    while e < cc:
+        ci = uint32(e // cout)
+        co = uint32(e - ci * cout)
+        for pos in range(POSITIONS):
+            u[pos] = partials[uint32(uint32(pos) * pos_stride + e)]
+        idx = e
+        s = np.uint32(1)
+        while s < splits:
+            idx = uint32(idx + cc)
+            for pos in range(POSITIONS):
+                u[pos] += partials[uint32(uint32(pos) * pos_stride + idx)]
+            s = uint32(s + np.uint32(1))
+        for j in range(4):  # G^T dU (3x4): G^T = [[1, .5, .5, 0], [0, .5, -.5, 0], [0, .5, .5, 1]]
+            u0, u1, u2, u3 = u[j], u[4 + j], u[8 + j], u[12 + j]
+            t3[j] = u0 + _HALF * (u1 + u2)
+            t3[4 + j] = _HALF * (u1 - u2)
+            t3[8 + j] = _HALF * (u1 + u2) + u3
+        for i in range(3):  # (G^T dU) G
+            a0, a1, a2, a3 = t3[4 * i], t3[4 * i + 1], t3[4 * i + 2], t3[4 * i + 3]
+            dw[co, ci, i, 0] = a0 + _HALF * (a1 + a2)
+            dw[co, ci, i, 1] = _HALF * (a1 - a2)
+            dw[co, ci, i, 2] = _HALF * (a1 + a2) + a3
+        e = uint32(e + stride)
+
+
+def wgrad_splits(tiles: int, out_tiles: int, multiprocessors: int, waves: int = None, min_k: int = None) -> int:
+    """The weight gradient's split count: as many chunks as keep the 16 positions' output tiles x splits within
+    `waves` blocks per SM (no second, nearly empty wave), each chunk at least `min_k` tiles deep."""
+    waves = WINOGRAD_WGRAD_WAVES if waves is None else waves
+    min_k = WINOGRAD_MIN_K if min_k is None else min_k
+    return max(1, min((waves * multiprocessors) // max(1, POSITIONS * out_tiles), tiles // min_k))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Launchers
+
+
+def _check(op, k, padding):
+    if not winograd_fits(0, 0, k, int(padding)):
+        raise ValueError(f"{op}: Winograd F(2x2, 3x3) takes 3x3 kernels with padding 0..2, got k {k}, padding "
+                         f"{padding}; use the implicit_gemm version")
+
+
+def _version(op, version, m, n):
+    from ..gemm.batched import BATCH_VERSIONS
+
+    if version is None:
+        return winograd_version(m, n)
+    if version not in BATCH_VERSIONS:
+        raise ValueError(f"{op}: unknown batched GEMM version {version!r}; choose from {BATCH_VERSIONS}")
+    return version
+
+
+def input_transform_size(x_shape, padding, up=False) -> int:
+    """Elements of the transformed input V (16, C, T) of a forward or weight-gradient pass on x of `x_shape`
+    (N, C, H, W) (`up`: on its 2x upsample) with 3x3 kernels and `padding`: the ``v`` buffer they can share."""
+    n, c, h, w = (int(d) for d in x_shape)
+    if up:
+        h, w = 2 * h, 2 * w
+    return POSITIONS * c * n * (-(-(h + 2 * int(padding) - 2) // 2)) * (-(-(w + 2 * int(padding) - 2) // 2))
+
+
+def _v_buffer(op, v, size):
+    check_device_array(op, "v", v, 1)
+    if v.size != size:
+        raise ValueError(f"{op}: v must hold the transformed input, {size} elements (input_transform_size), got "
+                         f"{v.size}")
+    return v
+
+
+def _bind(kernel, n, args, stream, name):
+    threads = _threads()
+    return bind(kernel, grid_for(n, threads), threads, args, stream, False, name)
+
+
+def _winograd_conv(op, src, w, out, epilogue, aux, padding, flip, version, block, stream, launch, up=False,
+                   down=False, v=None):
+    """out = the Winograd convolution of src (N, C, H', W') by the 3x3 kernel u made from w (``_weight_transform``,
+    `flip` for the input gradient's), padding p, with the epilogue: the forward and input-gradient passes. `up`:
+    src is read through its 2x upsample; `down`: the output grid is twice out's size, each 2x2 block summed; `v`:
+    the buffer the input transform writes (None: a scratch buffer of its own)."""
+    n, c_in, h, wd = shape(src)
+    c_out = shape(out)[1]
+    oh, ow = ((2 if down else 1) * int(v) for v in shape(out)[2:])
+    td_in = _tdims(n, c_in, h, wd, oh, ow, padding)
+    td_out = _tdims(n, c_out, h, wd, oh, ow, padding)
+    tiles = int(td_in[_T])
+    version = _version(op, version, tiles, c_out)
+    v = _scratch(POSITIONS * c_in * tiles) if v is None else _v_buffer(op, v, POSITIONS * c_in * tiles)
+    u, m = _scratch(POSITIONS * c_in * c_out), _scratch(POSITIONS * c_out * tiles)
+    group = LaunchGroup([
+        _bind(_weight_transform, c_in * c_out, (w, u, np.uint32(c_in), np.uint32(c_out), bool(flip)), stream,
+              f"{op}[weight transform]"),
+        _bind(_input_kernel(up), c_in * tiles, (flat(src), v, td_in), stream, f"{op}[input transform]"),
+        gemm_batched(version, tiles, c_out, c_in, POSITIONS, v, u, m, a_map="batch_t", b_map="batch",
+                     store="batch_t", block=block, stream=stream, launch=False, op=op),
+        _bind(_output_kernel(epilogue, down), c_out * tiles, (m, flat(out), aux, td_out), stream,
+              f"{op}[output transform,{epilogue}]"),
+    ])
+    if launch:
+        group()
+    return group
+
+
+def conv_forward_winograd(x, w, bias, out, padding, relu=False, version=None, block=None, stream=0,
+                          launch=True, v=None) -> LaunchGroup:
+    """out = conv(x, w) (+ bias) (ReLU): x (N, Cin, H, W), w (Cout, Cin, 3, 3) (any strides), bias (Cout,) or
+    None, out (N, Cout, OH, OW). ``version``, ``block``: the batched GEMM's (None: ``winograd_version``, its
+    block). ``v``: a float32 buffer of ``input_transform_size`` elements to keep the transformed input in (the
+    weight gradient of the same step can then take it instead of transforming x again)."""
+    op = "conv_forward_winograd"
+    _activation(op, "x", x)
+    k, oh, ow = _geometry(op, shape(x), w, padding)
+    _check(op, k, padding)
+    n, cout = shape(x)[0], int(w.shape[0])
+    _activation(op, "out", out)
+    _expect(op, "out", out, (n, cout, oh, ow))
+    if bias is not None:
+        check_device_array(op, "bias", bias, 1)
+        _expect(op, "bias", bias, (cout,))
+    epilogue, aux = epilogue_args(op, bias, relu, None)
+    return _winograd_conv(op, x, w, out, epilogue, aux, padding, False, version, block, stream, launch, v=v)
+
+
+def conv_backward_data_winograd(dy, w, dx, padding, relu_mask=None, version=None, block=None, stream=0,
+                                launch=True) -> LaunchGroup:
+    """dx = dL/dx of out = conv(x, w): dy (N, Cout, OH, OW), w (Cout, Cin, 3, 3), dx (N, Cin, H, W); dx = 0
+    where ``relu_mask`` (dx's shape) <= 0. The forward machinery on dy with the rotated kernel, padding 2 - p."""
+    op = "conv_backward_data_winograd"
+    _activation(op, "dy", dy)
+    _activation(op, "dx", dx)
+    k, oh, ow = _geometry(op, shape(dx), w, padding)
+    _check(op, k, padding)
+    n, cout = shape(dx)[0], int(w.shape[0])
+    _expect(op, "dy", dy, (n, cout, oh, ow))
+    if relu_mask is not None:
+        _activation(op, "relu_mask", relu_mask)
+        _expect(op, "relu_mask", relu_mask, shape(dx))
+    epilogue, aux = epilogue_args(op, None, False, None if relu_mask is None else flat(relu_mask))
+    return _winograd_conv(op, dy, w, dx, epilogue, aux, 2 - int(padding), True, version, block, stream, launch)
+
+
+def conv_backward_weight_winograd(x, dy, dw, padding, version=None, block=None, stream=0, launch=True,
+                                  splits=None, v=None) -> LaunchGroup:
+    """dw = dL/dw of out = conv(x, w) (overwritten): x (N, Cin, H, W), dy (N, Cout, OH, OW), dw (Cout, Cin, 3, 3)
+    (any strides). ``splits``: the chunks of the tile sum (K of the batched GEMM) per position (None:
+    ``wgrad_splits``; SIMULATOR_WGRAD_SPLITS under the simulator), summed in a fixed order. ``v``: the transformed
+    x kept by this step's forward (its ``v``; written before this group runs): no input transform here."""
+    op = "conv_backward_weight_winograd"
+    _activation(op, "x", x)
+    k, oh, ow = _geometry(op, shape(x), dw, padding, "dw")
+    return _winograd_wgrad(op, x, dy, dw, padding, k, oh, ow, version, block, stream, launch, splits, False, v)
+
+
+def _winograd_wgrad(op, x, dy, dw, padding, k, oh, ow, version, block, stream, launch, splits, up, v=None):
+    """The weight gradient on the (oh, ow) grid of dy; `up`: x read through its 2x upsample; `v`: x transformed
+    by the forward (None: transformed here)."""
+    _activation(op, "dy", dy)
+    _check(op, k, padding)
+    n, cin, h, wd = shape(x)
+    cout = int(dw.shape[0])
+    _expect(op, "dy", dy, (n, cout, oh, ow))
+    td_x = _tdims(n, cin, h, wd, oh, ow, padding)
+    td_dy = _tdims(n, cout, h, wd, oh, ow, padding)
+    tiles = int(td_x[_T])
+    version = _version(op, version, cin, cout)
+    if splits is None:
+        splits = (SIMULATOR_WGRAD_SPLITS if device.simulator_enabled() else
+                  wgrad_splits(tiles, output_tiles(version, cin, cout), multiprocessors()))
+    if isinstance(splits, bool) or not isinstance(splits, (int, np.integer)) or splits < 1:
+        raise ValueError(f"{op}: splits must be None or a positive int, got {splits!r}")
+    splits = batch_chunks(tiles, int(splits), lookup(version).k_step)[0]
+    dm = _scratch(POSITIONS * cout * tiles)
+    partials = _scratch(POSITIONS * splits * cin * cout)
+    transform = []
+    if v is None:
+        v = _scratch(POSITIONS * cin * tiles)
+        transform = [_bind(_input_kernel(up), cin * tiles, (flat(x), v, td_x), stream, f"{op}[input transform]")]
+    else:
+        _v_buffer(op, v, POSITIONS * cin * tiles)
+    group = LaunchGroup([
+        *transform,
+        _bind(_dy_transform, cout * tiles, (flat(dy), dm, td_dy), stream, f"{op}[dy transform]"),
+        gemm_batched(version, cin, cout, tiles, POSITIONS, v, dm, partials, a_map="batch_k", b_map="batch_t_k",
+                     store="partial", splits=splits, block=block, stream=stream, launch=False, op=op),
+        _bind(_wgrad_finish, cin * cout, (partials, dw, np.uint32(cin), np.uint32(cout), np.uint32(splits)), stream,
+              f"{op}[sum {splits} + weight transform]"),
+    ])
+    if launch:
+        group()
+    return group
+
+
+# ---------------------------------------------------------------------------------------------------------
+# On a 2x nearest upsample of x (conv.upsampled's passes): the input transform reads through the upsample, and
+# the input gradient's output transform sums each tile's 2x2 outputs (a tile is one upsampled pixel: its origin
+# is even), so neither up(x) nor its gradient is stored.
+
+
+def conv_forward_winograd_up(x, w, bias, out, padding, relu=False, version=None, block=None, stream=0,
+                             launch=True, v=None) -> LaunchGroup:
+    """out = conv(up(x), w) (+ bias) (ReLU): x (N, Cin, H, W), out (N, Cout, OH, OW) with OH = 2H + 2p - 2."""
+    op = "conv_forward_winograd_up"
+    _activation(op, "x", x)
+    k, oh, ow = _geometry(op, upsampled_shape(shape(x)), w, padding)
+    _check(op, k, padding)
+    n, cout = shape(x)[0], int(w.shape[0])
+    _activation(op, "out", out)
+    _expect(op, "out", out, (n, cout, oh, ow))
+    if bias is not None:
+        check_device_array(op, "bias", bias, 1)
+        _expect(op, "bias", bias, (cout,))
+    epilogue, aux = epilogue_args(op, bias, relu, None)
+    return _winograd_conv(op, x, w, out, epilogue, aux, padding, False, version, block, stream, launch, up=True,
+                          v=v)
+
+
+def conv_backward_data_winograd_up(dy, w, dx, padding, relu_mask=None, version=None, block=None, stream=0,
+                                   launch=True) -> LaunchGroup:
+    """dx = dL/dx of out = conv(up(x), w): dy (N, Cout, OH, OW), dx and ``relu_mask`` (N, Cin, H, W): the input
+    gradient at the upsampled size, each 2x2 block summed by the output transform."""
+    op = "conv_backward_data_winograd_up"
+    _activation(op, "dy", dy)
+    _activation(op, "dx", dx)
+    k, oh, ow = _geometry(op, upsampled_shape(shape(dx)), w, padding)
+    _check(op, k, padding)
+    n, cout = shape(dx)[0], int(w.shape[0])
+    _expect(op, "dy", dy, (n, cout, oh, ow))
+    if relu_mask is not None:
+        _activation(op, "relu_mask", relu_mask)
+        _expect(op, "relu_mask", relu_mask, shape(dx))
+    epilogue, aux = epilogue_args(op, None, False, None if relu_mask is None else flat(relu_mask))
+    return _winograd_conv(op, dy, w, dx, epilogue, aux, 2 - int(padding), True, version, block, stream, launch,
+                          down=True)
+
+
+def conv_backward_weight_winograd_up(x, dy, dw, padding, version=None, block=None, stream=0, launch=True,
+                                     splits=None, v=None) -> LaunchGroup:
+    """dw = dL/dw of out = conv(up(x), w) (overwritten): x (N, Cin, H, W), dy (N, Cout, OH, OW); ``splits`` and
+    ``v`` as in ``conv_backward_weight_winograd``."""
+    op = "conv_backward_weight_winograd_up"
+    _activation(op, "x", x)
+    k, oh, ow = _geometry(op, upsampled_shape(shape(x)), dw, padding, "dw")
+    return _winograd_wgrad(op, x, dy, dw, padding, k, oh, ow, version, block, stream, launch, splits, True, v)

@@ -1,0 +1,252 @@
+"""Winograd F(2x2, 3x3) convolutions (kernels/conv/winograd.py) and the batched GEMM under them (gemm/batched.py,
+gemm/mappings_batched.py) against float64 references.
+
+Under the simulator the shapes are tiny and odd (batch 3, 5 -> 6 channels, 7x9 maps: the last row and column of
+tiles partial), paddings 1, 0 and 2; outputs poisoned with NaN, fresh random inputs per test, and two runs compared
+bit for bit. The ``gpu``-marked test runs the autoencoder's shapes on a real GPU.
+"""
+
+import os
+import zlib
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from gpunn.kernels import conv as C
+from gpunn.kernels.conv import reference as R
+from gpunn.kernels.conv import upsampled as UP
+from gpunn.kernels.conv import winograd as WG
+from gpunn.kernels.gemm import batched as B
+from gpunn.kernels.launch import LaunchGroup
+
+TOL = 1e-5
+SHAPE = (3, 5, 6, 7, 9)  # N, Cin, Cout, H, W
+
+
+def _rng(*key):
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
+
+
+def _rand(rng, *shape):
+    a = rng.standard_normal(shape).astype(np.float32)
+    a[a == 0] = 0.5
+    return a
+
+
+def _nan(shape):
+    return cuda.to_device(np.full(shape, np.nan, dtype=np.float32))
+
+
+def _rel_err(got, ref):
+    assert got.shape == ref.shape
+    assert np.isfinite(got).all(), "unwritten (NaN) outputs"
+    return float(np.abs(got - ref).max() / np.abs(ref).max())
+
+
+def _out_hw(h, wd, p, up):
+    return (2 * h + 2 * p - 2, 2 * wd + 2 * p - 2) if up else (h + 2 * p - 2, wd + 2 * p - 2)
+
+
+def _forward(p, shape=SHAPE, bias=True, relu=True, version=None, w_view=False, up=False):
+    n, cin, cout, h, wd = shape
+    rng = _rng("wino-fwd", p, shape, bias, relu, version, w_view, up)
+    x = _rand(rng, n, cin, h, wd)
+    w = _rand(rng, cout, cin, 3, 3)
+    b = _rand(rng, cout) if bias else None
+    oh, ow = _out_hw(h, wd, p, up)
+    launcher = WG.conv_forward_winograd_up if up else WG.conv_forward_winograd
+    wd_dev = cuda.to_device(w)
+    if w_view:  # a strided view of a flat parameter buffer, as the engine passes weights
+        buf = cuda.to_device(np.concatenate([np.zeros(7, np.float32), w.ravel()]))
+        wd_dev = buf[7:].reshape(w.shape)
+    outs = []
+    for _ in range(2):
+        out = _nan((n, cout, oh, ow))
+        launch = launcher(cuda.to_device(x), wd_dev, None if b is None else cuda.to_device(b), out, p, relu=relu,
+                          version=version)
+        assert isinstance(launch, LaunchGroup)
+        outs.append(out.copy_to_host())
+    assert np.array_equal(outs[0], outs[1], equal_nan=True), "two runs differ"
+    return _rel_err(outs[0], (UP.conv_forward_up_ref if up else R.conv_forward_ref)(x, w, b, p, relu))
+
+
+def _backward_data(p, shape=SHAPE, mask=True, version=None, up=False):
+    n, cin, cout, h, wd = shape
+    rng = _rng("wino-bwd-data", p, shape, mask, version, up)
+    oh, ow = _out_hw(h, wd, p, up)
+    launcher = WG.conv_backward_data_winograd_up if up else WG.conv_backward_data_winograd
+    dy, w = _rand(rng, n, cout, oh, ow), _rand(rng, cout, cin, 3, 3)
+    relu_mask = np.maximum(rng.standard_normal((n, cin, h, wd)), 0).astype(np.float32) if mask else None
+    outs = []
+    for _ in range(2):
+        dx = _nan((n, cin, h, wd))
+        launcher(cuda.to_device(dy), cuda.to_device(w), dx, p,
+                 relu_mask=None if relu_mask is None else cuda.to_device(relu_mask), version=version)
+        outs.append(dx.copy_to_host())
+    assert np.array_equal(outs[0], outs[1], equal_nan=True), "two runs differ"
+    got = outs[0]
+    if mask:
+        assert np.all(got[relu_mask <= 0] == 0), "the ReLU mask must zero dx"
+    ref = UP.conv_backward_data_up_ref if up else R.conv_backward_data_ref
+    return _rel_err(got, ref(dy, w, (n, cin, h, wd), p, relu_mask))
+
+
+def _backward_weight(p, shape=SHAPE, splits=None, version=None, up=False):
+    n, cin, cout, h, wd = shape
+    rng = _rng("wino-bwd-weight", p, shape, splits, version, up)
+    oh, ow = _out_hw(h, wd, p, up)
+    launcher = WG.conv_backward_weight_winograd_up if up else WG.conv_backward_weight_winograd
+    x, dy = _rand(rng, n, cin, h, wd), _rand(rng, n, cout, oh, ow)
+    outs = []
+    for _ in range(2):
+        dw = _nan((cout, cin, 3, 3))
+        launcher(cuda.to_device(x), cuda.to_device(dy), dw, p, splits=splits, version=version)
+        outs.append(dw.copy_to_host())
+    assert np.array_equal(outs[0], outs[1], equal_nan=True), "two runs differ"
+    return _rel_err(outs[0], (UP.conv_backward_weight_up_ref if up else R.conv_backward_weight_ref)(x, dy, 3, p))
+
+
+@pytest.mark.parametrize("p", [1, 0, 2])
+def test_forward(p):
+    assert _forward(p) <= TOL
+
+
+def test_forward_no_bias_no_relu_weight_view():
+    assert _forward(1, bias=False, relu=False, w_view=True) <= TOL
+
+
+@pytest.mark.parametrize("p", [1, 0, 2])
+def test_backward_data(p):
+    assert _backward_data(p) <= TOL
+
+
+def test_backward_data_no_mask():
+    assert _backward_data(1, mask=False) <= TOL
+
+
+@pytest.mark.parametrize("p, splits", [(1, 1), (1, 3), (0, 2), (2, None)])
+def test_backward_weight(p, splits):
+    assert _backward_weight(p, splits=splits) <= TOL
+
+
+def test_wgrad_splits_change_chunks_not_result_much():
+    """Different split counts sum the same products in different groupings: close, each within TOL."""
+    assert _backward_weight(1, splits=2) <= TOL and _backward_weight(1, splits=5) <= TOL
+
+
+UP_SHAPE = (3, 5, 6, 3, 5)  # before the upsample: 6x10 after it
+
+
+@pytest.mark.parametrize("p", [1, 0])
+def test_upsampled_passes(p):
+    """The passes of a conv on up(x): x read through the upsample, the input gradient's 2x2 sums in the output
+    transform."""
+    assert _forward(p, shape=UP_SHAPE, up=True) <= TOL
+    assert _backward_data(p, shape=UP_SHAPE, up=True) <= TOL
+    assert _backward_weight(p, shape=UP_SHAPE, splits=2, up=True) <= TOL
+
+
+@pytest.mark.parametrize("up", [False, True])
+def test_weight_gradient_reads_the_forwards_input_transform(up):
+    """The forward's kept V (``v``) serves the weight gradient: the same bits as transforming x again."""
+    n, cin, cout, h, wd = UP_SHAPE if up else SHAPE
+    rng = _rng("shared-v", up)
+    x, w = _rand(rng, n, cin, h, wd), _rand(rng, cout, cin, 3, 3)
+    oh, ow = _out_hw(h, wd, 1, up)
+    dy = _rand(rng, n, cout, oh, ow)
+    d_x, d_dy = cuda.to_device(x), cuda.to_device(dy)
+    v = _nan(WG.input_transform_size(x.shape, 1, up))
+    (WG.conv_forward_winograd_up if up else WG.conv_forward_winograd)(d_x, cuda.to_device(w), None,
+                                                                     _nan((n, cout, oh, ow)), 1, v=v)
+    wgrad = WG.conv_backward_weight_winograd_up if up else WG.conv_backward_weight_winograd
+    shared, own = _nan((cout, cin, 3, 3)), _nan((cout, cin, 3, 3))
+    group = wgrad(d_x, d_dy, shared, 1, splits=2, v=v)
+    assert len(group.launches) == 3  # no input transform
+    wgrad(d_x, d_dy, own, 1, splits=2)
+    assert np.array_equal(shared.copy_to_host(), own.copy_to_host())
+    assert np.isfinite(own.copy_to_host()).all()
+    with pytest.raises(ValueError, match="input_transform_size"):
+        wgrad(d_x, d_dy, own, 1, v=_nan(7))
+
+
+def test_coalesced128_batched():
+    """The 128x128 tiles through the batched mappings (its 8-K loads on batch_k / batch_t_k, one tile each)."""
+    shape = (1, 3, 4, 5, 5)
+    assert _forward(1, shape=shape, version="coalesced128") <= TOL
+    assert _backward_weight(1, shape=shape, splits=2, version="coalesced128") <= TOL
+
+
+def test_batched_gemm_every_mapping():
+    """gemm_batched on each A/B mapping pair against per-batch float64 products, with a K split of 3."""
+    rng = _rng("batched")
+    z, m, n, k, splits = 3, 9, 7, 11, 3
+    a_km, a_mk = _rand(rng, z, k, m), _rand(rng, z, m, k)
+    b_kn, b_nk = _rand(rng, z, k, n), _rand(rng, z, n, k)
+    used, k_len = B.batch_chunks(k, splits, 8)  # regblock's K step
+    for a_map, a, a64 in (("batch_t", a_km, a_km.transpose(0, 2, 1)), ("batch_k", a_mk, a_mk)):
+        for b_map, b, b64 in (("batch", b_kn, b_kn), ("batch_t_k", b_nk, b_nk.transpose(0, 2, 1))):
+            out = _nan(z * used * m * n)
+            B.gemm_batched("regblock", m, n, k, z, cuda.to_device(a.ravel()), cuda.to_device(b.ravel()), out,
+                           a_map=a_map, b_map=b_map, store="partial", splits=splits)
+            parts = out.copy_to_host().reshape(z, used, m, n).astype(np.float64)
+            assert np.isfinite(parts).all()
+            ref = np.einsum("zik,zkj->zij", a64.astype(np.float64), b64.astype(np.float64))
+            assert _rel_err(parts.sum(axis=1), ref) <= TOL
+            # chunk s holds exactly the products of K indices [s * k_len, (s + 1) * k_len)
+            s_ref = np.einsum("zik,zkj->zij", a64[:, :, k_len:2 * k_len].astype(np.float64),
+                              b64[:, k_len:2 * k_len].astype(np.float64))
+            assert _rel_err(parts[:, 1], s_ref) <= TOL
+
+
+def test_batched_store_t():
+    rng = _rng("batched-t")
+    z, m, n, k = 2, 5, 3, 4
+    a, b = _rand(rng, z, k, m), _rand(rng, z, k, n)
+    out = _nan(z * n * m)
+    B.gemm_batched("tiled16", m, n, k, z, cuda.to_device(a.ravel()), cuda.to_device(b.ravel()), out,
+                   a_map="batch_t", b_map="batch", store="batch_t")
+    ref = np.einsum("zki,zkj->zji", a.astype(np.float64), b.astype(np.float64))
+    assert _rel_err(out.copy_to_host().reshape(z, n, m), ref) <= TOL
+
+
+def test_bad_input():
+    x, w = cuda.to_device(np.zeros((1, 2, 5, 5), np.float32)), cuda.to_device(np.zeros((2, 2, 5, 5), np.float32))
+    with pytest.raises(ValueError, match="3x3 kernels"):
+        WG.conv_forward_winograd(x, w, None, _nan((1, 2, 3, 3)), 1)
+    w3 = cuda.to_device(np.zeros((2, 2, 3, 3), np.float32))
+    with pytest.raises(ValueError, match="batched GEMM version"):
+        WG.conv_forward_winograd(x, w3, None, _nan((1, 2, 5, 5)), 1, version="skinny")
+    with pytest.raises(ValueError, match="splits"):
+        WG.conv_backward_weight_winograd(x, _nan((1, 2, 5, 5)), _nan((2, 2, 3, 3)), 1, splits=0)
+    with pytest.raises(ValueError, match="cannot run batched"):
+        B.gemm_batched("skinny", 2, 2, 2, 1, x, x, x, a_map="batch_t", b_map="batch", store="partial")
+
+
+def test_registered():
+    for step in ("forward", "backward_data", "backward_weight"):
+        assert C.VERSIONS[step]["winograd"].applies(128, 128, 3, 1, 16, 16)
+        assert not C.VERSIONS[step]["winograd"].applies(128, 128, 5, 2, 16, 16)
+    assert "winograd" in C.runnable_versions("forward", (5, 6, 3, 1, 7, 9))
+    for step in ("forward", "backward_data", "backward_weight"):
+        assert C.upsampled_version(step, "winograd").launcher.__name__.endswith("_winograd_up")
+    assert "winograd" not in C.runnable_versions("forward", (5, 6, 1, 0, 7, 9))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") == "1", reason="needs a real GPU")
+@pytest.mark.parametrize("shape", [(64, 256, 128, 16, 16), (64, 128, 256, 16, 16), (64, 128, 128, 8, 8),
+                                   (5, 33, 65, 15, 13)])
+def test_gpu_autoencoder_shapes(shape):
+    assert _forward(1, shape=shape) <= TOL
+    assert _backward_data(1, shape=shape) <= TOL
+    assert _backward_weight(1, shape=shape) <= TOL
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") == "1", reason="needs a real GPU")
+@pytest.mark.parametrize("shape", [(64, 128, 256, 8, 8), (5, 33, 65, 7, 9)])
+def test_gpu_upsampled_shapes(shape):
+    assert _forward(1, shape=shape, up=True) <= TOL
+    assert _backward_data(1, shape=shape, up=True) <= TOL
+    assert _backward_weight(1, shape=shape, up=True) <= TOL
