@@ -338,7 +338,9 @@ def epoch_table(frame: pd.DataFrame) -> str:
     peak = "" if np.isnan(first.fp32_peak_tflops) else (f"; % peak: of the GPU's FP32 peak without tensor cores, "
                                                          f"{first.fp32_peak_tflops:.1f} TFLOP/s")
     lines.append(f"TFLOP/s: {first.epoch_tflop:.4g} TFLOP per epoch (the Linear and Conv2d multiply-adds of forward, "
-                 f"weight and input gradients, gpunn.flops) / s per epoch{peak}")
+                 f"weight and input gradients, gpunn.flops) / s per epoch{peak}; counted as direct convolutions for "
+                 f"every variant: one whose convolutions do fewer multiplications (gpu-graph's Winograd passes) is "
+                 f"credited the direct count, so its figure is an equivalent rate, not the rate its FMA units ran at")
     return "\n".join(lines)
 
 

@@ -32,6 +32,7 @@ from gpunn import device
 from ..common import epilogue_args, epilogue_flags, shape
 from ..gemm import multiprocessors, output_tiles
 from ..gemm.batched import batch_chunks, gemm_batched
+from ..gemm.indexing import device_function
 from ..gemm.versions import lookup
 from ..launch import LaunchGroup, bind, check_device_array, flat, grid_for
 from .implicit_gemm import _activation, _expect, _geometry
@@ -79,6 +80,17 @@ def _scratch(size):
     return cuda.to_device(np.full(int(size), np.nan, dtype=np.float32))
 
 
+@device_function
+def _tile(e, t_all, tt, dims):
+    """(channel, image, tile row, tile column) of element e = c * T + t of a transform's (C, T) grid."""
+    c = uint32(e // t_all)
+    t = uint32(e - c * t_all)
+    n = uint32(t // tt)
+    r = uint32(t - n * tt)
+    ty = uint32(r // dims[_TW])
+    return c, n, ty, uint32(r - ty * dims[_TW])
+
+
 @functools.cache
 def _input_kernel(up):
     """The input transform; with `up` it reads the 2x nearest upsample of x (the window's bounds (2H, 2W))."""
@@ -96,12 +108,7 @@ def _input_kernel(up):
         e = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
         stride = uint32(cuda.gridDim.x * cuda.blockDim.x)
         while e < ct:
-            c = uint32(e // t_all)
-            t = uint32(e - c * t_all)
-            n = uint32(t // tt)
-            r = uint32(t - n * tt)
-            ty = uint32(r // dims[_TW])
-            tx = uint32(r - ty * dims[_TW])
+            c, n, ty, tx = _tile(e, t_all, tt, dims)
             h0 = uint32(ty * _U2 - dims[_P])  # mod 2^32: one unsigned compare rejects both sides of the padding
             w0 = uint32(tx * _U2 - dims[_P])
             base = uint32(uint32(n * dims[_C] + c) * dims[_H] * dims[_W])
@@ -171,12 +178,7 @@ def _dy_transform(dy, dm, dims):
     e = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
     stride = uint32(cuda.gridDim.x * cuda.blockDim.x)
     while e < ct:
-        c = uint32(e // t_all)
-        t = uint32(e - c * t_all)
-        n = uint32(t // tt)
-        r = uint32(t - n * tt)
-        ty = uint32(r // dims[_TW])
-        tx = uint32(r - ty * dims[_TW])
+        c, n, ty, tx = _tile(e, t_all, tt, dims)
         base = uint32(uint32(n * dims[_C] + c) * dims[_OH] * dims[_OW])
         oh = uint32(ty * _U2)
         ow = uint32(tx * _U2)
@@ -216,12 +218,7 @@ def _output_kernel(epilogue, down=False):
         e = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
         stride = uint32(cuda.gridDim.x * cuda.blockDim.x)
         while e < ct:
-            c = uint32(e // t_all)
-            t = uint32(e - c * t_all)
-            n = uint32(t // tt)
-            r = uint32(t - n * tt)
-            ty = uint32(r // dims[_TW])
-            tx = uint32(r - ty * dims[_TW])
+            c, n, ty, tx = _tile(e, t_all, tt, dims)
             for j in range(4):  # A^T M (2x4): A^T = [[1, 1, 1, 0], [0, 1, -1, -1]]
                 m0 = m[uint32(uint32(j) * ct + e)]
                 m1 = m[uint32(uint32(4 + j) * ct + e)]
@@ -234,7 +231,7 @@ def _output_kernel(epilogue, down=False):
                 for i in range(2):
                     val += t2[4 * i] + t2[4 * i + 1] + t2[4 * i + 2]
                     val += t2[4 * i + 1] - t2[4 * i + 2] - t2[4 * i + 3]
-                idx = uint32(uint32(uint32(n * dims[_C] + c) * tt + r))
+                idx = uint32(uint32(uint32(n * dims[_C] + c) * tt + ty * dims[_TW] + tx))
                 if mask and not aux[idx] > _F0:
                     val = _F0
                 y[idx] = val

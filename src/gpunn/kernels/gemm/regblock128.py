@@ -185,15 +185,7 @@ def _kernel(coalesced, unrolled, a_map, b_map, store, ksize, epilogue, split_k=F
                 p0 = U0
                 while p0 < _BK:
                     for q in range(UNROLL):
-                        p = p0 + uint32(q)
-                        for u in range(4):
-                            ra[u] = As[p, ty4 + uint32(u)]
-                            ra[u + 4] = As[p, ty4 + _HALF + uint32(u)]
-                            rb[u] = Bs[p, tx4 + uint32(u)]
-                            rb[u + 4] = Bs[p, tx4 + _HALF + uint32(u)]
-                        for i in range(FRAG):
-                            for j in range(FRAG):
-                                acc[i * FRAG + j] += ra[i] * rb[j]
+                        _outer_product(As, Bs, acc, ra, rb, uint32(p0 + uint32(q)), ty4, tx4)
                     p0 = uint32(p0 + _UNROLL)
                 cuda.syncthreads()
             if k0 >= k:
