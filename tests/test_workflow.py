@@ -79,7 +79,34 @@ def test_svm_kernel_device_in_the_job(workflow_copy):
                         "experiments={e6: {kernel_device: gpu}}", "--configfile", "config/smoke.yaml")
     assert out.returncode == 0, out.stderr[-2000:]
     job = _job(out.stdout + out.stderr, "svm")
-    assert "--kernel-device gpu" in job and "gpu=0" in job and "NUMBA_ENABLE_CUDASIM=1 python -m gpunn svm" in job
+    assert "--kernel-device gpu" in job and "gpu=0" in job and "NUMBA_ENABLE_CUDASIM=1 python -m gpunn.placement" in job
+    assert " -- python -m gpunn svm" in job
+
+
+def _train_job(text: str, run: str) -> str:
+    """The dry-run block of the train job of `run`."""
+    end = text.index(f"python -m gpunn train {run} ")
+    return text[text.rindex("rule train:", 0, end):text.index("\n", end)]
+
+
+@pytest.mark.parametrize("timing", ["isolated", "overlap"])
+def test_timed_jobs_resources_and_placement_follow_config_keys_timing_and_gpus(workflow_copy, timing):
+    """On a GPU machine (named: no GPU here) with two GPUs: every GPU job takes one `gpu` and is placed on one of
+    them; under isolated every timed job takes the `timing` resource, under overlap only the CPU-timed ones and the
+    SVM (its solver runs on the CPU)."""
+    out = run_snakemake(workflow_copy, "-n", "-p", "--cores", "16", "--config", "machine=gpu-box", "job_details=true",
+                        f"timing={timing}", "gpus=2", "threads=14")
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-3000:]
+    gpu = _train_job(text, "mnist/standard/cnn/gpu-graph/w16-32_b64_lr0.01_e5_s0")
+    cpu = _train_job(text, "mnist/standard/cnn/cpu-numpy/w16-32_b64_lr0.01_e5_s0")
+    assert "gpu=1," in gpu and "gpu=0," in cpu
+    assert f"timing={0 if timing == 'overlap' else 1}," in gpu and "timing=1," in cpu
+    host = 1 if timing == "overlap" else 14  # under overlap a GPU job's host thread gets one core of its own
+    assert f"python -m gpunn.placement --threads {host} --timed gpu --timing {timing} --gpu --slots 0,1 -- " in gpu
+    assert f"python -m gpunn.placement --threads 14 --timed cpu --timing {timing} -- " in cpu
+    svm = _job(text, "svm")
+    assert "gpu=1," in svm and "timing=1," in svm and "--timed both" in svm
 
 
 def test_target_rules_list_the_experiments(workflow_copy):

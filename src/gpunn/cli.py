@@ -23,6 +23,8 @@ machine-wide timing lock (gpunn.timing_lock) and record where their results came
     gpunn publish --configfile F.. --to DIR [--machine M] [--results DIR] [--readme README.md] [--rebuild]
                                                a run's reports in a folder of the repository, the README's Results
     gpunn captions --out DIR                   the figures' caption files for snakemake --report
+    gpunn overlap-check --cpu RUN --cpu-data F --gpu RUN --gpu-data F --out DIR [--threads T] [--repeats 3]
+                                               the same runs timed alone and side by side (config key timing)
 """
 
 from __future__ import annotations
@@ -131,6 +133,14 @@ def _cmd_train(args):
 
     train_run(parse_run_path(args.run), args.data, args.out, log=_log, progress_every_s=args.progress_every,
               keep_diverged=args.keep_diverged)
+
+
+def _cmd_overlap_check(args):
+    from gpunn.overlap_check import run
+
+    if args.gpus != "auto" and not args.gpus.isdigit():
+        raise GpunnError(f"overlap-check --gpus {args.gpus}: give auto or a number")
+    run(args, log=_log)
 
 
 def _cmd_evaluate(args):
@@ -362,6 +372,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--note", nargs="*", default=[], help="lines stated under the summary table")
     p.add_argument("--machine", default="", help="the machine's name, for the page title")
     p.set_defaults(func=_cmd_index)
+
+    p = sub.add_parser("overlap-check", help="the same training runs timed alone and side by side (timing: overlap), "
+                                             "with the run-to-run noise")
+    p.add_argument("--cpu", required=True, help="the CPU-timed run, e.g. mnist/standard/cnn/cpu-numpy/"
+                                                "w16-32_b64_lr0.01_e1_s0_n20000")
+    p.add_argument("--cpu-data", required=True, help="prepared .npz of the CPU run's dataset")
+    p.add_argument("--gpu", required=True, help="the GPU-timed run, e.g. synthetic_cifar10/standard/autoencoder/"
+                                                "gpu-graph/w256-128_b64_lr0.002_e6_s0")
+    p.add_argument("--gpu-data", required=True, help="prepared .npz of the GPU run's dataset")
+    p.add_argument("--threads", type=int_at_least(1), default=14, help="the CPU run's threads and cores (default 14)")
+    p.add_argument("--gpus", default="auto", help="auto (every GPU found) or N: with two, two GPU runs at once too")
+    p.add_argument("--repeats", type=int_at_least(2), default=3, help="repeats of every scenario (default 3)")
+    p.add_argument("--out", required=True, help="folder for overlap.csv, overlap.md and the runs")
+    p.set_defaults(func=_cmd_overlap_check)
 
     p = sub.add_parser("publish", help="copy a run's reports (tables, PNG figures) into a folder of the repository, "
                                         "build the entry page there and write the README's Results section from it")

@@ -20,6 +20,7 @@ Every problem is a GpunnError with a one-line message; workflow/rules/common.smk
 from __future__ import annotations
 
 import copy
+import os
 import re
 import shutil
 import subprocess
@@ -174,6 +175,42 @@ def detect_gpu_name(timeout_s: float = 10.0) -> str | None:
         return None
     names = [line.strip() for line in out.stdout.splitlines() if line.strip()]
     return names[0] if out.returncode == 0 and names else None
+
+
+def detect_gpu_ids(timeout_s: float = 10.0) -> list[str]:
+    """The ids of the GPUs that jobs may use: CUDA_VISIBLE_DEVICES's entries when it is set (a cluster's or the
+    user's choice), else nvidia-smi's indices; [] without any."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        ids = [part.strip() for part in visible.split(",") if part.strip()]
+        return [] if ids[:1] == ["-1"] else ids
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        out = subprocess.run([smi, "--query-gpu=index", "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=timeout_s)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
+
+
+def gpu_slots(config: dict, gpu_ids: Callable[[], list[str]] = detect_gpu_ids) -> list[str]:
+    """The GPU ids that config key `gpus` places GPU jobs on (gpunn.placement): every GPU found (auto) or the first
+    N; under gpu.simulator N simulated ones ("0".."N-1"; auto: none); none when GPU jobs are off. GpunnError when
+    more are asked for than found."""
+    setting = config["gpus"]
+    if not config["gpu"]["enabled"]:
+        return []
+    if config["gpu"]["simulator"]:
+        return [] if setting == "auto" else [str(i) for i in range(setting)]
+    found = gpu_ids()
+    if setting == "auto":
+        return found
+    if found and setting > len(found):
+        raise GpunnError(f"config key gpus: {setting} GPUs asked for, {len(found)} found ({','.join(found)}); "
+                         f"give at most {len(found)}, or auto")
+    return found[:setting] if found else [str(i) for i in range(setting)]
 
 
 def machine_slug(name: str) -> str:

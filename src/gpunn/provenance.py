@@ -22,7 +22,8 @@ from pathlib import Path
 
 # every key of collect()'s record, in this order
 PROVENANCE_KEYS = ("device", "driver", "simulator", "cpu", "hostname", "blas_threads", "numba_threads", "python",
-                   "numpy",                    "numba", "numba_cuda", "snakemake", "commit")
+                   "numpy", "numba", "numba_cuda", "snakemake", "commit", "machine_cores", "cores", "gpu_slot",
+                   "gpu_slots", "timing_mode")
 # the subset repeated on every row of a timing CSV (columns() gives them)
 CSV_COLUMNS = ("device", "driver", "simulator", "blas_threads", "numba_threads", "numpy", "numba", "numba_cuda",
                "snakemake", "commit")
@@ -49,6 +50,22 @@ def collect(uses_gpu: bool) -> dict:
         "driver": driver_version() if uses_gpu and not simulator else None,
         "simulator": simulator,
         **_host_record(),
+        **placement_record(),
+    }
+
+
+def placement_record() -> dict:
+    """Where the job ran (gpunn.placement): the machine's cores, the cores this process may use (cpulist), the GPU
+    it was given and of how many GPU slots, and the timing mode; None where nothing placed it."""
+    from gpunn import placement
+
+    slots = os.environ.get(placement.GPU_SLOTS_VARIABLE)
+    return {
+        "machine_cores": os.cpu_count(),
+        "cores": placement.describe_cores(os.sched_getaffinity(0)),
+        "gpu_slot": os.environ.get(placement.GPU_SLOT_VARIABLE),
+        "gpu_slots": int(slots) if slots else None,
+        "timing_mode": os.environ.get(placement.MODE_VARIABLE),
     }
 
 

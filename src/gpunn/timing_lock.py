@@ -5,7 +5,10 @@ pipeline, two users on one GPU machine) share the GPU, the memory bandwidth and 
 report times that are too slow. Every timed command therefore runs its timed work inside ``timing_lock``:
 an exclusive ``fcntl.flock`` on one machine-wide file, ``$GPUNN_TIMING_LOCK`` or
 ``<tempdir>/gpunn-timing.lock`` (created world-writable, so every user's jobs share it). The kernel drops
-the lock when its holder exits, however it exits, so a killed job never leaves a stale lock.
+the lock when its holder exits, however it exits, so a killed job never leaves a stale lock. Under config key
+`timing: overlap` (gpunn.placement sets ``GPUNN_TIMING_RESOURCE``) a timed job holds the machine-wide lock shared
+and its resource's own lock (``gpunn-timing-cpu.lock``, ``gpunn-timing-gpu<id>.lock``) exclusively: a CPU-timed
+and a GPU-timed job overlap, two of one resource do not, and a bench started by hand waits for all of them.
 
 A job that had to wait says so in its log, with who held the lock (the holder writes its pid, what it runs
 and since when into the file), and how long it waited; the wait is also returned, for metrics.json. GPU
@@ -29,6 +32,8 @@ from gpunn.errors import GpunnError
 
 ENV_VARIABLE = "GPUNN_TIMING_LOCK"
 DEFAULT_NAME = "gpunn-timing.lock"
+# set by gpunn.placement under timing: overlap: the one resource (cpu, gpu<id>) a timed job keeps to itself
+RESOURCE_VARIABLE = "GPUNN_TIMING_RESOURCE"
 
 # depth > 0 while this thread holds the lock: a nested timing_lock (a timed command calling another timed
 # function) must not wait for its own process, which flock would make it do forever
@@ -63,30 +68,52 @@ def timing_lock(what: str, log: Callable[[str], None] = print, skip: bool = Fals
         finally:
             _held.depth -= 1
         return
-    fd = _open(path)
+    resource = os.environ.get(RESOURCE_VARIABLE, "")
+    # overlap (gpunn.placement): the machine-wide lock shared with the other timed jobs, so that a hand-run bench
+    # still waits for all of them, and the locks of the job's own resources ("cpu,gpu0"), in one order for all
+    locks = [(path, fcntl.LOCK_SH)] + [(resource_lock_path(name), fcntl.LOCK_EX)
+                                       for name in sorted(resource.split(","))] if resource else [(path, fcntl.LOCK_EX)]
+    fds = []
     try:
         waited = 0.0
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log(f"waiting for the timing lock {path}: held by {_describe_holder(fd)}")
-            start = time.monotonic()
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            waited = time.monotonic() - start
-            log(f"got the timing lock after {waited:.1f} s of waiting")
-        _write_holder(fd, what)
+        for lock_file, mode in locks:
+            fd = open_lock_file(lock_file)
+            fds.append(fd)
+            waited += _acquire(fd, mode, lock_file, log)
+        _write_holder(fds[-1], what)
         _held.depth = 1
         try:
-            yield TimingLock(path, waited)
+            yield TimingLock(locks[-1][0], waited)
         finally:
             _held.depth = 0
             with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)  # no stale holder for the next reader
+                os.ftruncate(fds[-1], 0)  # no stale holder for the next reader
     finally:
-        os.close(fd)  # closing the last descriptor releases the flock
+        for fd in fds:
+            os.close(fd)  # closing the last descriptor releases the flock
 
 
-def _open(path: str) -> int:
+def resource_lock_path(resource: str) -> str:
+    """The timing lock of one resource ("cpu", "gpu0") under timing: overlap, beside the machine-wide one."""
+    return os.path.join(os.path.dirname(os.path.abspath(lock_path())), f"gpunn-timing-{resource}.lock")
+
+
+def _acquire(fd: int, mode: int, path: str, log: Callable[[str], None]) -> float:
+    """flock `fd` in `mode`, saying so when it has to wait; the seconds waited."""
+    try:
+        fcntl.flock(fd, mode | fcntl.LOCK_NB)
+        return 0.0
+    except BlockingIOError:
+        log(f"waiting for the timing lock {path}: held by {_describe_holder(fd)}")
+        start = time.monotonic()
+        fcntl.flock(fd, mode)
+        waited = time.monotonic() - start
+        log(f"got the timing lock after {waited:.1f} s of waiting")
+        return waited
+
+
+def open_lock_file(path: str) -> int:
+    """A lock file opened for reading and writing (created world-writable when missing)."""
     # an existing file is opened without O_CREAT: Linux's fs.protected_regular refuses O_CREAT on another
     # user's file in a sticky world-writable directory such as /tmp, even when the file itself is writable
     try:

@@ -21,8 +21,8 @@ rule features:
         run_dir=folder_of("input"),
         out=folder_of("output"),
         train_limit=config["experiments"]["e6"]["feature_train_limit"],
-        env=variant_env,
-    threads: config["threads"]
+        env=job_prefix(gpu=uses_gpu),
+    threads: cpu_threads
     resources:
         **rule_resources("features", gpu=uses_gpu),
     conda:
@@ -54,10 +54,10 @@ rule svm:
         e6=config["experiments"]["e6"],
         class_names=lambda wc: ",".join(DATASETS[wc.dataset].class_names),
         kernel_device=svm_kernel_device(),
-        env=gpu_env(svm_kernel_device() == "gpu"),
+        env=job_prefix(timed="both", gpu=svm_uses_gpu()),
     threads: config["threads"]
     resources:
-        **rule_resources("svm", timed=True, gpu=svm_uses_gpu()),
+        **rule_resources("svm", timed="both", gpu=svm_uses_gpu()),
     conda:
         ENV_FILE
     shell:

@@ -10,7 +10,7 @@ import sys
 _SRC = os.path.join(workflow.basedir, "src")
 sys.path.insert(0, _SRC)
 
-from gpunn.config import CPU_MACHINE, SIMULATOR_MACHINE, load_config, load_schema, missing_gpu_note
+from gpunn.config import CPU_MACHINE, SIMULATOR_MACHINE, gpu_slots, load_config, load_schema, missing_gpu_note
 from gpunn.data.registry import DATASETS
 from gpunn import experiments
 from gpunn.report.captions import rst_name as caption_file
@@ -40,6 +40,7 @@ from gpunn.targets import (
     report_outputs,
 )
 from gpunn.cluster import check_remote_machine, job_resources
+from gpunn import placement
 from gpunn.backends.registry import cpu_threads as variant_cpu_threads
 from gpunn.backends.registry import uses_gpu as variant_uses_gpu
 
@@ -73,9 +74,24 @@ def _with_base_config():
     config.update(base)
 
 
+def _gpu_slots():
+    """The GPU ids GPU jobs are placed on (config key gpus, gpunn.config.gpu_slots), or one line and exit 1."""
+    try:
+        return gpu_slots(config)
+    except GpunnError as exc:
+        print(f"gpunn: config error: {exc}", file=sys.stderr)
+        sys.exit(1)
+
+
 _with_base_config()
 RAW_CONFIG = dict(config)  # as given, before `machine` is resolved (onstart's cluster check)
 _checked_config()
+GPU_SLOTS = _gpu_slots()
+# Snakemake's `gpu` resource: one job per GPU slot at a time, unless --resources (or a profile) gives it; a cluster
+# run lifts it again in onstart (the executor is not known yet here), where Slurm places the GPU jobs
+GPU_LIMIT_SET = "gpu" not in workflow.global_resources
+if GPU_LIMIT_SET:
+    workflow.register_resource("gpu", max(1, len(GPU_SLOTS)))
 export_source_path(_SRC)
 GPU_NOTE = [missing_gpu_note(RAW_CONFIG, config)]  # printed by the first planned GPU job, then cleared
 LAYOUT = Layout.of(config)
@@ -125,8 +141,9 @@ def job_message(text):
 
 def cpu_threads(wildcards):
     """Single-threaded baselines get one core, the others config key `threads` (the registry's fact); a GPU
-    variant under the CUDA simulator one too (its kernels run as Python threads under one interpreter lock)."""
-    if config["gpu"]["simulator"] and variant_uses_gpu(wildcards.variant):
+    variant under the CUDA simulator one too (its kernels run as Python threads under one interpreter lock), and
+    under timing: overlap (its host thread, on a core of its own beside a CPU baseline's `threads`)."""
+    if (config["gpu"]["simulator"] or config["timing"] == "overlap") and variant_uses_gpu(wildcards.variant):
         return 1
     return variant_cpu_threads(wildcards.variant, config["threads"])
 
@@ -150,6 +167,8 @@ onstart:
     # The executor is known only now (the Snakefile is read before it is chosen), and before any job is
     # submitted: on a cluster (profiles/slurm) the jobs run on other nodes than this one.
     if workflow.non_local_exec:
+        if GPU_LIMIT_SET:
+            workflow.register_resource("gpu", sys.maxsize)
         try:
             check_remote_machine(RAW_CONFIG, config)
         except GpunnError as exc:
@@ -165,38 +184,45 @@ onstart:
             )
 
 
-def _timing_resource(gpu):
-    """A timed job's `timing` resource: 1, except for a job under the CUDA simulator (gpu.simulator and a GPU
-    job), whose times measure nothing: 0, so it may run beside the other jobs (it takes no timing lock either)."""
-    if not config["gpu"]["simulator"]:
-        return 1
-    if callable(gpu):
-        return lambda wildcards: 0 if gpu(wildcards) else 1
-    return 0 if gpu else 1
+def _needed(gpu, wildcards):
+    return gpu(wildcards) if callable(gpu) else gpu
+
+
+def _timing_resource(timed, gpu):
+    """A job's `timing` resource (profiles/default limits it to 1; gpunn.placement.resources): timed jobs take it
+    under timing: isolated, only those that time CPU work under overlap ("cpu", "both"), none under the CUDA
+    simulator (whose times measure nothing; such a job takes no timing lock either)."""
+
+    def resource(wildcards):
+        return placement.resources(config["timing"], timed, _needed(gpu, wildcards), config["gpu"]["simulator"])[
+            "timing"
+        ]
+
+    return resource
 
 
 def _local_gpu_resource(gpu):
     """The `gpu` resource of a job: `gpu`, except on this machine under the CUDA simulator, where a "GPU" job is
-    one CPU thread: 0, so that simulator jobs run side by side on the cores (--cores) instead of one at a time.
-    A cluster run (profiles/slurm) keeps `gpu`: its jobs ask for a GPU as on a real cluster. The executor is
-    known once jobs are planned, when Snakemake evaluates this."""
-    if not config["gpu"]["simulator"]:
+    one CPU thread: 0, so that simulator jobs run side by side on the cores (--cores) instead of one at a time,
+    unless config key gpus names simulated GPUs (slots, as on a GPU machine). A cluster run (profiles/slurm) keeps
+    `gpu`: its jobs ask for a GPU as on a real cluster. The executor is known once jobs are planned, when Snakemake
+    evaluates this."""
+    if not config["gpu"]["simulator"] or GPU_SLOTS:
         return gpu
 
     def resource(wildcards):
-        needed = gpu(wildcards) if callable(gpu) else gpu
-        return needed if workflow.non_local_exec else 0
+        return _needed(gpu, wildcards) if workflow.non_local_exec else 0
 
     return resource
 
 
 def rule_resources(rule, timed=False, gpu=0):
-    """A rule's resources, from its two facts: whether its jobs are timed and whether they need a GPU (0/1 or a
-    function of the wildcards). On one machine: gpu, and timing=1 for timed jobs (profiles/default runs one of
-    each kind at a time). On Slurm, also memory, runtime, partition, account and --exclusive for timed jobs
+    """A rule's resources, from its two facts: whether its jobs are timed (True, or "both" for a GPU job that times
+    CPU work too) and whether they need a GPU (0/1 or a function of the wildcards). On one machine: gpu, and the
+    `timing` resource of timed jobs (_timing_resource: config key timing). On Slurm, also memory, runtime, partition, account and --exclusive for timed jobs
     (gpunn.cluster, config key cluster), which local runs ignore."""
     local_gpu = _local_gpu_resource(gpu)
-    one_machine = {"gpu": local_gpu, "timing": _timing_resource(gpu)} if timed else {"gpu": local_gpu}
+    one_machine = {"gpu": local_gpu, "timing": _timing_resource(timed, gpu)} if timed else {"gpu": local_gpu}
     return {**one_machine, **job_resources(config["cluster"], rule, timed=timed, gpu=gpu)}
 
 
@@ -216,13 +242,17 @@ def svm_uses_gpu():
     return 1 if device == "gpu" or (device == "auto" and on_gpu_machine) else 0
 
 
-def gpu_env(gpu_job):
-    """Shell prefix of a GPU job: the CUDA simulator when config key gpu.simulator is true."""
-    return "NUMBA_ENABLE_CUDASIM=1 " if gpu_job and config["gpu"]["simulator"] else ""
+def job_prefix(timed=False, gpu=0):
+    """params.env of a job's command (the same facts as rule_resources): the CUDA simulator for a GPU job under
+    config key gpu.simulator, then gpunn.placement, which takes the job's GPU slot and, under timing: overlap, its
+    cores ({threads} of them) before running the command."""
 
+    def prefix(wildcards, threads):
+        needed = bool(_needed(gpu, wildcards))
+        simulator = "NUMBA_ENABLE_CUDASIM=1 " if needed and config["gpu"]["simulator"] else ""
+        return simulator + placement.prefix(threads, needed, timed, config["timing"], GPU_SLOTS)
 
-def variant_env(wildcards):
-    return gpu_env(uses_gpu(wildcards))
+    return prefix
 
 
 def profile_args(wildcards):

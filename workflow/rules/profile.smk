@@ -17,7 +17,7 @@ rule step_profile:
         experiment="|".join(PROFILED),
     params:
         options=profile_args,
-        env=gpu_env(True),
+        env=job_prefix(timed=True, gpu=1),
     threads: 1
     resources:
         **rule_resources("step_profile", timed=True, gpu=gpu_job),

@@ -22,7 +22,7 @@ rule train:
     params:
         run=format_run_path,
         out=folder_of("output"),
-        env=variant_env,
+        env=job_prefix(timed=True, gpu=uses_gpu),
         keep=keep_diverged_option,
     threads: cpu_threads
     resources:
@@ -54,6 +54,7 @@ rule evaluate:
     params:
         run_dir=folder_of("input"),
         out=folder_of("output"),
+        env=job_prefix(),
     threads: config["threads"]
     resources:
         **rule_resources("evaluate"),
@@ -61,7 +62,7 @@ rule evaluate:
         ENV_FILE
     shell:
         logged(
-            "python -m gpunn evaluate --run {params.run_dir} --data {input.data} --out {params.out}",
+            "{params.env}python -m gpunn evaluate --run {params.run_dir} --data {input.data} --out {params.out}",
             fingerprints=True,
         )
 
@@ -79,7 +80,7 @@ rule time_batches:
     params:
         e3=config["experiments"]["e3"],
         batches=",".join(str(b) for b in config["experiments"]["e3"]["batches"]),
-        env=variant_env,
+        env=job_prefix(timed=True, gpu=uses_gpu),
     threads: cpu_threads
     resources:
         **rule_resources("time_batches", timed=True, gpu=uses_gpu),
@@ -109,7 +110,7 @@ rule sweep_blocks:
         blocks=",".join(str(b) for b in config["experiments"]["e3"]["block_sizes"]),
         shapes=",".join(config["experiments"]["e3"]["sweep_shapes"]),
         repeats=config["experiments"]["e3"]["sweep_repeats"],
-        env=gpu_env(True),
+        env=job_prefix(timed=True, gpu=1),
     threads: 1
     resources:
         **rule_resources("sweep_blocks", timed=True, gpu=gpu_job),

@@ -1,0 +1,137 @@
+"""Does overlapping timed jobs change their times? The same training runs timed alone and side by side.
+
+    python -m gpunn overlap-check --cpu RUN --cpu-data NPZ --gpu RUN --gpu-data NPZ [--threads T] [--gpus auto|N]
+                                  [--repeats 3] --out DIR
+
+Each repeat runs, one after another: the CPU run alone, the GPU run alone on the first GPU (and, with two GPUs, on
+the second), then both at once (the CPU-timed job beside the GPU-timed one, as config key `timing: overlap` lets the
+pipeline run them) and, with two GPUs, two GPU runs at once, one per GPU; a job's alone time serves both scenarios.
+Every run goes through gpunn.placement with timing overlap, alone too, so that it has the same cores and GPU both
+ways and only its neighbour differs. The figure compared is the run's own timing, metrics.json's mean epoch time
+(what the reports use). The run-to-run noise is the spread (max - min) / median of a job's alone repeats; a change
+of the median within it is "within noise". Writes overlap.csv (every run) and overlap.md (the comparison) into
+DIR; the runs' weights are deleted. Run it on an otherwise idle machine: it measures what the machine does besides.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+from gpunn import io, placement
+from gpunn.config import detect_gpu_ids
+from gpunn.errors import GpunnError
+from gpunn.runspec import parse_run_path
+
+COLUMNS = ("scenario", "repeat", "job", "together", "gpu", "cores", "seconds")
+
+
+def _job(name, run, data, out, threads, gpu=None):
+    """One placed training run: (name, command, environment)."""
+    spec = parse_run_path(run)  # a bad run path stops here, with its one line
+    prefix = placement.prefix(threads, gpu is not None, True, "overlap", [gpu] if gpu is not None else [])
+    command = f"{prefix}{sys.executable} -m gpunn train {spec.path} --data {data} --out {out}".split()
+    env = {**os.environ, **{v: str(threads) for v in placement.THREAD_VARIABLES}}
+    return name, command, env, Path(out)
+
+
+def _run_together(jobs, log: Callable[[str], None]) -> list[dict]:
+    """Start every job at once, wait for all; each one's placement and mean epoch time."""
+    procs = []
+    for name, command, env, out in jobs:
+        shutil.rmtree(out, ignore_errors=True)
+        procs.append((name, out, subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                                  text=True)))
+    rows = []
+    for name, out, proc in procs:
+        output, _ = proc.communicate()
+        if proc.returncode != 0:
+            raise GpunnError(f"overlap-check: the {name} run failed (exit {proc.returncode}): "
+                             f"{output.strip().splitlines()[-1] if output.strip() else 'no output'}")
+        metrics = json.loads((out / "metrics.json").read_text())
+        prov = metrics.get("provenance", {})
+        (out / "weights.npz").unlink(missing_ok=True)
+        rows.append({"job": name, "gpu": prov.get("gpu_slot"), "cores": prov.get("cores"),
+                     "seconds": float(metrics["mean_epoch_time_s"])})
+    return rows
+
+
+def scenarios(args, gpus: list[str]) -> list[tuple[str, list, list]]:
+    """(scenario, jobs alone, the same jobs at once): the CPU run beside the GPU run; two GPU runs on two GPUs."""
+    root = Path(args.out) / "runs"
+    cpu = _job("cpu", args.cpu, args.cpu_data, root / "cpu", args.threads)
+    gpu0 = _job(f"gpu on {gpus[0]}", args.gpu, args.gpu_data, root / "gpu0", 1, gpus[0])
+    found = [("cpu beside gpu", [cpu, gpu0])]
+    if len(gpus) >= 2:
+        gpu1 = _job(f"gpu on {gpus[1]}", args.gpu, args.gpu_data, root / "gpu1", 1, gpus[1])
+        found.append(("gpu beside gpu", [gpu0, gpu1]))
+    return found
+
+
+def measure(args, log: Callable[[str], None] = print) -> pd.DataFrame:
+    gpus = detect_gpu_ids() if args.gpus == "auto" else [str(i) for i in range(int(args.gpus))]
+    if not gpus:
+        raise GpunnError("overlap-check: no GPU found (nvidia-smi, CUDA_VISIBLE_DEVICES); give --gpus N")
+    rows = []
+    for repeat in range(1, args.repeats + 1):
+        found = scenarios(args, gpus)
+        alone = {}
+        for job in dict((job[0], job) for _, jobs in found for job in jobs).values():  # each job alone once
+            alone[job[0]] = _run_together([job], log)[0]
+            log(f"overlap-check: repeat {repeat}: {job[0]} alone {alone[job[0]]['seconds']:.4f} s/epoch")
+        for scenario, jobs in found:
+            rows += [{"scenario": scenario, "repeat": repeat, "together": False, **alone[job[0]]} for job in jobs]
+            both = _run_together(jobs, log)
+            rows += [{"scenario": scenario, "repeat": repeat, "together": True, **r} for r in both]
+            log(f"overlap-check: repeat {repeat}, {scenario}: together "
+                + ", ".join(f"{r['job']} {r['seconds']:.4f}" for r in both) + " s/epoch")
+    return pd.DataFrame(rows, columns=list(COLUMNS))
+
+
+def compare(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per scenario and job: the medians alone and together, the change, the alone repeats' spread (the noise)."""
+    out = []
+    for (scenario, job), rows in frame.groupby(["scenario", "job"], sort=False):
+        alone, together = rows[~rows["together"]]["seconds"], rows[rows["together"]]["seconds"]
+        median = float(alone.median())
+        noise = float((alone.max() - alone.min()) / median)
+        change = float(together.median() / median - 1.0)
+        out.append({"scenario": scenario, "job": job, "alone_s": median, "together_s": float(together.median()),
+                    "alone_range": f"{alone.min():.4f}-{alone.max():.4f}",
+                    "together_range": f"{together.min():.4f}-{together.max():.4f}",
+                    "change": change, "noise": noise,
+                    "verdict": "within noise" if abs(change) <= noise else "outside noise"})
+    return pd.DataFrame(out)
+
+
+def markdown(table: pd.DataFrame, frame: pd.DataFrame, args) -> str:
+    lines = ["# Timed jobs alone and side by side", "",
+             f"CPU run `{args.cpu}` ({args.threads} threads), GPU run `{args.gpu}`; {args.repeats} repeats; seconds "
+             "per epoch from each run's metrics.json. Noise: (max - min) / median of the alone repeats.", "",
+             "| scenario | job | alone (median) | alone range | together (median) | together range | change | "
+             "noise | verdict |", "|---|---|---:|---|---:|---|---:|---:|---|"]
+    lines += [f"| {r.scenario} | {r.job} | {r.alone_s:.4f} | {r.alone_range} | {r.together_s:.4f} | "
+              f"{r.together_range} | {r.change:+.1%} | {r.noise:.1%} | {r.verdict} |" for r in table.itertuples()]
+    places = frame.drop_duplicates(subset=["job"])[["job", "gpu", "cores"]]
+    lines += ["", "Placement: " + "; ".join(f"{r.job}: GPU {r.gpu if isinstance(r.gpu, str) else '-'}, cores {r.cores}"
+                                            for r in places.itertuples()) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def run(args, log: Callable[[str], None] = print) -> pd.DataFrame:
+    start = time.perf_counter()
+    frame = measure(args, log)
+    table = compare(frame)
+    io.write_csv(Path(args.out) / "overlap.csv", frame)
+    io.write_text(Path(args.out) / "overlap.md", markdown(table, frame, args))
+    print(markdown(table, frame, args), flush=True)
+    log(f"overlap-check: {len(frame)} runs in {time.perf_counter() - start:.0f} s")
+    return table

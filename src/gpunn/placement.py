@@ -1,0 +1,196 @@
+"""Where a pipeline job runs on one machine: its GPU (a slot) and its CPU cores, and which timed jobs may overlap.
+
+    python -m gpunn.placement --threads T [--gpu --slots 0,1] [--timed cpu|gpu] [--timing overlap] -- COMMAND...
+
+Each job of a local run goes through this wrapper, which takes its slots and then runs COMMAND in its place (exec):
+- **GPU slot**: a GPU job takes one free GPU of ``--slots`` (the ids that config key `gpus` resolved to) through
+  that GPU's lock file, exclusively, for the whole job, and runs with ``CUDA_VISIBLE_DEVICES`` set to it. Two GPU jobs
+  never share a GPU, timed or not; a job finding every GPU taken waits (Snakemake's `gpu` resource, one per slot,
+  normally keeps it from having to).
+- **Cores** (timing ``overlap`` only): a job takes ``threads`` free cores through per-core lock files and is bound to
+  them (``sched_setaffinity``, inherited by its threads and by COMMAND): jobs timing CPU work from the lowest cores
+  up, every other job from the highest down, so a CPU baseline and a GPU job's host thread never share a core.
+- **Timing**: ``overlap`` names the job's timed resources (``cpu``, ``gpu<id>`` or both) in
+  ``GPUNN_TIMING_RESOURCE``; its timing lock (gpunn.timing_lock) then shuts out only timed jobs of the same ones.
+  ``isolated`` keeps the one machine-wide timing lock: one timed job at a time.
+
+The locks are ``flock``s on files beside the timing lock (``$GPUNN_TIMING_LOCK``'s folder, else the temp folder),
+held by open descriptors that COMMAND inherits: they are released when the job exits, however it exits. Under
+Slurm (``SLURM_JOB_ID`` set) the cluster has placed the job; only the timing mode is recorded. The wrapper prints
+nothing unless it has to wait; the job's GPU, slot count, cores and mode go into its provenance
+(gpunn.provenance.placement_record).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+
+from gpunn.errors import GpunnError
+from gpunn.timing_lock import RESOURCE_VARIABLE, lock_path, open_lock_file
+
+MODES = ("isolated", "overlap")
+MODE_VARIABLE = "GPUNN_TIMING_MODE"
+GPU_SLOT_VARIABLE = "GPUNN_GPU_SLOT"
+GPU_SLOTS_VARIABLE = "GPUNN_GPU_SLOTS"
+POLL_S = 0.2
+# Snakemake's own per-job variables for BLAS and OpenMP thread pools (snakemake/shell.py); the bench sets them too
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
+                    "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
+
+
+def lock_dir() -> str:
+    return os.path.dirname(os.path.abspath(lock_path()))
+
+
+def _try_lock(path: str) -> int | None:
+    """An open descriptor holding an exclusive flock on `path`, or None when another process holds it."""
+    fd = open_lock_file(path)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _take(names: Sequence[str], count: int, log: Callable[[str], None], what: str,
+          timeout_s: float | None = None) -> list[tuple[str, int]]:
+    """`count` of `names` (in that order of preference) whose lock files are free, all or none at once (so two jobs
+    waiting for cores never hold half each); waits, saying so once, while too few are free."""
+    folder = lock_dir()
+    start, said = time.monotonic(), False
+    while True:
+        held = []
+        for name in names:
+            fd = _try_lock(os.path.join(folder, f"gpunn-{name}.lock"))
+            if fd is not None:
+                held.append((name, fd))
+                if len(held) == count:
+                    return held
+        for _, fd in held:
+            os.close(fd)
+        if not said:
+            log(f"placement: waiting for {count} free {what} ({len(held)} of {len(names)} free now)")
+            said = True
+        if timeout_s is not None and time.monotonic() - start > timeout_s:
+            raise GpunnError(f"placement: no {count} free {what} after {timeout_s:.0f} s")
+        time.sleep(POLL_S)
+
+
+def take_gpu(slots: Sequence[str], log: Callable[[str], None] = print,
+             timeout_s: float | None = None) -> tuple[str, int]:
+    """One free GPU of `slots` (ids), with the descriptor that holds it."""
+    (name, fd), = _take([f"gpu-{s}" for s in slots], 1, log, f"GPU of {','.join(slots)}", timeout_s)
+    return name[len("gpu-"):], fd
+
+
+def take_cores(count: int, low_first: bool, log: Callable[[str], None] = print,
+               timeout_s: float | None = None) -> tuple[list[int], list[int]]:
+    """`count` free cores of this process's affinity set (at most all of them): (cores, descriptors)."""
+    cores = sorted(os.sched_getaffinity(0))
+    order = cores if low_first else cores[::-1]
+    held = _take([f"core-{c}" for c in order], min(count, len(cores)), log, "cores", timeout_s)
+    return sorted(int(name[len("core-"):]) for name, _ in held), [fd for _, fd in held]
+
+
+def resources(timing: str, timed: bool | str, gpu: int, simulator: bool) -> dict:
+    """The `timing` resource of a job (profiles/default limits it to 1): timed jobs take it when ``isolated``; under
+    ``overlap`` only those timing CPU work do (CPU jobs, and GPU jobs marked ``timed="both"``: the SVM, whose solver
+    runs on the CPU), since GPU-timed jobs are kept apart by their GPU slots. Jobs under the simulator take none:
+    their times measure nothing."""
+    if not timed or (simulator and gpu):
+        return {"timing": 0}
+    return {"timing": 1 if timing == "isolated" or not gpu or timed == "both" else 0}
+
+
+def timed_kind(timed: bool | str, gpu: bool) -> str:
+    """What a job times, as --timed takes it: cpu, gpu, both (GPU and CPU work) or none."""
+    if not timed:
+        return "none"
+    return "both" if timed == "both" and gpu else "gpu" if gpu else "cpu"
+
+
+def prefix(threads: int, gpu: bool, timed: bool | str, timing: str, slots: Sequence[str]) -> str:
+    """The shell prefix that runs a job's command through this wrapper."""
+    kind = timed_kind(timed, gpu)
+    parts = ["python -m gpunn.placement", f"--threads {int(threads)}", f"--timed {kind}", f"--timing {timing}"]
+    if gpu and slots:
+        parts += ["--gpu", f"--slots {','.join(slots)}"]
+    return " ".join(parts) + " -- "
+
+
+def describe_cores(cores: Sequence[int]) -> str:
+    """'0-13' / '15' / '2,5-7': a core set as Linux's cpulist format."""
+    cores, runs = sorted(cores), []
+    for core in cores:
+        if runs and core == runs[-1][1] + 1:
+            runs[-1][1] = core
+        else:
+            runs.append([core, core])
+    return ",".join(f"{a}-{b}" if b > a else str(a) for a, b in runs)
+
+
+def place(args: argparse.Namespace, environ: dict, log: Callable[[str], None]) -> list[int]:
+    """Take the job's slots, bind it and fill `environ`; the descriptors that hold the slots (kept open)."""
+    environ[MODE_VARIABLE] = args.timing
+    if environ.get("SLURM_JOB_ID"):
+        return []
+    held = []
+    if args.gpu and args.slots:
+        slots = [s for s in args.slots.split(",") if s]
+        gpu, fd = take_gpu(slots, log)
+        held.append(fd)
+        environ.update({"CUDA_VISIBLE_DEVICES": gpu, GPU_SLOT_VARIABLE: gpu, GPU_SLOTS_VARIABLE: str(len(slots))})
+    if args.timing == "overlap":
+        cores, fds = take_cores(args.threads, low_first=args.timed in ("cpu", "both"), log=log)
+        held += fds
+        os.sched_setaffinity(0, cores)
+        gpu = f"gpu{environ.get(GPU_SLOT_VARIABLE, '')}"
+        names = {"cpu": ["cpu"], "gpu": [gpu], "both": ["cpu", gpu]}.get(args.timed)
+        if names:
+            environ[RESOURCE_VARIABLE] = ",".join(names)
+    return held
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m gpunn.placement", description=__doc__.split("\n\n")[0])
+    p.add_argument("--threads", type=int, default=1, help="the job's threads: cores it is bound to (overlap)")
+    p.add_argument("--gpu", action="store_true", help="the job needs a GPU: take one of --slots")
+    p.add_argument("--slots", default="", help="the GPU ids jobs are placed on, comma-separated")
+    p.add_argument("--timed", choices=("cpu", "gpu", "both", "none"), default="none",
+                   help="what the job times: CPU work, GPU work, both (the SVM), nothing")
+    p.add_argument("--timing", choices=MODES, default="isolated", help="config key timing")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the job's command")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        print("gpunn.placement: no command given after --", file=sys.stderr)
+        return 2
+    if args.threads < 1:
+        print(f"gpunn.placement: --threads {args.threads}: give at least 1", file=sys.stderr)
+        return 2
+    try:
+        held = place(args, os.environ, lambda line: print(line, file=sys.stderr, flush=True))
+    except GpunnError as exc:
+        print(f"gpunn: error: {exc}", file=sys.stderr)
+        return 1
+    for fd in held:
+        os.set_inheritable(fd, True)  # COMMAND keeps the slots until it exits
+    try:
+        os.execvp(command[0], command)
+    except OSError as exc:
+        print(f"gpunn.placement: cannot run {command[0]}: {exc.strerror}", file=sys.stderr)
+        return 127
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,243 @@
+"""gpunn.placement: GPU slots (simulated GPUs as slot ids), cores under timing: overlap, the overlap rule of the
+`timing` resource, the per-resource timing locks, and config key gpus."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpunn import placement
+from gpunn.config import detect_gpu_ids, gpu_slots, load_config
+from gpunn.errors import GpunnError
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+# the command a placed job runs: where it landed and when, as JSON lines on stdout
+REPORT = ("import json, os, sys, time; print(json.dumps({{'gpu': os.environ.get('CUDA_VISIBLE_DEVICES'), "
+          "'slots': os.environ.get('GPUNN_GPU_SLOTS'), 'resource': os.environ.get('GPUNN_TIMING_RESOURCE'), "
+          "'mode': os.environ.get('GPUNN_TIMING_MODE'), 'cores': sorted(os.sched_getaffinity(0)), "
+          "'start': time.time()}}), flush=True); time.sleep({sleep}); print(json.dumps({{'end': time.time()}}))")
+
+
+@pytest.fixture
+def lock_env(tmp_path):
+    """Lock files in a folder of this test's own (the slots of other tests and pipelines never interfere)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUNN_", "SLURM_", "CUDA_VISIBLE"))}
+    env.update(GPUNN_TIMING_LOCK=str(tmp_path / "gpunn-timing.lock"), PYTHONPATH=SRC)
+    return env
+
+
+def _start(env, *options, sleep=1.0):
+    return subprocess.Popen([sys.executable, "-m", "gpunn.placement", *options, "--", sys.executable, "-c",
+                             REPORT.format(sleep=sleep)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def _finish(proc):
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    lines = [json.loads(line) for line in out.splitlines()]
+    return {**lines[0], **lines[1], "stderr": err}
+
+
+def test_two_gpu_jobs_at_once_land_on_different_slots_and_a_third_waits_for_one(lock_env):
+    first = _start(lock_env, "--gpu", "--slots", "0,1", "--timed", "gpu", sleep=2.0)
+    second = _start(lock_env, "--gpu", "--slots", "0,1", "--timed", "gpu", sleep=2.0)
+    time.sleep(0.8)  # both have their slot before the third asks
+    third = _start(lock_env, "--gpu", "--slots", "0,1", "--timed", "none", sleep=0.1)
+    a, b, c = (_finish(p) for p in (first, second, third))
+    assert {a["gpu"], b["gpu"]} == {"0", "1"}
+    assert a["slots"] == b["slots"] == "2"
+    assert c["start"] >= min(a["end"], b["end"])  # it shared no GPU: it waited for one to be free
+    assert "placement: waiting for 1 free GPU of 0,1" in c["stderr"]
+    assert c["gpu"] in {"0", "1"}
+
+
+def test_a_timed_gpu_job_shares_its_gpu_with_no_job_timed_or_not(lock_env):
+    timed = _start(lock_env, "--gpu", "--slots", "7", "--timed", "gpu", sleep=1.5)
+    time.sleep(0.6)
+    untimed = _start(lock_env, "--gpu", "--slots", "7", "--timed", "none", sleep=0.1)
+    t, u = _finish(timed), _finish(untimed)
+    assert t["gpu"] == u["gpu"] == "7"
+    assert u["start"] >= t["end"]
+
+
+def test_overlap_gives_a_cpu_timed_and_a_gpu_job_disjoint_cores(lock_env):
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("needs two cores")
+    cpu = _start(lock_env, "--threads", str(len(cores) - 1), "--timed", "cpu", "--timing", "overlap", sleep=1.5)
+    gpu = _start(lock_env, "--threads", "1", "--gpu", "--slots", "0", "--timed", "gpu", "--timing", "overlap",
+                 sleep=1.5)
+    a, b = _finish(cpu), _finish(gpu)
+    assert a["cores"] == cores[:-1] and b["cores"] == cores[-1:]  # CPU baseline from below, GPU host from above
+    assert a["start"] < b["end"] and b["start"] < a["end"]  # they overlapped
+    assert (a["resource"], b["resource"]) == ("cpu", "gpu0")
+    assert a["mode"] == b["mode"] == "overlap"
+
+
+def test_a_job_waits_until_its_cores_are_free_all_at_once(lock_env):
+    cores = sorted(os.sched_getaffinity(0))
+    holder = _start(lock_env, "--threads", str(len(cores)), "--timed", "cpu", "--timing", "overlap", sleep=1.5)
+    time.sleep(0.6)
+    waiter = _start(lock_env, "--threads", "1", "--timing", "overlap", sleep=0.1)
+    h, w = _finish(holder), _finish(waiter)
+    assert h["cores"] == cores
+    assert w["start"] >= h["end"]
+    assert "placement: waiting for 1 free cores" in w["stderr"]
+
+
+def test_isolated_binds_no_cores_and_names_no_resource(lock_env):
+    job = _finish(_start(lock_env, "--threads", "1", "--timed", "cpu", sleep=0.0))
+    assert job["cores"] == sorted(os.sched_getaffinity(0))
+    assert job["resource"] is None and job["mode"] == "isolated" and job["gpu"] is None
+
+
+def test_under_slurm_the_cluster_has_placed_the_job(lock_env):
+    env = {**lock_env, "SLURM_JOB_ID": "42", "CUDA_VISIBLE_DEVICES": "3"}
+    job = _finish(_start(env, "--threads", "1", "--gpu", "--slots", "0,1", "--timed", "gpu", "--timing", "overlap",
+                         sleep=0.0))
+    assert job["gpu"] == "3" and job["resource"] is None and job["mode"] == "overlap"
+
+
+def test_bad_commands_get_one_line(lock_env):
+    out = subprocess.run([sys.executable, "-m", "gpunn.placement", "--threads", "1"], env=lock_env,
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and out.stderr.strip() == "gpunn.placement: no command given after --"
+    out = subprocess.run([sys.executable, "-m", "gpunn.placement", "--", "no-such-program-gpunn"], env=lock_env,
+                         capture_output=True, text=True)
+    assert out.returncode == 127 and "cannot run no-such-program-gpunn" in out.stderr
+
+
+@pytest.mark.parametrize("timing,timed,gpu,simulator,expected", [
+    ("isolated", True, 0, False, 1), ("isolated", True, 1, False, 1),  # one timed job at a time
+    ("overlap", True, 0, False, 1), ("overlap", True, 1, False, 0),  # CPU-timed ones one at a time, GPU per slot
+    ("overlap", False, 0, False, 0), ("isolated", False, 1, False, 0),  # untimed jobs take none
+    ("isolated", True, 1, True, 0), ("isolated", True, 0, True, 1),  # simulated GPU times measure nothing
+    ("overlap", "both", 1, False, 1), ("isolated", "both", 1, False, 1),  # the SVM: GPU kernel, CPU solver
+])
+def test_the_overlap_rule_of_the_timing_resource(timing, timed, gpu, simulator, expected):
+    assert placement.resources(timing, timed, gpu, simulator) == {"timing": expected}
+
+
+def test_the_prefix_names_slots_only_for_gpu_jobs():
+    assert placement.prefix(4, False, True, "overlap", ["0", "1"]) == (
+        "python -m gpunn.placement --threads 4 --timed cpu --timing overlap -- ")
+    assert placement.prefix(1, True, True, "isolated", ["0", "1"]).endswith("--timed gpu --timing isolated --gpu "
+                                                                            "--slots 0,1 -- ")
+    assert "--gpu" not in placement.prefix(1, True, False, "isolated", [])
+    assert "--timed both" in placement.prefix(4, True, "both", "overlap", ["0"])
+    assert "--timed cpu" in placement.prefix(4, False, "both", "overlap", ["0"])  # the SVM on the CPU
+
+
+def test_describe_cores():
+    assert placement.describe_cores([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+    assert placement.describe_cores([3]) == "3" and placement.describe_cores([]) == ""
+
+
+def _config(**raw):
+    return load_config(raw, gpu_name=lambda: None, log=lambda line: None)
+
+
+def test_gpus_auto_is_every_gpu_found_and_n_the_first_n():
+    found = lambda: ["0", "1", "2"]  # noqa: E731
+    assert gpu_slots(_config(), found) == ["0", "1", "2"]
+    assert gpu_slots(_config(gpus=2), found) == ["0", "1"]
+    assert gpu_slots(_config(gpus="2"), lambda: []) == ["0", "1"]  # none found: trusted as given
+    with pytest.raises(GpunnError, match="config key gpus: 4 GPUs asked for, 3 found"):
+        gpu_slots(_config(gpus=4), found)
+    assert gpu_slots(_config(gpu={"enabled": False}), found) == []
+
+
+def test_simulated_gpus_are_slots_given_by_the_setting():
+    simulator = {"enabled": True, "simulator": True}
+    assert gpu_slots({"gpus": "auto", "gpu": simulator}, lambda: ["0"]) == []
+    assert gpu_slots({"gpus": 3, "gpu": simulator}, lambda: []) == ["0", "1", "2"]
+
+
+def test_cuda_visible_devices_decides_which_gpus_are_found(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2, 3")
+    assert detect_gpu_ids() == ["2", "3"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
+    assert detect_gpu_ids() == []
+
+
+def test_bad_timing_and_gpus_settings_get_one_line():
+    with pytest.raises(GpunnError, match="config key timing: 'both' is not one of"):
+        _config(timing="both")
+    with pytest.raises(GpunnError, match="config key gpus: 0 is less than the minimum of 1"):
+        _config(gpus=0)
+
+
+HOLD = ("import json, sys, time; from gpunn.timing_lock import timing_lock\n"
+        "with timing_lock('test', log=lambda line: print(line, file=sys.stderr)) as lock:\n"
+        "    print(json.dumps({'start': time.time(), 'waited': lock.waited_s}), flush=True); time.sleep(1.2)\n"
+        "print(json.dumps({'end': time.time()}))")
+
+
+def _hold(env, resource):
+    env = {**env, **({"GPUNN_TIMING_RESOURCE": resource} if resource else {})}
+    return subprocess.Popen([sys.executable, "-c", HOLD], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def _held(proc):
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    first, last = (json.loads(line) for line in out.splitlines())
+    return {**first, **last}
+
+
+def test_timed_jobs_of_two_resources_overlap_of_one_resource_do_not_and_a_bench_waits_for_both(lock_env):
+    cpu, gpu = _hold(lock_env, "cpu"), _hold(lock_env, "gpu0")
+    time.sleep(0.5)
+    second_gpu, bench = _hold(lock_env, "gpu0"), _hold(lock_env, "")
+    a, b, c, d = (_held(p) for p in (cpu, gpu, second_gpu, bench))
+    assert a["start"] < b["end"] and b["start"] < a["end"]  # CPU-timed beside GPU-timed
+    assert c["start"] >= b["end"]  # one GPU: one timed job at a time
+    assert d["start"] >= max(a["end"], b["end"])  # the machine-wide lock, exclusive: after every shared holder
+
+
+def test_compare_says_whether_the_change_is_within_the_alone_repeats_spread():
+    import pandas as pd
+
+    from gpunn.overlap_check import compare
+
+    rows = [("cpu beside gpu", r, "cpu", t, s) for r, t, s in
+            [(1, False, 10.0), (2, False, 10.4), (3, False, 10.2), (1, True, 10.3), (2, True, 10.1), (3, True, 10.5)]]
+    rows += [("cpu beside gpu", r, "gpu on 0", t, s) for r, t, s in
+             [(1, False, 2.0), (2, False, 2.02), (3, False, 2.01), (1, True, 2.3), (2, True, 2.2), (3, True, 2.25)]]
+    frame = pd.DataFrame(rows, columns=["scenario", "repeat", "job", "together", "seconds"])
+    table = compare(frame).set_index("job")
+    assert table.loc["cpu", "noise"] == pytest.approx(0.4 / 10.2)
+    assert table.loc["cpu", "change"] == pytest.approx(10.3 / 10.2 - 1)
+    assert table.loc["cpu", "verdict"] == "within noise"
+    assert table.loc["gpu on 0", "change"] == pytest.approx(2.25 / 2.01 - 1)
+    assert table.loc["gpu on 0", "verdict"] == "outside noise"
+
+
+def test_overlap_check_times_the_same_runs_alone_and_together(lock_env, tmp_path):
+    env = {**lock_env, "NUMBA_ENABLE_CUDASIM": "1"}
+    gpunn = [sys.executable, "-m", "gpunn"]
+    subprocess.run([*gpunn, "make-offline", "digits8_mini", "--out", str(tmp_path / "raw")], env=env, check=True,
+                   capture_output=True)
+    data = str(tmp_path / "d8.npz")
+    subprocess.run([*gpunn, "prepare", "digits8_mini", "--raw", str(tmp_path / "raw"), "--out", data], env=env,
+                   check=True, capture_output=True)
+    out = subprocess.run([*gpunn, "overlap-check", "--cpu", "digits8_mini/standard/mlp/cpu-numpy/w8_b8_lr0.3_e1_s0_n16",
+                          "--cpu-data", data, "--gpu", "digits8_mini/standard/mlp/gpu-fused/w8_b8_lr0.3_e1_s0_n8",
+                          "--gpu-data", data, "--threads", "1", "--gpus", "1", "--repeats", "2",
+                          "--out", str(tmp_path / "check")], env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    import pandas as pd
+
+    frame = pd.read_csv(tmp_path / "check/overlap.csv", dtype={"gpu": str})
+    assert len(frame) == 2 * 4  # per repeat: each job alone, then both together
+    assert set(frame["job"]) == {"cpu", "gpu on 0"} and (frame["seconds"] > 0).all()
+    assert set(frame.loc[frame["job"] == "gpu on 0", "gpu"]) == {"0"}
+    assert "| cpu beside gpu | cpu |" in (tmp_path / "check/overlap.md").read_text()
+    assert not list((tmp_path / "check/runs").rglob("weights.npz"))
