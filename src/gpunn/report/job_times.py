@@ -70,10 +70,11 @@ def read_clock(log) -> tuple[float, float]:
             first = fh.readline(256).decode("utf-8", "replace")
             fh.seek(0, 2)
             fh.seek(max(fh.tell() - CLOCK_TAIL_BYTES, 0))
-            tail = fh.read().decode("utf-8", "replace").rstrip("\n").rsplit("\n", 1)[-1]
+            tail = fh.read().decode("utf-8", "replace")
     except OSError:
         return float("nan"), float("nan")
-    start, end = _clock_value(first, "start"), _clock_value(tail, "end")
+    _, mark, after = tail.rpartition(f"{CLOCK} end ")  # the log's end, maybe after output without a newline
+    start, end = _clock_value(first, "start"), _clock_value(f"{mark}{after}" if mark else "", "end")
     if start == start and end == end and end < start:
         end = float("nan")
     return start, end
@@ -222,17 +223,18 @@ SUMMARY_TEXT = ("Wall time: how long at least one of the jobs ran, the union of 
                 "its jobs.")
 
 
-def _several(values, unit: str) -> str:
-    """'16 cores', '16 cores (records: 8, 16)': the largest, and every value where records disagree."""
-    top = max(values)
-    text = f"{top} {unit}{'s' if top != 1 else ''}"
-    return text + (f" (records: {', '.join(map(str, values))})" if len(values) > 1 else "")
+def _counted(values: list[int], unit: str, known: str = "") -> str:
+    """'16 cores', '64 cores (records: 8, 16, 64)', '1 GPU (NVIDIA H100)': the largest value, with what is `known`
+    and every value where records disagree."""
+    notes = [known] if known else []
+    notes += [f"records: {', '.join(map(str, values))}"] if len(values) > 1 else []
+    return f"{values[-1]} {unit}{'s' if values[-1] != 1 else ''}" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def machine_line(records: list[dict]) -> str:
-    """'Machine: 16 cores, 1 GPU (NVIDIA H100 80GB HBM3). Timing: overlap.', from provenance records (their
-    machine_cores, gpu_slots among GPU records, device names and timing_mode); 'not recorded' for a fact that
-    no record has (records from before gpunn recorded it)."""
+    """'Machine: 16 cores, 1 GPU (NVIDIA H100 80GB HBM3). Timing: overlap.', from provenance records: the largest
+    machine_cores, the largest gpu_slots of the GPU records and their devices, timing_mode; 'not recorded' for a
+    fact that no record has (records from before gpunn recorded it)."""
     def values(rows, key) -> list:
         return sorted({v for r in rows for v in sources.run_values(r, key)}, key=str)
 
@@ -240,13 +242,11 @@ def machine_line(records: list[dict]) -> str:
     gpu_records = [r for r in records if str(r.get("device")) not in (CPU_DEVICE, sources.UNKNOWN)]
     devices = ", ".join(dict.fromkeys(str(r["device"]) for r in gpu_records))
     slots = sorted({int(v) for v in values(gpu_records, "gpu_slots")})
-    if not gpu_records:
-        gpus = "no GPU"
-    else:
-        gpus = f"{_several(slots, 'GPU') if slots else 'GPU count not recorded'} ({devices})"
+    gpus = (("no GPU" if not gpu_records else f"GPU count not recorded ({devices})") if not slots
+            else _counted(slots, "GPU", devices))
     modes = [str(v) for v in values(records, "timing_mode")]
     timing = (", ".join(modes) + (" (records differ)" if len(modes) > 1 else "")) if modes else "not recorded"
-    return f"Machine: {_several(cores, 'core') if cores else 'cores not recorded'}, {gpus}. Timing: {timing}."
+    return f"Machine: {_counted(cores, 'core') if cores else 'cores not recorded'}, {gpus}. Timing: {timing}."
 
 
 def run_lines(whole: dict, records: list[dict]) -> list[str]:
