@@ -1,5 +1,6 @@
-"""Job wall times (gpunn.report.job_times): Snakemake's benchmark files read, each report's jobs table, and the
-entry page's per-experiment and whole-run sums; the benchmark files each report depends on (targets.job_benchmarks)."""
+"""Job wall times (gpunn.report.job_times): Snakemake's benchmark files and the jobs' clock lines read, each report's
+jobs table, the entry page's per-experiment and whole-run wall times (the union of the jobs' clocks, else the sum)
+and its "The run" block; the benchmark files each report depends on (targets.job_benchmarks)."""
 
 import math
 from pathlib import Path
@@ -73,7 +74,8 @@ def test_the_entry_pages_wall_times_count_a_shared_job_once_in_the_whole_run(tmp
     by_experiment = {row["experiment"]: row for row in rows}
     assert by_experiment["E5"]["wall_s"] == pytest.approx(660.0) and by_experiment["E6"]["wall_s"] == 720.0
     whole = by_experiment["Whole run"]
-    assert whole["jobs"] == 3 and whole["wall_s"] == pytest.approx(780.0) and whole["wall"] == "13.0 min"
+    assert whole["jobs"] == 3 and whole["wall_s"] == pytest.approx(780.0) and whole["job_sum"] == "13.0 min"
+    assert whole["wall"] == "13.0 min (sum)" and whole["unclocked"] == 3  # no logs: the sum, marked
     assert whole["longest"].startswith("train cifar/ae-run (10.0 min); svm cifar/ae-run (2.0 min)")
     assert job_times.summary_rows(report, ["e1"]) == []  # no report with a jobs table: no section
 
@@ -102,3 +104,125 @@ def test_every_report_depends_on_the_benchmark_of_each_job_upstream_of_it():
     assert any(f.startswith("results/x/benchmarks/svm/") for f in e6)
     assert any(f.startswith("results/x/benchmarks/features/") for f in e6)
     assert set(EXPERIMENTS) >= set(enabled_experiments(config))
+
+
+def _log(root: Path, stage: str, job: str, *lines: str) -> Path:
+    path = root / "logs" / stage / f"{job}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{line}\n" for line in lines))
+    return path
+
+
+def test_a_jobs_log_beside_its_benchmark_file_gives_its_start_and_end(tmp_path):
+    root = tmp_path / "results"
+    layout = Layout(str(root), "gpu")
+    bench = layout.job_benchmark("train", "gpu/mnist/run-a")
+    assert job_times.job_log(bench) == layout.job_log("train", "gpu/mnist/run-a")
+    assert job_times.job_log("results/benchmarks/prepare/mnist.tsv") == "results/logs/prepare/mnist.log"
+    _log(root, "train", "gpu/mnist/run-a", "gpunn job clock: start 1764174000.125", "+ python -m gpunn train",
+         "epoch 1/1", *["progress"] * 2000, "gpunn job clock: end 1764174042.5")  # a long log: its tail is read
+    _benchmark(root, "train", "gpu/mnist/run-a", 42.0)
+    row = job_times.read_benchmark(bench)
+    assert row["start"] == pytest.approx(1764174000.125) and row["end"] == pytest.approx(1764174042.5)
+
+
+@pytest.mark.parametrize("lines, start, end", [
+    (["+ python -m gpunn train", "done"], None, None),  # a log from before the clock lines
+    (["gpunn job clock: start 100.5", "+ false"], 100.5, None),  # a job that failed or still runs
+    (["+ x", "gpunn job clock: end 7"], None, 7.0),
+    (["gpunn job clock: start 100", "gpunn job clock: end 99"], 100.0, None),  # an end before the start
+    (["gpunn job clock: start 1764174000.N", "gpunn job clock: end 1764174001.5"], None, 1764174001.5),  # no %N
+    (["gpunn job clock: end 100", "gpunn job clock: start 101"], None, None),  # each line in its place only
+    (["gpunn job clock: start 5", "progress 3/3\rgpunn job clock: end 9"], 5.0, 9.0),  # output without a newline
+])
+def test_clock_lines_missing_partial_or_out_of_order_read_as_unknown(tmp_path, lines, start, end):
+    found = job_times.read_clock(_log(tmp_path, "train", "x", *lines))
+    assert [None if math.isnan(v) else v for v in found] == [start, end]
+    assert all(math.isnan(v) for v in job_times.read_clock(tmp_path / "missing.log"))
+
+
+def test_the_busy_time_is_the_union_of_the_jobs_intervals_and_the_span_first_start_to_last_end():
+    assert job_times.busy_time([(20, 25), (0, 10), (5, 12)]) == (17.0, 25.0)  # overlapping and disjoint
+    assert job_times.busy_time([(0, 10), (2, 5), (10, 11)]) == (11.0, 11.0)  # one inside another; touching
+    assert job_times.busy_time([(3, 4)]) == (1.0, 1.0) and job_times.busy_time([]) == (0.0, 0.0)
+
+
+def _clocked_report(tmp_path, clocks: dict) -> Path:
+    """A report e1 over jobs named by `clocks` ({job: (start, end, wall_s)}, start None: a log without clocks)."""
+    root, report = tmp_path / "results", tmp_path / "report"
+    paths = []
+    for job, (start, end, seconds) in clocks.items():
+        paths.append(_benchmark(root, "train", f"gpu/{job}", seconds))
+        _log(root, "train", f"gpu/{job}", *([] if start is None else [f"gpunn job clock: start {start}"]),
+             "+ python -m gpunn train", *([] if start is None else [f"gpunn job clock: end {end}"]))
+    (report / "e1").mkdir(parents=True)
+    job_times.write(report / "e1", "e1", paths)
+    return report
+
+
+def test_the_whole_runs_wall_time_is_the_busy_time_of_its_jobs_clocks(tmp_path):
+    report = _clocked_report(tmp_path, {"a": (1000, 1010, 10), "b": (1005, 1012, 7), "c": (1020, 1025, 5),
+                                        "d": (1021, 1022, 1), "e": (1000, 1001, 1), "f": (1002, 1003, 1)})
+    table = pd.read_csv(report / "e1/jobs.csv")
+    assert list(table.columns) == list(job_times.JOB_COLUMNS) and list(table.columns[-2:]) == ["start", "end"]
+    assert list(table["job"][:3]) == ["gpu/a", "gpu/b", "gpu/c"] and list(table["start"][:3]) == [1000, 1005, 1020]
+    *_, whole = job_times.summary_rows(report, ["e1"])
+    assert whole["wall_source"] == "clock" and whole["wall_s"] == 17.0 and whole["span_s"] == 25.0
+    assert whole["sum_s"] == pytest.approx(25.0) and whole["wall"] == "17 s" and whole["job_sum"] == "25 s"
+    assert [job for _, job, _ in whole["top"]] == ["a", "b", "c", "d", "e"]  # the five longest, machine dropped
+    lines = job_times.run_lines(whole, [])
+    assert lines[0] == "**The run.**" and "- 5 longest jobs: train a (10 s); train b (7 s); train c (5 s);" in lines[4]
+    assert lines[2] == ("- Wall time: 17 s during which at least one job ran (25 s from the first job's start to the "
+                        "last one's end); the jobs' times add up to 25 s.")
+
+
+def test_a_run_with_unclocked_jobs_shows_the_sum_and_says_so(tmp_path):
+    report = _clocked_report(tmp_path, {"a": (1000, 1010, 10), "b": (1005, 1012, 7), "old": (None, None, 30)})
+    first, whole = job_times.summary_rows(report, ["e1"])
+    assert first["experiment"] == "E1" and first["wall"] == "47 s (sum)"
+    assert whole["wall_source"] == "sum" and whole["wall_s"] == pytest.approx(47.0) and whole["unclocked"] == 1
+    assert whole["busy_s"] == 12.0  # of the clocked ones
+    (wall,) = [line for line in job_times.run_lines(whole, []) if line.startswith("- Wall time")]
+    assert wall.startswith("- Wall time: 47 s, the sum of the jobs' times: 1 of 3 jobs have no start and end")
+    assert wall.endswith("(the 2 clocked ones: 12 s).")
+    assert "marked (sum)" in job_times.SUMMARY_TEXT and "one at a time" not in job_times.SUMMARY_TEXT
+
+
+def test_a_jobs_csv_from_before_the_clocks_reads_as_unclocked(tmp_path):
+    (tmp_path / "e1").mkdir()
+    pd.DataFrame([{"stage": "train", "job": "gpu/a", "wall_s": 5.0, "max_rss_mb": 1.0, "cpu_time_s": 1.0}]).to_csv(
+        tmp_path / "e1/jobs.csv", index=False)
+    _, whole = job_times.summary_rows(tmp_path, ["e1"])
+    assert whole["wall_source"] == "sum" and whole["unclocked"] == 1 and whole["wall"] == "5 s (sum)"
+
+
+GPU = {"device": "NVIDIA H100 80GB HBM3", "driver": "NVIDIA 580.1, CUDA 13.0"}
+
+
+@pytest.mark.parametrize("records, line", [
+    ([{**GPU, "machine_cores": [16], "gpu_slots": [1], "timing_mode": ["overlap"]},
+      {"device": "cpu", "machine_cores": [16], "gpu_slots": [0], "timing_mode": ["overlap"]}],
+     "Machine: 16 cores, 1 GPU (NVIDIA H100 80GB HBM3). Timing: overlap."),
+    ([{**GPU, "machine_cores": [16, 64], "gpu_slots": [2, 4], "timing_mode": ["isolated"]},
+      {"device": "cpu", "machine_cores": [8], "timing_mode": ["overlap"]}],
+     "Machine: 64 cores (records: 8, 16, 64), 4 GPUs (NVIDIA H100 80GB HBM3; records: 2, 4). "
+     "Timing: isolated, overlap (records differ)."),
+    ([{"device": "cpu", "machine_cores": 2, "gpu_slots": 0, "timing_mode": "isolated"}],  # one unmerged record
+     "Machine: 2 cores, no GPU. Timing: isolated."),
+    ([GPU, {"device": "cpu"}],  # records from before gpunn recorded the machine
+     "Machine: cores not recorded, GPU count not recorded (NVIDIA H100 80GB HBM3). Timing: not recorded."),
+])
+def test_the_machine_line_reads_the_provenance_records_with_or_without_the_run_keys(records, line):
+    assert job_times.machine_line(records) == line
+
+
+def test_merged_provenance_records_keep_every_value_of_the_run_keys():
+    from gpunn.report import sources
+
+    first = {**GPU, "commit": "abc", "machine_cores": 16, "gpu_slots": 2, "gpu_slot": "1", "timing_mode": "overlap"}
+    merged = sources.merge([("a", first), ("b", {**first, "gpu_slot": "0"}), ("c", {**first, "machine_cores": 8}),
+                            ("d", {**GPU, "commit": "abc"})])
+    (record,) = merged
+    assert record["machine_cores"] == [16, 8] and record["gpu_slots"] == [2] and record["timing_mode"] == ["overlap"]
+    again = sources.merge([("E1", record), ("E2", {**record, "timing_mode": ["isolated"]})], label="experiments")
+    assert again[0]["timing_mode"] == ["overlap", "isolated"] and again[0]["count"] == 2

@@ -47,7 +47,7 @@ def test_report_provenance_merges_the_inputs_records(tmp_path):
     assert set(by_device) == {"cpu", "NVIDIA H100 80GB HBM3"}
     assert by_device["cpu"]["used_by"] == ["cpu-numpy", "cpu-serial"] and by_device["cpu"]["count"] == 2
     assert by_device["NVIDIA H100 80GB HBM3"]["used_by"] == ["gpu-fused", "gpu-naive"]
-    assert set(by_device["cpu"]) == {*sources.RECORD_KEYS, "used_by", "count"}
+    assert set(by_device["cpu"]) == {*sources.RECORD_KEYS, *sources.RUN_KEYS, "used_by", "count"}
 
 
 def test_report_provenance_of_runs_recorded_before_provenance(tmp_path):

@@ -12,6 +12,7 @@ local run they compare with, so that both runs happen once, in one pytest-xdist 
 
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -67,13 +68,15 @@ def test_the_output_is_quiet(smoke):
     assert not long, long[:3]
     assert any(line.startswith("Job ") and line.endswith(": report_e1: tables, figures, the paper beside ours")
                for line in lines)
-    log = (workdir / "results/smoke/logs/report/cudasim/e1.log").read_text()
+    clock, log = (workdir / "results/smoke/logs/report/cudasim/e1.log").read_text().split("\n", 1)
+    assert clock.startswith("gpunn job clock: start ")  # the job's start (gpunn.report.job_times), then
     assert log.startswith("+ python -m gpunn report e1 --out results/smoke/report/cudasim/e1 ")  # the command
     logs = sorted((workdir / "results/smoke/logs").rglob("*.log"))
     assert len(logs) >= 40
     for path in logs:  # each job's log opens with its traced command, never with the tee that copies its output
-        text = path.read_text()
+        clock, text = path.read_text().split("\n", 1)
         assert text.startswith("+ ") and "+ tee " not in text, (path, text[:300])
+        assert text.rstrip("\n").rsplit("\n", 1)[-1].startswith("gpunn job clock: end "), path
 
 
 def test_every_stage_left_its_outputs(smoke):
@@ -158,6 +161,27 @@ def test_every_report_lists_the_wall_time_of_each_job_it_depends_on(smoke):
         assert (jobs["wall_s"] > 0).all() and list(jobs["wall_s"]) == sorted(jobs["wall_s"], reverse=True)
     page = (results / "report" / MACHINE / "index.md").read_text()
     assert "## How long it took" in page and "\n| Whole run | " in page
+
+
+def test_every_job_log_has_its_clock_and_the_entry_page_the_runs_wall_time(smoke):
+    """Each job's log opens and closes with its clock (common.smk's logged), which jobs.csv carries; the entry page
+    states the run's wall time from them (every job clocked: no fallback to the sum), the machine and the longest
+    jobs."""
+    from gpunn.report import job_times
+
+    results, _, _ = smoke
+    train_logs = sorted((results / "logs/train").rglob("*.log"))
+    assert train_logs
+    for log in train_logs:
+        start, end = job_times.read_clock(log)
+        assert 1.7e9 < start <= end < start + 3600, log  # epoch seconds, this run's
+    every = pd.concat(pd.read_csv(results / "report" / MACHINE / e / "jobs.csv") for e in ("e1", "e4", "e6"))
+    assert every[["start", "end"]].notna().all().all() and (every["start"] <= every["end"]).all()
+    page = (results / "report" / MACHINE / "index.md").read_text()
+    run = page.split("**The run.**", 1)[1].split("\n\n", 2)[1]
+    assert "during which at least one job ran" in run and not re.search(r"\d (s|min|h) \(sum\)", page), run
+    assert "\n- Machine: " in run and " Timing: " in run and "\n- 5 longest jobs: " in run
+    assert "| Wall time | Job time (sum) |" in page
 
 
 def _published_readme(tmp_path: Path) -> Path:

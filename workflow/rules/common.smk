@@ -114,9 +114,15 @@ def logged(command, fingerprints=False):
     the job on the terminal (profiles: printshellcmds off, reasons quiet), so that no terminal line lists files.
     Only the command's subshell traces: a traced `tee` would race it for the log's first line. With `fingerprints`
     (jobs of planned intermediate files), once the command succeeded (bash pipefail), its outputs' sizes and hashes
-    go to `<log>.outputs.json` (gpunn.fingerprints), which tells a hand edit from Snakemake's later touch."""
-    shell = f"exec 3>{{log}}; ( BASH_XTRACEFD=3; set -x; {command} ) 2>&1 | tee -a {{log}}"
-    return f"{shell}; python -m gpunn.fingerprints {{log:q}} {{output:q}}" if fingerprints else shell
+    go to `<log>.outputs.json` (gpunn.fingerprints), which tells a hand edit from Snakemake's later touch. The log's
+    first line and, once all that succeeded, its last are the job's clock, `gpunn job clock: start|end <epoch s>`
+    (gpunn.report.job_times reads them)."""
+    clock = 'echo "gpunn job clock: {} $(date +%s.%N)"'
+    traced = f"( BASH_XTRACEFD=3; set -x; {command} ) 2>&1 | tee -a {{log}}"
+    shell = f"exec 3>{{log}}; {clock.format('start')} >&3; {traced}"
+    if fingerprints:
+        shell += "; python -m gpunn.fingerprints {log:q} {output:q}"
+    return f"{shell}; {clock.format('end')} >> {{log}}"
 
 
 def job_log(stage, name):

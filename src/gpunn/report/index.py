@@ -228,7 +228,7 @@ def markdown(report_root, ran, not_run, rows, records, notes=(), machine: str = 
     for experiment, name, heading, paragraph in quoted_paragraphs(report_root, ran):
         parts += [f"## {experiment.upper()}'s {heading}", "", paragraph, "",
                   f"Details: [{experiment}/{name}]({experiment}/{name}).", ""]
-    parts += wall_time_section(report_root, ran)
+    parts += wall_time_section(report_root, ran, records=records)
     parts += ["## Experiments", ""]
     for found in experiments.ALL:
         experiment, paper_no = found.name, found.paper.split("_")[0]
@@ -253,16 +253,20 @@ def markdown(report_root, ran, not_run, rows, records, notes=(), machine: str = 
 
 
 WALL_TIME_COLUMNS = [("experiment", "Experiment"), ("jobs", "Jobs"), ("wall", "Wall time"),
-                     ("longest", "Longest jobs")]
+                     ("job_sum", "Job time (sum)"), ("longest", "Longest jobs")]
 
 
-def wall_time_section(report_root, ran, heading: str = "## How long it took") -> list[str]:
-    """The page's wall-time table (gpunn.report.job_times.summary_rows) as Markdown lines; none when no report
-    has its jobs table."""
+def wall_time_section(report_root, ran, heading: str = "## How long it took",
+                      records: list[dict] | None = None) -> list[str]:
+    """The page's "How long it took" section as Markdown lines: "The run" (job_times.run_lines: wall time, machine
+    from `records`, provenance_records by default, timing mode, longest jobs), then the wall-time table
+    (job_times.summary_rows); none when no report has its jobs table."""
     rows = job_times.summary_rows(report_root, ran)
     if not rows:
         return []
-    return [heading, "", job_times.SUMMARY_TEXT, "", _md_table(rows, WALL_TIME_COLUMNS), ""]
+    records = provenance_records(report_root, ran) if records is None else records
+    return [heading, "", *job_times.run_lines(rows[-1], records), job_times.SUMMARY_TEXT, "",
+            _md_table(rows, WALL_TIME_COLUMNS), ""]
 
 
 def quoted_paragraphs(report_root, ran) -> list[tuple[str, str, str, str]]:

@@ -62,7 +62,7 @@ def section(folder, readme_dir=".") -> str:
     for experiment, name, heading, paragraph in index.quoted_paragraphs(folder, ran):
         lines += [f"**{experiment.upper()}'s {heading}** ([{name}]({link}/{experiment}/{name})): {paragraph}", ""]
     lines += [line.replace("## How long it took", "**How long it took.**")
-              for line in index.wall_time_section(folder, ran)]
+              for line in index.wall_time_section(folder, ran, records=records)]
     lines.append(END)
     return "\n".join(lines)
 

@@ -21,6 +21,9 @@ from gpunn.errors import GpunnError
 # the fields that tell two sources apart (hostname and thread counts are left out: they do not change numbers)
 RECORD_KEYS = ("device", "driver", "simulator", "cpu", "python", "numpy", "numba", "numba_cuda", "snakemake",
                "commit")
+# the run's placement (gpunn.provenance): carried, never telling two sources apart; merged records list each one's
+# distinct values (run_values), which the entry page's machine line reads
+RUN_KEYS = ("machine_cores", "gpu_slots", "timing_mode")
 UNKNOWN = "unknown"
 PROVENANCE = "provenance.json"  # in every report folder
 
@@ -30,7 +33,15 @@ def _record(provenance: dict | None) -> dict:
     record = {key: provenance.get(key) for key in RECORD_KEYS}
     record["device"] = record["device"] or UNKNOWN
     record["simulator"] = bool(record["simulator"])
-    return record
+    return {**record, **{key: provenance.get(key) for key in RUN_KEYS}}
+
+
+def run_values(record: dict, key: str) -> list:
+    """The values of a RUN_KEYS `key` in a record: [] where it has none (a record from before it), several in a
+    merged one."""
+    value = record.get(key)
+    return [v for v in (value if isinstance(value, list) else [value])
+            if v is not None and not (isinstance(v, float) and v != v)]
 
 
 def read_json(path) -> dict:
@@ -69,7 +80,7 @@ def _from_csvs(paths: Iterable, what: str) -> list[tuple[str, dict]]:
             frame = pd.read_csv(path)
         except (FileNotFoundError, pd.errors.EmptyDataError) as exc:
             raise GpunnError(f"{path}: cannot be read ({exc}); rerun the step that makes it") from None
-        columns = [key for key in RECORD_KEYS if key in frame.columns]
+        columns = [key for key in (*RECORD_KEYS, *RUN_KEYS) if key in frame.columns]
         for values in frame[columns].drop_duplicates().astype(object).to_dict("records"):
             values = {k: (None if isinstance(v, float) and v != v else v) for k, v in values.items()}  # NaN -> None
             found.append((f"{what} {path.stem}", _record(values)))
@@ -78,11 +89,14 @@ def _from_csvs(paths: Iterable, what: str) -> list[tuple[str, dict]]:
 
 def merge(labelled: Iterable[tuple[str, dict]], label: str = "used_by") -> list[dict]:
     """The distinct records (by RECORD_KEYS) of (what, record) pairs, in the order first met, each with `label`:
-    the sorted names of what carried it, and `count`: how many pairs did."""
+    the sorted names of what carried it, and `count`: how many pairs did; each RUN_KEYS key the list of its values."""
     merged: dict[tuple, dict] = {}
     for what, record in labelled:
         key = tuple(str(record.get(k)) for k in RECORD_KEYS)
-        entry = merged.setdefault(key, {**{k: record.get(k) for k in RECORD_KEYS}, label: set(), "count": 0})
+        entry = merged.setdefault(key, {**{k: record.get(k) for k in RECORD_KEYS}, **{k: [] for k in RUN_KEYS},
+                                        label: set(), "count": 0})
+        for run_key in RUN_KEYS:
+            entry[run_key] += [v for v in run_values(record, run_key) if v not in entry[run_key]]
         entry[label].add(what)
         entry["count"] += 1
     return [{**entry, label: sorted(entry[label])} for entry in merged.values()]
