@@ -184,6 +184,35 @@ def test_every_job_log_has_its_clock_and_the_entry_page_the_runs_wall_time(smoke
     assert "| Wall time | Job time (sum) |" in page
 
 
+def test_jobs_were_placed_on_two_simulated_gpus_and_cores_of_their_own(smoke):
+    """config/smoke.yaml: gpus 2, timing overlap. Every GPU run names its slot; two GPU jobs that ran at the same
+    time were on different slots; a CPU-timed job shared its cores with no job that ran beside it."""
+    from gpunn.report import job_times
+
+    results, _, _ = smoke
+    jobs = []
+    for path in sorted(results.glob(f"runs/{MACHINE}/**/metrics.json")):
+        prov = json.loads(path.read_text())["provenance"]
+        log = results / "logs/train" / f"{path.parent.relative_to(results / 'runs')}.log"
+        start, end = job_times.read_clock(log)
+        cores = {int(c) for part in prov["cores"].split(",") for c in
+                 range(int(part.split("-")[0]), int(part.split("-")[-1]) + 1)}
+        jobs.append({"gpu": prov["device"] != "cpu", "slot": prov["gpu_slot"], "cores": cores, "start": start,
+                     "end": end, "mode": prov["timing_mode"], "slots": prov["gpu_slots"]})
+    gpu = [j for j in jobs if j["gpu"]]
+    assert gpu and all(j["slot"] in ("0", "1") and j["slots"] == 2 for j in gpu)
+    assert all(j["mode"] == "overlap" for j in jobs)
+    together = [(a, b) for i, a in enumerate(jobs) for b in jobs[i + 1:] if a["start"] < b["end"] and
+                b["start"] < a["end"]]
+    assert together  # two cores, ~40 runs: some ran side by side
+    for a, b in together:
+        assert not (a["cores"] & b["cores"]), (a, b)
+        if a["gpu"] and b["gpu"]:
+            assert a["slot"] != b["slot"], (a, b)
+    page = (results / "report" / MACHINE / "index.md").read_text()
+    assert "2 GPUs (cuda-simulator)" in page and "Timing: overlap" in page
+
+
 def _published_readme(tmp_path: Path) -> Path:
     readme = tmp_path / "README.md"
     readme.write_text("# gpunn\n\n## Results\n\n<!-- gpunn publish: begin published (generated) -->\nold text\n"

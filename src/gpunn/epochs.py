@@ -25,6 +25,9 @@ from gpunn.seeding import batch_order, batch_slices
 
 DIVERGENCE_FACTOR = 10.0  # an epoch's train loss above this times the first epoch's (or reference_loss): diverged
 
+# the progress line that ends the warm-up (gpunn.overlap_check starts a neighbour when it sees it)
+WARMED_UP = "warm-up done"
+
 
 def reference_loss(classes: int | None) -> float:
     """What the first epoch's train loss is held against: ln(classes), the cross-entropy of a uniform guess, for a
@@ -115,8 +118,11 @@ def train_epochs(backend, x, y, *, epochs: int, batch: int, seed: int, rule: Div
     backend.load_train_data(images_to_float(x), None if backend.target_is_input else y)
     if log is not None:
         log(f"warm-up of {backend.name} (kernels compile on their first launch: not inside the first epoch's time)")
+    warm_up_start = time.perf_counter()
     backend.warm_up({e - s for s, e in slices})
     backend.prepare_epoch(batch)
+    if log is not None:
+        log(f"{WARMED_UP} in {time.perf_counter() - warm_up_start:.1f} s; epoch {first_epoch + 1} starts")
 
     last = first_epoch + epochs
     for epoch in range(first_epoch, last):

@@ -5,12 +5,13 @@
 
 Each repeat runs, one after another: the CPU run alone, the GPU run alone on the first GPU (and, with two GPUs, on
 the second), then both at once (the CPU-timed job beside the GPU-timed one, as config key `timing: overlap` lets the
-pipeline run them) and, with two GPUs, two GPU runs at once, one per GPU; a job's alone time serves both scenarios.
-Every run goes through gpunn.placement with timing overlap, alone too, so that it has the same cores and GPU both
-ways and only its neighbour differs. The figure compared is the run's own timing, metrics.json's mean epoch time
-(what the reports use). The run-to-run noise is the spread (max - min) / median of a job's alone repeats; a change
-of the median within it is "within noise". Writes overlap.csv (every run) and overlap.md (the comparison) into
-DIR; the runs' weights are deleted. Run it on an otherwise idle machine: it measures what the machine does besides.
+pipeline run them; the CPU run starts when the GPU run's warm-up has ended, so that its epoch meets the GPU's) and,
+with two GPUs, two GPU runs at once, one per GPU; a job's alone time serves both scenarios. Every run goes through
+gpunn.placement with timing overlap, alone too, so that it has the same cores and GPU both ways and only its
+neighbour differs. The figure compared is the run's own timing, metrics.json's mean epoch time (what the reports
+use). The run-to-run noise is the spread (max - min) / median of a job's alone repeats; a change of the median
+within it is "within noise". Writes overlap.csv (every run) and overlap.md (the comparison) into DIR; the runs'
+weights are deleted. Run it on an otherwise idle machine: it measures what the machine does besides.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +30,7 @@ import pandas as pd
 
 from gpunn import io, placement
 from gpunn.config import detect_gpu_ids
+from gpunn.epochs import WARMED_UP
 from gpunn.errors import GpunnError
 from gpunn.runspec import parse_run_path
 
@@ -43,25 +46,46 @@ def _job(name, run, data, out, threads, gpu=None):
     return name, command, env, Path(out)
 
 
-def _run_together(jobs, log: Callable[[str], None]) -> list[dict]:
-    """Start every job at once, wait for all; each one's placement and mean epoch time."""
-    procs = []
-    for name, command, env, out in jobs:
+class _Started:
+    """A started job: its process, its output as it comes, and whether its warm-up has ended."""
+
+    def __init__(self, name, command, env, out):
         shutil.rmtree(out, ignore_errors=True)
-        procs.append((name, out, subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                                  text=True)))
-    rows = []
-    for name, out, proc in procs:
-        output, _ = proc.communicate()
-        if proc.returncode != 0:
-            raise GpunnError(f"overlap-check: the {name} run failed (exit {proc.returncode}): "
-                             f"{output.strip().splitlines()[-1] if output.strip() else 'no output'}")
-        metrics = json.loads((out / "metrics.json").read_text())
+        self.name, self.out, self.lines, self.warm = name, out, [], threading.Event()
+        self.proc = subprocess.Popen(command, env={**env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append(line)
+            if WARMED_UP in line:
+                self.warm.set()
+        self.warm.set()  # ended (or failed) without saying so: nobody waits for it any longer
+
+    def result(self) -> dict:
+        self.proc.wait()
+        self.reader.join()
+        if self.proc.returncode != 0:
+            last = "".join(self.lines).strip().splitlines()[-1:] or ["no output"]
+            raise GpunnError(f"overlap-check: the {self.name} run failed (exit {self.proc.returncode}): {last[0]}")
+        metrics = json.loads((self.out / "metrics.json").read_text())
         prov = metrics.get("provenance", {})
-        (out / "weights.npz").unlink(missing_ok=True)
-        rows.append({"job": name, "gpu": prov.get("gpu_slot"), "cores": prov.get("cores"),
-                     "seconds": float(metrics["mean_epoch_time_s"])})
-    return rows
+        (self.out / "weights.npz").unlink(missing_ok=True)
+        return {"job": self.name, "gpu": prov.get("gpu_slot"), "cores": prov.get("cores"),
+                "seconds": float(metrics["mean_epoch_time_s"])}
+
+
+def _run_together(jobs, stagger: bool = False) -> list[dict]:
+    """Run the jobs at once, each one's placement and mean epoch time. `stagger`: the last job starts once the
+    first has warmed up (its kernels compiled), so that its epochs run while the first one's do (a CPU epoch is
+    shorter than a GPU job's compile)."""
+    started = [_Started(*job) for job in (jobs[:-1] if stagger else jobs)]
+    if stagger:
+        started[0].warm.wait()
+        started.append(_Started(*jobs[-1]))
+    return [job.result() for job in started]
 
 
 def scenarios(args, gpus: list[str]) -> list[tuple[str, list, list]]:
@@ -69,7 +93,7 @@ def scenarios(args, gpus: list[str]) -> list[tuple[str, list, list]]:
     root = Path(args.out) / "runs"
     cpu = _job("cpu", args.cpu, args.cpu_data, root / "cpu", args.threads)
     gpu0 = _job(f"gpu on {gpus[0]}", args.gpu, args.gpu_data, root / "gpu0", 1, gpus[0])
-    found = [("cpu beside gpu", [cpu, gpu0])]
+    found = [("cpu beside gpu", [gpu0, cpu])]
     if len(gpus) >= 2:
         gpu1 = _job(f"gpu on {gpus[1]}", args.gpu, args.gpu_data, root / "gpu1", 1, gpus[1])
         found.append(("gpu beside gpu", [gpu0, gpu1]))
@@ -85,11 +109,11 @@ def measure(args, log: Callable[[str], None] = print) -> pd.DataFrame:
         found = scenarios(args, gpus)
         alone = {}
         for job in dict((job[0], job) for _, jobs in found for job in jobs).values():  # each job alone once
-            alone[job[0]] = _run_together([job], log)[0]
+            alone[job[0]] = _run_together([job])[0]
             log(f"overlap-check: repeat {repeat}: {job[0]} alone {alone[job[0]]['seconds']:.4f} s/epoch")
         for scenario, jobs in found:
             rows += [{"scenario": scenario, "repeat": repeat, "together": False, **alone[job[0]]} for job in jobs]
-            both = _run_together(jobs, log)
+            both = _run_together(jobs, stagger=scenario == "cpu beside gpu")
             rows += [{"scenario": scenario, "repeat": repeat, "together": True, **r} for r in both]
             log(f"overlap-check: repeat {repeat}, {scenario}: together "
                 + ", ".join(f"{r['job']} {r['seconds']:.4f}" for r in both) + " s/epoch")
