@@ -93,8 +93,8 @@ def scenarios(args, gpus: list[str]) -> list[tuple[str, list, list]]:
     root = Path(args.out) / "runs"
     cpu = _job("cpu", args.cpu, args.cpu_data, root / "cpu", args.threads)
     gpu0 = _job(f"gpu on {gpus[0]}", args.gpu, args.gpu_data, root / "gpu0", 1, gpus[0])
-    found = [("cpu beside gpu", [gpu0, cpu])]
-    if len(gpus) >= 2:
+    found = [("cpu beside gpu", [gpu0, cpu])] if args.scenario in ("all", "cpu") else []
+    if len(gpus) >= 2 and args.scenario in ("all", "gpu"):
         gpu1 = _job(f"gpu on {gpus[1]}", args.gpu, args.gpu_data, root / "gpu1", 1, gpus[1])
         found.append(("gpu beside gpu", [gpu0, gpu1]))
     return found
