@@ -123,7 +123,7 @@ def test_every_job_of_a_planned_file_records_it(workflow_copy):
     out = run_snakemake(workflow_copy, "-n", "-p", "--cores", "2", "--configfile", "config/smoke.yaml")
     assert out.returncode == 0, out.stderr[-2000:]
     recorded = {}  # log -> the outputs its job records
-    for line in re.findall(r"python -m gpunn\.fingerprints (.*)$", out.stdout + out.stderr, flags=re.MULTILINE):
+    for line in re.findall(r"python -m gpunn\.fingerprints ([^;]*)", out.stdout + out.stderr):
         log, *outputs = shlex.split(line)
         recorded[log] = outputs
     config = yaml.safe_load((ROOT / "config/config.yaml").read_text())

@@ -19,7 +19,7 @@ SNAKEMAKE = [c for c in COMMANDS if c.startswith("snakemake ") and "--report" no
 BENCH = [c for c in COMMANDS if c.startswith("python -m gpunn.bench ")]
 GPUNN = [c for c in COMMANDS if c.startswith("python -m gpunn ")]
 # Tools named in the prose, not commands to run as written
-MENTIONS = {"python -m gpunn.bench", "snakemake --report"}
+MENTIONS = {"python -m gpunn.bench", "snakemake --report", "python -m gpunn.placement ... -- <command>"}
 SETUP = {"python3 -m venv .venv && source .venv/bin/activate", 'pip install -e ".[test,slurm]"',
          'pip install -e ".[slurm]"', "python -m pytest -n 2 --dist loadfile", "python -m pytest -m gpu",
          "python -m pytest"}

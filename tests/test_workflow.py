@@ -69,7 +69,7 @@ def _job(text: str, rule: str) -> str:
 
 def test_svm_kernel_device_in_the_job(workflow_copy):
     """The smoke config (simulator): auto is the CPU, no GPU reserved; kernel_device gpu runs the svm job under
-    the simulator, whose jobs reserve no GPU on this machine (gpu=0: they run side by side on the cores)."""
+    the simulator on one of the config's two simulated GPUs (gpus: 2: gpu=1, placed on a slot)."""
     out = run_snakemake(workflow_copy, "-n", "-p", "--cores", "2", "--config", "job_details=true", "--configfile",
                         "config/smoke.yaml")
     assert out.returncode == 0, out.stderr[-2000:]
@@ -79,8 +79,8 @@ def test_svm_kernel_device_in_the_job(workflow_copy):
                         "experiments={e6: {kernel_device: gpu}}", "--configfile", "config/smoke.yaml")
     assert out.returncode == 0, out.stderr[-2000:]
     job = _job(out.stdout + out.stderr, "svm")
-    assert "--kernel-device gpu" in job and "gpu=0" in job and "NUMBA_ENABLE_CUDASIM=1 python -m gpunn.placement" in job
-    assert " -- python -m gpunn svm" in job
+    assert "--kernel-device gpu" in job and "gpu=1" in job and "NUMBA_ENABLE_CUDASIM=1 python -m gpunn.placement" in job
+    assert "--timed both --timing overlap --gpu --slots 0,1 -- python -m gpunn svm" in job
 
 
 def _train_job(text: str, run: str) -> str:

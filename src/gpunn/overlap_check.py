@@ -34,7 +34,7 @@ from gpunn.epochs import WARMED_UP
 from gpunn.errors import GpunnError
 from gpunn.runspec import parse_run_path
 
-COLUMNS = ("scenario", "repeat", "job", "together", "gpu", "cores", "seconds")
+COLUMNS = ("scenario", "repeat", "job", "together", "gpu", "cores", "seconds", "train_loss")
 
 
 def _job(name, run, data, out, threads, gpu=None):
@@ -74,7 +74,7 @@ class _Started:
         prov = metrics.get("provenance", {})
         (self.out / "weights.npz").unlink(missing_ok=True)
         return {"job": self.name, "gpu": prov.get("gpu_slot"), "cores": prov.get("cores"),
-                "seconds": float(metrics["mean_epoch_time_s"])}
+                "seconds": float(metrics["mean_epoch_time_s"]), "train_loss": float(metrics["final_train_loss"])}
 
 
 def _run_together(jobs, stagger: bool = False) -> list[dict]:
@@ -144,6 +144,10 @@ def markdown(table: pd.DataFrame, frame: pd.DataFrame, args) -> str:
              "noise | verdict |", "|---|---|---:|---|---:|---|---:|---:|---|"]
     lines += [f"| {r.scenario} | {r.job} | {r.alone_s:.4f} | {r.alone_range} | {r.together_s:.4f} | "
               f"{r.together_range} | {r.change:+.1%} | {r.noise:.1%} | {r.verdict} |" for r in table.itertuples()]
+    same = {run: bool((rows["train_loss"] == rows["train_loss"].iloc[0]).all())
+            for run, rows in frame.assign(run=frame["job"].str.split(" ").str[0]).groupby("run", sort=False)}
+    lines += ["", "Final train loss the same in every run of a job (alone, together, on either GPU): " + "; ".join(
+        f"{run} {'yes' if equal else 'no'}" for run, equal in same.items()) + "."]
     places = frame.drop_duplicates(subset=["job"])[["job", "gpu", "cores"]]
     lines += ["", "Placement: " + "; ".join(f"{r.job}: GPU {r.gpu if isinstance(r.gpu, str) else '-'}, cores {r.cores}"
                                             for r in places.itertuples()) + "."]

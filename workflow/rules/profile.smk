@@ -1,6 +1,6 @@
 # Stage 2b: where a training step's time goes (E1, E4, E5): each launch of one step of a GPU variant, timed alone
 # (gpunn.timing.step_profile), at the experiment's widths, batch and sample shape; under the CUDA simulator the
-# launch list without times. A timed GPU job like train: one at a time (resources gpu, timing).
+# launch list without times. A timed GPU job like train: a GPU of its own (resources gpu, timing; gpunn.placement).
 
 
 rule step_profile:

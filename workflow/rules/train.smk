@@ -1,7 +1,7 @@
 # Stage 2: training and evaluation. One rule serves every dataset, model, variant and hyperparameter set:
-# GPU variants and sweeps are new wildcard values. Training is timed, so at most one runs at a time
-# (resource `timing`, limited to 1 in profiles/default; gpunn's own machine-wide lock keeps timed jobs of
-# other pipelines out too). Measured outputs go under <results_dir>/<stage>/<machine>/.
+# GPU variants and sweeps are new wildcard values. Training is timed: timed jobs never share cores or a GPU
+# (config key timing: resources `timing` and `gpu`, gpunn.placement binding each job, gpunn's timing locks keeping
+# timed jobs of other pipelines out too). Measured outputs go under <results_dir>/<stage>/<machine>/.
 
 
 rule train:

@@ -7,8 +7,8 @@ out=${1:?OUT}
 shift
 lscpu -e > "$out/lscpu.txt" 2>&1 || true
 nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader > "$out/gpus.txt"
-snakemake --cores "$(nproc)" --scheduler greedy --configfile config/gpu_offline.yaml -q \
-    results/data/prepared/mnist/standard.npz results/data/prepared/synthetic_cifar10/standard.npz > "$out/data.log" 2>&1
+snakemake --cores "$(nproc)" --scheduler greedy results/data/prepared/mnist/standard.npz \
+    results/data/prepared/synthetic_cifar10/standard.npz --configfile config/gpu_offline.yaml > "$out/data.log" 2>&1
 python -m gpunn overlap-check --cpu mnist/standard/cnn/cpu-numpy/w16-32_b64_lr0.01_e1_s0_n20000 \
     --cpu-data results/data/prepared/mnist/standard.npz \
     --gpu synthetic_cifar10/standard/autoencoder/gpu-graph/w256-128_b64_lr0.002_e8_s0 \
