@@ -384,8 +384,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int_at_least(1), default=14, help="the CPU run's threads and cores (default 14)")
     p.add_argument("--gpus", default="auto", help="auto (every GPU found) or N: with two, two GPU runs at once too")
     p.add_argument("--repeats", type=int_at_least(2), default=3, help="repeats of every scenario (default 3)")
-    p.add_argument("--scenario", choices=("all", "cpu", "gpu"), default="all",
-                   help="cpu: the CPU run beside the GPU run; gpu: two GPU runs on two GPUs; all: both")
+    p.add_argument("--scenario", choices=("all", "cpu", "gpu", "placement"), default="all",
+                   help="cpu: the CPU run beside the GPU run; gpu: two GPU runs on two GPUs; all: both; placement: "
+                        "each run alone, placed as under timing: overlap against unplaced")
     p.add_argument("--out", required=True, help="folder for overlap.csv, overlap.md and the runs")
     p.set_defaults(func=_cmd_overlap_check)
 

@@ -34,16 +34,20 @@ from gpunn.epochs import WARMED_UP
 from gpunn.errors import GpunnError
 from gpunn.runspec import parse_run_path
 
+PLACEMENT = "placed against unplaced"  # --scenario placement: each run alone, placed (overlap) and not (isolated)
 COLUMNS = ("scenario", "repeat", "job", "together", "gpu", "cores", "seconds", "train_loss")
 
 
-def _job(name, run, data, out, threads, gpu=None):
-    """One placed training run: (name, command, environment)."""
+def _job(name, run, data, out, threads, gpu=None, placed=True):
+    """One training run: (name, command, environment). Placed as timing: overlap places it (its cores, its GPU), or
+    not (`placed` false: as under timing: isolated, `threads` threads on any core, the GPU `gpu` named)."""
     spec = parse_run_path(run)  # a bad run path stops here, with its one line
     prefix = placement.prefix(threads, gpu is not None, True, "overlap", [gpu] if gpu is not None else [])
-    command = f"{prefix}{sys.executable} -m gpunn train {spec.path} --data {data} --out {out}".split()
+    command = f"{prefix if placed else ''}{sys.executable} -m gpunn train {spec.path} --data {data} --out {out}"
     env = {**os.environ, **{v: str(threads) for v in placement.THREAD_VARIABLES}}
-    return name, command, env, Path(out)
+    if not placed and gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    return name, command.split(), env, Path(out)
 
 
 class _Started:
@@ -89,7 +93,8 @@ def _run_together(jobs, stagger: bool = False) -> list[dict]:
 
 
 def scenarios(args, gpus: list[str]) -> list[tuple[str, list, list]]:
-    """(scenario, jobs alone, the same jobs at once): the CPU run beside the GPU run; two GPU runs on two GPUs."""
+    """(scenario, jobs): the CPU run beside the GPU run; two GPU runs on two GPUs; --scenario placement: each run
+    placed as timing: overlap places it against unplaced, as under isolated (`threads` threads, any core)."""
     root = Path(args.out) / "runs"
     cpu = _job("cpu", args.cpu, args.cpu_data, root / "cpu", args.threads)
     gpu0 = _job(f"gpu on {gpus[0]}", args.gpu, args.gpu_data, root / "gpu0", 1, gpus[0])
@@ -97,6 +102,11 @@ def scenarios(args, gpus: list[str]) -> list[tuple[str, list, list]]:
     if len(gpus) >= 2 and args.scenario in ("all", "gpu"):
         gpu1 = _job(f"gpu on {gpus[1]}", args.gpu, args.gpu_data, root / "gpu1", 1, gpus[1])
         found.append(("gpu beside gpu", [gpu0, gpu1]))
+    if args.scenario == "placement":  # each run alone, placed and unplaced
+        unplaced_cpu = _job("cpu", args.cpu, args.cpu_data, root / "cpu-unplaced", args.threads, placed=False)
+        unplaced_gpu = _job(gpu0[0], args.gpu, args.gpu_data, root / "gpu0-unplaced", args.threads, gpus[0],
+                            placed=False)
+        found += [(PLACEMENT, [cpu, unplaced_cpu]), (PLACEMENT, [gpu0, unplaced_gpu])]
     return found
 
 
@@ -108,10 +118,15 @@ def measure(args, log: Callable[[str], None] = print) -> pd.DataFrame:
     for repeat in range(1, args.repeats + 1):
         found = scenarios(args, gpus)
         alone = {}
-        for job in dict((job[0], job) for _, jobs in found for job in jobs).values():  # each job alone once
+        for job in {j[0]: j for scenario, jobs in found if scenario != PLACEMENT for j in jobs}.values():  # once
             alone[job[0]] = _run_together([job])[0]
             log(f"overlap-check: repeat {repeat}: {job[0]} alone {alone[job[0]]['seconds']:.4f} s/epoch")
-        for scenario, jobs in found:
+        for scenario, (placed, unplaced) in ((s, jobs) for s, jobs in found if s == PLACEMENT):
+            rows += [{"scenario": scenario, "repeat": repeat, "together": False, **_run_together([unplaced])[0]},
+                     {"scenario": scenario, "repeat": repeat, "together": True, **_run_together([placed])[0]}]
+            log(f"overlap-check: repeat {repeat}, {placed[0]}: unplaced {rows[-2]['seconds']:.4f}, placed "
+                f"{rows[-1]['seconds']:.4f} s/epoch")
+        for scenario, jobs in ((s, jobs) for s, jobs in found if s != PLACEMENT):
             rows += [{"scenario": scenario, "repeat": repeat, "together": False, **alone[job[0]]} for job in jobs]
             both = _run_together(jobs, stagger=scenario == "cpu beside gpu")
             rows += [{"scenario": scenario, "repeat": repeat, "together": True, **r} for r in both]
@@ -139,7 +154,10 @@ def compare(frame: pd.DataFrame) -> pd.DataFrame:
 def markdown(table: pd.DataFrame, frame: pd.DataFrame, args) -> str:
     lines = ["# Timed jobs alone and side by side", "",
              f"CPU run `{args.cpu}` ({args.threads} threads), GPU run `{args.gpu}`; {args.repeats} repeats; seconds "
-             "per epoch from each run's metrics.json. Noise: (max - min) / median of the alone repeats.", "",
+             "per epoch from each run's metrics.json. Noise: (max - min) / median of the alone repeats. "
+             f"'{PLACEMENT}': 'alone' is the run unplaced (as under timing: isolated: {args.threads} threads, any "
+             "core), 'together' the same run alone, placed as under timing: overlap (its cores, one for a GPU run).",
+             "",
              "| scenario | job | alone (median) | alone range | together (median) | together range | change | "
              "noise | verdict |", "|---|---|---:|---|---:|---|---:|---:|---|"]
     lines += [f"| {r.scenario} | {r.job} | {r.alone_s:.4f} | {r.alone_range} | {r.together_s:.4f} | "
