@@ -58,12 +58,11 @@ def _try_lock(path: str) -> int | None:
     return fd
 
 
-def _take(names: Sequence[str], count: int, log: Callable[[str], None], what: str,
-          timeout_s: float | None = None) -> list[tuple[str, int]]:
+def _take(names: Sequence[str], count: int, log: Callable[[str], None], what: str) -> list[tuple[str, int]]:
     """`count` of `names` (in that order of preference) whose lock files are free, all or none at once (so two jobs
     waiting for cores never hold half each); waits, saying so once, while too few are free."""
     folder = lock_dir()
-    start, said = time.monotonic(), False
+    said = False
     while True:
         held = []
         for name in names:
@@ -77,24 +76,20 @@ def _take(names: Sequence[str], count: int, log: Callable[[str], None], what: st
         if not said:
             log(f"placement: waiting for {count} free {what} ({len(held)} of {len(names)} free now)")
             said = True
-        if timeout_s is not None and time.monotonic() - start > timeout_s:
-            raise GpunnError(f"placement: no {count} free {what} after {timeout_s:.0f} s")
         time.sleep(POLL_S)
 
 
-def take_gpu(slots: Sequence[str], log: Callable[[str], None] = print,
-             timeout_s: float | None = None) -> tuple[str, int]:
+def take_gpu(slots: Sequence[str], log: Callable[[str], None] = print) -> tuple[str, int]:
     """One free GPU of `slots` (ids), with the descriptor that holds it."""
-    (name, fd), = _take([f"gpu-{s}" for s in slots], 1, log, f"GPU of {','.join(slots)}", timeout_s)
+    (name, fd), = _take([f"gpu-{s}" for s in slots], 1, log, f"GPU of {','.join(slots)}")
     return name[len("gpu-"):], fd
 
 
-def take_cores(count: int, low_first: bool, log: Callable[[str], None] = print,
-               timeout_s: float | None = None) -> tuple[list[int], list[int]]:
+def take_cores(count: int, low_first: bool, log: Callable[[str], None] = print) -> tuple[list[int], list[int]]:
     """`count` free cores of this process's affinity set (at most all of them): (cores, descriptors)."""
     cores = sorted(os.sched_getaffinity(0))
     order = cores if low_first else cores[::-1]
-    held = _take([f"core-{c}" for c in order], min(count, len(cores)), log, "cores", timeout_s)
+    held = _take([f"core-{c}" for c in order], min(count, len(cores)), log, "cores")
     return sorted(int(name[len("core-"):]) for name, _ in held), [fd for _, fd in held]
 
 
