@@ -12,9 +12,11 @@ never wait for, nor delay, a real timed job on the same machine, nor each other.
 """
 
 import atexit
+import collections
 import os
 import shutil
 import tempfile
+import time
 
 if shutil.which("nvidia-smi") is None:
     os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
@@ -52,12 +54,58 @@ def racecheck_every_launch():
         yield
 
 
-# The longest file first: test_smoke_pipeline.py runs the pipeline locally and on Slurm (about 15 of the
-# suite's minutes on 2 cores). With pytest-xdist's --dist loadfile, files go to workers in collection order, so
-# started last it would end minutes after the other worker ran out of files. A stable sort: every worker
-# collects the same order, and within each file the order stays as written.
-LONGEST_FIRST = ("test_smoke_pipeline.py",)
+# The longest files first, longest first (--durations of a whole run, tests/NOTES.md): with pytest-xdist's
+# --dist loadfile, files go to workers in collection order, so a long file started last ends minutes after the
+# other worker ran out of files. A stable sort: every worker collects the same order, within each file the order
+# stays as written, and the files not named keep theirs after these.
+LONGEST_FIRST = (
+    "test_smoke_pipeline.py",  # the pipeline locally and on Slurm
+    "test_reruns.py",
+    "test_kernels_conv_winograd.py",
+    "test_kernels_wgrad_bias.py",
+    "test_kernels_gemm.py",
+    "test_bench.py",
+)
 
 
 def pytest_collection_modifyitems(items):
-    items.sort(key=lambda item: item.path.name not in LONGEST_FIRST)
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONGEST_FIRST)))
+
+
+# ---- the budget guard: the suite's time, each worker's load and the slowest tests, printed after every run
+SUITE_BUDGET_S = 12 * 60  # the README's budget for `python -m pytest -n 2 --dist loadfile` on CI's 2-core machine
+SLOWEST_SHOWN = 15
+GUARD_FROM_TESTS = 100  # runs of fewer tests (one file, a -k selection) print no guard
+_clock = {"start": None, "busy": collections.Counter(), "done": {}, "tests": collections.Counter()}
+
+
+def pytest_sessionstart(session):
+    _clock["start"] = time.monotonic()
+
+
+def pytest_runtest_logreport(report):
+    worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "main")
+    _clock["busy"][worker] += report.duration
+    _clock["tests"][report.nodeid] += report.duration
+    _clock["done"][worker] = time.monotonic() - _clock["start"]
+
+
+def _mmss(seconds: float) -> str:
+    return f"{int(seconds) // 60}:{int(seconds) % 60:02d}"
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if hasattr(config, "workerinput") or _clock["start"] is None or len(_clock["tests"]) < GUARD_FROM_TESTS:
+        return  # a worker process (the controller reports), or a run of a few tests
+    wall = time.monotonic() - _clock["start"]
+    write = terminalreporter.write_line
+    terminalreporter.section("suite time (budget guard, README: Run the tests)")
+    verdict = "within" if wall <= SUITE_BUDGET_S else f"OVER by {_mmss(wall - SUITE_BUDGET_S)}: shorten the slowest"
+    write(f"suite: {_mmss(wall)} wall, {verdict} the {_mmss(SUITE_BUDGET_S)} budget of the whole suite on 2 cores")
+    for worker in sorted(_clock["busy"]):
+        write(f"  {worker}: {_mmss(_clock['busy'][worker])} of tests, its last test ended at "
+              f"{_mmss(_clock['done'][worker])}")
+    write(f"the {SLOWEST_SHOWN} slowest tests (setup + call + teardown, seconds):")
+    for nodeid, seconds in _clock["tests"].most_common(SLOWEST_SHOWN):
+        write(f"  {seconds:7.1f}  {nodeid}")

@@ -181,10 +181,14 @@ def _fails_in_one_thread(out, bad):
 
 def test_an_exception_in_one_thread_is_the_launch_error_and_the_next_launch_runs():
     """The failing thread's own error (its thread index named), not the others' aborts; no thread is left
-    waiting, and the next launch of the same kernel runs normally."""
+    in the block (every pooled simulated thread is back in the pool, waiting for a block), and the next launch
+    of the same kernel runs normally."""
     out = cuda.to_device(np.zeros(BLOCK, np.float32))
     with pytest.raises(IndexError, match=r"tid=\[3, 0, 0\]"):
         _fails_in_one_thread[1, BLOCK](out, 3)
-    assert threading.active_count() < 4  # every simulated thread ended
+    pooled = [t for t in threading.enumerate() if t.name == simulator.WORKER_NAME]
+    assert len(pooled) >= BLOCK and len(simulator._idle_workers) == len(pooled)
+    assert all(worker._job is None and worker._go.locked() for worker in pooled)
+    assert threading.active_count() - len(pooled) < 4  # no other thread left over
     _fails_in_one_thread[1, BLOCK](out, BLOCK)  # no thread fails
     np.testing.assert_array_equal(out.copy_to_host(), np.ones(BLOCK, np.float32))

@@ -30,6 +30,15 @@ arrive frees the others; a thread that exits leaves the barrier, as in numba's l
 waits in `join`. An exception in one thread aborts the others at their next `syncthreads`, and the launch
 raises the first thread's exception, as numba's does. A simulated launch's result is unchanged; its time drops
 (a tiny softmax-CE launch 3x, a CNN step under gpu-im2col 1.7x: docs/notes/issue-24-first-hour.md).
+
+Three more costs of numba's simulator are cut, none of them changing what a kernel computes:
+- a device function called inside a launch: numba swaps its module's `cuda` globals for the launch's fake module
+  and back around every call (a lock, a scan of the module's globals, a context manager); here a module is
+  swapped at its first call in a launch and restored when the launch ends (`_kernel_call`);
+- a scalar cast such as `uint32(i)` goes through numba's `Type.__call__` (an import, an ABC instance check, a
+  method lookup); here a plain Python or NumPy scalar goes straight to the NumPy type numba itself casts to;
+- a simulated thread is no longer an OS thread started for one block: a pool of threads runs block after block
+  (`_worker_class`).
 """
 
 from __future__ import annotations
@@ -42,7 +51,13 @@ import numpy as np
 __all__ = ["patch", "static_shared_array"]
 
 _ALLOCATION_LOCK = threading.Lock()  # guards every FakeCUDAShared._allocations check-and-store
-_state = {"original": None, "thread_run": None}
+_state = {"original": None, "thread_run": None, "kernel_call": None, "type_call": None, "thread_class": None}
+_SWAP_LOCK = threading.Lock()  # guards _swapped: a block's threads make their first device calls side by side
+_swapped: dict[int, tuple[dict, dict]] = {}  # id(module globals) -> (globals, the names swapped and their values)
+# Arguments a scalar cast takes straight to NumPy: Python's and NumPy's scalar types (never a numba type, which
+# makes a signature instead of a value).
+_PLAIN_SCALARS = frozenset({int, float, bool, *np.sctypeDict.values()})
+_NUMPY_TYPES: dict[str, type] = {}
 
 
 def static_shared_array(shared, key, shape, dtype, wrap=None):
@@ -116,6 +131,13 @@ class _Barrier:
                 self.cond.notify_all()
             elif self.live and self.waiting == self.live:
                 self._release()
+            if not self.live:
+                self.cond.notify_all()  # the launching thread, in wait_done
+
+    def wait_done(self) -> None:
+        with self.cond:
+            while self.live:
+                self.cond.wait()
 
 
 def _syncthreads(thread) -> None:
@@ -130,7 +152,8 @@ def _thread_run(thread) -> None:
 
 
 def _run_block(manager, grid_point, *args) -> None:
-    """One block of a simulated launch: a thread per CUDA thread, started, then joined."""
+    """One block of a simulated launch: a thread per CUDA thread (pooled threads, see _worker_class), started,
+    then waited for."""
     from numba.cuda.simulator.kernel import BlockThread
 
     barrier = _Barrier(int(np.prod(manager._block_dim)))
@@ -138,21 +161,142 @@ def _run_block(manager, grid_point, *args) -> None:
     def target():
         manager._f(*args)
 
-    threads = []
-    for block_point in np.ndindex(*manager._block_dim):
-        thread = BlockThread(target, manager, grid_point, block_point, manager._debug)
-        thread._gpunn_barrier = barrier
-        threads.append(thread)
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    if manager._debug:  # numba's own threads, with its debug wrapper
+        threads = []
+        for block_point in np.ndindex(*manager._block_dim):
+            thread = BlockThread(target, manager, grid_point, block_point, manager._debug)
+            thread._gpunn_barrier = barrier
+            threads.append(thread)
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    else:
+        workers = _take_workers(barrier.live)
+        try:
+            for worker, block_point in zip(workers, np.ndindex(*manager._block_dim)):
+                worker.assign(target, manager, grid_point, block_point, barrier)
+            barrier.wait_done()
+        finally:
+            _idle_workers.extend(workers)
     if barrier.error is not None:
         raise barrier.error[0].with_traceback(barrier.error[1])
 
 
+WORKER_NAME = "gpunn-simulated-thread"
+_idle_workers: list = []  # pooled simulated threads between blocks (only the launching thread takes and returns)
+
+
+def _take_workers(count: int) -> list:
+    while len(_idle_workers) < count:
+        worker = _state["thread_class"]()
+        worker.start()
+        _idle_workers.append(worker)
+    taken = _idle_workers[-count:]
+    del _idle_workers[-count:]
+    return taken
+
+
+def _worker_class(base):
+    """A numba BlockThread that runs block after block: starting an OS thread per simulated thread and block
+    was a third of a simulated launch's time. Before each block it is reset to what a new BlockThread would be
+    (its CUDA indices, no exception, and none of the attributes set on it during its last block, such as the
+    race checker's barrier count); it then runs the kernel as numba's BlockThread.run does and leaves the
+    block's barrier."""
+    from numba.cuda.simulator.kernelapi import Dim3
+
+    class _Worker(base):
+        _job_keys = frozenset({"_manager", "blockIdx", "threadIdx", "thread_id", "syncthreads_blocked",
+                               "exception", "abort", "debug", "_gpunn_barrier", "_target", "_args", "_kwargs"})
+
+        def __init__(self):
+            threading.Thread.__init__(self, daemon=True, name=WORKER_NAME)
+            self._go = threading.Lock()
+            self._go.acquire()  # released by assign(): one block's work at a time
+            self._job = None
+            self._own_keys = None
+            self._own_keys = frozenset(vars(self)) | self._job_keys
+
+        def assign(self, target, manager, block_idx, thread_idx, barrier) -> None:
+            for key in [k for k in vars(self) if k not in self._own_keys]:
+                delattr(self, key)  # set by others during the last block
+            self._manager = manager
+            self.blockIdx = Dim3(*block_idx)
+            self.threadIdx = Dim3(*thread_idx)
+            bx, by, _ = manager._block_dim
+            self.thread_id = self.threadIdx.x + bx * (self.threadIdx.y + by * self.threadIdx.z)
+            self.syncthreads_blocked = False
+            self.exception = None
+            self.abort = False
+            self.debug = False
+            self._gpunn_barrier = barrier
+            self._job = target
+            self._go.release()
+
+        def run(self) -> None:
+            while True:
+                self._go.acquire()
+                self._target, self._args, self._kwargs = self._job, (), {}
+                self._job = None
+                _thread_run(self)  # numba's BlockThread.run (which drops _target), then leave the barrier
+
+    return _Worker
+
+
+def _swap_in(fn_globals: dict, fake_module) -> None:
+    """Point a module's `cuda` names at the running launch's fake module until the launch ends (once per module
+    and launch; the first thread to call into the module does it, the others wait for it here)."""
+    from numba import cuda
+
+    with _SWAP_LOCK:
+        if id(fn_globals) in _swapped:
+            return
+        names = {k: v for k, v in fn_globals.items() if v is cuda}
+        for k in names:
+            fn_globals[k] = fake_module
+        _swapped[id(fn_globals)] = (fn_globals, names)
+
+
+def _restore_swapped() -> None:
+    with _SWAP_LOCK:
+        for fn_globals, names in _swapped.values():
+            fn_globals.update(names)
+        _swapped.clear()
+
+
+def _kernel_call(self, *args):
+    """FakeCUDAKernel.__call__: inside a launch, a device function runs with its module swapped once per launch;
+    outside one, numba's own call (a launch, or a device function called from the host), then the modules its
+    device functions swapped are restored."""
+    from numba.cuda.simulator import kernel
+
+    context = kernel._kernel_context
+    if context is None:
+        try:
+            return _state["kernel_call"](self, *args)
+        finally:
+            if _swapped:
+                _restore_swapped()
+    fn = self.fn
+    if id(fn.__globals__) not in _swapped:
+        _swap_in(fn.__globals__, context)
+    return fn(*args)
+
+
+def _scalar_call(self, *args):
+    """numba's Integer/Float `__call__` for a plain scalar: the NumPy type numba's cast_python_value uses."""
+    if len(args) == 1 and type(args[0]) in _PLAIN_SCALARS:
+        np_type = _NUMPY_TYPES.get(self.name)
+        if np_type is None:
+            np_type = _NUMPY_TYPES[self.name] = getattr(np, self.name)
+        return np_type(args[0])
+    return _state["type_call"](self, *args)
+
+
 def patch() -> None:
-    """Install the locked allocation and the barrier block runner (idempotent). Needs NUMBA_ENABLE_CUDASIM=1."""
+    """Install the locked allocation, the barrier block runner and the faster device calls and casts
+    (idempotent). Needs NUMBA_ENABLE_CUDASIM=1."""
+    from numba.core.types import scalars
     from numba.cuda.simulator import kernel, kernelapi
 
     if _state["original"] is None:
@@ -162,6 +306,12 @@ def patch() -> None:
         kernel.BlockThread.run = _thread_run
         kernel.BlockThread.syncthreads = _syncthreads
         kernel.BlockManager.run = _run_block
+        _state["thread_class"] = _worker_class(kernel.BlockThread)
+        _state["kernel_call"] = kernel.FakeCUDAKernel.__call__
+        kernel.FakeCUDAKernel.__call__ = _kernel_call
+        _state["type_call"] = scalars.Integer.__call__
+        scalars.Integer.__call__ = _scalar_call
+        scalars.Float.__call__ = _scalar_call
 
 
 def unpatched():
