@@ -54,18 +54,37 @@ def racecheck_every_launch():
         yield
 
 
-# The longest files first, longest first (--durations of a whole run, tests/NOTES.md): with pytest-xdist's
-# --dist loadfile, files go to workers in collection order, so a long file started last ends minutes after the
-# other worker ran out of files. A stable sort: every worker collects the same order, within each file the order
+# The longest files first, longest first (their times: a whole run's --durations, in
+# docs/notes/issue-38-suite-time.md). With pytest-xdist's --dist loadfile a free worker takes the next file in this
+# order, so a long file started last would end minutes after the other worker ran out of files; longest first, the
+# short files even out the end. xdist (3.8) would reorder the files by their number of tests instead:
+# pytest_configure turns that off. A stable sort: every worker collects the same order, within each file the order
 # stays as written, and the files not named keep theirs after these.
 LONGEST_FIRST = (
-    "test_smoke_pipeline.py",  # the pipeline locally and on Slurm
+    "test_smoke_pipeline.py",  # the pipeline locally, then on Slurm
     "test_reruns.py",
     "test_kernels_conv_winograd.py",
-    "test_kernels_wgrad_bias.py",
+    "test_report.py",
     "test_kernels_gemm.py",
+    "test_kernels_wgrad_bias.py",
+    "test_kernels_conv_pool.py",
+    "test_placement.py",
+    "test_readme.py",
     "test_bench.py",
+    "test_kernels_conv_up.py",
+    "test_gpu_autoencoder.py",
+    "test_gpu_pool_fusion.py",
+    "test_kernels_conv_gemm.py",
+    "test_gpu_upsample_fusion.py",
+    "test_kernels_conv.py",
+    "test_linear_head.py",
+    "test_workflow.py",
 )
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist's --dist loadfile: keep LONGEST_FIRST's order
+        config.option.loadscopereorder = False
 
 
 def pytest_collection_modifyitems(items):

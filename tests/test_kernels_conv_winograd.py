@@ -2,8 +2,11 @@
 gemm/mappings_batched.py) against float64 references.
 
 Under the simulator the shapes are tiny and odd (batch 3, 5 -> 6 channels, 7x9 maps: the last row and column of
-tiles partial), paddings 1, 0 and 2; outputs poisoned with NaN, fresh random inputs per test, and two runs compared
-bit for bit. The ``gpu``-marked test runs the autoencoder's shapes on a real GPU.
+tiles partial), paddings 1, 0 and 2; outputs poisoned with NaN, fresh random inputs per test; one case of each pass
+(``repeat=True``) runs twice and compares the two bit for bit (every output has one writer and the split sum a fixed
+order, so one case per pass shows it; a second run of every case doubled the file's time). The simulated cost is
+the batched GEMM's: 16 positions x splits blocks of 256 threads whatever the map size. The ``gpu``-marked test runs
+the autoencoder's shapes on a real GPU.
 """
 
 import os
@@ -48,7 +51,7 @@ def _out_hw(h, wd, p, up):
     return (2 * h + 2 * p - 2, 2 * wd + 2 * p - 2) if up else (h + 2 * p - 2, wd + 2 * p - 2)
 
 
-def _forward(p, shape=SHAPE, bias=True, relu=True, version=None, w_view=False, up=False):
+def _forward(p, shape=SHAPE, bias=True, relu=True, version=None, w_view=False, up=False, repeat=False):
     n, cin, cout, h, wd = shape
     rng = _rng("wino-fwd", p, shape, bias, relu, version, w_view, up)
     x = _rand(rng, n, cin, h, wd)
@@ -61,17 +64,17 @@ def _forward(p, shape=SHAPE, bias=True, relu=True, version=None, w_view=False, u
         buf = cuda.to_device(np.concatenate([np.zeros(7, np.float32), w.ravel()]))
         wd_dev = buf[7:].reshape(w.shape)
     outs = []
-    for _ in range(2):
+    for _ in range(2 if repeat else 1):
         out = _nan((n, cout, oh, ow))
         launch = launcher(cuda.to_device(x), wd_dev, None if b is None else cuda.to_device(b), out, p, relu=relu,
                           version=version)
         assert isinstance(launch, LaunchGroup)
         outs.append(out.copy_to_host())
-    assert np.array_equal(outs[0], outs[1], equal_nan=True), "two runs differ"
+    assert np.array_equal(outs[0], outs[-1], equal_nan=True), "two runs differ"
     return _rel_err(outs[0], (UP.conv_forward_up_ref if up else R.conv_forward_ref)(x, w, b, p, relu))
 
 
-def _backward_data(p, shape=SHAPE, mask=True, version=None, up=False):
+def _backward_data(p, shape=SHAPE, mask=True, version=None, up=False, repeat=False):
     n, cin, cout, h, wd = shape
     rng = _rng("wino-bwd-data", p, shape, mask, version, up)
     oh, ow = _out_hw(h, wd, p, up)
@@ -79,12 +82,12 @@ def _backward_data(p, shape=SHAPE, mask=True, version=None, up=False):
     dy, w = _rand(rng, n, cout, oh, ow), _rand(rng, cout, cin, 3, 3)
     relu_mask = np.maximum(rng.standard_normal((n, cin, h, wd)), 0).astype(np.float32) if mask else None
     outs = []
-    for _ in range(2):
+    for _ in range(2 if repeat else 1):
         dx = _nan((n, cin, h, wd))
         launcher(cuda.to_device(dy), cuda.to_device(w), dx, p,
                  relu_mask=None if relu_mask is None else cuda.to_device(relu_mask), version=version)
         outs.append(dx.copy_to_host())
-    assert np.array_equal(outs[0], outs[1], equal_nan=True), "two runs differ"
+    assert np.array_equal(outs[0], outs[-1], equal_nan=True), "two runs differ"
     got = outs[0]
     if mask:
         assert np.all(got[relu_mask <= 0] == 0), "the ReLU mask must zero dx"
@@ -92,24 +95,24 @@ def _backward_data(p, shape=SHAPE, mask=True, version=None, up=False):
     return _rel_err(got, ref(dy, w, (n, cin, h, wd), p, relu_mask))
 
 
-def _backward_weight(p, shape=SHAPE, splits=None, version=None, up=False):
+def _backward_weight(p, shape=SHAPE, splits=None, version=None, up=False, repeat=False):
     n, cin, cout, h, wd = shape
     rng = _rng("wino-bwd-weight", p, shape, splits, version, up)
     oh, ow = _out_hw(h, wd, p, up)
     launcher = WG.conv_backward_weight_winograd_up if up else WG.conv_backward_weight_winograd
     x, dy = _rand(rng, n, cin, h, wd), _rand(rng, n, cout, oh, ow)
     outs = []
-    for _ in range(2):
+    for _ in range(2 if repeat else 1):
         dw = _nan((cout, cin, 3, 3))
         launcher(cuda.to_device(x), cuda.to_device(dy), dw, p, splits=splits, version=version)
         outs.append(dw.copy_to_host())
-    assert np.array_equal(outs[0], outs[1], equal_nan=True), "two runs differ"
+    assert np.array_equal(outs[0], outs[-1], equal_nan=True), "two runs differ"
     return _rel_err(outs[0], (UP.conv_backward_weight_up_ref if up else R.conv_backward_weight_ref)(x, dy, 3, p))
 
 
 @pytest.mark.parametrize("p", [1, 0, 2])
 def test_forward(p):
-    assert _forward(p) <= TOL
+    assert _forward(p, repeat=p == 1) <= TOL
 
 
 def test_forward_no_bias_no_relu_weight_view():
@@ -118,21 +121,18 @@ def test_forward_no_bias_no_relu_weight_view():
 
 @pytest.mark.parametrize("p", [1, 0, 2])
 def test_backward_data(p):
-    assert _backward_data(p) <= TOL
+    assert _backward_data(p, repeat=p == 1) <= TOL
 
 
 def test_backward_data_no_mask():
     assert _backward_data(1, mask=False) <= TOL
 
 
-@pytest.mark.parametrize("p, splits", [(1, 1), (1, 3), (0, 2), (2, None)])
+@pytest.mark.parametrize("p, splits", [(1, 1), (1, 5), (0, 2), (2, None)])
 def test_backward_weight(p, splits):
-    assert _backward_weight(p, splits=splits) <= TOL
-
-
-def test_wgrad_splits_change_chunks_not_result_much():
-    """Different split counts sum the same products in different groupings: close, each within TOL."""
-    assert _backward_weight(1, splits=2) <= TOL and _backward_weight(1, splits=5) <= TOL
+    """Split counts 1, 5 (60 tile products in chunks of 16: 4 used), 2 and the simulator's automatic 2 sum the same
+    products in different groupings: each within TOL of the float64 reference."""
+    assert _backward_weight(p, splits=splits, repeat=splits == 5) <= TOL
 
 
 UP_SHAPE = (3, 5, 6, 3, 5)  # before the upsample: 6x10 after it
@@ -144,7 +144,7 @@ def test_upsampled_passes(p):
     transform."""
     assert _forward(p, shape=UP_SHAPE, up=True) <= TOL
     assert _backward_data(p, shape=UP_SHAPE, up=True) <= TOL
-    assert _backward_weight(p, shape=UP_SHAPE, splits=2, up=True) <= TOL
+    assert _backward_weight(p, shape=UP_SHAPE, splits=2, up=True, repeat=p == 1) <= TOL
 
 
 @pytest.mark.parametrize("up", [False, True])
@@ -238,15 +238,15 @@ def test_registered():
 @pytest.mark.parametrize("shape", [(64, 256, 128, 16, 16), (64, 128, 256, 16, 16), (64, 128, 128, 8, 8),
                                    (5, 33, 65, 15, 13)])
 def test_gpu_autoencoder_shapes(shape):
-    assert _forward(1, shape=shape) <= TOL
-    assert _backward_data(1, shape=shape) <= TOL
-    assert _backward_weight(1, shape=shape) <= TOL
+    assert _forward(1, shape=shape, repeat=True) <= TOL
+    assert _backward_data(1, shape=shape, repeat=True) <= TOL
+    assert _backward_weight(1, shape=shape, repeat=True) <= TOL
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") == "1", reason="needs a real GPU")
 @pytest.mark.parametrize("shape", [(64, 128, 256, 8, 8), (5, 33, 65, 7, 9)])
 def test_gpu_upsampled_shapes(shape):
-    assert _forward(1, shape=shape, up=True) <= TOL
-    assert _backward_data(1, shape=shape, up=True) <= TOL
-    assert _backward_weight(1, shape=shape, up=True) <= TOL
+    assert _forward(1, shape=shape, up=True, repeat=True) <= TOL
+    assert _backward_data(1, shape=shape, up=True, repeat=True) <= TOL
+    assert _backward_weight(1, shape=shape, up=True, repeat=True) <= TOL

@@ -88,8 +88,15 @@ def test_pooled_weight_and_bias_gradients(case, version, splits):
     assert _rel_err(db, R.conv_bias_grad_ref(dy)) < TOL
 
 
-@pytest.mark.parametrize("case", CASES + [(2, 45, 9, 8, 7, 3, 1)])  # the last: 3 x 45 items, two passes of 128
-@pytest.mark.parametrize("rows,per", [(None, None), (1, 2), (2, 1), (3, 5)])
+TWO_PASSES = (2, 45, 9, 8, 7, 3, 1)  # 3 x 45 items: two passes of the block's 128 threads (each restaging)
+
+
+# every band and split layout on the three small cases; the two passes (3 x 45 channels: 10 s a layout under the
+# simulator) in the default layout only, where it runs on the GPU
+@pytest.mark.parametrize("case,rows,per", [pytest.param(case, rows, per, id=f"{rows}-{per}-case{i}")
+                                           for i, case in enumerate(CASES)
+                                           for rows, per in [(None, None), (1, 2), (2, 1), (3, 5)]]
+                         + [pytest.param(TWO_PASSES, None, None, id="None-None-two-passes")])
 def test_pooled_weight_and_bias_gradients_by_direct_convolution(case, rows, per):
     x, dpool, route, dy, w_shape = _pooled_inputs(case, "direct")
     k, p = case[-2], case[-1]

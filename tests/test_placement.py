@@ -173,10 +173,13 @@ def test_bad_timing_and_gpus_settings_get_one_line():
         _config(gpus=0)
 
 
+# 'end' is read while the lock is still held: read after the release, another holder may already have started
+# (a flaky failure by 41 us, seen once)
 HOLD = ("import json, sys, time; from gpunn.timing_lock import timing_lock\n"
         "with timing_lock('test', log=lambda line: print(line, file=sys.stderr)) as lock:\n"
         "    print(json.dumps({'start': time.time(), 'waited': lock.waited_s}), flush=True); time.sleep(1.2)\n"
-        "print(json.dumps({'end': time.time()}))")
+        "    end = time.time()\n"
+        "print(json.dumps({'end': end}))")
 
 
 def _hold(env, resource):
@@ -246,12 +249,12 @@ def test_overlap_check_times_the_same_runs_alone_and_together(lock_env, tmp_path
     assert not list((tmp_path / "check/runs").rglob("weights.npz"))
     out = subprocess.run([*gpunn, "overlap-check", "--cpu", "digits8_mini/standard/mlp/cpu-numpy/w8_b8_lr0.3_e1_s0_n16",
                           "--cpu-data", data, "--gpu", "digits8_mini/standard/mlp/gpu-fused/w8_b8_lr0.3_e1_s0_n8",
-                          "--gpu-data", data, "--threads", "1", "--gpus", "1", "--repeats", "2", "--scenario",
+                          "--gpu-data", data, "--threads", "1", "--gpus", "1", "--repeats", "1", "--scenario",
                           "placement", "--out", str(tmp_path / "placed")], env=env, capture_output=True, text=True,
-                         timeout=600)
+                         timeout=600)  # one repeat: what is checked here is where each run was placed
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     frame = pd.read_csv(tmp_path / "placed/overlap.csv", dtype={"gpu": str, "cores": str})
-    assert set(frame["scenario"]) == {"placed against unplaced"} and len(frame) == 2 * 4
+    assert set(frame["scenario"]) == {"placed against unplaced"} and len(frame) == 4
     placed, unplaced = frame[frame["together"]], frame[~frame["together"]]
     assert set(placed.loc[placed["job"] == "gpu on 0", "gpu"]) == {"0"}  # placed: its slot, recorded
     assert unplaced["gpu"].isna().all()  # unplaced: no slot taken (CUDA_VISIBLE_DEVICES alone)
