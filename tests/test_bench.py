@@ -32,20 +32,14 @@ def _positive_finite(values) -> bool:
 
 
 # --------------------------------------------------------------------------------------------- validation
-# conv and pool validate every version through this same path in test_kernels_conv / test_kernels_pool
-@pytest.mark.parametrize("op", [op for op in bench.OPS if op not in ("conv", "pool")])
+# conv and pool validate every version through this same path in test_kernels_conv / test_kernels_pool, gemm in
+# test_bench_gemm_quick_end_to_end (every version on every quick case, through the command line)
+@pytest.mark.parametrize("op", [op for op in bench.OPS if op not in ("conv", "pool", "gemm")])
 def test_every_op_validates_on_quick_shapes(op, capsys):
     problems = bench.op_problems(op, quick=True)
     configurations = bench.validate(problems, bench.QUICK_BLOCKS)
     assert "all results match" in capsys.readouterr().out
-    versions = {c.version for c in configurations}
-    if op == "gemm":  # every version with a dense launcher, on every quick case; split-K ones on the split case
-        assert versions == set(gemm.DENSE_LAUNCHERS) | {f"{v}+splitk" for v in SPLIT_K_VERSIONS}
-        assert {c.problem.case for c in configurations} == {case.case for case in bench.QUICK_GEMM_CASES}
-        split = {c.version for c in configurations if c.problem.case == "quick_split_k"}
-        assert split == set(gemm.DENSE_LAUNCHERS) | {f"{v}+splitk" for v in SPLIT_K_VERSIONS}
-    else:
-        assert len(configurations) == len(problems) * len(bench.QUICK_BLOCKS)
+    assert len(configurations) == len(problems) * len(bench.QUICK_BLOCKS)
 
 
 def _negated_relu_forward(x, out, block=256, stream=0, launch=True):
@@ -138,6 +132,9 @@ def test_bench_gemm_quick_end_to_end(tmp_path):
     assert not frame.duplicated(["case", "version", "block_dims"]).any()
     split = {f"{v}+splitk" for v in SPLIT_K_VERSIONS}  # the register-blocked versions split on quick_split_k
     assert set(frame["version"]) == set(gemm.DENSE_LAUNCHERS) | split
+    assert set(frame["case"]) == {case.case for case in bench.QUICK_GEMM_CASES}
+    for case, versions in frame.groupby("case")["version"]:  # every dense version validated and timed on each case
+        assert set(gemm.DENSE_LAUNCHERS) <= set(versions), case
     assert set(frame.loc[frame["case"] == "quick_split_k", "version"]) == set(gemm.DENSE_LAUNCHERS) | split
     assert _positive_finite(frame["ms"]) and _positive_finite(frame["gflops"])
     row = frame[frame["case"] == "quick_bias_relu"].iloc[0]

@@ -249,12 +249,12 @@ def test_overlap_check_times_the_same_runs_alone_and_together(lock_env, tmp_path
     assert not list((tmp_path / "check/runs").rglob("weights.npz"))
     out = subprocess.run([*gpunn, "overlap-check", "--cpu", "digits8_mini/standard/mlp/cpu-numpy/w8_b8_lr0.3_e1_s0_n16",
                           "--cpu-data", data, "--gpu", "digits8_mini/standard/mlp/gpu-fused/w8_b8_lr0.3_e1_s0_n8",
-                          "--gpu-data", data, "--threads", "1", "--gpus", "1", "--repeats", "1", "--scenario",
+                          "--gpu-data", data, "--threads", "1", "--gpus", "1", "--repeats", "2", "--scenario",
                           "placement", "--out", str(tmp_path / "placed")], env=env, capture_output=True, text=True,
-                         timeout=600)  # one repeat: what is checked here is where each run was placed
+                         timeout=600)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     frame = pd.read_csv(tmp_path / "placed/overlap.csv", dtype={"gpu": str, "cores": str})
-    assert set(frame["scenario"]) == {"placed against unplaced"} and len(frame) == 4
+    assert set(frame["scenario"]) == {"placed against unplaced"} and len(frame) == 2 * 4
     placed, unplaced = frame[frame["together"]], frame[~frame["together"]]
     assert set(placed.loc[placed["job"] == "gpu on 0", "gpu"]) == {"0"}  # placed: its slot, recorded
     assert unplaced["gpu"].isna().all()  # unplaced: no slot taken (CUDA_VISIBLE_DEVICES alone)
