@@ -13,6 +13,7 @@ never wait for, nor delay, a real timed job on the same machine, nor each other.
 
 import atexit
 import collections
+import csv
 import os
 import shutil
 import tempfile
@@ -96,7 +97,7 @@ def pytest_collection_modifyitems(items):
 SUITE_BUDGET_S = 12 * 60  # the README's budget for `python -m pytest -n 2 --dist loadfile` on CI's 2-core machine
 SLOWEST_SHOWN = 15
 GUARD_FROM_TESTS = 100  # runs of fewer tests (one file, a -k selection) print no guard
-_clock = {"start": None, "busy": collections.Counter(), "done": {}, "tests": collections.Counter()}
+_clock = {"start": None, "busy": collections.Counter(), "done": {}, "tests": collections.Counter(), "worker": {}}
 
 
 def pytest_sessionstart(session):
@@ -107,6 +108,7 @@ def pytest_runtest_logreport(report):
     worker = getattr(getattr(getattr(report, "node", None), "gateway", None), "id", "main")
     _clock["busy"][worker] += report.duration
     _clock["tests"][report.nodeid] += report.duration
+    _clock["worker"][report.nodeid] = worker
     _clock["done"][worker] = time.monotonic() - _clock["start"]
 
 
@@ -128,3 +130,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     write(f"the {SLOWEST_SHOWN} slowest tests (setup + call + teardown, seconds):")
     for nodeid, seconds in _clock["tests"].most_common(SLOWEST_SHOWN):
         write(f"  {seconds:7.1f}  {nodeid}")
+    times = os.environ.get("GPUNN_SUITE_TIMES")
+    if times:  # every test's time and worker, for a per-file table (docs/notes/issue-38-suite-time.md)
+        with open(times, "w", newline="") as out:
+            rows = csv.writer(out)
+            rows.writerow(["test", "file", "worker", "seconds"])
+            for nodeid, seconds in _clock["tests"].most_common():
+                rows.writerow([nodeid, nodeid.split("::")[0], _clock["worker"][nodeid], f"{seconds:.3f}"])
+        write(f"every test's time: {times}")

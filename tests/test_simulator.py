@@ -14,7 +14,7 @@ import threading
 
 import numpy as np
 import pytest
-from numba import config, cuda, float32
+from numba import config, cuda, float32, float64, int32, uint32
 
 pytestmark = pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="tests a fix to numba's CUDA simulator")
 
@@ -192,3 +192,105 @@ def test_an_exception_in_one_thread_is_the_launch_error_and_the_next_launch_runs
     assert threading.active_count() - len(pooled) < 4  # no other thread left over
     _fails_in_one_thread[1, BLOCK](out, BLOCK)  # no thread fails
     np.testing.assert_array_equal(out.copy_to_host(), np.ones(BLOCK, np.float32))
+
+
+# ---- the faster simulator: debug launches keep numba's threads, device calls, casts, dynamic shared memory
+
+_rounds_debug = cuda.jit(debug=True)(_rounds.py_func)
+
+
+def test_a_debug_launch_runs_on_numbas_own_threads_with_the_same_rounds():
+    """debug=True launches (numba's debug wrapper) take numba's BlockThread, not the pool, at the same barrier."""
+    out = cuda.to_device(np.full((2, BLOCK), np.nan, np.float32))
+    pooled = len(simulator._idle_workers)
+    _rounds_debug[2, BLOCK](out, 5, 3)
+    got = out.copy_to_host()
+    for block in range(2):
+        np.testing.assert_array_equal(got[block, :5], _rounds_reference(5, 3))
+    assert len(simulator._idle_workers) == pooled  # no pooled thread taken
+
+
+@cuda.jit(device=True)
+def _lane_times(k):
+    return cuda.threadIdx.x * k  # this module's `cuda`: the launch's fake module while a launch runs
+
+
+@cuda.jit
+def _calls_a_device_function(out):
+    t = cuda.threadIdx.x
+    out[t] = _lane_times(uint32(3)) + float32(0.5)
+
+
+def test_device_functions_see_the_launch_and_the_module_is_restored_after_it():
+    """A device function's module is swapped to the launch's fake `cuda` once, at its first call, and back when the
+    launch ends; a second swap of the same module in the launch (another thread's) changes nothing."""
+    real = globals()["cuda"]
+    out = cuda.to_device(np.full(BLOCK, np.nan, np.float32))
+    _calls_a_device_function[1, BLOCK](out)
+    np.testing.assert_array_equal(out.copy_to_host(), 3 * np.arange(BLOCK) + 0.5)
+    assert globals()["cuda"] is real and not simulator._swapped
+    fake = object()
+    simulator._swap_in(globals(), fake)
+    try:
+        assert globals()["cuda"] is fake
+        simulator._swap_in(globals(), object())  # already swapped in this launch: kept
+        assert globals()["cuda"] is fake
+    finally:
+        simulator._restore_swapped()
+    assert globals()["cuda"] is real and not simulator._swapped
+
+
+def _outcome(call, *args):
+    try:
+        return call(*args)
+    except Exception as exc:  # noqa: BLE001  (the same error is the expected outcome)
+        return type(exc)
+
+
+def test_scalar_casts_are_numbas_values_and_signatures_stay_signatures():
+    numbas = simulator._state["type_call"]  # numba's own Type.__call__
+    for value in (7, 7.9, -1, np.int64(2**33 + 5), np.float64(1.5), np.uint32(9), True):
+        for numba_type in (uint32, int32, float32, float64):
+            got, want = _outcome(numba_type, value), _outcome(numbas, numba_type, value)
+            assert type(got) is type(want) and (got is want or got == want), (numba_type, value, got, want)
+    assert str(float32(float32, uint32)) == "(float32, uint32) -> float32"  # a signature, as numba's
+
+
+@cuda.jit
+def _dynamic_reverse(x, out):
+    buf = cuda.shared.array(0, float32)  # dynamic shared memory: numba's own allocation
+    t = cuda.threadIdx.x
+    buf[t] = x[t]
+    cuda.syncthreads()
+    out[t] = buf[cuda.blockDim.x - 1 - t]
+
+
+def test_dynamic_shared_memory_keeps_numbas_buffer():
+    x = np.arange(BLOCK, dtype=np.float32)
+    out = cuda.to_device(np.full(BLOCK, np.nan, np.float32))
+    _dynamic_reverse[1, BLOCK, 0, BLOCK * 4](cuda.to_device(x), out)
+    np.testing.assert_array_equal(out.copy_to_host(), x[::-1])
+
+
+@cuda.jit
+def _marks_its_thread(out):
+    t = cuda.threadIdx.x
+    out[cuda.blockIdx.x, t] = cuda.blockIdx.x * 100 + t
+
+
+def test_pooled_threads_start_each_block_as_new_threads():
+    """Block after block on the same pooled threads: each thread's indices are the block's, and an attribute set
+    on a thread during a block (as the race checker's barrier count) is gone at the next."""
+    out = cuda.to_device(np.full((3, BLOCK), -1, np.int64))
+    _marks_its_thread[3, BLOCK](out)
+    np.testing.assert_array_equal(out.copy_to_host(), np.arange(3)[:, None] * 100 + np.arange(BLOCK))
+    (worker,) = simulator._take_workers(1)
+    try:
+        worker._set_during_a_block = 1
+        barrier = simulator._Barrier(1)
+        block = type("Manager", (), {"_block_dim": (1, 1, 1)})()
+        worker.assign(lambda: None, block, (0, 0, 0), (0, 0, 0), barrier)
+        barrier.wait_done()
+    finally:
+        simulator._idle_workers.append(worker)
+    assert not hasattr(worker, "_set_during_a_block") and worker.exception is None
