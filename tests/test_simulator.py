@@ -294,3 +294,21 @@ def test_pooled_threads_start_each_block_as_new_threads():
     finally:
         simulator._idle_workers.append(worker)
     assert not hasattr(worker, "_set_during_a_block") and worker.exception is None
+
+
+@cuda.jit
+def _exits_in_one_thread(out, bad):
+    t = cuda.threadIdx.x
+    if t == bad:
+        raise SystemExit  # numba's BlockThread.run catches Exception only: the thread ends, the launch goes on
+    out[t] = 1.0
+
+
+def test_a_thread_that_exits_leaves_its_pooled_thread_ready_for_the_next_block():
+    out = cuda.to_device(np.zeros(BLOCK, np.float32))
+    _exits_in_one_thread[1, BLOCK](out, 2)
+    got = out.copy_to_host()
+    assert got[2] == 0 and (np.delete(got, 2) == 1).all()  # as numba's simulator: no error, that thread's write missing
+    marks = cuda.to_device(np.full((2, BLOCK), -1, np.int64))
+    _marks_its_thread[2, BLOCK](marks)  # every pooled thread runs its next block
+    np.testing.assert_array_equal(marks.copy_to_host(), np.arange(2)[:, None] * 100 + np.arange(BLOCK))

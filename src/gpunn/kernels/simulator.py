@@ -1,4 +1,4 @@
-"""Two changes to numba's CUDA simulator that every simulated gpunn kernel runs under: a fix, and a faster block.
+"""Changes to numba's CUDA simulator that every simulated gpunn kernel runs under: a fix, and a faster simulator.
 
 The bug (numba-cuda 0.30.4, `numba.cuda.simulator.kernelapi.FakeCUDAShared.array`): the simulator runs a
 block's threads as Python threads and keeps one NumPy array per `cuda.shared.array` call site, created by
@@ -27,8 +27,8 @@ launch loop polls its block's threads without ever waiting, and frees a `syncthr
 next finds every live thread blocked, so the polling thread competes for the interpreter with the threads it
 waits for. Here a block's threads meet at a condition-variable barrier (`_Barrier`: the last live thread to
 arrive frees the others; a thread that exits leaves the barrier, as in numba's loop) while the launching thread
-waits in `join`. An exception in one thread aborts the others at their next `syncthreads`, and the launch
-raises the first thread's exception, as numba's does. A simulated launch's result is unchanged; its time drops
+waits for the last one to leave. An exception in one thread aborts the others at their next `syncthreads`, and the
+launch raises the first thread's exception, as numba's does. A simulated launch's result is unchanged; its time drops
 (a tiny softmax-CE launch 3x, a CNN step under gpu-im2col 1.7x: docs/notes/issue-24-first-hour.md).
 
 Three more costs of numba's simulator are cut, none of them changing what a kernel computes:
@@ -38,11 +38,13 @@ Three more costs of numba's simulator are cut, none of them changing what a kern
 - a scalar cast such as `uint32(i)` goes through numba's `Type.__call__` (an import, an ABC instance check, a
   method lookup); here a plain Python or NumPy scalar goes straight to the NumPy type numba itself casts to;
 - a simulated thread is no longer an OS thread started for one block: a pool of threads runs block after block
-  (`_worker_class`).
+  (`_worker_class`; debug launches keep numba's threads).
+What each saved: docs/notes/issue-38-suite-time.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 
@@ -188,6 +190,7 @@ _idle_workers: list = []  # pooled simulated threads between blocks (only the la
 
 
 def _take_workers(count: int) -> list:
+    """`count` idle pooled threads, started where the pool has too few."""
     while len(_idle_workers) < count:
         worker = _state["thread_class"]()
         worker.start()
@@ -198,8 +201,8 @@ def _take_workers(count: int) -> list:
 
 
 def _worker_class(base):
-    """A numba BlockThread that runs block after block: starting an OS thread per simulated thread and block
-    was a third of a simulated launch's time. Before each block it is reset to what a new BlockThread would be
+    """A numba BlockThread that runs block after block, instead of an OS thread started per simulated thread and
+    block. Before each block it is reset to what a new BlockThread would be
     (its CUDA indices, no exception, and none of the attributes set on it during its last block, such as the
     race checker's barrier count); it then runs the kernel as numba's BlockThread.run does and leaves the
     block's barrier."""
@@ -238,7 +241,10 @@ def _worker_class(base):
                 self._go.acquire()
                 self._target, self._args, self._kwargs = self._job, (), {}
                 self._job = None
-                _thread_run(self)  # numba's BlockThread.run (which drops _target), then leave the barrier
+                # numba's BlockThread.run (which drops _target), then leave the barrier. It lets SystemExit in a
+                # kernel through, which would end its thread unnoticed: this one waits for its next block instead.
+                with contextlib.suppress(BaseException):
+                    _thread_run(self)
 
     return _Worker
 
