@@ -61,9 +61,12 @@ def test_head_matches_the_reference(rows, features, classes, block, backward_blo
     assert np.any(dx.copy_to_host() == 0) and np.any(dx.copy_to_host() != 0)  # the mask zeroed some, not all
 
 
-@pytest.mark.parametrize(("rows", "splits"), [(11, 3), (7, 67), (17, 2)])
-def test_split_forward_matches_the_reference_and_repeats_its_bits(rows, splits):
-    features, classes = 67, 7
+@pytest.mark.parametrize(("rows", "features", "splits"), [(11, 67, 3), (7, 13, 13), (17, 67, 2)])
+def test_split_forward_matches_the_reference_and_repeats_its_bits(rows, features, splits):
+    """K ranges with a shorter last one (67 in 3 and 2), and as many ranges as features (one each: 13, not 67, as
+    the grid is splits x row tiles of 256 threads; the kernel's code is the same at any K); rows below and above one
+    block's SPLIT_ROWS."""
+    classes = 7
     x, w, b, labels, _ = problem(rows, features, classes, seed=rows)
     outs = poisoned((rows, classes)), poisoned((rows, classes)), poisoned(rows)
     launch = head_forward(cuda.to_device(x), cuda.to_device(w), cuda.to_device(b), cuda.to_device(labels), *outs,

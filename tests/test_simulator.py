@@ -49,7 +49,8 @@ class _MissRendezvous(dict):
 
 @pytest.fixture
 def forced_switch(monkeypatch):
-    """Every simulated launch's shared-array table is a _MissRendezvous; yields the list of tables."""
+    """Every simulated launch's shared-array table is a _MissRendezvous, its threads OS threads (numba's
+    scheduling); yields the list of tables."""
     tables = []
     timeout = {"s": 10.0}  # every thread arrives well within this on a loaded machine; fixed-allocator tests lower it
     original_init = kernelapi.FakeCUDAShared.__init__
@@ -64,7 +65,8 @@ def forced_switch(monkeypatch):
     def set_timeout(seconds):
         timeout["s"] = seconds
 
-    yield tables, set_timeout
+    with simulator.os_threads():  # the bug needs OS threads (greenlets switch only at a syncthreads)
+        yield tables, set_timeout
 
 
 def _block_sums(blocks: int, seed: int):
@@ -180,18 +182,29 @@ def _fails_in_one_thread(out, bad):
 
 
 def test_an_exception_in_one_thread_is_the_launch_error_and_the_next_launch_runs():
-    """The failing thread's own error (its thread index named), not the others' aborts; no thread is left
-    in the block (every pooled simulated thread is back in the pool, waiting for a block), and the next launch
-    of the same kernel runs normally."""
+    """The failing thread's own error (its thread index named), not the others' aborts; the launch leaves no thread
+    behind, and the next launch of the same kernel runs normally."""
+    threads = threading.active_count()
     out = cuda.to_device(np.zeros(BLOCK, np.float32))
     with pytest.raises(IndexError, match=r"tid=\[3, 0, 0\]"):
         _fails_in_one_thread[1, BLOCK](out, 3)
-    pooled = [t for t in threading.enumerate() if t.name == simulator.WORKER_NAME]
-    assert len(pooled) >= BLOCK and len(simulator._idle_workers) == len(pooled)
-    assert all(worker._job is None and worker._go.locked() for worker in pooled)
-    assert threading.active_count() - len(pooled) < 4  # no other thread left over
+    assert threading.active_count() == threads
     _fails_in_one_thread[1, BLOCK](out, BLOCK)  # no thread fails
     np.testing.assert_array_equal(out.copy_to_host(), np.ones(BLOCK, np.float32))
+
+
+def test_os_threads_run_the_same_rounds_and_errors():
+    """`os_threads()` (the OS-thread runner at the `_Barrier`, as debug launches use) gives the greenlets' results
+    and errors."""
+    with simulator.os_threads():
+        out = cuda.to_device(np.full((2, BLOCK), np.nan, np.float32))
+        _rounds[2, BLOCK](out, 5, 3)
+        with pytest.raises(IndexError, match=r"tid=\[3, 0, 0\]"):
+            _fails_in_one_thread[1, BLOCK](cuda.to_device(np.zeros(BLOCK, np.float32)), 3)
+    assert not simulator._state["os_threads"]
+    got = out.copy_to_host()
+    for block in range(2):
+        np.testing.assert_array_equal(got[block, :5], _rounds_reference(5, 3))
 
 
 # ---- the faster simulator: debug launches keep numba's threads, device calls, casts, dynamic shared memory
@@ -199,15 +212,24 @@ def test_an_exception_in_one_thread_is_the_launch_error_and_the_next_launch_runs
 _rounds_debug = cuda.jit(debug=True)(_rounds.py_func)
 
 
-def test_a_debug_launch_runs_on_numbas_own_threads_with_the_same_rounds():
-    """debug=True launches (numba's debug wrapper) take numba's BlockThread, not the pool, at the same barrier."""
+def test_a_debug_launch_runs_on_numbas_own_threads_with_the_same_rounds(monkeypatch):
+    """debug=True launches (numba's debug wrapper) take numba's BlockThread at a `_Barrier`, one per block."""
+    barriers = []
+
+    class CountedBarrier(simulator._Barrier):
+        def __init__(self, threads):
+            super().__init__(threads)
+            barriers.append(threads)
+
+    monkeypatch.setattr(simulator, "_Barrier", CountedBarrier)
     out = cuda.to_device(np.full((2, BLOCK), np.nan, np.float32))
-    pooled = len(simulator._idle_workers)
     _rounds_debug[2, BLOCK](out, 5, 3)
     got = out.copy_to_host()
     for block in range(2):
         np.testing.assert_array_equal(got[block, :5], _rounds_reference(5, 3))
-    assert len(simulator._idle_workers) == pooled  # no pooled thread taken
+    assert barriers == [BLOCK, BLOCK]
+    _rounds[2, BLOCK](out, 5, 3)  # not a debug launch: greenlets, no barrier
+    assert barriers == [BLOCK, BLOCK]
 
 
 @cuda.jit(device=True)
@@ -278,22 +300,23 @@ def _marks_its_thread(out):
     out[cuda.blockIdx.x, t] = cuda.blockIdx.x * 100 + t
 
 
-def test_pooled_threads_start_each_block_as_new_threads():
-    """Block after block on the same pooled threads: each thread's indices are the block's, and an attribute set
-    on a thread during a block (as the race checker's barrier count) is gone at the next."""
+@cuda.jit
+def _notes_its_thread(out):
+    t = cuda.threadIdx.x
+    thread = simulator.current_thread()  # the simulated thread (plain Python under the simulator)
+    out[cuda.blockIdx.x, t] = getattr(thread, "_noted", 0)
+    thread._noted = 1
+
+
+def test_each_block_starts_on_new_threads():
+    """Block after block: each thread's indices are the block's, and an attribute set on a thread during a block
+    (as the race checker's barrier count) is not there in the next."""
     out = cuda.to_device(np.full((3, BLOCK), -1, np.int64))
     _marks_its_thread[3, BLOCK](out)
     np.testing.assert_array_equal(out.copy_to_host(), np.arange(3)[:, None] * 100 + np.arange(BLOCK))
-    (worker,) = simulator._take_workers(1)
-    try:
-        worker._set_during_a_block = 1
-        barrier = simulator._Barrier(1)
-        block = type("Manager", (), {"_block_dim": (1, 1, 1)})()
-        worker.assign(lambda: None, block, (0, 0, 0), (0, 0, 0), barrier)
-        barrier.wait_done()
-    finally:
-        simulator._idle_workers.append(worker)
-    assert not hasattr(worker, "_set_during_a_block") and worker.exception is None
+    noted = cuda.to_device(np.full((3, BLOCK), -1, np.int64))
+    _notes_its_thread[3, BLOCK](noted)
+    np.testing.assert_array_equal(noted.copy_to_host(), 0)
 
 
 @cuda.jit
@@ -304,11 +327,31 @@ def _exits_in_one_thread(out, bad):
     out[t] = 1.0
 
 
-def test_a_thread_that_exits_leaves_its_pooled_thread_ready_for_the_next_block():
+def test_a_thread_that_exits_ends_alone_and_the_next_block_runs():
     out = cuda.to_device(np.zeros(BLOCK, np.float32))
     _exits_in_one_thread[1, BLOCK](out, 2)
     got = out.copy_to_host()
     assert got[2] == 0 and (np.delete(got, 2) == 1).all()  # as numba's simulator: no error, that thread's write missing
     marks = cuda.to_device(np.full((2, BLOCK), -1, np.int64))
-    _marks_its_thread[2, BLOCK](marks)  # every pooled thread runs its next block
+    _marks_its_thread[2, BLOCK](marks)
     np.testing.assert_array_equal(marks.copy_to_host(), np.arange(2)[:, None] * 100 + np.arange(BLOCK))
+
+
+@cuda.jit
+def _interrupted_in_one_thread(out, bad):
+    t = cuda.threadIdx.x
+    cuda.syncthreads()
+    if t == bad:
+        raise KeyboardInterrupt  # Ctrl-C lands in whatever a greenlet is running
+    cuda.syncthreads()
+    out[t] = 1.0
+
+
+def test_ctrl_c_in_a_thread_stops_the_launch():
+    """A KeyboardInterrupt is not a thread's error (numba's threads catch Exception only): it stops the launch, and
+    the threads left at their barrier are dropped; the next launch runs."""
+    out = cuda.to_device(np.zeros(BLOCK, np.float32))
+    with pytest.raises(KeyboardInterrupt):
+        _interrupted_in_one_thread[1, BLOCK](out, 2)
+    _interrupted_in_one_thread[1, BLOCK](out, BLOCK)
+    np.testing.assert_array_equal(out.copy_to_host(), np.ones(BLOCK, np.float32))

@@ -1,9 +1,10 @@
 """A data-race checker for kernels run under numba's CUDA simulator (like compute-sanitizer's racecheck).
 
-Why: the simulator runs a block's threads as Python threads, so a kernel with a race (a missing
-`syncthreads`, two threads writing one element, a non-atomic read-modify-write) gives a result that depends
-on how the OS happens to schedule those threads: right almost every time, wrong under load. A test that
-only compares outputs is then flaky instead of failing. This checker makes such a kernel fail every time,
+Why: a kernel with a race (a missing `syncthreads`, two threads writing one element, a non-atomic
+read-modify-write) gives a result that depends on the order the simulator happens to run its threads in: on
+numba's OS threads right almost every time, wrong under load; on gpunn's greenlets (gpunn.kernels.simulator)
+one fixed order, right or wrong for reasons unrelated to a GPU's. A test that only compares outputs is then flaky
+or blind instead of failing. This checker makes such a kernel fail every time,
 whatever the scheduling, by recording every element access and reporting two that are not ordered.
 
 Inside `racecheck()` every kernel launch records, per element (by byte address), the accesses to shared
@@ -123,7 +124,7 @@ def _note(space: str, ary: np.ndarray, idx, write: bool):
     address = _element_address(ary, idx)
     if address is None:
         return
-    thread = threading.current_thread()
+    thread = simulator.current_thread()
     epoch = getattr(thread, "_racecheck_barriers", 0)
     block = tuple(thread.blockIdx)
     access = _Access(block, tuple(thread.threadIdx), epoch, getattr(_state, "atomic", False), write)

@@ -25,35 +25,39 @@ line, here read with `sys._getframe`).
 It also replaces how the simulator runs a block (`kernel.BlockManager.run`, `BlockThread.syncthreads`): numba's
 launch loop polls its block's threads without ever waiting, and frees a `syncthreads` only when that loop
 next finds every live thread blocked, so the polling thread competes for the interpreter with the threads it
-waits for. Here a block's threads meet at a condition-variable barrier (`_Barrier`: the last live thread to
-arrive frees the others; a thread that exits leaves the barrier, as in numba's loop) while the launching thread
-waits for the last one to leave. An exception in one thread aborts the others at their next `syncthreads`, and the
-launch raises the first thread's exception, as numba's does. A simulated launch's result is unchanged; its time drops
-(a tiny softmax-CE launch 3x, a CNN step under gpu-im2col 1.7x: docs/notes/issue-24-first-hour.md).
+waits for, and every thread is an OS thread whose turn costs a context switch. Here a block's threads are
+greenlets that the launching thread switches in turn (`_run_greenlets`): each runs to its next `syncthreads` or
+its end, and a round in which every live thread has had its turn is the barrier (a thread that exits leaves it, as
+on a GPU). numba's fake CUDA module and the race checker find the running thread through `current_thread()`. An
+exception in one thread aborts the others at their next `syncthreads`, and the launch raises the first thread's
+exception, as numba's does. Debug launches, and launches inside `os_threads()` (a test that needs the interpreter
+to switch threads anywhere), keep numba's OS threads, meeting at a `_Barrier`. A simulated launch's result is
+unchanged; its time drops (a tiny softmax-CE launch 3x, a CNN step under gpu-im2col 1.7x with the OS-thread
+barrier: docs/notes/issue-24-first-hour.md; a thread's turn from about 30 to 12 us with greenlets:
+docs/notes/issue-38-suite-time.md).
 
-Three more costs of numba's simulator are cut, none of them changing what a kernel computes:
+Two more costs of numba's simulator are cut, none of them changing what a kernel computes:
 - a device function called inside a launch: numba swaps its module's `cuda` globals for the launch's fake module
   and back around every call (a lock, a scan of the module's globals, a context manager); here a module is
   swapped at its first call in a launch and restored when the launch ends (`_kernel_call`);
 - a scalar cast such as `uint32(i)` goes through numba's `Type.__call__` (an import, an ABC instance check, a
-  method lookup); here a plain Python or NumPy scalar goes straight to the NumPy type numba itself casts to;
-- a simulated thread is no longer an OS thread started for one block: a pool of threads runs block after block
-  (`_worker_class`; debug launches keep numba's threads).
-What each saved: docs/notes/issue-38-suite-time.md.
+  method lookup); here a plain Python or NumPy scalar goes straight to the NumPy type numba itself casts to.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import threading
 
 import numpy as np
 
-__all__ = ["patch", "static_shared_array"]
+__all__ = ["current_thread", "os_threads", "patch", "static_shared_array"]
 
 _ALLOCATION_LOCK = threading.Lock()  # guards every FakeCUDAShared._allocations check-and-store
-_state = {"original": None, "thread_run": None, "kernel_call": None, "type_call": None, "thread_class": None}
+_state = {"original": None, "thread_run": None, "kernel_call": None, "type_call": None, "sim_thread_class": None,
+          "os_threads": False}
 _SWAP_LOCK = threading.Lock()  # guards _swapped: a block's threads make their first device calls side by side
 _swapped: dict[int, tuple[dict, dict]] = {}  # id(module globals) -> (globals, the names swapped and their values)
 # Arguments a scalar cast takes straight to NumPy: Python's and NumPy's scalar types (never a numba type, which
@@ -143,7 +147,14 @@ class _Barrier:
 
 
 def _syncthreads(thread) -> None:
-    thread._gpunn_barrier.wait()
+    if thread._gpunn_parent is not None:  # a simulated thread on a greenlet: back to its block's scheduler
+        if thread.abort:
+            raise RuntimeError("abort flag set on syncthreads call")
+        thread._gpunn_parent.switch()
+        if thread.abort:
+            raise RuntimeError("abort flag set on syncthreads clear")
+    else:
+        thread._gpunn_barrier.wait()
 
 
 def _thread_run(thread) -> None:
@@ -153,100 +164,117 @@ def _thread_run(thread) -> None:
         thread._gpunn_barrier.leave(thread.exception)
 
 
+def current_thread():
+    """The simulated thread running now (its CUDA indices): the greenlet's, else the OS thread (a debug launch's
+    numba BlockThread). Stands for `threading.current_thread` in numba's fake CUDA module and the race checker."""
+    return getattr(_getcurrent(), "sim_thread", None) or threading.current_thread()
+
+
+def _getcurrent():
+    from greenlet import getcurrent
+
+    globals()["_getcurrent"] = getcurrent  # the import once
+    return getcurrent()
+
+
+@contextlib.contextmanager
+def os_threads():
+    """Launches inside run their threads on OS threads at a `_Barrier` (numba's scheduling: the interpreter may
+    switch threads anywhere), not on greenlets; for a test that needs such a switch."""
+    before, _state["os_threads"] = _state["os_threads"], True
+    try:
+        yield
+    finally:
+        _state["os_threads"] = before
+
+
 def _run_block(manager, grid_point, *args) -> None:
-    """One block of a simulated launch: a thread per CUDA thread (pooled threads, see _worker_class), started,
-    then waited for."""
-    from numba.cuda.simulator.kernel import BlockThread
-
-    barrier = _Barrier(int(np.prod(manager._block_dim)))
-
+    """One block of a simulated launch: a thread per CUDA thread, each on a greenlet (_run_greenlets); debug
+    launches (numba's debug wrapper) and those inside `os_threads()` on numba's own OS threads at a `_Barrier`."""
     def target():
         manager._f(*args)
 
-    if manager._debug:  # numba's own threads, with its debug wrapper
-        threads = []
-        for block_point in np.ndindex(*manager._block_dim):
-            thread = BlockThread(target, manager, grid_point, block_point, manager._debug)
-            thread._gpunn_barrier = barrier
-            threads.append(thread)
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-    else:
-        workers = _take_workers(barrier.live)
-        try:
-            for worker, block_point in zip(workers, np.ndindex(*manager._block_dim)):
-                worker.assign(target, manager, grid_point, block_point, barrier)
-            barrier.wait_done()
-        finally:
-            _idle_workers.extend(workers)
+    if not (manager._debug or _state["os_threads"]):
+        _run_greenlets(manager, grid_point, target)
+        return
+    from numba.cuda.simulator.kernel import BlockThread
+
+    barrier = _Barrier(int(np.prod(manager._block_dim)))
+    threads = []
+    for block_point in np.ndindex(*manager._block_dim):
+        thread = BlockThread(target, manager, grid_point, block_point, manager._debug)
+        thread._gpunn_barrier = barrier
+        thread._gpunn_parent = None
+        threads.append(thread)
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     if barrier.error is not None:
         raise barrier.error[0].with_traceback(barrier.error[1])
 
 
-WORKER_NAME = "gpunn-simulated-thread"
-_idle_workers: list = []  # pooled simulated threads between blocks (only the launching thread takes and returns)
-
-
-def _take_workers(count: int) -> list:
-    """`count` idle pooled threads, started where the pool has too few."""
-    while len(_idle_workers) < count:
-        worker = _state["thread_class"]()
-        worker.start()
-        _idle_workers.append(worker)
-    taken = _idle_workers[-count:]
-    del _idle_workers[-count:]
-    return taken
-
-
-def _worker_class(base):
-    """A numba BlockThread that runs block after block, instead of an OS thread started per simulated thread and
-    block. Before each block it is reset to what a new BlockThread would be
-    (its CUDA indices, no exception, and none of the attributes set on it during its last block, such as the
-    race checker's barrier count); it then runs the kernel as numba's BlockThread.run does and leaves the
-    block's barrier."""
+def _run_greenlets(manager, grid_point, target) -> None:
+    """A block's threads as greenlets switched in turn by this (the launching) thread: each runs until its next
+    `syncthreads` (which switches back here) or its end; a round ends when every live thread has had its turn,
+    which is the barrier (a thread that ended left it, as on a GPU). The first thread to raise aborts the others at
+    their next `syncthreads`, and the launch raises its error. A switch costs a few microseconds, where an OS thread
+    waking for its turn costs tens."""
+    from greenlet import greenlet
     from numba.cuda.simulator.kernelapi import Dim3
 
-    class _Worker(base):
-        _job_keys = frozenset({"_manager", "blockIdx", "threadIdx", "thread_id", "syncthreads_blocked",
-                               "exception", "abort", "debug", "_gpunn_barrier", "_target", "_args", "_kwargs"})
+    parent = _getcurrent()
+    bx, by, _ = manager._block_dim
+    block_idx = Dim3(*grid_point)
+    threads = []
+    for x, y, z in np.ndindex(*manager._block_dim):
+        thread = _state["sim_thread_class"].__new__(_state["sim_thread_class"])
+        thread._manager = manager
+        thread.blockIdx = block_idx
+        thread.threadIdx = Dim3(x, y, z)
+        thread.thread_id = x + bx * (y + by * z)
+        thread.syncthreads_blocked = False
+        thread.exception = None
+        thread.abort = False
+        thread.debug = False
+        thread._target, thread._args, thread._kwargs = target, (), {}
+        thread._gpunn_parent = parent
+        runner = greenlet(functools.partial(_green_run, thread), parent)
+        runner.sim_thread = thread
+        threads.append((thread, runner))
+    error = None
+    live = threads
+    while live:
+        waiting = []
+        for thread, runner in live:
+            runner.switch()
+            if not runner.dead:
+                waiting.append((thread, runner))
+            elif thread.exception is not None and error is None:
+                error = thread.exception
+                for other, _ in threads:
+                    other.abort = True
+        live = waiting
+    if error is not None:
+        raise error[0].with_traceback(error[1])
 
-        def __init__(self):
-            threading.Thread.__init__(self, daemon=True, name=WORKER_NAME)
-            self._go = threading.Lock()
-            self._go.acquire()  # released by assign(): one block's work at a time
-            self._job = None
-            self._own_keys = None
-            self._own_keys = frozenset(vars(self)) | self._job_keys
 
-        def assign(self, target, manager, block_idx, thread_idx, barrier) -> None:
-            for key in [k for k in vars(self) if k not in self._own_keys]:
-                delattr(self, key)  # set by others during the last block
-            self._manager = manager
-            self.blockIdx = Dim3(*block_idx)
-            self.threadIdx = Dim3(*thread_idx)
-            bx, by, _ = manager._block_dim
-            self.thread_id = self.threadIdx.x + bx * (self.threadIdx.y + by * self.threadIdx.z)
-            self.syncthreads_blocked = False
-            self.exception = None
-            self.abort = False
-            self.debug = False
-            self._gpunn_barrier = barrier
-            self._job = target
-            self._go.release()
+def _green_run(thread) -> None:
+    # numba's BlockThread.run: the kernel, an Exception recorded in thread.exception. SystemExit ends the thread
+    # alone, as it ends numba's OS thread; KeyboardInterrupt goes on to the launch.
+    with contextlib.suppress(SystemExit):
+        _state["thread_run"](thread)
 
-        def run(self) -> None:
-            while True:
-                self._go.acquire()
-                self._target, self._args, self._kwargs = self._job, (), {}
-                self._job = None
-                # numba's BlockThread.run (which drops _target), then leave the barrier. It lets SystemExit in a
-                # kernel through, which would end its thread unnoticed: this one waits for its next block instead.
-                with contextlib.suppress(BaseException):
-                    _thread_run(self)
 
-    return _Worker
+def _sim_thread_class(base):
+    """numba's BlockThread, made without starting an OS thread (never `Thread.__init__`): the fields numba's
+    simulator and the race checker read, its `syncthreads_*` methods, its `run` (called on a greenlet)."""
+
+    class SimThread(base):
+        def __repr__(self):
+            return base.__str__(self)
+
+    return SimThread
 
 
 def _swap_in(fn_globals: dict, fake_module) -> None:
@@ -299,6 +327,16 @@ def _scalar_call(self, *args):
     return _state["type_call"](self, *args)
 
 
+class _ThreadingView:
+    """numba's fake CUDA module's `threading`: `current_thread()` is the simulated thread (`current_thread`),
+    the rest is the threading module."""
+
+    current_thread = staticmethod(current_thread)
+
+    def __getattr__(self, name):
+        return getattr(threading, name)
+
+
 def patch() -> None:
     """Install the locked allocation, the barrier block runner and the faster device calls and casts
     (idempotent). Needs NUMBA_ENABLE_CUDASIM=1."""
@@ -312,7 +350,8 @@ def patch() -> None:
         kernel.BlockThread.run = _thread_run
         kernel.BlockThread.syncthreads = _syncthreads
         kernel.BlockManager.run = _run_block
-        _state["thread_class"] = _worker_class(kernel.BlockThread)
+        _state["sim_thread_class"] = _sim_thread_class(kernel.BlockThread)
+        kernelapi.threading = _ThreadingView()
         _state["kernel_call"] = kernel.FakeCUDAKernel.__call__
         kernel.FakeCUDAKernel.__call__ = _kernel_call
         _state["type_call"] = scalars.Integer.__call__
