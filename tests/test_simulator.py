@@ -193,6 +193,24 @@ def test_an_exception_in_one_thread_is_the_launch_error_and_the_next_launch_runs
     np.testing.assert_array_equal(out.copy_to_host(), np.ones(BLOCK, np.float32))
 
 
+@cuda.jit
+def _fails_before_its_first_barrier(out):
+    t = cuda.threadIdx.x
+    if t == 0:
+        out[10 ** 6] = 1.0  # thread 0 fails first: the others then meet the abort at their first syncthreads
+    cuda.syncthreads()
+    out[t] = 1.0
+
+
+@pytest.mark.parametrize("os", [False, True])
+def test_threads_after_a_failure_abort_at_their_first_barrier(os):
+    out = cuda.to_device(np.zeros(BLOCK, np.float32))
+    with (simulator.os_threads() if os else contextlib.nullcontext(),
+          pytest.raises(IndexError, match=r"tid=\[0, 0, 0\]")):
+        _fails_before_its_first_barrier[1, BLOCK](out)
+    np.testing.assert_array_equal(out.copy_to_host(), 0)  # no thread passed the barrier
+
+
 def test_os_threads_run_the_same_rounds_and_errors():
     """`os_threads()` (the OS-thread runner at the `_Barrier`, as debug launches use) gives the greenlets' results
     and errors."""
@@ -306,6 +324,26 @@ def _notes_its_thread(out):
     thread = simulator.current_thread()  # the simulated thread (plain Python under the simulator)
     out[cuda.blockIdx.x, t] = getattr(thread, "_noted", 0)
     thread._noted = 1
+
+
+_SEEN: list = []
+
+
+@cuda.jit
+def _names_its_thread(out):
+    _SEEN.append(repr(simulator.current_thread()))  # plain Python under the simulator
+    out[cuda.threadIdx.x] = 1
+
+
+def test_a_simulated_thread_reads_as_numbas_and_numbas_module_sees_it():
+    """A thread's repr is numba's BlockThread text (it never ran Thread.__init__); numba's fake module finds the
+    running thread through simulator.current_thread and the rest of `threading` as before."""
+    _SEEN.clear()
+    _names_its_thread[2, 2](cuda.to_device(np.zeros(2, np.int64)))
+    assert sorted(_SEEN) == sorted(f"Thread <<<({b}, 0, 0), ({t}, 0, 0)>>>" for b in range(2) for t in range(2))
+    assert kernelapi.threading.current_thread is simulator.current_thread
+    assert kernelapi.threading.Lock is threading.Lock
+    assert simulator.current_thread() is threading.current_thread()  # outside a launch: the OS thread
 
 
 def test_each_block_starts_on_new_threads():

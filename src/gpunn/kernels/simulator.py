@@ -137,13 +137,6 @@ class _Barrier:
                 self.cond.notify_all()
             elif self.live and self.waiting == self.live:
                 self._release()
-            if not self.live:
-                self.cond.notify_all()  # the launching thread, in wait_done
-
-    def wait_done(self) -> None:
-        with self.cond:
-            while self.live:
-                self.cond.wait()
 
 
 def _syncthreads(thread) -> None:
