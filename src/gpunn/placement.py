@@ -17,8 +17,8 @@ Each job of a local run goes through this wrapper, which takes its slots and the
 The locks are ``flock``s on files beside the timing lock (``$GPUNN_TIMING_LOCK``'s folder, else the temp folder),
 held by open descriptors that COMMAND inherits: they are released when the job exits, however it exits. Under
 Slurm (``SLURM_JOB_ID`` set) the cluster has placed the job; only the timing mode is recorded. The wrapper prints
-nothing unless it has to wait; the job's GPU, slot count, cores and mode go into its provenance
-(gpunn.provenance.placement_record).
+nothing unless it has to wait; the job's GPU, slot count, cores, mode and the time it had them go into its
+provenance (gpunn.provenance.placement_record).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ MODES = ("isolated", "overlap")
 MODE_VARIABLE = "GPUNN_TIMING_MODE"
 GPU_SLOT_VARIABLE = "GPUNN_GPU_SLOT"
 GPU_SLOTS_VARIABLE = "GPUNN_GPU_SLOTS"
+PLACED_AT_VARIABLE = "GPUNN_PLACED_AT"  # when the job had its slots (epoch s), for its provenance
 POLL_S = 0.2
 # Snakemake's own per-job variables for BLAS and OpenMP thread pools (snakemake/shell.py); the bench sets them too
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "GOTO_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
@@ -149,6 +150,7 @@ def place(args: argparse.Namespace, environ: dict, log: Callable[[str], None]) -
         names = {"cpu": ["cpu"], "gpu": [gpu], "both": ["cpu", gpu]}.get(args.timed)
         if names:
             environ[RESOURCE_VARIABLE] = ",".join(names)
+    environ[PLACED_AT_VARIABLE] = f"{time.time():.6f}"
     return held
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 # every key of collect()'s record, in this order
 PROVENANCE_KEYS = ("device", "driver", "simulator", "cpu", "hostname", "blas_threads", "numba_threads", "python",
                    "numpy", "numba", "numba_cuda", "snakemake", "commit", "machine_cores", "cores", "gpu_slot",
-                   "gpu_slots", "timing_mode")
+                   "gpu_slots", "timing_mode", "placed_at")
 # the subset repeated on every row of a timing CSV (columns() gives them)
 CSV_COLUMNS = ("device", "driver", "simulator", "blas_threads", "numba_threads", "numpy", "numba", "numba_cuda",
                "snakemake", "commit")
@@ -56,16 +56,19 @@ def collect(uses_gpu: bool) -> dict:
 
 def placement_record() -> dict:
     """Where the job ran (gpunn.placement): the machine's cores, the cores this process may use (cpulist), the GPU
-    it was given and of how many GPU slots, and the timing mode; None where nothing placed it."""
+    it was given and of how many GPU slots, the timing mode, and when the wrapper had taken its slots (epoch s: from
+    then until the job's process exits it holds them); None where nothing placed it."""
     from gpunn import placement
 
     slots = os.environ.get(placement.GPU_SLOTS_VARIABLE)
+    placed_at = os.environ.get(placement.PLACED_AT_VARIABLE)
     return {
         "machine_cores": os.cpu_count(),
         "cores": placement.describe_cores(os.sched_getaffinity(0)),
         "gpu_slot": os.environ.get(placement.GPU_SLOT_VARIABLE),
         "gpu_slots": int(slots) if slots else None,
         "timing_mode": os.environ.get(placement.MODE_VARIABLE),
+        "placed_at": float(placed_at) if placed_at else None,
     }
 
 

@@ -104,6 +104,7 @@ def train_run(spec: RunSpec, prepared_path, out_dir, log=print, progress_every_s
         "block": spec.block,
         "peak_gpu_memory_bytes": peak_gpu_memory,
         "timing_lock_wait_s": lock.waited_s,
+        "finished_at": time.time(),  # epoch s: trained and tested, its files not yet written
         **rule.record(),
         "epochs_trained": len(rows),
         "provenance": provenance.collect(uses_gpu=uses_gpu(spec.variant)),
