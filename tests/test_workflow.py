@@ -226,6 +226,23 @@ def test_sum_reduction_in_the_run_path():
                                 "sum, nothing for the mean")
 
 
+def test_repeats_in_the_run_path():
+    """A repeat of a run (`_x<k>`, last): the same settings, its own folder; the run itself has no suffix."""
+    spec = RunSpec("mnist", "standard", "mlp", "gpu-naive", (256,), 64, 0.01, 10, 0, reduction="sum", repeat=2)
+    assert spec.path == "mnist/standard/mlp/gpu-naive/w256_b64_lr0.01_e10_s0_rsum_x2"
+    assert parse_run_path(spec.path) == spec and RunSpec.from_dict(spec.to_dict()) == spec
+    assert spec.to_dict()["repeat"] == 2 and parse_hparams("w8_b16_lr0.3_e1_s0")["repeat"] == 0
+    assert parse_hparams("w16-32_b8_lr0.3_e1_s0_n4_t32_x1")["repeat"] == 1  # after the other suffixes
+    assert re.fullmatch(WILDCARD_CONSTRAINTS["hparams"], spec.hparams)
+    for text, message in (("_x0", "write repeat 0 as no suffix"), ("_x01", "write repeat 1 as _x1")):
+        with pytest.raises(GpunnError, match=message):
+            parse_hparams(f"w8_b16_lr0.3_e1_s0{text}")  # one path per run
+    with pytest.raises(GpunnError, match="expected e.g."):
+        parse_hparams("w8_b16_lr0.3_e1_s0_x1_rsum")  # the order is fixed
+    with pytest.raises(GpunnError, match="must not be negative"):
+        RunSpec("mnist", "standard", "mlp", "gpu-naive", (256,), 64, 0.01, 10, 0, repeat=-1)
+
+
 def test_wildcard_constraints_match_every_run_path_of_the_config():
     """The Snakemake rules find a run's job by these constraints: each must accept its field of every path
     RunSpec writes (workflow/rules/common.smk imports them from gpunn.runspec)."""

@@ -5,8 +5,10 @@
 with hparams like `w256_b64_lr0.01_e10_s0` (model widths, batch size, learning rate, epochs, seed), an
 optional `_n1000` (train on the first 1000 samples of the split), an optional `_t256` (threads per block of
 the kernels that take one, for the GPU variants whose registry entry says `blocks`; absent: each kernel's own
-default) and an optional `_rsum` (the loss gradient is the sum over the batch instead of the mean,
-gpunn.nn.functional.REDUCTIONS; absent: the mean). GPU variants and sweeps are new values
+default), an optional `_rsum` (the loss gradient is the sum over the batch instead of the mean,
+gpunn.nn.functional.REDUCTIONS; absent: the mean) and an optional `_x<k>` (the k-th repeat of the same run: same
+init, batch order and settings, so it differs from the first only where a variant's arithmetic order is not fixed,
+such as gpu-naive's atomics; absent: the run itself, repeat 0). GPU variants and sweeps are new values
 of these fields, so the pipeline needs no new plumbing for them.
 
 This module is the one statement of that grammar; everything else imports it:
@@ -38,7 +40,7 @@ RUN_PATTERN = "/".join(f"{{{field}}}" for field in PATH_FIELDS)  # {dataset}/{sp
 
 # The hparams text; its named groups are the RunSpec fields it holds.
 _HPARAMS_REGEX = (r"w(?P<widths>\d+(?:-\d+)*)_b(?P<batch>\d+)_lr(?P<lr>[0-9.eE+-]+)_e(?P<epochs>\d+)_s(?P<seed>\d+)"
-                  r"(?:_n(?P<subset>\d+))?(?:_t(?P<block>\d+))?(?:_r(?P<reduction>[a-z]+))?")
+                  r"(?:_n(?P<subset>\d+))?(?:_t(?P<block>\d+))?(?:_r(?P<reduction>[a-z]+))?(?:_x(?P<repeat>\d+))?")
 # (any word after _r: a reduction that is not one of REDUCTIONS is refused by RunSpec with one line naming them,
 # instead of the path not matching at all)
 _HPARAMS = re.compile(_HPARAMS_REGEX)
@@ -81,6 +83,9 @@ class RunSpec:
     # the loss gradient over the batch: "mean" or "sum" (REDUCTIONS); the path leaves the default mean out, so
     # every run path from before names the same run
     reduction: str = DEFAULT_REDUCTION
+    # the k-th repeat of the same run (0: the run itself, no suffix): for the run-to-run spread of a variant whose
+    # arithmetic order is not fixed
+    repeat: int = 0
 
     def __post_init__(self):
         count = model_spec(self.model).width_count
@@ -93,8 +98,8 @@ class RunSpec:
                 raise GpunnError(f"{name} must be positive, got {value}")
         if not self.lr > 0:
             raise GpunnError(f"learning rate must be positive, got {self.lr}")
-        if self.subset < 0 or self.seed < 0:
-            raise GpunnError("subset and seed must not be negative")
+        if self.subset < 0 or self.seed < 0 or self.repeat < 0:
+            raise GpunnError("subset, seed and repeat must not be negative")
         if self.block and self.block not in BLOCK_SIZES:
             raise GpunnError(f"block size {self.block} (_t{self.block}) is not one of "
                              f"{', '.join(map(str, BLOCK_SIZES))} threads per block")
@@ -106,7 +111,8 @@ class RunSpec:
     def hparams(self) -> str:
         text = f"w{format_widths(self.widths)}_b{self.batch}_lr{format_lr(self.lr)}_e{self.epochs}_s{self.seed}"
         return (text + (f"_n{self.subset}" if self.subset else "") + (f"_t{self.block}" if self.block else "")
-                + (f"_r{self.reduction}" if self.reduction != DEFAULT_REDUCTION else ""))
+                + (f"_r{self.reduction}" if self.reduction != DEFAULT_REDUCTION else "")
+                + (f"_x{self.repeat}" if self.repeat else ""))
 
     @property
     def path(self) -> str:
@@ -160,12 +166,18 @@ def parse_hparams(text: str) -> dict:
     if not match:
         raise GpunnError(
             f"cannot read hyperparameters '{text}': expected e.g. w256_b64_lr0.01_e10_s0 (optionally _n1000, then "
-            "_t256, then _rsum)"
+            "_t256, then _rsum, then _x1)"
         )
     if match["reduction"] == DEFAULT_REDUCTION:
         # one path per run: the default is written as no suffix, so `_rmean` would name a second folder for it
         raise GpunnError(f"cannot read hyperparameters '{text}': the mean reduction is the default, leave out "
                          f"_r{DEFAULT_REDUCTION}")
+    written = match["repeat"]
+    if written is not None and written != str(int(written) or ""):
+        # one path per run: the run itself (repeat 0) has no suffix, and a repeat one spelling
+        repeat = int(written)
+        raise GpunnError(f"cannot read hyperparameters '{text}': write repeat {repeat} as "
+                         + (f"_x{repeat}" if repeat else "no suffix (the run itself)"))
     try:
         lr = float(match["lr"])
     except ValueError:
@@ -183,6 +195,7 @@ def parse_hparams(text: str) -> dict:
         "subset": int(match["subset"] or 0),
         "block": int(match["block"] or 0),
         "reduction": match["reduction"] or DEFAULT_REDUCTION,
+        "repeat": int(match["repeat"] or 0),
     }
 
 
