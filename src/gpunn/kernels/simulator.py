@@ -197,7 +197,6 @@ def _run_block(manager, grid_point, *args) -> None:
     for block_point in np.ndindex(*manager._block_dim):
         thread = BlockThread(target, manager, grid_point, block_point, manager._debug)
         thread._gpunn_barrier = barrier
-        thread._gpunn_parent = None
         threads.append(thread)
     for thread in threads:
         thread.start()
@@ -342,6 +341,7 @@ def patch() -> None:
         _state["thread_run"] = kernel.BlockThread.run
         kernel.BlockThread.run = _thread_run
         kernel.BlockThread.syncthreads = _syncthreads
+        kernel.BlockThread._gpunn_parent = None  # an OS thread's: its syncthreads waits at the _Barrier
         kernel.BlockManager.run = _run_block
         _state["sim_thread_class"] = _sim_thread_class(kernel.BlockThread)
         kernelapi.threading = _ThreadingView()
