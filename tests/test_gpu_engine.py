@@ -66,6 +66,18 @@ def test_registry_facts_come_from_the_policies():
     assert not runs_on_simulator("gpu-graph")
 
 
+def test_determinism_follows_the_float_atomics():
+    """A variant is deterministic unless a kernel it may launch adds floats with atomics: gpu-naive and gpu-tiled
+    (the unfused Linear's atomic bias sums; gpu-tiled's block weight gradients), gpu-optimized (its shuffle weight
+    gradients add batch splits with atomics). A policy changing only in that kernel changes the fact."""
+    from gpunn.backends.registry import is_deterministic
+
+    assert [v for v in VARIANTS if not is_deterministic(v)] == ["gpu-naive", "gpu-tiled", "gpu-optimized"]
+    optimized = POLICIES["gpu-optimized"]
+    assert replace(optimized, conv={**optimized.conv, "backward_weight": "deterministic"}).deterministic
+    assert not replace(POLICIES["gpu-fused"], fuse=False).deterministic
+
+
 def test_unknown_layer_is_one_clear_error():
     from gpunn.errors import GpunnError
     from gpunn.nn import Module

@@ -185,6 +185,25 @@ def test_real_shapes_on_gpu(variant, reduction):
     assert rel_err(gpu.predict(x_new), ref.predict(x_new)) < 1e-4
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["gpu-fused", "gpu-graph"])
+def test_deterministic_variants_repeat_bit_for_bit(variant):
+    """The registry's deterministic MLP variants (no float atomics) give the same bits twice at E1's shapes, so a
+    report needs no repeats of them to know their run-to-run spread (zero)."""
+    from gpunn.backends.registry import is_deterministic
+
+    assert is_deterministic(variant)
+    sizes = {"in_features": 784, "hidden": 256, "classes": 10}
+    x, y = tiny_data(64 * 3 + 5, sizes=sizes)
+    runs = []
+    for _ in range(2):
+        _, gpu = backends(variant, lr=0.01, sizes=sizes)
+        gpu.load_train_data(x, y)
+        train_epoch(gpu, x, y, 64, 0)
+        runs.append(gpu.parameters().copy())
+    assert np.array_equal(runs[0], runs[1])
+
+
 @pytest.mark.parametrize("variant", ["gpu-naive", "gpu-fused"])
 def test_no_buffer_is_read_before_it_is_written(variant, monkeypatch):
     """Every device buffer the engine allocates starts as NaN (int buffers as -1) instead of whatever memory

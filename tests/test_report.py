@@ -339,23 +339,27 @@ E1_RUNS = {  # variant: (train time s, test accuracy)
 }
 
 
-def _e1_results(tmp_path, variants, where=None, spec_fields=None, **sizes):
+def _e1_results(tmp_path, variants, where=None, spec_fields=None, repeats=None, **sizes):
     """E1's run folders and the first variant's eval folder; `where(variant)`: that run's provenance (None:
-    a metrics.json from before provenance); `spec_fields` and `sizes` override the MNIST-sized defaults."""
+    a metrics.json from before provenance); `spec_fields` and `sizes` override the MNIST-sized defaults;
+    `repeats`: {variant: accuracies of its repeats 1, 2, ...}."""
     results = tmp_path / "results"
     fields = {"dataset": "mnist", "widths": (256,), "batch": 64, "lr": 0.01, "epochs": 4, "seed": 0,
               **(spec_fields or {})}
     runs = []
     for variant in variants:
         train_s, accuracy = E1_RUNS[variant]
-        spec = RunSpec(split="standard", model="mlp", variant=variant, **fields)
-        runs.append(_write_run(results, spec, train_s, 0.4 * train_s, 0.5 * train_s, accuracy,
-                               provenance=where(variant) if where else None, **sizes))
+        for repeat, run_accuracy in enumerate([accuracy, *(repeats or {}).get(variant, ())]):
+            spec = RunSpec(split="standard", model="mlp", variant=variant, repeat=repeat, **fields)
+            runs.append(_write_run(results, spec, train_s, 0.4 * train_s, 0.5 * train_s, run_accuracy,
+                                   provenance=where(variant) if where else None, **sizes))
     return runs, [_write_eval(results, RunSpec(split="standard", model="mlp", variant=variants[0], **fields))]
 
 
 def test_e1_report_speedups_accuracy_difference_and_figures(tmp_path):
-    runs, evals = _e1_results(tmp_path, ["gpu-fused", "cpu-numpy", "gpu-naive", "cpu-serial"])
+    # gpu-naive's two repeats (97.90 and 97.99 % beside its 97.95): a band of +-0.27 points
+    runs, evals = _e1_results(tmp_path, ["gpu-fused", "cpu-numpy", "gpu-naive", "cpu-serial"],
+                              repeats={"gpu-naive": [0.9790, 0.9799]})
     out = tmp_path / "report"
     written = make_report("e1", out, runs=runs, evals=evals)
     _assert_written(out, "e1")
@@ -368,10 +372,14 @@ def test_e1_report_speedups_accuracy_difference_and_figures(tmp_path):
         assert row["speedup_vs_cpu_serial"] == pytest.approx(300.0 / train_s)
         assert row["speedup_vs_cpu_numpy"] == pytest.approx(12.0 / train_s)
         assert row["accuracy_diff_vs_cpu_numpy_pp"] == pytest.approx(100 * (accuracy - 0.9790))
-    # within 0.1 pp of cpu-numpy: cpu-serial (+0.03 pp) and gpu-naive (+0.05 pp) yes, gpu-fused (-0.5 pp) no
+    # within the band of cpu-numpy: cpu-serial (+0.03 pp) and gpu-naive (+0.05 pp) yes, gpu-fused (-0.5 pp) no
     assert list(table["accuracy_matches_cpu_numpy"]) == [True, True, True, False]
+    assert table["accuracy_band_pp"].tolist() == pytest.approx([0.2744] * 4, abs=1e-4)  # t(0.975, 2) s sqrt 2
+    assert table["spread_runs"].tolist() == [3] * 4 and set(table["spread_variants"]) == {"gpu-naive"}
+    assert table["spread_range_pp"].tolist() == pytest.approx([0.09] * 4)
     md = (out / "summary.md").read_text()
-    assert "| gpu-naive " in md and "125x" in md and "+0.05" in md and "-0.50" in md and "0.1 pp" in md
+    assert "| gpu-naive " in md and "125x" in md and "+0.05" in md and "-0.50" in md and "95 % band" in md
+    assert md.count("| gpu-naive ") == 1  # the repeats give the band only
     # mean runs only (E1_RUNS): the gap cannot be tested, and the gap figure says what it lacks
     cannot = ("Paper 000's 4.1-point CPU-GPU accuracy gap cannot be tested here: E1 ran only with reduction mean; "
               "set experiments.e1.reductions to [mean, sum].")
@@ -388,6 +396,7 @@ def test_e1_report_without_a_baseline_gives_nan_not_a_crash(tmp_path):
     assert table["speedup_vs_cpu_numpy"].isna().all()
     assert table["accuracy_diff_vs_cpu_numpy_pp"].isna().all()
     assert table["accuracy_matches_cpu_numpy"].isna().all()
+    assert table["accuracy_band_pp"].isna().all() and table["spread_runs"].tolist() == [0, 0]  # no repeats
     gpu_line = next(line for line in (out / "summary.md").read_text().splitlines() if "| gpu-naive" in line)
     assert gpu_line.count(" - ") == 3  # the three comparisons with the missing baseline
     _assert_png(out / "epoch_time.png")
@@ -427,7 +436,8 @@ def test_e1_report_with_both_loss_reductions(tmp_path, monkeypatch):
         numpy_s, numpy_accuracy = truth[("cpu-numpy", row["reduction"])]
         assert row["speedup_vs_cpu_numpy"] == pytest.approx(numpy_s / train_s)
         assert row["accuracy_diff_vs_cpu_numpy_pp"] == pytest.approx(100 * (accuracy - numpy_accuracy))
-    assert list(table["accuracy_matches_cpu_numpy"]) == [True, True, True, True]  # +0.05 and +0.02 pp
+    # no repeats, so no band: only cpu-numpy's own rows (a difference of zero) match; +0.05 and +0.02 are unjudged
+    assert list(table["accuracy_matches_cpu_numpy"].fillna("-")) == [True, True, "-", "-"]
     header, md_rows = _md_rows(out / "summary.md")
     assert header[:2] == ["variant", "reduction"]
     assert [row[:2] for row in md_rows] == [["cpu-numpy", "mean"], ["cpu-numpy", "sum"], ["gpu-naive", "mean"],
@@ -436,11 +446,11 @@ def test_e1_report_with_both_loss_reductions(tmp_path, monkeypatch):
     assert curves["labels"] == ["gpu-naive (mean)", "gpu-naive (sum)", "cpu-numpy (mean)", "cpu-numpy (sum)"]
     assert curves["variants"]["cpu-numpy (sum)"] == "cpu-numpy"  # in cpu-numpy's colour
     assert "per variant and loss reduction" in written["summary.md"]
-    # the sum runs lost accuracy here (-0.90 and -0.93 points): the verdict says the data does not support the gap
-    verdict = ("Under either reduction our CPU (cpu-numpy) and GPU (gpu-naive) runs agree within 0.05 points (mean: "
-               "97.90 % vs 97.95 %; sum: 97.00 % vs 97.02 %), but sum minus mean is -0.90 points on the CPU and -0.93 "
-               "on the GPU, not the paper's +4.1: these runs do not show the loss reduction behind the paper's CPU-GPU "
-               "gap.")
+    # no repeats of gpu-naive: the numbers, and no verdict without their spread
+    verdict = ("Under either reduction our CPU (cpu-numpy) and GPU (gpu-naive) runs differ by at most 0.05 points "
+               "(mean: 97.90 % vs 97.95 %; sum: 97.00 % vs 97.02 %) and sum minus mean is -0.91 points, but no "
+               "run-to-run spread was measured (set experiments.e1.spread_runs to 3 or more, with a non-deterministic "
+               "variant such as gpu-naive among its variants): no verdict on the paper's 4.1-point CPU-GPU gap.")
     assert verdict in (out / "summary.md").read_text()
     gap = (out / "gap.md").read_text()
     assert gap.startswith(f"## {written['gap.md']}\n\n{verdict}\n")
@@ -453,10 +463,18 @@ def test_e1_report_with_both_loss_reductions(tmp_path, monkeypatch):
     assert list(run_labels(table.drop(columns="reduction"))) == list(table["variant"])  # a summary from before
 
 
-def _gap_frame(accuracies, reductions=True):
-    """E1's summary as summary.csv holds it (what e1_gap_sentence reads): {(variant, reduction): accuracy};
-    without `reductions`, a summary from before the reduction column."""
-    frame = pd.DataFrame([{"variant": v, "reduction": r, "test_accuracy": a} for (v, r), a in accuracies.items()])
+# a setting's run-to-run band as spread.with_bands gives it to every row (gpu-naive's and gpu-tiled's repeats)
+BAND = {"accuracy_band_pp": 0.30, "spread_runs": 6, "spread_range_pp": 0.15, "spread_variants": "gpu-naive, gpu-tiled"}
+BAND_TEXT = ("±0.30 points (95 % band of a difference between two runs; 6 runs of gpu-naive and gpu-tiled, widest "
+             "range 0.15)")
+
+
+def _gap_frame(accuracies, reductions=True, band=BAND):
+    """E1's summary as summary.csv holds it (what e1_gap_sentence reads): {(variant, reduction): accuracy}, each
+    row with the `band` of its setting (None: no repeats, so no band); without `reductions`, a summary from
+    before the reduction column."""
+    frame = pd.DataFrame([{"variant": v, "reduction": r, "test_accuracy": a, **(band or {"spread_runs": 0})}
+                          for (v, r), a in accuracies.items()])
     return frame if reductions else frame.drop(columns="reduction")
 
 
@@ -464,9 +482,9 @@ def _gap_frame(accuracies, reductions=True):
 GAP_SUPPORTED = {("cpu-numpy", "mean"): 0.9404, ("cpu-numpy", "sum"): 0.9824, ("gpu-graph", "mean"): 0.9405,
                  ("gpu-graph", "sum"): 0.9826}
 SUPPORTED_SENTENCE = (
-    "Under either reduction our CPU (cpu-numpy) and GPU (gpu-graph) runs agree within 0.02 points (mean: 94.04 % vs "
-    "94.05 %; sum: 98.24 % vs 98.26 %), while sum vs mean differs by 4.2 points: the paper's 4.1-point CPU-GPU gap "
-    "follows the loss reduction, not the device.")
+    "Under either reduction our CPU (cpu-numpy) and GPU (gpu-graph) runs differ by at most 0.02 points (mean: 94.04 % "
+    f"vs 94.05 %; sum: 98.24 % vs 98.26 %), within their run-to-run spread of {BAND_TEXT}, while sum minus mean is "
+    "+4.21 points: the paper's 4.1-point CPU-GPU gap follows the loss reduction, not the device.")
 CANNOT = "Paper 000's 4.1-point CPU-GPU accuracy gap cannot be tested here: "
 
 
@@ -474,25 +492,37 @@ def test_e1_gap_sentence_supporting_not_supporting_and_untestable():
     from gpunn.experiments.e1 import e1_gap_sentence
 
     assert e1_gap_sentence(_gap_frame(GAP_SUPPORTED)) == SUPPORTED_SENTENCE
-    # exactly 0.1 points apart (counts / n) is within the tolerance, as in the summary's accuracy_matches_cpu_numpy
-    edge = e1_gap_sentence(_gap_frame({**GAP_SUPPORTED, ("gpu-graph", "mean"): 0.9414}))
-    assert edge.startswith("Under either reduction our CPU (cpu-numpy) and GPU (gpu-graph) runs agree within 0.10 "
-                           "points (mean: 94.04 % vs 94.14 %;") and edge.endswith("not the device.")
-    # the GPU loses 1 point under the mean: the device matters, whatever the reduction does
+    # exactly the band apart (counts / n) is within it, as in the summary's accuracy_matches_cpu_numpy
+    edge = e1_gap_sentence(_gap_frame({**GAP_SUPPORTED, ("gpu-graph", "mean"): 0.9434}))
+    assert edge.startswith("Under either reduction our CPU (cpu-numpy) and GPU (gpu-graph) runs differ by at most "
+                           "0.30 points (mean: 94.04 % vs 94.34 %;") and edge.endswith("not the device.")
+    # the GPU loses 1 point under the mean, beyond the band: the device matters, whatever the reduction does
     assert e1_gap_sentence(_gap_frame({**GAP_SUPPORTED, ("gpu-graph", "mean"): 0.9304})) == (
-        "Under reduction mean our CPU (cpu-numpy) and GPU (gpu-graph) runs differ by more than 0.1 points (mean: "
-        "94.04 % vs 93.04 %; sum: 98.24 % vs 98.26 %): the device changes the accuracy here, so these runs do not "
-        "show the paper's 4.1-point CPU-GPU gap following the loss reduction alone (sum minus mean: +4.71 points).")
+        "Under reduction mean our CPU (cpu-numpy) and GPU (gpu-graph) runs differ by more than their run-to-run "
+        f"spread of {BAND_TEXT} (mean: 94.04 % vs 93.04 %; sum: 98.24 % vs 98.26 %): the device changes the accuracy "
+        "here, so these runs do not show the paper's 4.1-point CPU-GPU gap following the loss reduction alone (sum "
+        "minus mean: +4.71 points).")
+    # the same 1-point loss where the band is wider (a noisier setting) is no verdict on the device
+    wide = {**BAND, "accuracy_band_pp": 1.2}
+    assert e1_gap_sentence(_gap_frame({**GAP_SUPPORTED, ("gpu-graph", "mean"): 0.9304}, band=wide)).endswith(
+        "follows the loss reduction, not the device.")
+    # without repeats there is no band: the numbers, and no verdict
+    assert e1_gap_sentence(_gap_frame(GAP_SUPPORTED, band=None)) == (
+        "Under either reduction our CPU (cpu-numpy) and GPU (gpu-graph) runs differ by at most 0.02 points (mean: "
+        "94.04 % vs 94.05 %; sum: 98.24 % vs 98.26 %) and sum minus mean is +4.21 points, but no run-to-run spread "
+        "was measured (set experiments.e1.spread_runs to 3 or more, with a non-deterministic variant such as "
+        "gpu-naive among its variants): no verdict on the paper's 4.1-point CPU-GPU gap.")
     # the devices agree, and so do the reductions: nothing explains a gap
     same = {("cpu-numpy", r): 0.9404 for r in ("mean", "sum")} | {("gpu-graph", r): 0.9405 for r in ("mean", "sum")}
     assert e1_gap_sentence(_gap_frame(same)) == (
-        "Under either reduction our CPU (cpu-numpy) and GPU (gpu-graph) runs agree within 0.01 points (mean: 94.04 % "
-        "vs 94.05 %; sum: 94.04 % vs 94.05 %), but sum minus mean is +0.00 points on the CPU and +0.00 on the GPU, "
-        "not the paper's +4.1: these runs do not show the loss reduction behind the paper's CPU-GPU gap.")
+        "Under either reduction our CPU (cpu-numpy) and GPU (gpu-graph) runs differ by at most 0.01 points (mean: "
+        f"94.04 % vs 94.05 %; sum: 94.04 % vs 94.05 %), within their run-to-run spread of {BAND_TEXT}, but sum minus "
+        "mean is +0.00 points on the CPU and +0.00 on the GPU, not above zero by more than that spread, and not the "
+        "paper's +4.1: these runs do not show the loss reduction behind the paper's CPU-GPU gap.")
     # a reduction gain well short of the paper's gap is not claimed to explain it
     small = {**GAP_SUPPORTED, ("cpu-numpy", "sum"): 0.9504, ("gpu-graph", "sum"): 0.9505}
     assert e1_gap_sentence(_gap_frame(small)).endswith(
-        "while sum vs mean differs by only 1.00 points: the device does not explain the paper's 4.1-point CPU-GPU "
+        "while sum minus mean is only +1.00 points: the device does not explain the paper's 4.1-point CPU-GPU "
         "gap, and the loss reduction explains less than half of it here.")
 
     mean_only = {key: a for key, a in GAP_SUPPORTED.items() if key[1] == "mean"}
@@ -527,41 +557,71 @@ def test_e1_gap_runs_prefer_the_seeds_designs():
     assert partial[("CPU", "mean")] == partial[("CPU", "sum")] == "cpu-numpy"
 
 
-def test_e1_report_gap_figure_and_note_when_the_runs_support_it(tmp_path, monkeypatch):
-    """The supporting case through the whole E1 report: gap.md and summary.md state it, reduction_gap.png draws
-    the four runs' train loss with paper 000's points on a log axis."""
-    from gpunn import experiments
+# Two E1 trees of the full config that differ only in gpu-naive's atomic order, as two H200/H100 runs showed them:
+# its sum run landed 0.13 points above cpu-serial in one and 0.02 below in the other (accuracy per run 0, 1, 2)
+GAP_TREES = {
+    "A": {("cpu-serial", "mean"): [0.9404], ("cpu-serial", "sum"): [0.9821],
+          ("gpu-naive", "mean"): [0.9404, 0.9410, 0.9398], ("gpu-naive", "sum"): [0.9834, 0.9822, 0.9827]},
+    "B": {("cpu-serial", "mean"): [0.9404], ("cpu-serial", "sum"): [0.9821],
+          ("gpu-naive", "mean"): [0.9401, 0.9407, 0.9404], ("gpu-naive", "sum"): [0.9819, 0.9830, 0.9824]},
+}
+GAP_VERDICT = ": the paper's 4.1-point CPU-GPU gap follows the loss reduction, not the device."
 
-    saved = _capture_figures(monkeypatch)
-    results = tmp_path / "results"
+
+def _gap_tree(results, tree):
+    """E1's run folders of GAP_TREES[tree] on an H100, repeats as _x1, _x2; returns them and the first eval."""
     fields = {"dataset": "mnist", "split": "standard", "model": "mlp", "widths": (256,), "batch": 64, "lr": 0.01,
               "epochs": 10, "seed": 0}
     final_loss = {"mean": 0.2149, "sum": 0.0063}
-    runs = [_write_run(results, RunSpec(variant=v, reduction=r, **fields), 5.0, 2.0, 2.5, accuracy,
+    runs = [_write_run(results, RunSpec(variant=v, reduction=r, repeat=k, **fields), 5.0, 2.0, 2.5, accuracy,
                        provenance=_cpu_and_h100(v), n_train=60000, n_test=10000, final_loss=final_loss[r])
-            for (v, r), accuracy in GAP_SUPPORTED.items()]
-    out = tmp_path / "report"
-    written = make_report("e1", out, runs=runs, evals=[_write_eval(results, RunSpec(variant="cpu-numpy", **fields))])
-    _assert_written(out, "e1")
-    assert SUPPORTED_SENTENCE in (out / "summary.md").read_text()
-    header, rows = _md_rows(out / "gap.md")
+            for (v, r), accuracies in GAP_TREES[tree].items() for k, accuracy in enumerate(accuracies)]
+    return runs, [_write_eval(results, RunSpec(variant="cpu-serial", **fields))]
+
+
+def test_e1_gap_verdict_survives_a_rerun_of_gpu_naive(tmp_path, monkeypatch):
+    """The issue's two trees through the whole E1 report: the same verdict from both (the bare 0.1-point bar gave
+    'the device changes the accuracy' for A and 'follows the loss reduction' for B), the device differences judged
+    against gpu-naive's repeats; gap.md and summary.md state it, reduction_gap.png draws the four runs themselves
+    (no repeat) with paper 000's points on a log axis."""
+    from gpunn import experiments
+
+    saved = _capture_figures(monkeypatch)
+    sentences = {}
+    for tree in GAP_TREES:
+        runs, evals = _gap_tree(tmp_path / tree / "results", tree)
+        out = tmp_path / tree / "report"
+        written = make_report("e1", out, runs=runs, evals=evals)
+        _assert_written(out, "e1")
+        gap = (out / "gap.md").read_text()
+        sentences[tree] = gap.split("\n\n")[1]
+        assert sentences[tree] in (out / "summary.md").read_text()
+    assert sentences["A"] == (
+        "Under either reduction our CPU (cpu-serial) and GPU (gpu-naive) runs differ by at most 0.13 points (mean: "
+        "94.04 % vs 94.04 %; sum: 98.21 % vs 98.34 %), within their run-to-run spread of ±0.37 points (95 % band of a "
+        "difference between two runs; 3 runs of gpu-naive, widest range 0.12), while sum minus mean is +4.23 points"
+        f"{GAP_VERDICT}")
+    assert sentences["B"].startswith("Under either reduction our CPU (cpu-serial) and GPU (gpu-naive) runs differ by "
+                                     "at most 0.03 points (mean: 94.04 % vs 94.01 %; sum: 98.21 % vs 98.19 %), within "
+                                     "their run-to-run spread of ±")
+    assert sentences["B"].endswith(GAP_VERDICT)
+    header, rows = _md_rows(tmp_path / "B" / "report" / "gap.md")
     assert header == ["phase", "variant", "reduction", "device", "final_train_loss", "test_accuracy"]
-    assert rows == [["CPU", "cpu-numpy", "mean", "cpu", "0.2149", "94.04 %"],
-                    ["CPU", "cpu-numpy", "sum", "cpu", "0.0063", "98.24 %"],
-                    ["GPU", "gpu-graph", "mean", "NVIDIA H100 80GB HBM3", "0.2149", "94.05 %"],
-                    ["GPU", "gpu-graph", "sum", "NVIDIA H100 80GB HBM3", "0.0063", "98.26 %"]]
-    assert SUPPORTED_SENTENCE in (out / "gap.md").read_text()
+    assert rows == [["CPU", "cpu-serial", "mean", "cpu", "0.2149", "94.04 %"],
+                    ["CPU", "cpu-serial", "sum", "cpu", "0.0063", "98.21 %"],
+                    ["GPU", "gpu-naive", "mean", "NVIDIA H100 80GB HBM3", "0.2149", "94.01 %"],
+                    ["GPU", "gpu-naive", "sum", "NVIDIA H100 80GB HBM3", "0.0063", "98.19 %"]]
     figure = next(f for f in saved if f["suptitle"] == written["reduction_gap.png"])
     lines = dict(zip([label for label, _, _ in figure["lines"][0]], figure["ydata"][0]))
-    assert list(lines) == ["cpu-numpy (mean)", "cpu-numpy (sum)", "gpu-graph (mean)", "gpu-graph (sum)",
+    assert list(lines) == ["cpu-serial (mean)", "cpu-serial (sum)", "gpu-naive (mean)", "gpu-naive (sum)",
                            "paper 000 CPU", "paper 000 GPU"]
-    assert lines["cpu-numpy (sum)"][-1] == pytest.approx(0.0063)
+    assert lines["cpu-serial (sum)"][-1] == pytest.approx(0.0063)
     for phase in ("CPU", "GPU"):
         assert list(lines[f"paper 000 {phase}"]) == [
             v.value for v in experiments.paper_values("e1", "train_loss", phase=phase)]
     assert figure["yscale"] == ["log"]  # 2.1 after epoch 1 down to 0.0045: more than a decade
     assert figure["panels"][0].replace("\n", " ") == (  # same losses: named, as in every figure
-        "(cpu-numpy (mean) and gpu-graph (mean) coincide; cpu-numpy (sum) and gpu-graph (sum) coincide)")
+        "(cpu-serial (mean) and gpu-naive (mean) coincide; cpu-serial (sum) and gpu-naive (sum) coincide)")
     assert "missing" not in written["reduction_gap.png"]
 
 
@@ -1113,6 +1173,8 @@ E4_BLOCK_RUNS = {  # (variant, threads per block): (train time s, final train lo
     ("gpu-naive", 128): (22.0, 0.05, 0.8755), ("gpu-optimized", 1024): (6.1, 0.04, 0.8762),
     ("gpu-optimized", 128): (6.2, 0.04, 0.8758),
 }
+# gpu-naive's repeats on each dataset (runs 1 and 2): a band of +-0.09 points
+E4_REPEATS = {("mnist", "gpu-naive"): [0.9803, 0.9806], ("fashion_mnist", "gpu-naive"): [0.8716, 0.8719]}
 E4_BLOCK_DATASET = "fashion_mnist"  # not the first dataset: the accuracy reference is its own cpu-numpy run
 E4_EPOCHS = 5
 
@@ -1129,14 +1191,18 @@ def _e4_config(datasets=("mnist", "fashion_mnist"), block_variants=("gpu-naive",
                                    "block_sizes": list(block_sizes), "block_dataset": block_dataset}}}
 
 
-def _e4_results(tmp_path, main=E4_RUNS, blocks=E4_BLOCK_RUNS, where=_cpu_and_h100, block_dataset=E4_BLOCK_DATASET):
-    """E4's run folders (main runs in the given order, then the block study) and each dataset's eval folder."""
+def _e4_results(tmp_path, main=E4_RUNS, blocks=E4_BLOCK_RUNS, where=_cpu_and_h100, block_dataset=E4_BLOCK_DATASET,
+                repeats=E4_REPEATS):
+    """E4's run folders (main runs in the given order with their `repeats`, then the block study) and each
+    dataset's eval folder."""
     results = tmp_path / "results"
     runs, evals = [], {}
     for (dataset, variant), (train_s, accuracy, test_s) in main.items():
         spec = _e4_spec(dataset, variant)
-        runs.append(_write_run(results, spec, train_s, 0.4 * train_s, 0.5 * train_s, accuracy,
-                               provenance=where(variant), n_train=60000, n_test=10000, test_time_s=test_s))
+        for k, run_accuracy in enumerate([accuracy, *repeats.get((dataset, variant), ())]):
+            runs.append(_write_run(results, dataclasses.replace(spec, repeat=k), train_s, 0.4 * train_s, 0.5 * train_s,
+                                   run_accuracy, provenance=where(variant), n_train=60000, n_test=10000,
+                                   test_time_s=test_s))
         if dataset not in evals:
             evals[dataset] = _write_eval(results, spec)
             _write_eval_json(evals[dataset], spec)
@@ -1180,8 +1246,10 @@ def test_e4_report_paper_tables_speedups_and_block_study(tmp_path):
         assert row["speedup_vs_cpu_numpy"] == pytest.approx(numpy_s / train_s)
         assert row["speedup_vs_gpu_naive"] == pytest.approx(naive_s / train_s)
         assert row["accuracy_diff_vs_cpu_numpy_pp"] == pytest.approx(100 * (accuracy - numpy_acc))
-    # within 0.1 pp of cpu-numpy on the same dataset: mnist's gpu-im2col (-0.30) and fashion's gpu-naive (-0.32) not
+    # within the dataset's band (gpu-naive's repeats: +-0.09 points) of cpu-numpy: mnist's gpu-im2col (-0.30) and
+    # fashion's gpu-naive (-0.32) not
     assert list(summary["accuracy_matches_cpu_numpy"]) == [True, True, True, False, True, False, True, True]
+    assert summary["accuracy_band_pp"].tolist() == pytest.approx([0.093] * 8, abs=1e-3)
     header, rows = _md_rows(out / "summary.md")
     im2col = dict(zip(header, rows[3]))
     assert (im2col["variant"], im2col["test_time_s"], im2col["speedup_vs_cpu_numpy"]) == ("gpu-im2col", "-", "60.0x")
@@ -1204,7 +1272,8 @@ def test_e4_report_paper_tables_speedups_and_block_study(tmp_path):
     blocks = pd.read_csv(out / "blocks.csv")
     assert list(blocks.columns) == ["dataset", "variant", "block", "device", "time_per_epoch_s", "train_time_s",
                                     "final_train_loss", "test_accuracy", "accuracy_diff_vs_cpu_numpy_pp",
-                                    "accuracy_matches_cpu_numpy", "diverged", "at_chance", "simulator"]
+                                    "accuracy_matches_cpu_numpy", "accuracy_band_pp", "diverged", "at_chance",
+                                    "simulator"]
     keys = [("gpu-naive", 128), ("gpu-naive", 1024), ("gpu-optimized", 128), ("gpu-optimized", 1024)]
     assert list(zip(blocks["variant"], blocks["block"])) == keys  # block sizes by number, not as text
     # the paper's failed block 1024 (9.8 % on 10 classes) is at chance, below 1.5 / 10; no run diverged

@@ -40,6 +40,9 @@ class Variant(NamedTuple):
     simulator: bool = True    # can run under numba's CUDA simulator (gpu-graph captures CUDA graphs, which it lacks)
     single_thread: bool = False  # one CPU thread by design (the serial baseline): its jobs get one core
     blocks: bool = False      # takes a run's block size (threads per block of its kernels; RunSpec.block)
+    # two runs of one spec give the same bits (the CPU ones, the GPU policies without float atomics: Policy.
+    # deterministic); the others' runs differ in their sums' order, so a report measures their run-to-run spread
+    deterministic: bool = True
 
 
 def _cpu_numpy(model, model_name: str, lr: float, block: int = 0, reduction: str = DEFAULT_REDUCTION):
@@ -69,7 +72,8 @@ VARIANTS: dict[str, Variant] = {
     "cpu-numpy": Variant(_cpu_numpy, tuple(MODELS), gpu=False),
     "cpu-serial": Variant(_cpu_serial, ("mlp",), gpu=False, single_thread=True),
     **{name: Variant(_gpu(name), POLICY_MODELS[name], gpu=True, simulator=POLICIES[name].simulator,
-                     blocks=POLICIES[name].blocks) for name in GPU_VARIANTS},
+                     blocks=POLICIES[name].blocks, deterministic=POLICIES[name].deterministic)
+       for name in GPU_VARIANTS},
 }
 
 
@@ -118,6 +122,11 @@ def make_backend(variant: str, model, model_name: str, lr: float, block: int = 0
 def takes_block(variant: str) -> bool:
     """Whether a run of `variant` may set its block size (RunSpec.block)."""
     return check_variant(variant).blocks
+
+
+def is_deterministic(variant: str) -> bool:
+    """Whether two runs of `variant` with one spec give the same bits (GpunnError for an unknown name)."""
+    return check_variant(variant).deterministic
 
 
 def uses_gpu(variant: str) -> bool:

@@ -35,6 +35,18 @@ def no_runs(config: dict) -> list[RunSpec]:
     return []
 
 
+def with_repeats(specs: list[RunSpec], runs: int) -> list[RunSpec]:
+    """`specs`, then `runs` - 1 more runs (RunSpec.repeat 1, 2, ...) of each spec whose variant is not deterministic:
+    the same spec, init and batch order, differing only in the order of the variant's float atomics. Reports read
+    them only for the run-to-run spread (gpunn.report.spread); every table shows the specs' own runs."""
+    from dataclasses import replace
+
+    from gpunn.backends.registry import is_deterministic
+
+    return list(specs) + [replace(spec, repeat=k) for k in range(1, runs)
+                          for spec in specs if not is_deterministic(spec.variant)]
+
+
 def first_run_per_dataset(runs: list[RunSpec]) -> list[RunSpec]:
     """The first of `runs` on each dataset: the run of the first listed variant, the reference, whose evaluation a
     report shows (its sample figure)."""

@@ -17,20 +17,18 @@ import pandas as pd
 from gpunn import io
 from gpunn.backends.registry import uses_gpu
 from gpunn.errors import GpunnError
-from gpunn.experiments.base import Experiment, Headline, first_run_per_dataset
+from gpunn.experiments.base import Experiment, Headline, first_run_per_dataset, with_repeats
 from gpunn.nn.functional import DEFAULT_REDUCTION
-from gpunn.report import divergence, figures, paper_vs_ours, step_profile, tables, titles
+from gpunn.report import divergence, figures, paper_vs_ours, spread, step_profile, tables, titles
 from gpunn.report.captions import STEP_PROFILE_SHOWS, Caption
 from gpunn.report.paper_vs_ours import accuracy_in, epoch_loss, scaled_time
 from gpunn.report.papers import PaperValue, select, select_one
 from gpunn.report.runs import (
-    ACCURACY_TOLERANCE_PP,
     COMPARISON_FORMATS,
     COMPARISON_NOTE,
     add_baseline_comparisons,
     join_notes,
-    metrics_paths,
-    run_row,
+    measured_runs,
     samples_figure,
     sorted_rows,
 )
@@ -155,12 +153,22 @@ def _gap_absent(gap_runs: dict) -> list[str]:
             + [f"{variant_of[p]} ({r})" for p in phases for r in reductions if (p, r) not in gap_runs])
 
 
+def _band_text(rows: dict[str, pd.Series]) -> str:
+    """The run-to-run band of each reduction's runs (spread.describe), named per reduction where they differ."""
+    texts = {r: spread.describe(row) for r, row in rows.items()}
+    if len(set(texts.values())) == 1:
+        return next(iter(texts.values()))
+    return " and ".join(f"{text} under {r}" for r, text in texts.items())
+
+
 def e1_gap_sentence(frame: pd.DataFrame) -> str:
-    """One sentence on what E1's runs say about paper 000's CPU-GPU accuracy gap, from the runs of e1_gap_runs:
-    whether our CPU and GPU runs agree within ACCURACY_TOLERANCE_PP under each reduction and how far the sum's
-    accuracy lies from the mean's; where the data does not support the gap following the reduction (the devices
-    differ, or the reductions do not), it says so; where the runs cannot test it, why and what to configure.
-    `frame`: as e1_gap_runs takes it (E1's summary frame or summary.csv)."""
+    """One sentence on what E1's runs say about paper 000's CPU-GPU accuracy gap, from the runs of e1_gap_runs: how
+    far our CPU and GPU runs differ under each reduction, judged against that reduction's run-to-run band (the
+    rows' accuracy_band_pp: spread.with_bands), and how far the sum's accuracy lies from the mean's; where the data
+    does not support the gap following the reduction (the devices differ beyond the band, or the reductions do
+    not), it says so; without a measured band it gives no verdict and says how to measure one; where the runs
+    cannot test it, why and what to configure. `frame`: as e1_gap_runs takes it (E1's summary frame or summary.csv,
+    with spread.BAND_COLUMNS)."""
     paper_gap = _value("accuracy_gap").text
     gap_runs = e1_gap_runs(frame)
     missing = _gap_missing(frame, gap_runs)
@@ -170,28 +178,34 @@ def e1_gap_sentence(frame: pd.DataFrame) -> str:
     cpu, gpu = gap_runs[("CPU", "mean")]["variant"], gap_runs[("GPU", "mean")]["variant"]
     device_diff = {r: accuracy[("GPU", r)] - accuracy[("CPU", r)] for r in GAP_REDUCTIONS}
     reduction_diff = {p: accuracy[(p, "sum")] - accuracy[(p, "mean")] for p in GAP_PHASES}
-    tolerance = ACCURACY_TOLERANCE_PP + 1e-9  # accuracies are counts / n: allow for the rounding of a difference
     pair = f"our CPU ({cpu}) and GPU ({gpu}) runs"
     each = "; ".join(f"{r}: {accuracy[('CPU', r)]:.2f} % vs {accuracy[('GPU', r)]:.2f} %" for r in GAP_REDUCTIONS)
     effect = sum(reduction_diff.values()) / len(reduction_diff)
-    apart = [r for r in GAP_REDUCTIONS if abs(device_diff[r]) > tolerance]
-    if apart:
-        return (f"Under reduction {titles.join_words(apart)} {pair} differ by more than {ACCURACY_TOLERANCE_PP} "
-                f"points ({each}): the device changes the accuracy here, so these runs do not show the paper's "
-                f"{paper_gap}-point CPU-GPU gap following the loss reduction alone (sum minus mean: {effect:+.2f} "
-                "points).")
     worst = max(abs(d) for d in device_diff.values())
-    agree = f"Under either reduction {pair} agree " + (f"within {worst:.2f} points" if worst else "exactly")
-    if min(reduction_diff.values()) <= tolerance:
-        return (f"{agree} ({each}), but sum minus mean is {reduction_diff['CPU']:+.2f} points on the CPU and "
-                f"{reduction_diff['GPU']:+.2f} on the GPU, not the paper's +{paper_gap}: these runs do not show the "
-                "loss reduction behind the paper's CPU-GPU gap.")
+    rows = {r: gap_runs[("GPU", r)] for r in GAP_REDUCTIONS}  # a reduction's CPU and GPU runs share its band
+    if not all(spread.known(row) for row in rows.values()):
+        return (f"Under either reduction {pair} differ by at most {worst:.2f} points ({each}) and sum minus mean is "
+                f"{effect:+.2f} points, but {spread.unknown('e1')}: no verdict on the paper's {paper_gap}-point "
+                "CPU-GPU gap.")
+    bands = {r: float(row["accuracy_band_pp"]) for r, row in rows.items()}
+    band_text = _band_text(rows)
+    apart = [r for r in GAP_REDUCTIONS if not spread.within(device_diff[r], bands[r])]
+    if apart:
+        return (f"Under reduction {titles.join_words(apart)} {pair} differ by more than their run-to-run spread "
+                f"of {band_text} ({each}): the device changes the accuracy here, so these runs do not show the "
+                f"paper's {paper_gap}-point CPU-GPU gap following the loss reduction alone (sum minus mean: "
+                f"{effect:+.2f} points).")
+    agree = (f"Under either reduction {pair} differ by at most {worst:.2f} points ({each}), within their run-to-run "
+             f"spread of {band_text}")
+    if not min(reduction_diff.values()) > max(bands.values()):
+        return (f"{agree}, but sum minus mean is {reduction_diff['CPU']:+.2f} points on the CPU and "
+                f"{reduction_diff['GPU']:+.2f} on the GPU, not above zero by more than that spread, and not the "
+                f"paper's +{paper_gap}: these runs do not show the loss reduction behind the paper's CPU-GPU gap.")
     if effect < float(paper_gap) / 2:
-        return (f"{agree} ({each}), while sum vs mean differs by only {effect:.2f} points: the device does not "
-                f"explain the paper's {paper_gap}-point CPU-GPU gap, and the loss reduction explains less than half "
-                "of it here.")
-    return (f"{agree} ({each}), while sum vs mean differs by {effect:.1f} points: the paper's {paper_gap}-point "
-            "CPU-GPU gap follows the loss reduction, not the device.")
+        return (f"{agree}, while sum minus mean is only {effect:+.2f} points: the device does not explain the "
+                f"paper's {paper_gap}-point CPU-GPU gap, and the loss reduction explains less than half of it here.")
+    return (f"{agree}, while sum minus mean is {effect:+.2f} points: the paper's {paper_gap}-point CPU-GPU gap "
+            "follows the loss reduction, not the device.")
 
 
 GAP_COLUMNS = ("phase", "variant", "reduction", "device", "final_train_loss", "test_accuracy")
@@ -239,18 +253,22 @@ def _e1_gap_report(frame: pd.DataFrame, out_dir: Path) -> dict[str, str]:
     return written
 
 
+E1_SETTING = ("dataset", "widths", "batch", "reduction")  # runs compared with each other, and their band
+
+
 def report_e1(runs, evals, out_dir, profiles=(), **_) -> dict[str, str]:
     """Every variant once per loss reduction (experiments.e1.reductions): each run compared with the baselines of
     its own reduction, and named 'variant (reduction)' in the figures where runs differ in it."""
-    frame = pd.DataFrame([run_row(r) for r in runs]).assign(metrics_csv=metrics_paths(runs))
+    frame = measured_runs(runs, E1_SETTING)  # the runs themselves; their repeats give each setting's band
     frame = frame.assign(label=tables.run_labels(frame))
     curves = dict(zip(frame["label"], frame["metrics_csv"]))  # in the runs' order, as the config lists them
     variant_of = dict(zip(frame["label"], frame["variant"]))
-    frame = sorted_rows(add_baseline_comparisons(frame, keys=("dataset", "widths", "batch", "reduction")),
+    frame = sorted_rows(add_baseline_comparisons(frame, keys=E1_SETTING),
                     ["variant", "reduction"], appearance=["reduction"])
     cols = ["variant", "reduction", "device", "dataset", "widths", "batch", "lr", "epochs", "train_time_s",
             "time_per_epoch_s", "test_accuracy", "speedup_vs_cpu_serial", "speedup_vs_cpu_numpy",
-            "accuracy_diff_vs_cpu_numpy_pp", "accuracy_matches_cpu_numpy", "diverged", "at_chance", "simulator"]
+            "accuracy_diff_vs_cpu_numpy_pp", "accuracy_matches_cpu_numpy", *spread.BAND_COLUMNS, "diverged",
+            "at_chance", "simulator"]
     timing = titles.timing_parts(frame)
     per = "per variant" + (" and loss reduction" if frame["reduction"].nunique() > 1 else "")
     written = {
@@ -395,11 +413,13 @@ def _value(quantity: str, **fields) -> PaperValue:
 
 
 def runs(config: dict) -> list[RunSpec]:
-    """Every variant once per loss reduction (the first reduction's run of each first)."""
+    """Every variant once per loss reduction (the first reduction's run of each first), then the spread's repeats
+    (spread_runs: with_repeats)."""
     exp = config["experiments"]["e1"]
-    return [RunSpec(exp["dataset"], "standard", "mlp", v, (exp["hidden"],), exp["batch"], exp["lr"], exp["epochs"],
-                    exp["seed"], exp["subset"], reduction=r)
-            for v in exp["variants"] for r in exp.get("reductions", [DEFAULT_REDUCTION])]
+    return with_repeats([RunSpec(exp["dataset"], "standard", "mlp", v, (exp["hidden"],), exp["batch"], exp["lr"],
+                                 exp["epochs"], exp["seed"], exp["subset"], reduction=r)
+                         for v in exp["variants"] for r in exp.get("reductions", [DEFAULT_REDUCTION])],
+                        exp.get("spread_runs", 1))
 
 
 EXPERIMENT = Experiment(

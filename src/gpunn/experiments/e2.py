@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 
 from gpunn.errors import GpunnError
-from gpunn.experiments.base import Experiment, Headline, as_list
-from gpunn.report import divergence, figures, paper_vs_ours, tables, titles
+from gpunn.experiments.base import Experiment, Headline, as_list, with_repeats
+from gpunn.report import divergence, figures, paper_vs_ours, spread, tables, titles
 from gpunn.report.captions import Caption
 from gpunn.report.paper_vs_ours import TIME_QUANTITIES, accuracy_in, one_baseline, scaled_time
 from gpunn.report.papers import PaperValue, select
@@ -23,8 +23,8 @@ from gpunn.report.runs import (
     COMPARISON_NOTE,
     add_baseline_comparisons,
     join_notes,
+    measured_runs,
     one_run_each,
-    run_row,
     sorted_rows,
     times,
 )
@@ -158,12 +158,12 @@ def e2_head(frame: pd.DataFrame) -> str:
 
 
 def report_e2(runs, out_dir, **_) -> dict[str, str]:
-    frame = pd.DataFrame([run_row(r) for r in runs]).rename(columns={"widths": "hidden"})
+    frame = measured_runs(runs, ("widths", "batch")).rename(columns={"widths": "hidden"})  # repeats: the bands
     frame["hidden"] = frame["hidden"].astype(int)
     frame = sorted_rows(add_baseline_comparisons(frame, keys=E2_CELL), ["variant", "hidden", "batch"])
     cols = ["variant", "device", "hidden", "batch", "train_time_s", "forward_time_s", "backward_time_s",
             "test_accuracy", "speedup_vs_cpu_serial", "speedup_vs_cpu_numpy", "accuracy_diff_vs_cpu_numpy_pp",
-            "accuracy_matches_cpu_numpy", "diverged", "at_chance", "simulator"]
+            "accuracy_matches_cpu_numpy", *spread.BAND_COLUMNS, "diverged", "at_chance", "simulator"]
     head, timing = e2_head(frame), titles.timing_parts(frame)
     written = {
         "summary.md": titles.table_title(head, timing),
@@ -356,10 +356,12 @@ CAPTIONS = {
 
 
 def runs(config: dict) -> list[RunSpec]:
-    """Every variant at every hidden size and batch size, on the e2 split."""
+    """Every variant at every hidden size and batch size, on the e2 split, then the spread's repeats (spread_runs:
+    with_repeats)."""
     exp = config["experiments"]["e2"]
-    return [RunSpec(exp["dataset"], "e2", "mlp", v, (h,), b, exp["lr"], exp["epochs"], exp["seed"])
-            for v in exp["variants"] for h in as_list(exp["hidden"]) for b in as_list(exp["batch"])]
+    return with_repeats([RunSpec(exp["dataset"], "e2", "mlp", v, (h,), b, exp["lr"], exp["epochs"], exp["seed"])
+                         for v in exp["variants"] for h in as_list(exp["hidden"]) for b in as_list(exp["batch"])],
+                        exp.get("spread_runs", 1))
 
 
 EXPERIMENT = Experiment(

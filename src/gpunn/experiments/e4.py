@@ -16,23 +16,21 @@ import pandas as pd
 from gpunn.backends import registry as variants
 from gpunn.configcheck import check_dataset, check_variants, choice_error
 from gpunn.errors import GpunnError
-from gpunn.experiments.base import Experiment, Headline, first_run_per_dataset
-from gpunn.report import divergence, figures, paper_vs_ours, step_profile, tables, titles
+from gpunn.experiments.base import Experiment, Headline, first_run_per_dataset, with_repeats
+from gpunn.report import divergence, figures, paper_vs_ours, spread, step_profile, tables, titles
 from gpunn.report.captions import STEP_PROFILE_SHOWS, Caption
 from gpunn.report.paper_vs_ours import TIME_QUANTITIES, accuracy_in, epoch_loss, missing, scaled_time
 from gpunn.report.papers import PaperValue, column_labels, select
 from gpunn.report.runs import (
-    ACCURACY_TOLERANCE_PP,
     COMPARISON_NOTE,
     add_accuracy_comparison,
     add_baseline_comparisons,
     comparison_formats,
     join_notes,
+    measured_runs,
     metrics_csvs,
-    metrics_paths,
     one_run_each,
     read_json,
-    run_row,
     samples_figure,
     sorted_rows,
 )
@@ -154,7 +152,7 @@ E4_BASELINES = ("cpu-numpy", "gpu-naive")
 E4_SUMMARY_COLUMNS = ("dataset", "variant", "device", "widths", "n_train", "n_test", "batch", "lr", "epochs",
                       "parameters", "train_time_s", "time_per_epoch_s", "test_time_s", "final_train_loss",
                       "test_accuracy", "speedup_vs_cpu_numpy", "speedup_vs_gpu_naive", "accuracy_diff_vs_cpu_numpy_pp",
-                      "accuracy_matches_cpu_numpy", "diverged", "at_chance", "simulator")
+                      "accuracy_matches_cpu_numpy", *spread.BAND_COLUMNS, "diverged", "at_chance", "simulator")
 # paper 001's Tables 3-6 (one per dataset and version, a row per GPU) as one tidy table: CSV column -> its heading,
 # the measured columns headed as the paper's Table 3 heads them
 E4_PAPER_HEADERS = {"dataset": "Dataset", "variant": "Variant", "device": "Device",
@@ -162,8 +160,8 @@ E4_PAPER_HEADERS = {"dataset": "Dataset", "variant": "Variant", "device": "Devic
                                column_labels(PAPER_VALUES, E4_CUDA_TABLES[0]))),
                     "simulator": "Simulator"}
 E4_BLOCK_COLUMNS = ("dataset", "variant", "block", "device", "time_per_epoch_s", "train_time_s", "final_train_loss",
-                    "test_accuracy", "accuracy_diff_vs_cpu_numpy_pp", "accuracy_matches_cpu_numpy", "diverged",
-                    "at_chance", "simulator")
+                    "test_accuracy", "accuracy_diff_vs_cpu_numpy_pp", "accuracy_matches_cpu_numpy",
+                    "accuracy_band_pp", "diverged", "at_chance", "simulator")
 TEST_TIME_NOTE = ("test_time_s: the whole test set through the trained model's forward pass once after training (the "
                   "seed's testing time); '-': a run recorded before it was measured.")
 
@@ -172,7 +170,7 @@ def report_e4(runs, evals, out_dir, profiles=(), **_) -> dict[str, str]:
     """The main runs (every variant on every dataset at the kernels' default block) in summary, paper_table,
     cumulative_time and loss_curves; the block-size study's runs (RunSpec.block > 0), where there are any, in
     blocks, block_time and block_loss."""
-    frame = pd.DataFrame([run_row(r) for r in runs]).assign(metrics_csv=metrics_paths(runs))
+    frame = measured_runs(runs, ("dataset", "block"))  # the runs themselves; their repeats give the bands
     one_run_each(frame, "E4", ("dataset", "block"))
     if not (frame["block"] == 0).any():
         raise GpunnError("E4 report: every run sets a block size; the report needs the main runs (no _t<threads>)")
@@ -224,6 +222,8 @@ def _e4_block_study(study: pd.DataFrame, main: pd.DataFrame, out_dir: Path) -> d
     """Paper 001's block-size study: per variant and block size, time, final loss and test accuracy (with its
     difference to cpu-numpy's main run on the same dataset); cumulative time and loss per epoch per block."""
     reference = main.loc[main["variant"] == "cpu-numpy"].set_index("dataset")["test_accuracy"]
+    bands = main.drop_duplicates("dataset").set_index("dataset")  # a block's runs: the main runs' band
+    study = study.assign(**{c: study["dataset"].map(bands[c]) for c in spread.BAND_COLUMNS})
     study = sorted_rows(add_accuracy_comparison(study, study["dataset"].map(reference)), ["variant", "block"])
     sizes = f"threads per block {titles.one_or_set(study['block'])}"
     timing = titles.timing_parts(study)
@@ -239,7 +239,8 @@ def _e4_block_study(study: pd.DataFrame, main: pd.DataFrame, out_dir: Path) -> d
                          note=join_notes("One row per variant and block (threads per block of the kernels that take "
                                     "one); accuracy_diff_vs_cpu_numpy_pp: test accuracy minus that of the cpu-numpy "
                                     "run on the same dataset, in percentage points; accuracy_matches_cpu_numpy: within "
-                                    f"{ACCURACY_TOLERANCE_PP} pp; '-': cpu-numpy did not run on that dataset.",
+                                    "the main runs' band on that dataset (accuracy_band_pp, as in the summary); "
+                                    "'-': cpu-numpy did not run on that dataset, or no spread was measured.",
                                     divergence.summary_note(study), titles.simulated_note(study)))
     by_variant = metrics_csvs(study, "variant", "block")
     simulated, diverged = figures.simulated_variants(study), divergence.diverged_in(study, "block")
@@ -325,10 +326,12 @@ CAPTIONS = {
 
 
 def main_runs(config: dict) -> list[RunSpec]:
-    """Every variant on every dataset, each kernel at its default block."""
+    """Every variant on every dataset, each kernel at its default block, then the spread's repeats (spread_runs:
+    with_repeats)."""
     exp = config["experiments"]["e4"]
-    return [RunSpec(d, "standard", "cnn", v, tuple(exp["channels"]), exp["batch"], exp["lr"], exp["epochs"],
-                    exp["seed"], exp["subset"]) for d in exp["datasets"] for v in exp["variants"]]
+    return with_repeats([RunSpec(d, "standard", "cnn", v, tuple(exp["channels"]), exp["batch"], exp["lr"],
+                                 exp["epochs"], exp["seed"], exp["subset"])
+                         for d in exp["datasets"] for v in exp["variants"]], exp.get("spread_runs", 1))
 
 
 def block_runs(config: dict) -> list[RunSpec]:

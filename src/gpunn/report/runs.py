@@ -12,7 +12,7 @@ import pandas as pd
 
 from gpunn.errors import GpunnError
 from gpunn.nn.models import model_spec
-from gpunn.report import divergence, figures, sources, tables, titles
+from gpunn.report import divergence, figures, sources, spread, tables, titles
 from gpunn.report.tables import format_ratio, ordered_variants
 from gpunn.runspec import RunSpec, format_widths
 
@@ -34,9 +34,9 @@ def run_row(run_dir) -> dict:
 def _run_row(summary: dict) -> dict:
     """The spec, sizes, times and final metrics of a run; its device and whether it ran under the simulator
     (unknown and false for runs recorded before metrics.json had provenance); the MLP's input and output sizes
-    for titles. The testing time is None for runs recorded before it was measured; the peak GPU memory in bytes
-    is None where the run did not record it (CPU variants, the simulator, older runs); whether it diverged and
-    ended at chance (gpunn.report.divergence)."""
+    for titles; its repeat (RunSpec.repeat, 0: the run itself). The testing time is None for runs recorded before
+    it was measured; the peak GPU memory in bytes is None where the run did not record it (CPU variants, the
+    simulator, older runs); whether it diverged and ended at chance (gpunn.report.divergence)."""
     spec = RunSpec.from_dict(summary["spec"])
     return {
         "dataset": spec.dataset, "split": spec.split, "model": spec.model, "variant": spec.variant,
@@ -44,8 +44,9 @@ def _run_row(summary: dict) -> dict:
         "epochs": spec.epochs, "seed": spec.seed, "n_train": summary["n_train"], "n_test": summary["n_test"],
         "parameters": summary["num_parameters"], "train_time_s": summary["total_train_time_s"],
         "time_per_epoch_s": summary["mean_epoch_time_s"], "test_time_s": summary.get("test_time_s"),
-        "block": spec.block, "reduction": spec.reduction, "forward_time_s": summary["forward_time_s"],
-        "backward_time_s": summary["backward_time_s"], "final_train_loss": summary["final_train_loss"],
+        "block": spec.block, "reduction": spec.reduction, "repeat": spec.repeat,
+        "forward_time_s": summary["forward_time_s"], "backward_time_s": summary["backward_time_s"],
+        "final_train_loss": summary["final_train_loss"],
         "test_loss": summary["final_test_loss"], "test_accuracy": summary["final_test_accuracy"],
         **titles.device_fields(summary.get("provenance")),
         "in_features": (None if model_spec(spec.model).square_images  # the MLP flattens its inputs: their size
@@ -57,8 +58,6 @@ def _run_row(summary: dict) -> dict:
 
 
 BASELINES = ("cpu-serial", "cpu-numpy")
-# A correct port matches the reference's test accuracy; E1's paper lost 4 pp on the GPU.
-ACCURACY_TOLERANCE_PP = 0.1
 
 
 def speedup_column(baseline: str) -> str:
@@ -83,11 +82,20 @@ def add_baseline_comparisons(frame: pd.DataFrame, keys: Sequence[str],
 
 def add_accuracy_comparison(frame: pd.DataFrame, reference: pd.Series) -> pd.DataFrame:
     """`frame` with the test-accuracy difference to `reference` (cpu-numpy's accuracy for each row, NaN where it
-    did not run) in percentage points, and whether it is within ACCURACY_TOLERANCE_PP."""
+    did not run) in percentage points, and whether it lies within the row's run-to-run band (spread.with_bands'
+    accuracy_band_pp; None where that is unknown and the difference is not zero)."""
     diff = 100.0 * (frame["test_accuracy"] - reference)
-    # accuracies are counts / n: allow for the rounding of their difference
-    matches = [None if pd.isna(d) else bool(abs(d) <= ACCURACY_TOLERANCE_PP + 1e-9) for d in diff]
+    bands = frame["accuracy_band_pp"] if "accuracy_band_pp" in frame else pd.Series(np.nan, index=frame.index)
+    matches = [spread.within(d, b) for d, b in zip(diff, bands)]
     return frame.assign(accuracy_diff_vs_cpu_numpy_pp=diff, accuracy_matches_cpu_numpy=matches)
+
+
+def measured_runs(runs, keys: Sequence[str]) -> pd.DataFrame:
+    """run_row's frame of `runs` (run folders, repeats among them), with each run's metrics.csv: the runs
+    themselves (repeat 0), each with its setting's run-to-run band (spread.with_bands over `keys`)."""
+    every = pd.DataFrame([run_row(r) for r in runs]).assign(metrics_csv=metrics_paths(runs))
+    primary, _ = spread.split_repeats(every)
+    return spread.with_bands(primary, every, keys)
 
 
 def sorted_rows(frame: pd.DataFrame, columns: Sequence[str], appearance: Sequence[str] = ()) -> pd.DataFrame:
@@ -120,8 +128,8 @@ def comparison_formats(baselines: Sequence[str] = BASELINES) -> dict:
 
 COMPARISON_FORMATS = comparison_formats()
 COMPARISON_NOTE = ("Speedup: the baseline's training time over the variant's, on the same data with the same "
-                   "settings. accuracy_diff_vs_cpu_numpy_pp: test accuracy minus cpu-numpy's in percentage points; "
-                   f"accuracy_matches_cpu_numpy: within {ACCURACY_TOLERANCE_PP} pp. '-': that baseline did not run.")
+                   "settings. accuracy_diff_vs_cpu_numpy_pp: test accuracy minus cpu-numpy's in percentage points. "
+                   f"{spread.NOTE} '-' elsewhere: that baseline did not run.")
 
 
 def join_notes(*lines: str | None) -> str:

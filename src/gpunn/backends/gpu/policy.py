@@ -114,6 +114,14 @@ class Policy:
         """Whether numba's CUDA simulator can run this policy (it has no CUDA graphs)."""
         return not self.graphs
 
+    @property
+    def deterministic(self) -> bool:
+        """Whether two runs give the same bits: no kernel it may launch adds floats in a racing order. Those that
+        do: the unfused Linear's bias gradient (atomic column sums, `fuse` False) and the block-reduction weight
+        gradients that split the batch (ATOMIC_WGRAD: their splits add into dw). The atomic max-pool backward
+        does not race (its windows never share an input element)."""
+        return self.fuse and self.conv["backward_weight"] not in ATOMIC_WGRAD
+
     def with_block(self, block: int) -> Policy:
         """This policy with every kernel that takes a thread count launched with `block` threads (0: defaults)."""
         return replace(self, block=int(block))
@@ -139,6 +147,8 @@ FUSED_CONV = {"forward": "implicit_gemm", "backward_data": "implicit_gemm", "bac
               "bias_grad": "split"}
 # the paper's optimized CNN: shared-memory input tiles with bias + ReLU fused, warp-shuffle weight gradients
 OPTIMIZED_CONV = {"forward": "tiled", "backward_data": "tiled", "backward_weight": "shuffle", "bias_grad": "block"}
+# weight-gradient versions that add their batch splits into dw with atomics (gpunn.kernels.conv.weight_grad)
+ATOMIC_WGRAD = ("block", "shuffle")
 # conv versions needing a real GPU (warp shuffles) -> the simulator's stand-in with the same block decomposition
 SIMULATOR_TWIN = {"shuffle": "block"}
 SIMULATOR_THREADS = 32  # the simulator's block for thread-count kernels when a run sets none (for_simulator)
