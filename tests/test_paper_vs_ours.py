@@ -84,6 +84,53 @@ def test_e1_speedups_accuracy_points_and_a_missing_baseline(tmp_path):
     assert "| cpu-numpy on cpu (AMD EPYC 9454) " in md and len(cells) <= 12
 
 
+def test_e1_speedup_row_shows_both_sides_times_per_epoch_and_the_baselines(tmp_path):
+    """The paper's 132.7x (T4 over its serial CPU) beside ours: each side's seconds per epoch and device, and how far
+    the two CPU baselines lie apart (the paper's 29.86 s an epoch, our cpu-serial 300 s / 4 epochs = 75 s here)."""
+    runs, evals = _e1_results(tmp_path, ["cpu-serial", "gpu-naive"], where=lambda v: ON_CPU if v == "cpu-serial"
+                              else ON_H100)
+    out = tmp_path / "report"
+    make_report("e1", out, runs=runs, evals=evals)
+    row = _one(_rows(out), column="speedup vs CPU")
+    assert row["ours"] == pytest.approx(300.0 / 2.4)
+    assert row["epoch_times"] == ("per epoch, paper: GPU 0.225 s on NVIDIA Tesla T4, CPU 29.86 s on CPU (model not "
+                                  "stated); ours: gpu-naive 0.6 s on NVIDIA H100 80GB HBM3, cpu-serial 75 s on cpu "
+                                  "(AMD EPYC 9454)")
+    assert ("the baselines differ: the paper's CPU took 29.86 s an epoch, ours (cpu-serial) 75 s, 2.51x slower; the "
+            "speedups divide by them") in row["note"]
+    assert "| Times per epoch " in (out / "paper_vs_ours.md").read_text()
+
+
+def test_an_overlapped_tree_computes_no_speedup(tmp_path):
+    """Runs timed under timing: overlap (a CPU baseline beside GPU jobs) give no speedup anywhere: the summary's
+    speedup columns read '-' with one line naming the runs, paper_vs_ours leaves ours out and says why; their
+    times and accuracies stay."""
+    def overlapped(variant):
+        return {**(ON_CPU if variant.startswith("cpu") else ON_H100), "timing_mode": "overlap"}
+
+    runs, evals = _e1_results(tmp_path, ["cpu-serial", "cpu-numpy", "gpu-naive"], where=overlapped)
+    out = tmp_path / "report"
+    make_report("e1", out, runs=runs, evals=evals)
+    summary = pd.read_csv(out / "summary.csv")
+    assert list(summary["timing_mode"]) == ["overlap"] * 3
+    assert summary["speedup_vs_cpu_serial"].isna().all() and summary["speedup_vs_cpu_numpy"].isna().all()
+    assert summary["train_time_s"].tolist() == pytest.approx([300.0, 12.0, 2.4])
+    assert ("No speedup is computed from the clocks of cpu-serial (overlap), cpu-numpy (overlap) and gpu-naive "
+            "(overlap): timed beside other jobs") in (out / "summary.md").read_text()
+    rows = _rows(out)
+    gpu = _one(rows, table=MEASURED, row="Total training time", column="GPU", unit="s")
+    assert gpu["ours"] == pytest.approx(2.4) and pd.isna(gpu["our_speedup"])
+    assert "no speedup: gpu-naive (overlap) and cpu-serial (overlap) were not both timed alone" in gpu["note"]
+    speedup = _one(rows, column="speedup vs CPU")
+    assert pd.isna(speedup["ours"]) and "no speedup: gpu-naive (overlap)" in speedup["note"]
+    # one baseline timed alone beside an overlapped GPU run: still no speedup between them
+    mixed, evals = _e1_results(tmp_path / "mixed", ["cpu-serial", "gpu-naive"],
+                               where=lambda v: ON_CPU if v == "cpu-serial" else overlapped(v))
+    make_report("e1", tmp_path / "mixed" / "report", runs=mixed, evals=evals)
+    summary = pd.read_csv(tmp_path / "mixed" / "report" / "summary.csv")
+    assert summary["speedup_vs_cpu_serial"].tolist()[0] == 1.0 and pd.isna(summary["speedup_vs_cpu_serial"][1])
+
+
 def _e1_frame(reduction=True) -> pd.DataFrame:
     """E1's summary rows as report_e1 builds them: cpu-serial summed and averaged, gpu-naive averaged."""
     rows = [("cpu-serial", "sum", 300.0, 0.9793), ("cpu-serial", "mean", 310.0, 0.9400),

@@ -1432,7 +1432,7 @@ def test_e5_report_speedups_per_full_set_epoch_memory_and_paper_tables(tmp_path)
                                      "full_train_time_s", "full_set_extrapolated", "all_epochs",
                                      "train_time_extrapolated", "speedup_vs_cpu_numpy",
                                      "speedup_vs_gpu_naive", "final_train_mse", "test_mse", "peak_gpu_memory_mib",
-                                     "diverged", "simulator"]
+                                     "diverged", "simulator", "timing_mode"]
     assert list(summary["n_train"]) == [1000] + [50000] * 4
     assert list(summary["full_set_extrapolated"]) == [True, False, False, False, False]
     # cpu-numpy's 600 s over 1 000 images is 30 000 s over 50 000; the GPU epochs are measured over 50 000

@@ -27,6 +27,7 @@ from gpunn.report.runs import (
     COMPARISON_FORMATS,
     COMPARISON_NOTE,
     add_baseline_comparisons,
+    clock_note,
     join_notes,
     measured_runs,
     samples_figure,
@@ -268,7 +269,7 @@ def report_e1(runs, evals, out_dir, profiles=(), **_) -> dict[str, str]:
     cols = ["variant", "reduction", "device", "dataset", "widths", "batch", "lr", "epochs", "train_time_s",
             "time_per_epoch_s", "test_accuracy", "speedup_vs_cpu_serial", "speedup_vs_cpu_numpy",
             "accuracy_diff_vs_cpu_numpy_pp", "accuracy_matches_cpu_numpy", *spread.BAND_COLUMNS, "diverged",
-            "at_chance", "simulator"]
+            "at_chance", "simulator", "timing_mode"]
     timing = titles.timing_parts(frame)
     per = "per variant" + (" and loss reduction" if frame["reduction"].nunique() > 1 else "")
     written = {
@@ -280,7 +281,7 @@ def report_e1(runs, evals, out_dir, profiles=(), **_) -> dict[str, str]:
     }
     tables.summary_table(frame.to_dict("records"), out_dir / "summary.csv", out_dir / "summary.md",
                          written["summary.md"], columns=cols, formats=COMPARISON_FORMATS, shown=E1_SHOWN,
-                         note=join_notes(COMPARISON_NOTE, REDUCTION_NOTE, e1_gap_sentence(frame),
+                         note=join_notes(COMPARISON_NOTE, clock_note(frame), REDUCTION_NOTE, e1_gap_sentence(frame),
                                     divergence.summary_note(frame), titles.simulated_note(frame)))
     written.update(_e1_gap_report(frame, out_dir))
     figures.loss_curves(curves, out_dir / "loss_curves.png", written["loss_curves.png"], variants=variant_of,

@@ -25,6 +25,7 @@ from gpunn.report.runs import (
     COMPARISON_NOTE,
     add_accuracy_comparison,
     add_baseline_comparisons,
+    clock_note,
     comparison_formats,
     join_notes,
     measured_runs,
@@ -152,7 +153,8 @@ E4_BASELINES = ("cpu-numpy", "gpu-naive")
 E4_SUMMARY_COLUMNS = ("dataset", "variant", "device", "widths", "n_train", "n_test", "batch", "lr", "epochs",
                       "parameters", "train_time_s", "time_per_epoch_s", "test_time_s", "final_train_loss",
                       "test_accuracy", "speedup_vs_cpu_numpy", "speedup_vs_gpu_naive", "accuracy_diff_vs_cpu_numpy_pp",
-                      "accuracy_matches_cpu_numpy", *spread.BAND_COLUMNS, "diverged", "at_chance", "simulator")
+                      "accuracy_matches_cpu_numpy", *spread.BAND_COLUMNS, "diverged", "at_chance", "simulator",
+                      "timing_mode")
 # paper 001's Tables 3-6 (one per dataset and version, a row per GPU) as one tidy table: CSV column -> its heading,
 # the measured columns headed as the paper's Table 3 heads them
 E4_PAPER_HEADERS = {"dataset": "Dataset", "variant": "Variant", "device": "Device",
@@ -189,8 +191,8 @@ def report_e4(runs, evals, out_dir, profiles=(), **_) -> dict[str, str]:
     tables.summary_table(main.to_dict("records"), out_dir / "summary.csv", out_dir / "summary.md",
                          written["summary.md"], columns=E4_SUMMARY_COLUMNS, formats=comparison_formats(E4_BASELINES),
                          shown=E4_SHOWN,
-                         note=join_notes(COMPARISON_NOTE, TEST_TIME_NOTE, divergence.summary_note(main),
-                                    titles.simulated_note(main)))
+                         note=join_notes(COMPARISON_NOTE, clock_note(main), TEST_TIME_NOTE,
+                                         divergence.summary_note(main), titles.simulated_note(main)))
     paper = main[list(E4_PAPER_HEADERS)]
     tables.summary_table(paper.to_dict("records"), out_dir / "paper_table.csv", out_dir / "paper_table.md",
                          written["paper_table.md"], headers=E4_PAPER_HEADERS,

@@ -24,7 +24,8 @@ from gpunn.report.captions import STEP_PROFILE_SHOWS, Caption
 from gpunn.report.paper_vs_ours import epoch_loss, missing, scaled_time
 from gpunn.report.papers import PaperValue, select
 from gpunn.report.runs import (
-    baseline_value,
+    clock_note,
+    clocks_comparable,
     comparison_formats,
     join_notes,
     metrics_paths,
@@ -36,6 +37,7 @@ from gpunn.report.runs import (
     speedup_column,
     times,
 )
+from gpunn.report.runs import speedup as clock_speedup
 from gpunn.report.tables import format_ratio, format_significant, ordered_variants, read_table
 from gpunn.runspec import RunSpec, parse_run_path
 
@@ -171,7 +173,7 @@ E5_SUMMARY_COLUMNS = ("variant", "device", "dataset", "n_train", "n_test", "batc
                       "time_per_epoch_s", "train_time_s", "full_epoch_s", "full_train_time_s", "full_set_extrapolated",
                       "all_epochs", "train_time_extrapolated", "speedup_vs_cpu_numpy", "speedup_vs_gpu_naive",
                       "final_train_mse", "test_mse",
-                      "peak_gpu_memory_mib", "diverged", "simulator")
+                      "peak_gpu_memory_mib", "diverged", "simulator", "timing_mode")
 # paper 004's section 2.4 table: every phase's epoch time over 50 000 images (the CPU's extrapolated from 1 000)
 _E5_PAPER_EPOCHS = select(PAPER_VALUES, "e5", "epoch_time", source=E5_EPOCH_TABLE)
 # paper 004's phases 2.1-2.4 by the variant that reproduces each, in its tables' order; gpu-graph is ours
@@ -216,8 +218,7 @@ def e5_full_set(frame: pd.DataFrame, full_train_size: int = E5_FULL_TRAIN, epoch
                          peak_gpu_memory_mib=_mib(frame["peak_gpu_memory_bytes"]))
     frame["train_time_extrapolated"] = frame["full_set_extrapolated"] | fewer
     for baseline in E5_BASELINES:
-        frame[speedup_column(baseline)] = (baseline_value(frame, baseline, "full_epoch_s", ("dataset",))
-                                            / frame["full_epoch_s"])
+        frame[speedup_column(baseline)] = clock_speedup(frame, baseline, "full_epoch_s", ("dataset",))
     return frame
 
 
@@ -229,8 +230,12 @@ def e5_paper_table(frame: pd.DataFrame) -> pd.DataFrame:
     peak GPU memory. `frame`: e5_full_set's rows of one dataset, in report order."""
     rows = frame[frame["variant"].isin(list(E5_PHASES))].reset_index(drop=True)
     cpu = rows[rows["variant"] == "cpu-numpy"]
-    cpu_epoch = cpu["full_epoch_s"].iloc[0] if not cpu.empty else np.nan
-    cpu_total = cpu["full_train_time_s"].iloc[0] if not cpu.empty else np.nan
+    # a speedup only between clocks that ran alone (runs.clocks_comparable): NaN beside any other
+    alone = rows["timing_mode"].map(clocks_comparable) if "timing_mode" in rows else pd.Series(True, rows.index)
+    cpu_alone = cpu.empty or bool(alone[cpu.index[0]])
+    cpu_epoch = cpu["full_epoch_s"].iloc[0] if not cpu.empty and cpu_alone else np.nan
+    cpu_total = cpu["full_train_time_s"].iloc[0] if not cpu.empty and cpu_alone else np.nan
+    epoch, total = rows["full_epoch_s"].where(alone), rows["full_train_time_s"].where(alone)  # for the ratios
     def named(flags):
         return [E5_PHASES[v] + (" (extrapolated)" if extrapolated else "") for v, extrapolated in
                 zip(rows["variant"], flags)]
@@ -238,12 +243,12 @@ def e5_paper_table(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "implementation": named(rows["full_set_extrapolated"]), "phase": named(rows["train_time_extrapolated"]),
         "variant": rows["variant"], "device": rows["device"],
-        "full_epoch_s": rows["full_epoch_s"], "speedup_vs_cpu": cpu_epoch / rows["full_epoch_s"],
-        "speedup_vs_previous": rows["full_epoch_s"].shift(1) / rows["full_epoch_s"],
+        "full_epoch_s": rows["full_epoch_s"], "speedup_vs_cpu": cpu_epoch / epoch,
+        "speedup_vs_previous": epoch.shift(1) / epoch,
         "paper_full_epoch_s": rows["variant"].map(E5_PAPER_EPOCH_S),
         "full_train_time_s": rows["full_train_time_s"],
-        "training_speedup_vs_cpu": cpu_total / rows["full_train_time_s"],
-        "incremental_speedup": rows["full_train_time_s"].shift(1) / rows["full_train_time_s"],
+        "training_speedup_vs_cpu": cpu_total / total,
+        "incremental_speedup": total.shift(1) / total,
         "peak_gpu_memory_mib": rows["peak_gpu_memory_mib"], "full_set_extrapolated": rows["full_set_extrapolated"],
         "train_time_extrapolated": rows["train_time_extrapolated"], "simulator": rows["simulator"],
     })
@@ -299,7 +304,7 @@ def report_e5(runs, evals, out_dir, full_train_size: int = E5_FULL_TRAIN, profil
                                     "run trained them all on the full set, else full_epoch_s x all_epochs "
                                     "(train_time_extrapolated; a run timed over fewer epochs, "
                                     "experiments.e5.variant_epochs, or on a subset).", sizes, E5_SUMMARY_NOTE,
-                                    divergence.summary_note(frame), simulated))
+                                    clock_note(frame), divergence.summary_note(frame), simulated))
     _e5_paper_tables(frame, out_dir, written["paper_table.md"],
                      join_notes(f"Times over {size} training images: measured where the run trained on {size}, "
                                 f"else its own times x {size} / n_train, as the paper extrapolated its CPU epoch; the "

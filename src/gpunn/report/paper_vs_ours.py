@@ -29,11 +29,12 @@ from gpunn import io
 from gpunn.errors import GpunnError
 from gpunn.report import divergence, tables, titles
 from gpunn.report.papers import TIME_UNITS, PaperValue, select
+from gpunn.report.runs import clocks_comparable, timing_mode
 from gpunn.report.tables import format_ratio, format_significant
 
 COLUMNS = ("table", "row", "column", "quantity", "unit", "paper_text", "paper", "ours", "ratio", "diff_pp",
-           "paper_speedup", "our_speedup", "speedup_ratio", "paper_device", "variant", "our_device", "simulator",
-           "note")
+           "paper_speedup", "our_speedup", "speedup_ratio", "epoch_times", "paper_device", "variant", "our_device",
+           "simulator", "note")
 TIME_QUANTITIES = ("train_time", "epoch_time", "block_time", "test_time", "forward_time", "backward_time", "fit_time")
 # quantities that compare two phases of the paper (`versus`): ours is the same comparison of two of our runs
 BETWEEN_QUANTITIES = ("speedup", "expected_speedup", "time_reduction", "memory_reduction", "accuracy_gap")
@@ -201,14 +202,19 @@ def compare(entries: Sequence[PaperValue], ours: Ours) -> list[dict]:
             if run is not None and base is not None:
                 value, measured_why = _between(entry, ours, run, base)
                 whys.append(measured_why)
+            if entry.quantity in TIMED_BETWEEN:
+                row_times = _epoch_times(entry, ours, [(entry.phase, run), (entry.versus, base)])
         elif run is not None:
             value, measured_why = ours.measure(entry, run)
             whys.append(measured_why)
         # our variants and devices only where our run of the paper's phase exists (not its baseline's alone)
         runs = [r for r in runs if r is not None] if run is not None else []
         row = value_row(entry, value)
+        if entry.quantity in TIMED_BETWEEN:
+            row["epoch_times"], baseline_note = row_times
+            notes.append(baseline_note)
         if entry.quantity in TIME_QUANTITIES:
-            _add_speedups(row, entry, ours, value)
+            whys.append(_add_speedups(row, entry, ours, value, run))
         if runs:
             row.update(variant=joined(divergence.marked(r["variant"], r) for r in runs),
                        our_device=joined(run_device(r) for r in runs),
@@ -236,6 +242,8 @@ def _between(entry: PaperValue, ours: Ours, run: pd.Series, base: pd.Series) -> 
     t, t_base = ours.time(entry, run), ours.time(entry, base)
     if t is None or t_base is None or t <= 0:
         return None, "no time recorded"
+    if not clocks_comparable(run.get("timing_mode", "isolated"), base.get("timing_mode", "isolated")):
+        return None, _apart(run, base)
     if entry.quantity == "time_reduction":
         return 100.0 * (1.0 - t / t_base), ""
     return t_base / t, ""
@@ -277,17 +285,68 @@ def _label(entry: PaperValue) -> str:
     return ", ".join(parts)
 
 
-def _add_speedups(row: dict, entry: PaperValue, ours: Ours, value: float | None) -> None:
-    """A time's speedup over the paper's CPU baseline, and ours over our run of the same baseline."""
+def _add_speedups(row: dict, entry: PaperValue, ours: Ours, value: float | None, run: pd.Series | None) -> str:
+    """A time's speedup over the paper's CPU baseline, and ours over our run of the same baseline (none between
+    clocks not timed alike: the returned note says so)."""
     base = ours.paper_baseline(entry)
     if base is None:
-        return
+        return ""
     row["paper_speedup"] = base.seconds / entry.seconds
     base_run, _ = ours.run(base, base.phase)
     base_value = ours.measure(base, base_run)[0] if base_run is not None else None
-    if value is not None and base_value is not None and value > 0:
-        row["our_speedup"] = base_value * TIME_UNITS[base.unit] / (value * TIME_UNITS[entry.unit])
-        row["speedup_ratio"] = row["our_speedup"] / row["paper_speedup"]
+    if value is None or base_value is None or value <= 0:
+        return ""
+    if run is not None and not clocks_comparable(run.get("timing_mode", "isolated"),
+                                                 base_run.get("timing_mode", "isolated")):
+        return _apart(run, base_run)
+    row["our_speedup"] = base_value * TIME_UNITS[base.unit] / (value * TIME_UNITS[entry.unit])
+    row["speedup_ratio"] = row["our_speedup"] / row["paper_speedup"]
+    return ""
+
+
+def _apart(run: pd.Series, base: pd.Series) -> str:
+    modes = [f"{r['variant']} ({timing_mode({'timing_mode': r.get('timing_mode')})})" for r in (run, base)]
+    return (f"no speedup: {' and '.join(modes)} were not both timed alone (config key timing), so their clocks are "
+            "not shown comparable")
+
+
+# speedups between two of the paper's phases: their rows show both sides' absolute times per epoch
+TIMED_BETWEEN = ("speedup", "time_reduction")
+
+
+def _paper_epoch(entry: PaperValue, ours: Ours, phase: str) -> PaperValue | None:
+    """The paper's time per epoch of `phase` in the entry's setting (its epoch_time in seconds, else its training
+    time, divided by the epochs where printed) on the entry's hardware where the paper gives it per device."""
+    for quantity in ("epoch_time", "train_time"):
+        found = select(ours.values, entry.experiment, quantity, phase=phase, dataset=entry.dataset, unit="s")
+        same = [v for v in found if v.hardware == entry.hardware] or list(found)
+        if same and (quantity == "epoch_time" or same[0].epochs):
+            return same[0]
+    return None
+
+
+def _epoch_times(entry: PaperValue, ours: Ours, sides) -> tuple[str | None, str]:
+    """'paper: GPU 0.225 s on T4, CPU 29.86 s on ...; ours: gpu-naive 0.149 s on H100, ...' for `sides`, [(phase,
+    our run or None)], the phase first and its baseline second; and a note comparing the two baselines."""
+    paper, our, seconds = [], [], {}
+    for k, (phase, run) in enumerate(sides):
+        value = _paper_epoch(entry, ours, phase)
+        paper_s = None if value is None else value.seconds / (1 if value.quantity == "epoch_time" else value.epochs)
+        paper.append(f"{phase} " + ("-" if paper_s is None else f"{_number(paper_s)} s on {value.hardware}"))
+        our_s = None if run is None or missing(run.get("time_per_epoch_s")) else float(run["time_per_epoch_s"])
+        if run is not None:
+            our.append(f"{run['variant']} " + ("-" if our_s is None else f"{_number(our_s)} s on {run_device(run)}"))
+        seconds[k] = (paper_s, our_s, phase, None if run is None else run["variant"])
+    if not our and all(p is None for p, *_ in seconds.values()):
+        return None, ""
+    text = f"per epoch, paper: {', '.join(paper)}; ours: {', '.join(our) or '-'}"
+    paper_s, our_s, phase, variant = seconds[len(sides) - 1]
+    if paper_s is None or our_s is None or our_s <= 0:
+        return text, ""
+    factor = paper_s / our_s
+    which = f"{format_ratio(factor)} faster" if factor >= 1 else f"{format_ratio(1 / factor)} slower"
+    return text, (f"the baselines differ: the paper's {phase} took {_number(paper_s)} s an epoch, ours ({variant}) "
+                  f"{_number(our_s)} s, {which}; the speedups divide by them")
 
 
 # --------------------------------------------------------------------------------------------- output
@@ -299,9 +358,10 @@ NOTE = ("Paper: the value as printed (a range as low-high). Times: ratio is ours
 # The Markdown's columns (the CSV keeps COLUMNS): values with their unit, our variant with its device
 _HEADERS = {"row": "Row", "column": "Column", "paper_text": "Paper", "ours": "Ours", "ratio": "Ours / paper",
             "diff_pp": "Diff (pp)", "paper_speedup": "Paper speedup", "our_speedup": "Our speedup",
-            "speedup_ratio": "Speedup ratio", "paper_device": "Paper's device", "variant": "Our run",
+            "speedup_ratio": "Speedup ratio", "epoch_times": "Times per epoch", "paper_device": "Paper's device",
+            "variant": "Our run",
             "note": "Note"}
-_OPTIONAL = ("diff_pp", "paper_speedup", "our_speedup", "speedup_ratio")  # shown where a section has any
+_OPTIONAL = ("diff_pp", "paper_speedup", "our_speedup", "speedup_ratio", "epoch_times")  # shown where a section has any
 
 
 def _number(value) -> str:

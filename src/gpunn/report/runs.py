@@ -34,9 +34,10 @@ def run_row(run_dir) -> dict:
 def _run_row(summary: dict) -> dict:
     """The spec, sizes, times and final metrics of a run; its device and whether it ran under the simulator
     (unknown and false for runs recorded before metrics.json had provenance); the MLP's input and output sizes
-    for titles; its repeat (RunSpec.repeat, 0: the run itself). The testing time is None for runs recorded before
-    it was measured; the peak GPU memory in bytes is None where the run did not record it (CPU variants, the
-    simulator, older runs); whether it diverged and ended at chance (gpunn.report.divergence)."""
+    for titles; its repeat (RunSpec.repeat, 0: the run itself) and timing mode (timing_mode). The testing time is
+    None for runs recorded before it was measured; the peak GPU memory in bytes is None where the run did not
+    record it (CPU variants, the simulator, older runs); whether it diverged and ended at chance
+    (gpunn.report.divergence)."""
     spec = RunSpec.from_dict(summary["spec"])
     return {
         "dataset": spec.dataset, "split": spec.split, "model": spec.model, "variant": spec.variant,
@@ -49,6 +50,7 @@ def _run_row(summary: dict) -> dict:
         "final_train_loss": summary["final_train_loss"],
         "test_loss": summary["final_test_loss"], "test_accuracy": summary["final_test_accuracy"],
         **titles.device_fields(summary.get("provenance")),
+        "timing_mode": timing_mode(summary.get("provenance")),
         "in_features": (None if model_spec(spec.model).square_images  # the MLP flattens its inputs: their size
                         else titles.mlp_in_features(summary, spec.widths[0])),
         "classes": summary.get("num_classes"),
@@ -70,13 +72,56 @@ def baseline_value(frame: pd.DataFrame, baseline: str, column: str, keys: Sequen
     return of_baseline.groupby([frame[k] for k in keys]).transform("first")
 
 
+# A speedup divides two clocks; it stands only where both ran alone (config key timing: isolated). Under timing:
+# overlap a CPU-timed job ran beside GPU-timed ones (a 2 x H200 run: cpu-numpy's CNN epoch 42.2 s against 26.6 s
+# alone, gpu-im2col's speedup 648x against 361x), and no check has yet shown such clocks comparable.
+COMPARABLE_CLOCKS = ("isolated",)
+TIMING_MODE_BEFORE = "isolated"  # runs recorded before provenance had timing_mode: timed jobs never overlapped then
+
+
+def timing_mode(provenance: dict | None) -> str:
+    """The config key `timing` a run was timed under (its provenance's timing_mode)."""
+    return str((provenance or {}).get("timing_mode") or TIMING_MODE_BEFORE)
+
+
+def clocks_comparable(*modes) -> bool:
+    """Whether runs timed under `modes` may be divided into a speedup."""
+    return all(str(mode) in COMPARABLE_CLOCKS for mode in modes)
+
+
+def speedup(frame: pd.DataFrame, baseline: str, column: str, keys: Sequence[str]) -> pd.Series:
+    """The `baseline` run's `column` (same `keys`) over each row's: NaN without the baseline, and where either
+    clock is not comparable (clocks_comparable: a run timed beside other jobs); clock_note says which."""
+    ratio = baseline_value(frame, baseline, column, keys) / frame[column]
+    modes = frame["timing_mode"] if "timing_mode" in frame else pd.Series(TIMING_MODE_BEFORE, index=frame.index)
+    base_modes = baseline_value(frame.assign(timing_mode=modes), baseline, "timing_mode", keys)
+    ok = [pd.isna(b) or clocks_comparable(m, b) for m, b in zip(modes, base_modes)]
+    return ratio.where(ok)
+
+
+def clock_note(frame: pd.DataFrame) -> str | None:
+    """One line naming the runs whose clocks no speedup is taken from (None: every run timed alone)."""
+    if "timing_mode" not in frame:
+        return None
+    apart = frame[[not clocks_comparable(m) for m in frame["timing_mode"]]]
+    if apart.empty:
+        return None
+    labels = tables.run_labels(apart) if "reduction" in apart else apart["variant"]
+    named = titles.join_words(list(dict.fromkeys(f"{label} ({mode})" for label, mode in
+                                                 zip(labels, apart["timing_mode"]))))
+    return (f"No speedup is computed from the clocks of {named}: timed beside other jobs (config key timing), they "
+            "are not shown comparable with any other run's; their speedup columns read '-'. Rerun them with timing: "
+            "isolated to compare times.")
+
+
 def add_baseline_comparisons(frame: pd.DataFrame, keys: Sequence[str],
                              baselines: Sequence[str] = BASELINES) -> pd.DataFrame:
-    """Speedup in training time over each of the `baselines` (default: the CPU ones) run with the same `keys`,
-    and the test-accuracy comparison with cpu-numpy's run (add_accuracy_comparison); NaN without the baseline."""
+    """Speedup in training time over each of the `baselines` (default: the CPU ones) run with the same `keys`
+    (speedup: NaN without the baseline or a comparable clock), and the test-accuracy comparison with cpu-numpy's
+    run (add_accuracy_comparison)."""
     frame = frame.copy()
     for baseline in baselines:
-        frame[speedup_column(baseline)] = baseline_value(frame, baseline, "train_time_s", keys) / frame["train_time_s"]
+        frame[speedup_column(baseline)] = speedup(frame, baseline, "train_time_s", keys)
     return add_accuracy_comparison(frame, baseline_value(frame, "cpu-numpy", "test_accuracy", keys))
 
 
