@@ -78,6 +78,10 @@ def test_index_headlines_beside_the_papers_and_not_run_experiments(tmp_path):
     assert gpu[3:6] == ["93.86 %", "97.95 %", "+4.09 pp"] and gpu[8] == "NVIDIA H100 80GB HBM3"
     speedup = _md_row(page, "E1", "000", "GPU speedup over the CPU")
     assert speedup[3] == "132.7x" and speedup[4] == "125x"  # cpu-serial 300 s over gpu-naive 2.4 s
+    # with both sides' times per epoch, so that '0.942x' is not read as 'ours is slower'
+    assert speedup[-1].startswith("per epoch, paper: GPU 0.225 s on NVIDIA Tesla T4, CPU 29.86 s on CPU (model not "
+                                  "stated); ours: gpu-naive 0.6 s on NVIDIA H100 80GB HBM3, cpu-serial 75 s")
+    assert "the baselines differ: the paper's CPU took 29.86 s an epoch, ours (cpu-serial) 75 s" in speedup[-1]
     for experiment in ("E2", "E3", "E4", "E5", "E6"):
         row = _md_row(page, experiment)
         assert row[2] == "-" and row[-1] == f"not run: experiments.{experiment.lower()}.enabled is false in this config"
