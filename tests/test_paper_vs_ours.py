@@ -272,3 +272,24 @@ def test_a_summary_without_a_needed_column_is_one_clear_error():
         OursE1(frame, PAPER_VALUES)
     with pytest.raises(GpunnError, match="^E2 paper_vs_ours: our summary lacks column.s. hidden, forward_time_s"):
         OursE2(_e1_frame(), PAPER_VALUES)
+
+
+def test_a_range_verdict_weighs_the_speedups_spread_over_repeats():
+    """Ours against the paper's 4-5x (E4, optimized over naive): placed within, below or above it where every repeat
+    agrees; a bound inside ours' spread over the repeats is not settled by these runs."""
+    from gpunn.experiments.e4 import PAPER_VALUES as E4_VALUES
+    from gpunn.report.paper_vs_ours import range_note, speedup_spread
+
+    entry = next(v for v in E4_VALUES if v.quantity == "speedup" and v.upper_text == "5")
+    naive = pd.Series({"train_time_s": 20.0, "train_time_low_s": 19.0, "train_time_high_s": 21.0})
+    optimized = pd.Series({"train_time_s": 4.4, "train_time_low_s": 4.0, "train_time_high_s": 4.8})
+    spread = speedup_spread(20.0 / 4.4, optimized, naive)
+    assert spread == pytest.approx((19.0 / 4.8, 21.0 / 4.0))
+    assert range_note(20.0 / 4.4, entry, spread) == (
+        "ours spans 3.958-5.25 over the runs' repeats, across the paper's 4: not settled by these runs")
+    assert range_note(20.0 / 4.4, entry) == "within the paper's range"  # one run each: no spread to weigh
+    steady = speedup_spread(20.0 / 4.4, pd.Series({**optimized, "train_time_low_s": 4.3, "train_time_high_s": 4.5}),
+                            naive)
+    assert range_note(20.0 / 4.4, entry, steady) == "within the paper's range (ours 4.222-4.884 over the runs' repeats)"
+    unrepeated = pd.Series({"train_time_s": 4.4})
+    assert speedup_spread(20.0 / 4.4, unrepeated, unrepeated) is None

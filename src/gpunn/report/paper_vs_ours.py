@@ -175,16 +175,42 @@ def epoch_loss(run: pd.Series, epoch: int | None, final_column: str) -> tuple[fl
     return (None, f"epoch {epoch} not in {path}") if at.empty else (float(at.iloc[0]), "")
 
 
-def range_note(ours: float | None, entry: PaperValue) -> str:
-    """Where ours falls against a range (low-high) or a target (> low)."""
+def range_note(ours: float | None, entry: PaperValue, spread: tuple[float, float] | None = None) -> str:
+    """Where ours falls against a range (low-high) or a target (> low); with `spread` (ours' lowest and highest over
+    the runs' repeats), a bound inside it is said to be unsettled by these runs instead."""
     if ours is None:
         return ""
     low, high = entry.value, entry.upper
+    if spread is not None:
+        bounds = [b for b in (low, high) if b is not None and spread[0] < b < spread[1]]
+        if bounds:
+            return (f"ours spans {_number(spread[0])}-{_number(spread[1])} over the runs' repeats, across the paper's "
+                    f"{_number(bounds[0])}: not settled by these runs")
+    over = f" (ours {_number(spread[0])}-{_number(spread[1])} over the runs' repeats)" if spread is not None else ""
     if ours < low:
-        return "below the paper's range" if high is not None else "below the paper's target"
+        return ("below the paper's range" if high is not None else "below the paper's target") + over
     if high is not None and ours > high:
-        return "above the paper's range"
-    return "within the paper's range" if high is not None else "above the paper's target"
+        return "above the paper's range" + over
+    return ("within the paper's range" if high is not None else "above the paper's target") + over
+
+
+def speedup_spread(value: float | None, run: pd.Series | None, base: pd.Series | None) -> tuple[float, float] | None:
+    """Our speedup's lowest and highest over the repeats of its two runs (spread.with_bands' train_time_low_s and
+    train_time_high_s beside train_time_s), None where neither run was repeated."""
+    if value is None or run is None or base is None:
+        return None
+
+    def factors(row):
+        t, lo, hi = (row.get(c) for c in ("train_time_s", "train_time_low_s", "train_time_high_s"))
+        if missing(t) or missing(lo) or missing(hi) or not t > 0:
+            return None
+        return lo / t, hi / t
+
+    run_f, base_f = factors(run), factors(base)
+    if run_f is None and base_f is None:
+        return None
+    run_f, base_f = run_f or (1.0, 1.0), base_f or (1.0, 1.0)
+    return value * base_f[0] / run_f[1], value * base_f[1] / run_f[0]
 
 
 def compare(entries: Sequence[PaperValue], ours: Ours) -> list[dict]:
@@ -225,7 +251,9 @@ def compare(entries: Sequence[PaperValue], ours: Ours) -> list[dict]:
                 notes.append(SIMULATED)
         notes.extend(dict.fromkeys(w for w in whys if w))
         if entry.upper_text is not None or entry.quantity.startswith("expected"):
-            notes.append(range_note(value, entry))
+            spread = (speedup_spread(value, run, runs[-1] if len(runs) > 1 else None)
+                      if "speedup" in entry.quantity else None)
+            notes.append(range_note(value, entry, spread))
         row["note"] = "; ".join(n for n in notes if n)
         rows.append(row)
     return rows

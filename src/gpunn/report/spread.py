@@ -81,10 +81,18 @@ def setting_spreads(frame: pd.DataFrame, keys: Sequence[str]) -> dict[tuple, Spr
 
 def with_bands(primary: pd.DataFrame, every_run: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
     """`primary` (the runs themselves) with BAND_COLUMNS: its setting's band, the runs it pools, their largest
-    range and the variants repeated (NaN, 0 and '' where the setting has no repeats). `every_run`: the runs and
-    their repeats, from which setting_spreads measures."""
+    range and the variants repeated (NaN, 0 and '' where the setting has no repeats), and its own training time's
+    lowest and highest over its repeats (train_time_low_s, train_time_high_s; NaN where it has none). `every_run`:
+    the runs and their repeats, from which setting_spreads measures."""
     spreads = setting_spreads(every_run, keys)
     found = [spreads.get(tuple(row)) for row in primary[list(keys)].itertuples(index=False)]
+    # each run's training time over its own repeats (a speedup's spread: paper_vs_ours.speedup_spread)
+    times = every_run.groupby([*keys, "variant"], dropna=False)["train_time_s"]
+    low, high, count = times.min(), times.max(), times.count()
+    own = [tuple(row) for row in primary[[*keys, "variant"]].itertuples(index=False)]
+    repeated = [count.get(k, 1) > 1 for k in own]
+    primary = primary.assign(train_time_low_s=[low.get(k) if r else math.nan for k, r in zip(own, repeated)],
+                             train_time_high_s=[high.get(k) if r else math.nan for k, r in zip(own, repeated)])
     return primary.assign(
         accuracy_band_pp=[s.band if s else math.nan for s in found],
         spread_runs=[s.runs if s else 0 for s in found],
