@@ -188,11 +188,13 @@ def run_backward_weight_bias(version, n, cin, cout, h, w, k, p, key=(), **kw):
             rel_err(db.copy_to_host(), C.conv_bias_grad_ref(dy)))
 
 
-@pytest.mark.parametrize("k, padding, block", [(3, 1, None), (1, 0, 48), (5, 2, None)])
-def test_atomic_weight_and_bias_gradient_in_one_pass(k, padding, block):
-    """The scatter version (one thread per dy element, atomics): dw and db zeroed by its first launch, then both
-    from one pass; 48 threads: a block that is no multiple of the 2x3x5x6 output gradient's rows."""
-    dw_err, db_err = run_backward_weight_bias("atomic", 2, WG_CIN, WG_COUT, 5, 6, k, padding, block=block)
+@pytest.mark.parametrize("version", ["naive", "atomic"])
+@pytest.mark.parametrize("k, padding, block", [(3, 1, None), (1, 0, 4), (5, 2, None)])
+def test_weight_and_bias_gradient_in_one_launch_or_pass(version, k, padding, block):
+    """naive: one thread per weight and one per channel in one launch; atomic (one thread per dy element): dw and db
+    zeroed by its first launch, then both from one pass. 4 threads: the grid-stride loops wrap, the bias threads'
+    indices among the weights'."""
+    dw_err, db_err = run_backward_weight_bias(version, 2, WG_CIN, WG_COUT, 5, 6, k, padding, block=block)
     assert dw_err < TOL and db_err < TOL
 
 
@@ -520,11 +522,13 @@ def test_deterministic_bit_identical_and_atomics_close_gpu():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("n, cin, cout, h, w", [(64, 1, 16, 28, 28), (64, 16, 32, 26, 26)])
-def test_atomic_weight_and_bias_gradient_cnn_shapes_gpu(n, cin, cout, h, w):
-    """The CNN's conv1 and conv2 at batch 64 (36 864 to 43 264 atomic adds per weight): dw and db in one pass, and
-    each alone, float32-close to float64 at every block."""
+def test_weight_and_bias_gradients_cnn_shapes_gpu(n, cin, cout, h, w):
+    """The CNN's conv1 and conv2 at batch 64 (36 864 to 43 264 terms per weight): naive's and atomic's dw and db in
+    one launch or pass, atomic's each alone, float32-close to float64 at every block."""
     for block in (64, 256, 1024):
-        assert max(run_backward_weight_bias("atomic", n, cin, cout, h, w, 3, 0, block=block, key=("gpu",))) < 1e-4
+        for version in ("naive", "atomic"):
+            errors = run_backward_weight_bias(version, n, cin, cout, h, w, 3, 0, block=block, key=("gpu",))
+            assert max(errors) < 1e-4, (version, block)
         assert run_backward_weight("atomic", n, cin, cout, h, w, 3, 0, block=block, key=("gpu",)) < 1e-4
     rng = _rng("gpu atomic bias", cout)
     dy = rand(rng, n, cout, h - 2, w - 2)

@@ -2,12 +2,12 @@
 001's naive ConvLayerBackward (one thread per output-gradient element, atomics), and the training steps and epochs
 of gpu-naive with each design beside gpu-optimized. Results in docs/notes/issue-39-e4-naive.md.
 
-    PYTHONPATH=src python docs/notes/issue-39-e4-naive.py OUT_DIR [MNIST_DIR] [--quick]
+    PYTHONPATH=src python docs/notes/issue-39-e4-naive.py OUT_DIR [MNIST_DIR] [--quick] [--epochs-of=P1,P2]
 
 Writes OUT_DIR/kernels.csv (each weight / bias gradient version of the CNN's conv1 and conv2 at batch 64, CUDA events,
 median of REPEATS after warm-up), OUT_DIR/steps.csv (each launch of one training step per policy, timed alone) and
 OUT_DIR/epochs.csv (seconds per epoch on MNIST_DIR's real training set, or random data of its shape). --quick: tiny
-sizes, for the simulator.
+sizes, for the simulator; --epochs-of: only these policies' epochs (POLICY_SET's names).
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ NAIVE = POLICIES["gpu-naive"]
 # gpu-naive with each design of the conv weight / bias gradients (only the conv dict differs)
 POLICY_SET = {
     "gpu-naive": NAIVE,
+    "naive+bias-in-wgrad": dataclasses.replace(NAIVE, name="naive+bias-in-wgrad", conv={
+        **NAIVE.conv, "bias_grad": BIAS_WITH_WEIGHT}),
     "naive+atomic": dataclasses.replace(NAIVE, name="naive+atomic", conv={
         **NAIVE.conv, "backward_weight": "atomic", "bias_grad": "atomic"}),
     "naive+atomic-fused": dataclasses.replace(NAIVE, name="naive+atomic-fused", conv={
@@ -67,6 +69,7 @@ def kernels(out, quick):
         for block in blocks:
             runs += [("dw", "naive", block, wg["naive"].launcher(x, dy, dw, 0, block=block, launch=False)),
                      ("db", "naive", block, bg["naive"].launcher(dy, db, block=block, launch=False)),
+                     ("dw+db", "naive", block, wg["naive"].with_bias(x, dy, dw, db, 0, block=block, launch=False)),
                      ("dw", "atomic", block, wg["atomic"].launcher(x, dy, dw, 0, block=block, launch=False)),
                      ("db", "atomic", block, bg["atomic"].launcher(dy, db, block=block, launch=False)),
                      ("dw+db", "atomic", block, wg["atomic"].with_bias(x, dy, dw, db, 0, block=block, launch=False))]
@@ -108,10 +111,12 @@ def steps(out, quick, x, y):
     write(out / "steps.csv", rows)
 
 
-def epochs(out, quick, x, y, xt, yt):
+def epochs(out, quick, x, y, xt, yt, names):
     batch = 64 if not quick else 4
     rows = []
     for name, policy in POLICY_SET.items():
+        if names and name not in names:
+            continue
         engine = GpuEngine(build_model("cnn", **SIZES, seed=0), "cnn", 0.01, policy)
         engine.load_train_data(x, y)
         engine.warm_up({batch, len(x) % batch or batch})
@@ -138,7 +143,8 @@ SIZES = {"in_channels": 1, "image_size": 28, "classes": 10}
 
 def main(argv):
     quick = "--quick" in argv
-    args = [a for a in argv if a != "--quick"]
+    names = next((a.split("=", 1)[1].split(",") for a in argv if a.startswith("--epochs-of=")), None)
+    args = [a for a in argv if not a.startswith("--")]
     out = Path(args[0])
     out.mkdir(parents=True, exist_ok=True)
     print(f"device {provenance.gpu_name()}, driver {provenance.driver_version()}", flush=True)
@@ -163,7 +169,7 @@ def main(argv):
         xt, yt = (None, None) if xt is None else (np.ascontiguousarray(xt[:8, :, 10:18, 10:18]), yt[:8])
     kernels(out, quick)
     steps(out, quick, x, y)
-    epochs(out, quick, x, y, xt, yt)
+    epochs(out, quick, x, y, xt, yt, names)
     return 0
 
 

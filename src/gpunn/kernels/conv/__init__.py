@@ -9,7 +9,8 @@ Every launcher is ``conv_<pass>_<version>(...)``, takes ``block``/``stream``/``l
 
 Versions (the papers' naive and optimized CUDA kernels, papers 001 and 004, and ours), a module each:
 
-    naive          every pass: one thread per output element (dx gathered, no atomics; dw one per weight)
+    naive          every pass: one thread per output element (dx gathered, no atomics; dw one per weight, db one
+                   per channel, both in one launch as ``with_bias``)
     tiled          forward / input gradient: output tile x COG channels per block, input tile + halo and
                    weights in shared memory; bias + ReLU or the ReLU mask fused
     block          weight gradient: block per (co, ci) slice and batch split, shared-memory tree, atomics across
@@ -26,11 +27,12 @@ Versions (the papers' naive and optimized CUDA kernels, papers 001 and 004, and 
                    products into the zeroed dw (and db) with atomics; with the bias, both in one scatter pass
 
 A weight-gradient version may also make the bias gradient in the same launches (``ConvVersion.with_bias``, a
-launcher taking db after dw): ``deterministic`` does (``wgrad_bias``: dy's sum beside the k*k products), and
-``atomic`` (``wgrad_atomic``: each thread's dy added into db beside its products). A layer whose bias gradient is
-"made by the weight-gradient pass" (gpunn.backends.gpu.policy.BIAS_WITH_WEIGHT) calls it instead of the two
-launchers. The fused conv + ReLU + pool stage's versions of that pass are ``POOL_WGRAD_BIAS``:
-"gemm" (its weight-gradient GEMM with a ones column, ``wgrad_bias``) and "direct" (``wgrad_direct``).
+launcher taking db after dw): ``naive`` does (Cout more threads in its launch), ``deterministic`` (``wgrad_bias``:
+dy's sum beside the k*k products) and ``atomic`` (``wgrad_atomic``: each thread's dy added into db beside its
+products). A layer whose bias gradient is "made by the weight-gradient pass" (gpunn.backends.gpu.policy.
+BIAS_WITH_WEIGHT) calls it instead of the two launchers. The fused conv + ReLU + pool stage's versions of that
+pass are ``POOL_WGRAD_BIAS``: "gemm" (its weight-gradient GEMM with a ones column, ``wgrad_bias``) and "direct"
+(``wgrad_direct``).
 
 Convolutions on a 2x nearest-upsampled input read through the upsample (``upsampled``): ``UP_VERSIONS[pass]``
 holds their ``ConvVersion`` records (forward and backward_data ``implicit_gemm`` and ``winograd``, backward_weight
@@ -64,6 +66,7 @@ from .implicit_gemm import (
 )
 from .naive import (
     conv_backward_data_naive,
+    conv_backward_weight_bias_naive,
     conv_backward_weight_naive,
     conv_bias_grad_naive,
     conv_forward_naive,
@@ -140,6 +143,7 @@ __all__ = [
     "conv_backward_weight_atomic",
     "conv_backward_weight_bias_atomic",
     "conv_backward_weight_bias_deterministic",
+    "conv_backward_weight_bias_naive",
     "conv_backward_weight_bias_pool",
     "conv_backward_weight_bias_pool_direct",
     "conv_backward_weight_block",
@@ -217,7 +221,7 @@ VERSIONS = {
         ConvVersion("winograd", conv_backward_data_winograd, applies=winograd_fits, takes_threads=False),
     ),
     "backward_weight": _table(
-        ConvVersion("naive", conv_backward_weight_naive),
+        ConvVersion("naive", conv_backward_weight_naive, with_bias=conv_backward_weight_bias_naive),
         ConvVersion("block", conv_backward_weight_block),
         ConvVersion("shuffle", conv_backward_weight_shuffle, needs_gpu=True),
         ConvVersion("deterministic", conv_backward_weight_deterministic,
