@@ -15,6 +15,7 @@ from ..launch import Launch, bind, check_block, grid_for
 from .checks import (
     U0,
     U1,
+    WARP,
     backward_data_args,
     backward_weight_args,
     bias_grad_args,
@@ -133,10 +134,17 @@ def _bias_sum(dy, co):
     return acc
 
 
+@cuda.jit(device=True)
+def _warp_end(n):
+    """n rounded up to a whole number of warps."""
+    return uint32(uint32(n + uint32(WARP - 1)) // uint32(WARP) * uint32(WARP))
+
+
 @functools.cache
 def _backward_weight_kernel(k, pad, bias=False):
-    """One thread per weight; with `bias`, Cout more threads (after the weights' in the grid) each writing one
-    db[co]: both gradients from one launch."""
+    """One thread per weight; with `bias`, Cout more threads each writing one db[co]: both gradients from one
+    launch. The bias threads start at the next warp after the weights' (_warp_end), so that no warp runs both loops
+    one after the other."""
     P = np.uint32(pad)
     K = np.uint32(k)
 
@@ -149,12 +157,14 @@ def _backward_weight_kernel(k, pad, bias=False):
         oh_n = uint32(dy.shape[2])
         ow_n = uint32(dy.shape[3])
         nw = uint32(dw.shape[0] * dw.shape[1] * dw.shape[2] * dw.shape[3])
-        total = uint32(nw + uint32(dw.shape[0])) if bias else nw
+        first_bias = _warp_end(nw)
+        total = uint32(first_bias + uint32(dw.shape[0])) if bias else nw
         i = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
         stride = uint32(cuda.gridDim.x * cuda.blockDim.x)
         while i < total:
             if bias and i >= nw:
-                db[uint32(i - nw)] = _bias_sum(dy, uint32(i - nw))
+                if i >= first_bias:
+                    db[uint32(i - first_bias)] = _bias_sum(dy, uint32(i - first_bias))
                 i = uint32(i + stride)
                 continue
             kw = uint32(i % K)
@@ -227,15 +237,15 @@ def conv_backward_weight_naive(x, dy, dw, padding, block=256, stream=0, launch=T
 
 
 def conv_backward_weight_bias_naive(x, dy, dw, db, padding, block=256, stream=0, launch=True) -> Launch:
-    """Naive weight and bias gradients in one launch: one thread per weight element and one per output channel
-    (each summing dy over n, oh, ow), all deterministic."""
+    """Naive weight and bias gradients in one launch: one thread per weight element and, from the next warp on, one
+    per output channel (each summing dy over n, oh, ow), all deterministic."""
     op = "conv_backward_weight_bias_naive"
     padding, (_, _, k) = backward_weight_args(op, x, dy, dw, padding)
     bias_grad_args(op, dy, db)
     block = check_block(op, block)
     kernel = _backward_weight_kernel(k, padding, bias=True)
-    return bind(kernel, grid_for(dw.size + db.size, block), block, (x, dy, dw, db), stream, launch,
-                f"{op}[k{k},p{padding}]")
+    threads = -(-dw.size // WARP) * WARP + db.size  # the bias threads from the next warp on
+    return bind(kernel, grid_for(threads, block), block, (x, dy, dw, db), stream, launch, f"{op}[k{k},p{padding}]")
 
 
 def conv_bias_grad_naive(dy, db, block=256, stream=0, launch=True) -> Launch:
