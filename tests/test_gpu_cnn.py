@@ -63,7 +63,9 @@ def test_cnn_variants_are_registered_with_their_facts():
     assert [name for name in cnn if not VARIANTS[name].simulator] == ["gpu-graph"]
     naive, optimized, im2col = POLICIES["gpu-naive"], POLICIES["gpu-optimized"], POLICIES["gpu-im2col"]
     assert naive.sgd == "per_layer" and not naive.fuse and naive.copy == "sync" and naive.pool_backward == "atomic"
-    assert set(naive.conv.values()) == {"naive"} and naive.gemm == "naive"
+    # paper 001's ConvLayerBackward: a layer's weight and bias gradients in one naive launch
+    assert naive.conv == {"forward": "naive", "backward_data": "naive", "backward_weight": "naive",
+                          "bias_grad": "with_weight"} and naive.gemm == "naive"
     # the paper's optimized list, each item a field
     assert optimized.fuse and optimized.gemm == "tiled16" and optimized.copy == "pipelined" and optimized.sgd == "flat"
     assert optimized.conv["forward"] == "tiled" and optimized.conv["backward_weight"] == "shuffle"

@@ -164,7 +164,7 @@ def test_backward_data_kernel_sizes_and_wide_padding(version, k, padding):
 
 # --------------------------------------------------------------------------------------------- backward-weight
 @pytest.mark.parametrize("padding", [0, 1])
-@pytest.mark.parametrize("version", ["naive", "block", "deterministic"])
+@pytest.mark.parametrize("version", ["naive", "block", "deterministic", "atomic"])
 def test_backward_weight(version, padding):
     # auto splits at these shapes: one per image, so block sums with atomics and deterministic in two passes
     assert run_backward_weight(version, 2, WG_CIN, WG_COUT, H, W, 3, padding) < TOL
@@ -174,6 +174,28 @@ def test_backward_weight(version, padding):
 def test_backward_weight_kernel_sizes(k, padding):
     assert run_backward_weight("naive", 2, CIN, COUT, 6, 5, k, padding) < TOL
     assert run_backward_weight("block", 2, 1, 2, 6, 5, k, padding, splits=1) < TOL
+
+
+def run_backward_weight_bias(version, n, cin, cout, h, w, k, p, key=(), **kw):
+    """A weight-gradient version's with_bias launcher (dw and db in one pass): the errors of dw and db."""
+    kw = {**_block(kw.pop("block", None)), **kw}
+    rng = _rng("backward_weight_bias", version, n, cin, cout, h, w, k, p, *key)
+    x, dy = rand(rng, n, cin, h, w), rand(rng, n, cout, *out_hw(h, w, k, p))
+    dw, db = poisoned(cout, cin, k, k), poisoned(cout)
+    launch = C.VERSIONS["backward_weight"][version].with_bias(cuda.to_device(x), cuda.to_device(dy), dw, db, p, **kw)
+    assert isinstance(launch, (Launch, LaunchGroup))
+    return (rel_err(dw.copy_to_host(), C.conv_backward_weight_ref(x, dy, k, p)),
+            rel_err(db.copy_to_host(), C.conv_bias_grad_ref(dy)))
+
+
+@pytest.mark.parametrize("version", ["naive", "atomic"])
+@pytest.mark.parametrize("k, padding, block", [(3, 1, None), (1, 0, 4), (5, 2, None)])
+def test_weight_and_bias_gradient_in_one_launch_or_pass(version, k, padding, block):
+    """naive: one thread per weight and one per channel in one launch; atomic (one thread per dy element): dw and db
+    zeroed by its first launch, then both from one pass. 4 threads: the grid-stride loops wrap, the bias threads'
+    indices among the weights'."""
+    dw_err, db_err = run_backward_weight_bias(version, 2, WG_CIN, WG_COUT, 5, 6, k, padding, block=block)
+    assert dw_err < TOL and db_err < TOL
 
 
 def test_fitted_threads_shrink_the_tile_to_small_outputs():
@@ -216,7 +238,7 @@ def test_shuffle_weight_gradient_refuses_the_simulator():
 
 
 # --------------------------------------------------------------------------------------------- bias gradient
-@pytest.mark.parametrize("version, block", [("naive", 3), ("block", 32), ("split", 32)])
+@pytest.mark.parametrize("version, block", [("naive", 3), ("block", 32), ("split", 32), ("atomic", 48)])
 def test_bias_grad(version, block):
     rng = _rng("bias_grad", version)
     dy = rand(rng, N, COUT, H, W)
@@ -342,10 +364,10 @@ def test_strided_weight_views_and_replay():
     dx = poisoned(2, CIN, 5, 6)
     C.conv_backward_data_tiled(cuda.to_device(dy), w_view, dx, 1, **_block(None))
     assert rel_err(dx.copy_to_host(), C.conv_backward_data_ref(dy, wt, x.shape, 1)) < TOL
-    for version in ("naive", "block"):
+    for version in ("naive", "block", "atomic"):
         dw_block = cuda.to_device(np.full((WG_COUT, CIN + 2, 3, 3), np.nan, np.float32))
         dw_view = dw_block[:, 1:CIN + 1]
-        kw = {**_block(None), **({} if version == "naive" else {"splits": 2})}  # zeroing + atomics on a view
+        kw = {**_block(None), **({"splits": 2} if version == "block" else {})}  # zeroing + atomics on a view
         C.VERSIONS["backward_weight"][version].launcher(cuda.to_device(x), cuda.to_device(dy), dw_view, 1, **kw)
         got = dw_block.copy_to_host()
         assert rel_err(got[:, 1:CIN + 1], C.conv_backward_weight_ref(x, dy, 3, 1)) < TOL, version
@@ -496,6 +518,23 @@ def test_deterministic_bit_identical_and_atomics_close_gpu():
     ref = C.conv_backward_weight_ref(x, dy, 3, 0)
     for version, results in runs.items():
         assert rel_err(results[0], ref) < 1e-4, version
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("n, cin, cout, h, w", [(64, 1, 16, 28, 28), (64, 16, 32, 26, 26)])
+def test_weight_and_bias_gradients_cnn_shapes_gpu(n, cin, cout, h, w):
+    """The CNN's conv1 and conv2 at batch 64 (36 864 to 43 264 terms per weight): naive's and atomic's dw and db in
+    one launch or pass, atomic's each alone, float32-close to float64 at every block."""
+    for block in (64, 256, 1024):
+        for version in ("naive", "atomic"):
+            errors = run_backward_weight_bias(version, n, cin, cout, h, w, 3, 0, block=block, key=("gpu",))
+            assert max(errors) < 1e-4, (version, block)
+        assert run_backward_weight("atomic", n, cin, cout, h, w, 3, 0, block=block, key=("gpu",)) < 1e-4
+    rng = _rng("gpu atomic bias", cout)
+    dy = rand(rng, n, cout, h - 2, w - 2)
+    db = poisoned(cout)
+    C.conv_bias_grad_atomic(cuda.to_device(dy), db)
+    assert rel_err(db.copy_to_host(), C.conv_bias_grad_ref(dy)) < 1e-4
 
 
 @pytest.mark.gpu

@@ -235,3 +235,21 @@ def test_dry_run_plans_one_gpu_profile_job_per_model_and_gpu_variant(workflow_co
     assert "--model autoencoder --dataset cifar10 --batch 64 --widths 256,128" in e5
     report = _jobs(out.stdout + out.stderr, "report_e1")[0]
     assert "--profiles results/profile/gpu-box/e1/gpu-naive.csv" in report
+
+
+def test_e4_naive_note_reads_the_step_profile_and_the_epochs(tmp_path):
+    """E4's note on its naive: the share of gpu-naive's step in the conv weight and bias gradients from its step
+    profile (6 + 3 of 10.2 ms here), the epochs against the paper's A40; under the simulator only the design."""
+    from gpunn.experiments.e4 import NAIVE_DESIGN, naive_note
+
+    main = pd.DataFrame([{"variant": v, "dataset": "mnist", "time_per_epoch_s": t, "device": "NVIDIA H200",
+                          "simulator": False} for v, t in (("gpu-naive", 7.8), ("gpu-optimized", 0.55))])
+    note = naive_note(main, _profiles(tmp_path))
+    assert note.startswith(NAIVE_DESIGN + " In this run's step profile those launches (2, of (4, 8) blocks) take 88 % "
+                           "of gpu-naive's 10.2 ms of kernel time a step")
+    assert ("our naive/optimized ratio is 14.2x (7.8 s against 0.55 s an epoch on NVIDIA H200), the paper's 4.53x "
+            "(NVIDIA A40: 4.69 s against 1.04 s): our optimized epoch is 1.9x shorter than the paper's, our naive one "
+            "1.7x longer.") in note
+    simulated = main.assign(simulator=True)
+    assert naive_note(simulated, _profiles(tmp_path / "sim", timed=False)) == NAIVE_DESIGN
+    assert naive_note(main[main["variant"] != "gpu-naive"]) is None

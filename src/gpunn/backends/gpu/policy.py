@@ -22,8 +22,9 @@ CUDA graphs or not. The engine (gpunn.backends.gpu.engine) reads nothing else to
 
 The CNN's variants (paper 001's naive and optimized CUDA versions, and ours):
 
-    gpu-naive      (shared with the MLP) one thread per output element in every kernel: direct convolutions, a
-                   separate ReLU kernel, max-pool backward with atomics, naive GEMM for the FC layer; the batch
+    gpu-naive      (shared with the MLP) one thread per output element in every kernel: direct convolutions (a
+                   layer's weight and bias gradients in one launch, as the paper's ConvLayerBackward), a separate
+                   ReLU kernel, max-pool backward with atomics, naive GEMM for the FC layer; the batch
                    copied host->device every step, the loss read back every step, one SGD launch per layer
                    (conv1, conv2, fc: the paper's SGDBackward per parameter set)
     gpu-optimized  the paper's optimized list, each a field here: conv+ReLU fused (`fuse`), shared-memory input
@@ -140,15 +141,20 @@ class Policy:
         return {"block": self.block} if self.block else {}
 
 
-DIRECT_CONV = {"forward": "naive", "backward_data": "naive", "backward_weight": "naive", "bias_grad": "naive"}
+# the bias gradient "made by the weight-gradient pass" (no launch of its own), a bias_grad version (see below)
+BIAS_WITH_WEIGHT = "with_weight"
+# paper 001's naive: one thread per output element, a layer's weight and bias gradients in one launch (its
+# ConvLayerBackward: one thread per weight and one per bias channel; gpunn.kernels.conv.naive)
+DIRECT_CONV = {"forward": "naive", "backward_data": "naive", "backward_weight": "naive",
+               "bias_grad": BIAS_WITH_WEIGHT}
 TILED_CONV = {"forward": "tiled", "backward_data": "tiled", "backward_weight": "block", "bias_grad": "block"}
 # the fused policies' conv: every pass an implicit-im2col GEMM (bias + ReLU, and the ReLU mask, in its epilogue)
 FUSED_CONV = {"forward": "implicit_gemm", "backward_data": "implicit_gemm", "backward_weight": "implicit_gemm",
               "bias_grad": "split"}
 # the paper's optimized CNN: shared-memory input tiles with bias + ReLU fused, warp-shuffle weight gradients
 OPTIMIZED_CONV = {"forward": "tiled", "backward_data": "tiled", "backward_weight": "shuffle", "bias_grad": "block"}
-# weight-gradient versions that add their batch splits into dw with atomics (gpunn.kernels.conv.weight_grad)
-ATOMIC_WGRAD = ("block", "shuffle")
+# weight-gradient versions whose threads add into dw with atomics (weight_grad's batch splits; wgrad_atomic)
+ATOMIC_WGRAD = ("block", "shuffle", "atomic")
 # conv versions needing a real GPU (warp shuffles) -> the simulator's stand-in with the same block decomposition
 SIMULATOR_TWIN = {"shuffle": "block"}
 SIMULATOR_THREADS = 32  # the simulator's block for thread-count kernels when a run sets none (for_simulator)
@@ -163,7 +169,6 @@ AUTO_STAGED_MIN_WIDE = 64      # input channels from which a narrow output's sta
 # bias_grad version that "auto" chooses where the layer's weight-gradient version makes it (conv.ConvVersion.
 # with_bias: these), and for a fused conv + ReLU + pool stage up to AUTO_POOL_BIAS_MAX_COUT output channels (the
 # deep32x32 weight gradient's M, the CNN's conv2: the ones column lies inside its last N tile)
-BIAS_WITH_WEIGHT = "with_weight"
 WGRAD_WITH_BIAS = ("deterministic",)
 AUTO_POOL_BIAS_MAX_COUT = 32
 AUTO_POOL_WGRAD_BIAS = "direct"  # that pass by a direct convolution where it fits (else the GEMM with a ones column)

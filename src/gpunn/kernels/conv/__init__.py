@@ -9,7 +9,8 @@ Every launcher is ``conv_<pass>_<version>(...)``, takes ``block``/``stream``/``l
 
 Versions (the papers' naive and optimized CUDA kernels, papers 001 and 004, and ours), a module each:
 
-    naive          every pass: one thread per output element (dx gathered, no atomics; dw one per weight)
+    naive          every pass: one thread per output element (dx gathered, no atomics; dw one per weight, db one
+                   per channel, both in one launch as ``with_bias``)
     tiled          forward / input gradient: output tile x COG channels per block, input tile + halo and
                    weights in shared memory; bias + ReLU or the ReLU mask fused
     block          weight gradient: block per (co, ci) slice and batch split, shared-memory tree, atomics across
@@ -22,12 +23,16 @@ Versions (the papers' naive and optimized CUDA kernels, papers 001 and 004, and 
     winograd       forward, input and weight gradient of 3x3 kernels by Winograd's F(2x2, 3x3): elementwise
                    tile transforms around one batched GEMM of the 16 positions (``gemm.batched``)
     split          bias gradient: (Cout, S) blocks over batch splits, partials added in a fixed order
+    atomic         weight and bias gradients: one thread per output-gradient element (n, co, oy, ox) adding its
+                   products into the zeroed dw (and db) with atomics; with the bias, both in one scatter pass
 
 A weight-gradient version may also make the bias gradient in the same launches (``ConvVersion.with_bias``, a
-launcher taking db after dw: ``wgrad_bias``): ``deterministic`` does (dy's sum beside the k*k products). A layer
-whose bias gradient is "made by the weight-gradient pass" (gpunn.backends.gpu.policy.BIAS_WITH_WEIGHT) calls it
-instead of the two launchers. The fused conv + ReLU + pool stage's versions of that pass are ``POOL_WGRAD_BIAS``:
-"gemm" (its weight-gradient GEMM with a ones column, ``wgrad_bias``) and "direct" (``wgrad_direct``).
+launcher taking db after dw): ``naive`` does (Cout more threads in its launch), ``deterministic`` (``wgrad_bias``:
+dy's sum beside the k*k products) and ``atomic`` (``wgrad_atomic``: each thread's dy added into db beside its
+products). A layer whose bias gradient is "made by the weight-gradient pass" (gpunn.backends.gpu.policy.
+BIAS_WITH_WEIGHT) calls it instead of the two launchers. The fused conv + ReLU + pool stage's versions of that
+pass are ``POOL_WGRAD_BIAS``: "gemm" (its weight-gradient GEMM with a ones column, ``wgrad_bias``) and "direct"
+(``wgrad_direct``).
 
 Convolutions on a 2x nearest-upsampled input read through the upsample (``upsampled``): ``UP_VERSIONS[pass]``
 holds their ``ConvVersion`` records (forward and backward_data ``implicit_gemm`` and ``winograd``, backward_weight
@@ -61,6 +66,7 @@ from .implicit_gemm import (
 )
 from .naive import (
     conv_backward_data_naive,
+    conv_backward_weight_bias_naive,
     conv_backward_weight_naive,
     conv_bias_grad_naive,
     conv_forward_naive,
@@ -97,6 +103,7 @@ from .weight_grad import (
     conv_backward_weight_shuffle,
     weight_grad_splits,
 )
+from .wgrad_atomic import conv_backward_weight_atomic, conv_backward_weight_bias_atomic, conv_bias_grad_atomic
 from .wgrad_bias import conv_backward_weight_bias_deterministic, conv_backward_weight_bias_pool
 from .wgrad_direct import conv_backward_weight_bias_pool_direct, direct_layout
 from .winograd import (
@@ -133,7 +140,10 @@ __all__ = [
     "conv_backward_weight_up_ref",
     "conv_forward_implicit_gemm_up",
     "conv_forward_up_ref",
+    "conv_backward_weight_atomic",
+    "conv_backward_weight_bias_atomic",
     "conv_backward_weight_bias_deterministic",
+    "conv_backward_weight_bias_naive",
     "conv_backward_weight_bias_pool",
     "conv_backward_weight_bias_pool_direct",
     "conv_backward_weight_block",
@@ -143,6 +153,7 @@ __all__ = [
     "conv_backward_weight_ref",
     "conv_backward_weight_shuffle",
     "conv_backward_weight_staged",
+    "conv_bias_grad_atomic",
     "conv_bias_grad_block",
     "conv_bias_grad_naive",
     "conv_bias_grad_ref",
@@ -210,7 +221,7 @@ VERSIONS = {
         ConvVersion("winograd", conv_backward_data_winograd, applies=winograd_fits, takes_threads=False),
     ),
     "backward_weight": _table(
-        ConvVersion("naive", conv_backward_weight_naive),
+        ConvVersion("naive", conv_backward_weight_naive, with_bias=conv_backward_weight_bias_naive),
         ConvVersion("block", conv_backward_weight_block),
         ConvVersion("shuffle", conv_backward_weight_shuffle, needs_gpu=True),
         ConvVersion("deterministic", conv_backward_weight_deterministic,
@@ -218,11 +229,13 @@ VERSIONS = {
         ConvVersion("implicit_gemm", conv_backward_weight_implicit_gemm, takes_threads=False),
         ConvVersion("staged", conv_backward_weight_staged, applies=staged_fits),
         ConvVersion("winograd", conv_backward_weight_winograd, applies=winograd_fits, takes_threads=False),
+        ConvVersion("atomic", conv_backward_weight_atomic, with_bias=conv_backward_weight_bias_atomic),
     ),
     "bias_grad": _table(
         ConvVersion("naive", conv_bias_grad_naive),
         ConvVersion("block", conv_bias_grad_block),
         ConvVersion("split", conv_bias_grad_split),
+        ConvVersion("atomic", conv_bias_grad_atomic),
     ),
 }
 

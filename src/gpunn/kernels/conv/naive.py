@@ -1,6 +1,7 @@
 """Convolution version ``naive``, every pass: one thread per output element on a grid-stride 1-D grid (the papers'
 naive CUDA kernels). The input gradient is gathered (no atomics); the weight gradient is one thread per weight
-looping over n, oh, ow (deterministic); the bias gradient one thread per channel."""
+looping over n, oh, ow (deterministic); the bias gradient one thread per channel, on its own or (``with_bias``) in the
+weight gradient's launch, Cout threads after the weights'."""
 
 from __future__ import annotations
 
@@ -14,13 +15,15 @@ from ..launch import Launch, bind, check_block, grid_for
 from .checks import (
     U0,
     U1,
+    WARP,
     backward_data_args,
     backward_weight_args,
     bias_grad_args,
     forward_args,
 )
 
-__all__ = ["conv_backward_data_naive", "conv_backward_weight_naive", "conv_bias_grad_naive", "conv_forward_naive"]
+__all__ = ["conv_backward_data_naive", "conv_backward_weight_bias_naive", "conv_backward_weight_naive",
+           "conv_bias_grad_naive", "conv_forward_naive"]
 
 
 @functools.cache
@@ -114,23 +117,56 @@ def _backward_data_kernel(k, pad, epilogue):
     return conv_backward_data_naive_kernel
 
 
+@cuda.jit(device=True)
+def _bias_sum(dy, co):
+    """The sum of dy[:, co] over images and positions, in order."""
+    acc = float32(0.0)
+    n = U0
+    while n < uint32(dy.shape[0]):
+        oy = U0
+        while oy < uint32(dy.shape[2]):
+            ox = U0
+            while ox < uint32(dy.shape[3]):
+                acc += dy[n, co, oy, ox]
+                ox = uint32(ox + U1)
+            oy = uint32(oy + U1)
+        n = uint32(n + U1)
+    return acc
+
+
+@cuda.jit(device=True)
+def _warp_end(n):
+    """n rounded up to a whole number of warps."""
+    return uint32(uint32(n + uint32(WARP - 1)) // uint32(WARP) * uint32(WARP))
+
+
 @functools.cache
-def _backward_weight_kernel(k, pad):
+def _backward_weight_kernel(k, pad, bias=False):
+    """One thread per weight; with `bias`, Cout more threads each writing one db[co]: both gradients from one
+    launch. The bias threads start at the next warp after the weights' (_warp_end), so that no warp runs both loops
+    one after the other."""
     P = np.uint32(pad)
     K = np.uint32(k)
 
     @cuda.jit
-    def conv_backward_weight_naive_kernel(x, dy, dw):
+    def conv_backward_weight_naive_kernel(x, dy, dw, db):
         n_img = uint32(x.shape[0])
         cin = uint32(x.shape[1])
         h = uint32(x.shape[2])
         wd = uint32(x.shape[3])
         oh_n = uint32(dy.shape[2])
         ow_n = uint32(dy.shape[3])
-        total = uint32(dw.shape[0] * dw.shape[1] * dw.shape[2] * dw.shape[3])
+        nw = uint32(dw.shape[0] * dw.shape[1] * dw.shape[2] * dw.shape[3])
+        first_bias = _warp_end(nw)
+        total = uint32(first_bias + uint32(dw.shape[0])) if bias else nw
         i = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
         stride = uint32(cuda.gridDim.x * cuda.blockDim.x)
         while i < total:
+            if bias and i >= nw:
+                if i >= first_bias:
+                    db[uint32(i - first_bias)] = _bias_sum(dy, uint32(i - first_bias))
+                i = uint32(i + stride)
+                continue
             kw = uint32(i % K)
             rest = uint32(i // K)
             kh = uint32(rest % K)
@@ -160,25 +196,11 @@ def _backward_weight_kernel(k, pad):
 
 @cuda.jit
 def _bias_grad_kernel(dy, db):
-    n_img = uint32(dy.shape[0])
     cout = uint32(dy.shape[1])
-    oh_n = uint32(dy.shape[2])
-    ow_n = uint32(dy.shape[3])
     co = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
     stride = uint32(cuda.gridDim.x * cuda.blockDim.x)
     while co < cout:
-        acc = float32(0.0)
-        n = U0
-        while n < n_img:
-            oy = U0
-            while oy < oh_n:
-                ox = U0
-                while ox < ow_n:
-                    acc += dy[n, co, oy, ox]
-                    ox = uint32(ox + U1)
-                oy = uint32(oy + U1)
-            n = uint32(n + U1)
-        db[co] = acc
+        db[co] = _bias_sum(dy, co)
         co = uint32(co + stride)
 
 
@@ -210,7 +232,20 @@ def conv_backward_weight_naive(x, dy, dw, padding, block=256, stream=0, launch=T
     padding, (_, _, k) = backward_weight_args(op, x, dy, dw, padding)
     block = check_block(op, block)
     kernel = _backward_weight_kernel(k, padding)
-    return bind(kernel, grid_for(dw.size, block), block, (x, dy, dw), stream, launch, f"{op}[k{k},p{padding}]")
+    db = dw[0, 0, 0, :1]  # the kernel's db, never read without the bias (a view: nothing allocated)
+    return bind(kernel, grid_for(dw.size, block), block, (x, dy, dw, db), stream, launch, f"{op}[k{k},p{padding}]")
+
+
+def conv_backward_weight_bias_naive(x, dy, dw, db, padding, block=256, stream=0, launch=True) -> Launch:
+    """Naive weight and bias gradients in one launch: one thread per weight element and, from the next warp on, one
+    per output channel (each summing dy over n, oh, ow), all deterministic."""
+    op = "conv_backward_weight_bias_naive"
+    padding, (_, _, k) = backward_weight_args(op, x, dy, dw, padding)
+    bias_grad_args(op, dy, db)
+    block = check_block(op, block)
+    kernel = _backward_weight_kernel(k, padding, bias=True)
+    threads = -(-dw.size // WARP) * WARP + db.size  # the bias threads from the next warp on
+    return bind(kernel, grid_for(threads, block), block, (x, dy, dw, db), stream, launch, f"{op}[k{k},p{padding}]")
 
 
 def conv_bias_grad_naive(dy, db, block=256, stream=0, launch=True) -> Launch:
