@@ -201,6 +201,13 @@ def test_e3_places_our_speedups_in_the_plans_range(tmp_path):
     assert graph["ours"] == pytest.approx((10.0 + 5.12) / (10.0 / (k + 1) ** 2 + 5.12))
     tolerance = _one(_rows(out), quantity="relative_error")
     assert pd.isna(tolerance["ours"]) and "not measured by the pipeline" in tolerance["note"]
+    # timings taken beside other jobs (timing: overlap, recorded in each CSV row): no speedup, the note says why
+    overlapped = _write_timings(tmp_path / "overlap", where=lambda v: {**ON_H100, "timing_mode": "overlap"})
+    make_report("e3", tmp_path / "overlap-report", timings=overlapped)
+    graph = _one(_rows(tmp_path / "overlap-report", "Benchmarking Plan"),
+                 column="expected_speedup vs NumPy CPU, batch 512", variant="gpu-graph")
+    assert pd.isna(graph["ours"]) and ("no speedup: gpu-graph (overlap) and cpu-numpy (overlap) were not both timed "
+                                       "alone") in graph["note"]
 
 
 def test_e4_tables_speedups_over_each_sides_cpu_and_the_block_result(tmp_path):

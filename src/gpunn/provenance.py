@@ -26,7 +26,7 @@ PROVENANCE_KEYS = ("device", "driver", "simulator", "cpu", "hostname", "blas_thr
                    "gpu_slots", "timing_mode", "placed_at")
 # the subset repeated on every row of a timing CSV (columns() gives them)
 CSV_COLUMNS = ("device", "driver", "simulator", "blas_threads", "numba_threads", "numpy", "numba", "numba_cuda",
-               "snakemake", "commit")
+               "snakemake", "commit", "timing_mode")  # timing_mode: whether a speedup may divide the row's clock
 SIMULATOR_DEVICE = "cuda-simulator"
 CPU_DEVICE = "cpu"
 UNKNOWN_COMMIT = "unknown"

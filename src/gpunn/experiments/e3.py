@@ -21,7 +21,7 @@ from gpunn.report import figures, paper_vs_ours, tables, titles
 from gpunn.report.captions import Caption
 from gpunn.report.paper_vs_ours import SIMULATED, joined, range_note, require_columns, run_device, value_row
 from gpunn.report.papers import PaperValue, select
-from gpunn.report.runs import join_notes, read_csvs, sorted_rows
+from gpunn.report.runs import clocks_comparable, join_notes, read_csvs, sorted_rows, timing_mode
 from gpunn.report.tables import ordered_variants, read_table
 
 PAPER = "003_4a1c4467d7dd6247.txt"
@@ -249,7 +249,10 @@ def e3_rows(frame: pd.DataFrame) -> list[dict]:
             else:
                 run = of.iloc[0]
                 row.update(variant=variant, our_device=run_device(run), simulator=bool(run["simulator"]))
-                if batch in cpu.index:
+                if batch in cpu.index and not clocks_comparable(timing_mode(run), timing_mode(cpu.loc[batch])):
+                    notes.append(f"no speedup: {variant} ({timing_mode(run)}) and cpu-numpy "
+                                 f"({timing_mode(cpu.loc[batch])}) were not both timed alone (config key timing)")
+                elif batch in cpu.index:
                     row["ours"] = float(cpu.loc[batch, "throughput_step_ms"]) / float(run["throughput_step_ms"])
                     notes.append("ours: throughput (time per step, steps back to back)")
                     row["variant"] = f"{variant} vs cpu-numpy"

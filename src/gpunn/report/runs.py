@@ -79,9 +79,11 @@ COMPARABLE_CLOCKS = ("isolated",)
 TIMING_MODE_BEFORE = "isolated"  # runs recorded before provenance had timing_mode: timed jobs never overlapped then
 
 
-def timing_mode(provenance: dict | None) -> str:
-    """The config key `timing` a run was timed under (its provenance's timing_mode)."""
-    return str((provenance or {}).get("timing_mode") or TIMING_MODE_BEFORE)
+def timing_mode(provenance) -> str:
+    """The config key `timing` a run was timed under (its provenance's timing_mode, or a timing CSV row's; missing,
+    None or NaN: TIMING_MODE_BEFORE)."""
+    mode = (provenance if provenance is not None else {}).get("timing_mode")
+    return TIMING_MODE_BEFORE if mode is None or pd.isna(mode) or not str(mode).strip() else str(mode)
 
 
 def clocks_comparable(*modes) -> bool:
