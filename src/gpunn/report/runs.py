@@ -87,8 +87,9 @@ def timing_mode(provenance) -> str:
 
 
 def clocks_comparable(*modes) -> bool:
-    """Whether runs timed under `modes` may be divided into a speedup."""
-    return all(str(mode) in COMPARABLE_CLOCKS for mode in modes)
+    """Whether runs timed under `modes` (None or NaN: recorded before the mode, TIMING_MODE_BEFORE) may be divided
+    into a speedup."""
+    return all(timing_mode({"timing_mode": mode}) in COMPARABLE_CLOCKS for mode in modes)
 
 
 def speedup(frame: pd.DataFrame, baseline: str, column: str, keys: Sequence[str]) -> pd.Series:
