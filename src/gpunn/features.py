@@ -4,7 +4,7 @@
 
 A run of a GPU variant is encoded on the GPU by its own engine (the encoder's forward launches, batch by batch:
 GpuEngine.predict with the encoder's layers), after checking that a sample of images encodes as the CPU encoder
-(the float32 NumPy layers) does, within CHECK_TOLERANCE relative; a CPU run is encoded by the NumPy layers.
+(the float32 NumPy layers) does (gpunn.evaluate.checked_gpu_forward); a CPU run is encoded by the NumPy layers.
 """
 
 from __future__ import annotations
@@ -15,36 +15,14 @@ from pathlib import Path
 import numpy as np
 
 from gpunn import io
-from gpunn.backends.registry import make_backend, uses_gpu
+from gpunn.backends.registry import uses_gpu
 from gpunn.data.prepare import load_prepared
 from gpunn.errors import GpunnError
+from gpunn.evaluate import CHECK_IMAGES, checked_gpu_forward
 from gpunn.nn.models import model_spec
 from gpunn.rundata import images_to_float
 from gpunn.seeding import batch_slices
 from gpunn.weights import load_trained
-
-# the GPU encoder must give the CPU encoder's features on CHECK_IMAGES training images to this relative error
-CHECK_TOLERANCE = 1e-5
-CHECK_IMAGES = 64
-
-
-def gpu_encoder(spec, model, sample: np.ndarray, log=print):
-    """The batch -> latent function of `model`'s encoder on the GPU engine of the run's variant, after checking
-    it against the CPU encoder on `sample` (float images): max|gpu - cpu| / max|cpu| <= CHECK_TOLERANCE."""
-    engine = make_backend(spec.variant, model, spec.model, spec.lr)
-
-    def encode(images):
-        return engine.predict(images, layers=model.n_encoder)
-
-    expected = model.encode(sample).astype(np.float64)
-    error = float(np.max(np.abs(encode(sample) - expected)) / max(np.max(np.abs(expected)), 1e-30))
-    if not error <= CHECK_TOLERANCE:
-        raise GpunnError(f"the {spec.variant} encoder differs from the CPU encoder by {error:.2e} (relative) on "
-                         f"{len(sample)} training images, more than {CHECK_TOLERANCE:g}; the GPU kernels are wrong "
-                         "here")
-    log(f"GPU encoder ({spec.variant}) checked against the CPU encoder on {len(sample)} images: max relative "
-        f"difference {error:.1e}")
-    return encode
 
 
 def extract_features(run_dir, prepared_path, out_dir, train_limit: int = 0, batch: int = 256, log=print) -> dict:
@@ -57,7 +35,9 @@ def extract_features(run_dir, prepared_path, out_dir, train_limit: int = 0, batc
     prepared = load_prepared(prepared_path)
     encode = model.encode
     if uses_gpu(spec.variant):
-        encode = gpu_encoder(spec, model, images_to_float(prepared.x_train[:CHECK_IMAGES]), log)
+        sample = images_to_float(prepared.x_train[:CHECK_IMAGES])
+        encode = checked_gpu_forward(spec, model, sample, model.encode(sample), "encoder", "training",
+                                     layers=model.n_encoder, log=log)
     out_dir = Path(out_dir)
     sizes = {}
     parts = (("train", prepared.x_train, prepared.y_train), ("test", prepared.x_test, prepared.y_test))

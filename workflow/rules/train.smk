@@ -37,7 +37,8 @@ rule train:
 
 
 rule evaluate:
-    """Test-set metrics, per-class accuracy, confusion matrix and sample outputs of a trained run."""
+    """Test-set metrics, per-class accuracy, confusion matrix and sample outputs of a trained run: on the GPU for a
+    GPU variant's run (its engine, checked against the CPU layers on a sample first), else on the CPU."""
     message:
         job_message(f"evaluate: {RUN_NAME}")
     input:
@@ -54,10 +55,10 @@ rule evaluate:
     params:
         run_dir=folder_of("input"),
         out=folder_of("output"),
-        env=job_prefix(),
-    threads: config["threads"]
+        env=job_prefix(gpu=uses_gpu),
+    threads: cpu_threads
     resources:
-        **rule_resources("evaluate"),
+        **rule_resources("evaluate", gpu=uses_gpu),
     conda:
         ENV_FILE
     shell:
