@@ -152,7 +152,8 @@ def test_features_of_a_gpu_run_are_encoded_on_the_gpu(tmp_path):
     lines = []
     sizes = extract_features(run_dir, prepared, tmp_path / "features", batch=4, log=lines.append)
     assert sizes == {"train": [6, 2], "test": [4, 2]}
-    assert any("GPU encoder (gpu-im2col) checked against the CPU encoder on 6 training images" in line for line in lines)
+    checked = "GPU encoder (gpu-im2col) checked against the CPU encoder on 6 training images"
+    assert any(checked in line for line in lines)
     features = np.load(tmp_path / "features" / "train_features.npy")
     assert features.dtype == np.float32
     with np.load(prepared) as split:
@@ -160,26 +161,30 @@ def test_features_of_a_gpu_run_are_encoded_on_the_gpu(tmp_path):
     assert rel_err(features, expected) < 1e-5
 
 
-def test_a_wrong_gpu_encoder_stops_with_one_line(tmp_path, monkeypatch):
+@pytest.mark.parametrize("step", ["features", "evaluate"])
+def test_a_wrong_gpu_forward_stops_with_one_line(tmp_path, monkeypatch, step):
+    """The features and evaluate steps check the run's GPU engine against the CPU layers first: 0.1 % off stops the
+    step with one line naming it, before any output."""
     from gpunn.backends.gpu.engine import GpuEngine
     from gpunn.errors import GpunnError
+    from gpunn.evaluate import evaluate_run
     from gpunn.features import extract_features
 
     run_dir, prepared, _ = _trained_run(tmp_path, "gpu-naive")
     real_predict = GpuEngine.predict
     monkeypatch.setattr(GpuEngine, "predict", lambda self, xb, layers=None: real_predict(self, xb, layers) * 1.001)
-    with pytest.raises(GpunnError, match=r"the gpu-naive encoder differs from the CPU encoder by 1\.00e-03 "
-                                         r"\(relative\) on 6 training images, more than 1e-05"):
-        extract_features(run_dir, prepared, tmp_path / "features", log=lambda line: None)
-    assert not (tmp_path / "features" / "train_features.npy").exists()
+    what, images, run_step, output = {
+        "features": ("encoder", "6 training", extract_features, "train_features.npy"),
+        "evaluate": ("forward", "4 test", evaluate_run, "eval.json")}[step]
+    with pytest.raises(GpunnError, match=rf"the gpu-naive {what} differs from the CPU {what} by 1\.00e-03 "
+                                         rf"\(relative\) on {images} images, more than 1e-05"):
+        run_step(run_dir, prepared, tmp_path / step, log=lambda line: None)
+    assert not (tmp_path / step / output).exists()
 
 
-def test_evaluate_runs_a_gpu_run_on_its_engine_checked_against_the_cpu(tmp_path, monkeypatch):
+def test_evaluate_runs_a_gpu_run_on_its_engine_checked_against_the_cpu(tmp_path):
     """The evaluate step of a GPU variant's run forwards the test set through the run's engine (seconds on a GPU
-    where cpu-numpy took minutes), after a check against the CPU layers; eval.json names what ran. A wrong GPU
-    forward stops it with one line and no eval.json."""
-    from gpunn.backends.gpu.engine import GpuEngine
-    from gpunn.errors import GpunnError
+    where cpu-numpy took minutes), after a check against the CPU layers; eval.json names what ran."""
     from gpunn.evaluate import evaluate_run
     from gpunn.rundata import images_to_float
 
@@ -192,12 +197,6 @@ def test_evaluate_runs_a_gpu_run_on_its_engine_checked_against_the_cpu(tmp_path,
         x = images_to_float(split["x_test"])
     expected = float(np.mean((model.forward(x).astype(np.float64) - x) ** 2))
     assert result["test_loss"] == pytest.approx(expected, rel=1e-5)
-    real_predict = GpuEngine.predict
-    monkeypatch.setattr(GpuEngine, "predict", lambda self, xb, layers=None: real_predict(self, xb, layers) * 1.001)
-    with pytest.raises(GpunnError, match=r"the gpu-naive forward differs from the CPU forward by 1\.00e-03 "
-                                         r"\(relative\) on 4 test images, more than 1e-05"):
-        evaluate_run(run_dir, prepared, tmp_path / "wrong", log=lambda line: None)
-    assert not (tmp_path / "wrong" / "eval.json").exists()
 
 
 # ---- real GPU: the real network on 1 000 CIFAR-shaped images
