@@ -63,6 +63,9 @@ def test_conv2d_backward_matches_naive_scatter():
         np.testing.assert_allclose(dx, dx_ref, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(dw, dw_ref, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(db, dy.sum(axis=(0, 2, 3)), rtol=1e-12)
+        # a first layer's backward (input_grad False) skips dx, its dw and db the same bits
+        none, dw_only, db_only = F.conv2d_backward(dy, cache, input_grad=False)
+        assert none is None and np.array_equal(dw_only, dw) and np.array_equal(db_only, db)
 
 
 def test_maxpool_argmax_and_backward():

@@ -240,8 +240,9 @@ def conv2d_forward(x, w, b, padding: int = 0):
     return y, cache
 
 
-def conv2d_backward(dy, cache):
-    """Gradients of conv2d_forward: (dx (N, Cin, H, W), dw (Cout, Cin, k, k), db (Cout,)).
+def conv2d_backward(dy, cache, input_grad: bool = True):
+    """Gradients of conv2d_forward: (dx (N, Cin, H, W), dw (Cout, Cin, k, k), db (Cout,)); dx is None without
+    `input_grad` (a first layer's: nothing reads it, so neither its GEMM nor its scatter runs).
 
     dw = dy_mat @ cols.T, db = sum of dy over (n, i, j), and dx scatters dcols = w_mat.T @ dy_mat back onto
     the k x k window of every output pixel (col2im), with dy_mat (Cout, N*Ho*Wo)."""
@@ -258,6 +259,8 @@ def conv2d_backward(dy, cache):
     cols = _im2col(xp, k, ho, wo)
     dw = (dy_mat @ cols.T).reshape(w.shape)
     db = dy_mat.sum(axis=1)
+    if not input_grad:
+        return None, dw, db
     dcols = (w.reshape(cout, -1).T @ dy_mat).reshape(cin, k, k, n, ho, wo)
     dxp = np.zeros(xp.shape, dtype=dy.dtype)
     for di in range(k):

@@ -192,10 +192,10 @@ class Conv2d(_Weighted):
 
     def backward(self, dy, input_grad: bool = True):
         """Accumulates weight/bias gradients; returns dx, or None when `input_grad` is False (first layer)."""
-        dx, dw, db = F.conv2d_backward(np.asarray(dy, dtype=self.dtype), self._cached())
+        dx, dw, db = F.conv2d_backward(np.asarray(dy, dtype=self.dtype), self._cached(), input_grad)
         self.weight.grad += dw
         self.bias.grad += db
-        return dx if input_grad else None
+        return dx
 
     def __repr__(self):
         return (
