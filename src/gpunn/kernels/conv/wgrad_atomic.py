@@ -21,6 +21,7 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from ..launch import LaunchGroup, bind, check_block, grid_for
+from ..pool import _zero_kernel
 from .checks import U0, U1, backward_weight_args, bias_grad_args
 from .weight_grad import _zero4_kernel
 
@@ -38,8 +39,8 @@ def _nchw(i, cout, oh_n, ow_n):
 
 
 @functools.cache
-def _scatter_kernel(k, pad, bias):
-    """The scatter pass: dw (and, with `bias`, db) += each dy element's contributions."""
+def _scatter_kernel(k, pad, bias, weights=True):
+    """The scatter pass: dw (without `weights`: nothing) and, with `bias`, db += each dy element's contributions."""
     P = np.uint32(pad)
 
     @cuda.jit
@@ -59,7 +60,7 @@ def _scatter_kernel(k, pad, bias):
             if bias:
                 cuda.atomic.add(db, co, g)
             ci = U0
-            while ci < cin:
+            while weights and ci < cin:
                 for kh in range(k):
                     r = uint32(oy + uint32(kh))  # row in padded coordinates
                     if r >= P and r < h + P:
@@ -90,30 +91,6 @@ def _zero_both_kernel(dw, db):
             dw[uint32(rest // d2 // d1), uint32(rest // d2 % d1), uint32(rest % d2), uint32(i % d3)] = float32(0.0)
         else:
             db[uint32(i - nw)] = float32(0.0)
-        i = uint32(i + stride)
-
-
-@cuda.jit
-def _zero1_kernel(db):
-    n = uint32(db.shape[0])
-    i = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
-    stride = uint32(cuda.gridDim.x * cuda.blockDim.x)
-    while i < n:
-        db[i] = float32(0.0)
-        i = uint32(i + stride)
-
-
-@cuda.jit
-def _bias_scatter_kernel(dy, db):
-    cout = uint32(dy.shape[1])
-    oh_n = uint32(dy.shape[2])
-    ow_n = uint32(dy.shape[3])
-    total = uint32(dy.shape[0] * dy.shape[1] * dy.shape[2] * dy.shape[3])
-    i = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
-    stride = uint32(cuda.gridDim.x * cuda.blockDim.x)
-    while i < total:
-        n, co, oy, ox = _nchw(i, cout, oh_n, ow_n)
-        cuda.atomic.add(db, co, dy[n, co, oy, ox])
         i = uint32(i + stride)
 
 
@@ -152,8 +129,11 @@ def conv_bias_grad_atomic(dy, db, block=256, stream=0, launch=True) -> LaunchGro
     op = "conv_bias_grad_atomic"
     bias_grad_args(op, dy, db)
     block = check_block(op, block)
-    group = LaunchGroup([bind(_zero1_kernel, grid_for(db.size, block), block, (db,), stream, False, f"{op}.zero"),
-                         bind(_bias_scatter_kernel, grid_for(dy.size, block), block, (dy, db), stream, False, op)])
+    # the scatter kernel without its weight loop: x and dw are dy and a view of db, never read or written
+    scatter = _scatter_kernel(1, 0, True, weights=False)
+    group = LaunchGroup([bind(_zero_kernel, grid_for(db.size, block), block, (db,), stream, False, f"{op}.zero"),
+                         bind(scatter, grid_for(dy.size, block), block, (dy, dy, db.reshape(1, 1, 1, -1), db), stream,
+                              False, op)])
     if launch:
         group()
     return group
