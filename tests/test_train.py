@@ -17,7 +17,7 @@ from gpunn.errors import GpunnError
 from gpunn.evaluate import evaluate_run
 from gpunn.features import extract_features
 from gpunn.runspec import parse_run_path
-from gpunn.train import METRIC_COLUMNS, train_run
+from gpunn.train import METRIC_COLUMNS, startup_line, train_run
 from gpunn.weights import load_trained
 
 
@@ -58,6 +58,12 @@ def test_mlp_run_outputs_and_reload(digits, tmp_path):
     assert "host" not in on_disk and on_disk["timing_lock_wait_s"] == 0.0
     assert on_disk["provenance"]["device"] == "cpu" and on_disk["provenance"]["simulator"] is False
     assert {"cpu", "numpy", "numba", "commit", "blas_threads"} <= set(on_disk["provenance"])
+    # what the run spent outside its epochs, and the line that says it (a CPU run has no kernels to count)
+    startup = on_disk["startup"]
+    assert startup["data_s"] > 0 and startup["build_s"] > 0
+    assert startup["test_passes_s"] == pytest.approx(frame["eval_time_s"].sum())
+    assert startup["kernels_loaded"] is None and startup["kernel_cache"] is None
+    assert [line for line in lines if line.startswith("outside the epochs: data ")] == [startup_line(startup)]
     # the saved weights reproduce the final test accuracy through the evaluation path
     result = evaluate_run(tmp_path, digits, tmp_path / "eval", log=lambda _: None)
     assert result["test_accuracy"] == pytest.approx(summary["final_test_accuracy"])

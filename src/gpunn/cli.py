@@ -242,6 +242,12 @@ def _cmd_captions(args):
     _log(f"wrote {len(written)} caption files into {args.out}")
 
 
+def _cmd_kernel_cache(args):
+    from gpunn import kernel_cache
+
+    kernel_cache.main(clear=args.clear, log=_log)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(prog="gpunn", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=OneLineErrorParser)
@@ -407,6 +413,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("captions", help="write the report figures' caption files (reStructuredText)")
     p.add_argument("--out", required=True, help="folder, e.g. workflow/report/captions")
     p.set_defaults(func=_cmd_captions)
+
+    p = sub.add_parser("kernel-cache", help="where compiled GPU kernels are kept between jobs (gpunn.kernel_cache), "
+                                            "and what it holds")
+    p.add_argument("--clear", action="store_true", help="remove the cache (the next GPU jobs compile again)")
+    p.set_defaults(func=_cmd_kernel_cache)
     return parser
 
 

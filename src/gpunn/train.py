@@ -72,13 +72,15 @@ def train_run(spec: RunSpec, prepared_path, out_dir, log=print, progress_every_s
               keep_diverged: bool = False) -> dict:
     """Train `spec` on the prepared dataset; write metrics.csv, metrics.json and weights.npz to out_dir. A diverged
     run raises GpunnError before writing anything, unless `keep_diverged`."""
+    started = time.perf_counter()
     data = run_data(spec, load_prepared(prepared_path))
+    data_s = time.perf_counter() - started
     rule = DivergenceRule(f"run {spec.path}", spec.lr, data.num_classes if model_spec(spec.model).classifier else None,
                           keep=keep_diverged, hint=KEEP_HINT)
     # data loading above, every timed step below: one timed job at a time on this machine
     simulated = simulator_enabled() and uses_gpu(spec.variant)  # a CPU variant's times are real under it too
     with timing_lock(f"gpunn train {spec.path}", log, skip=simulated) as lock:
-        model, backend, rows, peak_gpu_memory = _train_epochs(spec, data, rule, log, progress_every_s)
+        model, backend, rows, peak_gpu_memory, build_s = _train_epochs(spec, data, rule, log, progress_every_s)
     if rule.found:
         log(f"diverged, kept (keep_diverged): {rule.found.reason}; {len(rows)} of {spec.epochs} epochs trained")
     test_time_s = rows[-1]["test_time_s"]
@@ -86,6 +88,8 @@ def train_run(spec: RunSpec, prepared_path, out_dir, log=print, progress_every_s
 
     n_train = len(data.x_train)
     frame = pd.DataFrame(rows, columns=METRIC_COLUMNS)
+    startup = startup_record(data_s, build_s, frame, uses_gpu(spec.variant))
+    log(startup_line(startup))
     summary = {
         "spec": spec.to_dict(),
         "n_train": n_train,
@@ -104,6 +108,7 @@ def train_run(spec: RunSpec, prepared_path, out_dir, log=print, progress_every_s
         "block": spec.block,
         "peak_gpu_memory_bytes": peak_gpu_memory,
         "timing_lock_wait_s": lock.waited_s,
+        "startup": startup,
         "finished_at": time.time(),  # epoch s: trained and tested, its files not yet written
         **rule.record(),
         "epochs_trained": len(rows),
@@ -119,7 +124,8 @@ def train_run(spec: RunSpec, prepared_path, out_dir, log=print, progress_every_s
 def _train_epochs(spec: RunSpec, data: RunData, rule: DivergenceRule, log, progress_every_s: float):
     """Build the model and backend, compile, and train every epoch with its test evaluation: the timed
     part of a run. Returns (model, backend, one metrics row per epoch, the peak device memory it allocated
-    in bytes or None)."""
+    in bytes or None, the seconds from the model's init to the first epoch)."""
+    started = time.perf_counter()
     model = new_model(spec, data.image_shape, data.num_classes)
     memory = MemoryPeak() if uses_gpu(spec.variant) else None
     backend = make_backend(spec.variant, model, spec.model, spec.lr, block=spec.block, reduction=spec.reduction)
@@ -138,11 +144,14 @@ def _train_epochs(spec: RunSpec, data: RunData, rule: DivergenceRule, log, progr
         # epoch's testing time is warm
         predict(backend, data.x_test[:EVAL_BATCH])
     rows = []
+    build_s = None
     epochs = train_epochs(backend, data.x_train, data.y_train, epochs=spec.epochs, batch=spec.batch, seed=spec.seed,
                           rule=rule, log=log, progress_every_s=progress_every_s)
     loop_start = time.perf_counter()
     for epoch, result, epoch_s in epochs:
         eval_start = time.perf_counter()
+        if build_s is None:  # from the model's init to the first epoch: backend, upload, warm-up (the compiles)
+            build_s = eval_start - started - epoch_s
         outputs = predict(backend, data.x_test)  # outputs copied to the host: the GPU's work is done
         test_s = time.perf_counter() - eval_start
         metrics = test_metrics(spec.model, outputs, data.x_test, data.y_test)
@@ -160,4 +169,34 @@ def _train_epochs(spec: RunSpec, data: RunData, rule: DivergenceRule, log, progr
         log(f"epoch {epoch}/{spec.epochs}: train loss {row['train_loss']:.4f} test loss "
             f"{row['test_loss']:.4f}{accuracy} ({epoch_s:.2f} s){expected_end(loop_start, epoch, spec.epochs)}")
 
-    return model, backend, rows, None if memory is None else memory.peak_bytes
+    return model, backend, rows, None if memory is None else memory.peak_bytes, build_s
+
+
+def startup_record(data_s: float, build_s: float, frame: pd.DataFrame, gpu: bool) -> dict:
+    """What a run spent outside its timed epochs (metrics.json's "startup"): loading its data; building the model
+    and backend up to the first epoch (the training set's upload, the warm-up: its kernels compiled or loaded,
+    gpunn.kernel_cache); the per-epoch test passes; for a GPU
+    variant the kernels this process loaded from the on-disk cache and compiled, and the cache folder (None: off)."""
+    record = {"data_s": data_s, "build_s": build_s, "test_passes_s": float(frame["eval_time_s"].sum()),
+              "kernels_loaded": None, "kernels_compiled": None, "kernel_cache": None}
+    if gpu and not simulator_enabled():
+        from gpunn import kernel_cache
+        from gpunn.kernels.jit import cache_counts
+
+        counts = cache_counts()
+        folder = kernel_cache.configured()
+        record.update(kernels_loaded=counts["loaded"], kernels_compiled=counts["compiled"],
+                      kernel_cache=None if folder is None else str(folder))
+    return record
+
+
+def startup_line(record: dict) -> str:
+    """'outside the epochs: data 0.21 s, build 1.30 s (41 kernels loaded from the kernel cache, 0 compiled), test
+    passes 0.35 s'."""
+    kernels = ""
+    if record["kernels_loaded"] is not None:
+        where = "the kernel cache" if record["kernel_cache"] else "no kernel cache (GPUNN_KERNEL_CACHE=off)"
+        kernels = (f" ({record['kernels_loaded']} kernels loaded from {where}, "
+                   f"{record['kernels_compiled']} compiled)")
+    return (f"outside the epochs: data {record['data_s']:.2f} s, build {record['build_s']:.2f} s{kernels}, "
+            f"test passes {record['test_passes_s']:.2f} s")

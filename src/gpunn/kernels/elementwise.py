@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, float32
 
+from .jit import jit
 from .launch import Launch, bind, check_array, check_block, flat, grid_for
 
 __all__ = [
@@ -37,7 +38,7 @@ __all__ = [
 ]
 
 # --------------------------------------------------------------------------------------------- kernels
-@cuda.jit
+@jit
 def _bias_add_kernel(x, bias, n, cols):
     start = cuda.grid(1)
     stride = cuda.gridsize(1)
@@ -45,7 +46,7 @@ def _bias_add_kernel(x, bias, n, cols):
         x[i] += bias[i % cols]
 
 
-@cuda.jit
+@jit
 def _relu_forward_kernel(x, out, n):
     start = cuda.grid(1)
     stride = cuda.gridsize(1)
@@ -54,7 +55,7 @@ def _relu_forward_kernel(x, out, n):
         out[i] = float32(0.0) if v < 0 else v  # NaN propagates, as with np.maximum
 
 
-@cuda.jit
+@jit
 def _relu_backward_kernel(x, dy, dx, n):
     start = cuda.grid(1)
     stride = cuda.gridsize(1)
@@ -62,7 +63,7 @@ def _relu_backward_kernel(x, dy, dx, n):
         dx[i] = dy[i] if x[i] > 0 else float32(0.0)
 
 
-@cuda.jit
+@jit
 def _bias_relu_kernel(x, bias, n, cols):
     start = cuda.grid(1)
     stride = cuda.gridsize(1)
@@ -128,7 +129,7 @@ def bias_relu(x, bias, block: int = 256, stream=0, launch: bool = True) -> Launc
     return bind(_bias_relu_kernel, grid_for(n, block), block, (flat(x), bias, n, x.shape[1]), stream, launch, op)
 
 
-@cuda.jit
+@jit
 def _gather_rows_kernel(source, labels, order, counter, stride, x, y):
     rows = x.shape[0]
     cols = x.shape[1]

@@ -386,9 +386,11 @@ HOLD_SLEEP_NS = 10_000  # one nanosleep of the hold kernel (the instruction slee
 def _hold_kernel():
     from numba import cuda
 
+    from .jit import jit
+
     sleep_ns = np.uint32(HOLD_SLEEP_NS)
 
-    @cuda.jit
+    @jit
     def hold(sleeps):
         for _ in range(sleeps):
             cuda.nanosleep(sleep_ns)

@@ -30,6 +30,7 @@ from numba import cuda, float32, int32
 from gpunn.nn.functional import DEFAULT_REDUCTION
 
 from .common import cdiv
+from .jit import jit
 from .launch import Launch, bind, check_array, check_block
 from .softmax import epoch_losses_args, grad_scale, softmax_ce_grad_ref
 
@@ -62,7 +63,7 @@ def _forward_kernel(classes: int, block: int):
     """Thread t sums every class over the features k = t, t + block, ... (its x loads coalesced, its W rows
     whole), then one fixed-order tree per class over the block."""
 
-    @cuda.jit
+    @jit
     def head_forward_kernel(x, w, b, labels, logits, dlogits, losses, counter, stride, scale):
         buf = cuda.shared.array((classes, block), float32)
         acc = cuda.local.array(classes, float32)
@@ -126,7 +127,7 @@ def _split_forward_kernel(classes: int, splits: int):
     adds the partials in split order and does the softmax-CE part, then zeroes its count for the next launch."""
     block = SPLIT_ROWS * 32
 
-    @cuda.jit
+    @jit
     def split_forward_kernel(x, w, b, labels, logits, dlogits, losses, counter, stride, scale, part, arrivals):
         buf = cuda.shared.array((classes, block), float32)
         lg = cuda.shared.array((SPLIT_ROWS, classes), float32)
@@ -212,7 +213,7 @@ def _backward_kernel(classes: int, block: int, with_dx: bool, with_mask: bool):
     tile = row_groups * ROWS_PER_THREAD
     span = K_COLUMNS * classes
 
-    @cuda.jit
+    @jit
     def head_backward_kernel(x, dl, w, dx, mask, dw, db):
         dls = cuda.shared.array((tile, classes), float32)
         wsh = cuda.shared.array(span, float32)

@@ -41,12 +41,13 @@ import math
 from typing import NamedTuple
 
 import numpy as np
-from numba import config, cuda, float32, int32
+from numba import cuda, float32, int32
 
 from gpunn import device
 from gpunn.nn.functional import DEFAULT_REDUCTION
 
 from .common import cdiv, shape
+from .jit import jit
 from .launch import Launch, LaunchGroup, bind, check_array, check_block
 from .sgd import mul_rn
 from .softmax import grad_scale, softmax_ce_grad_ref
@@ -124,9 +125,9 @@ def step_buffers(rows: int, in_features: int, hidden: int, classes: int, splits:
 
 # --------------------------------------------------------------------------------------------- kernels
 def _jit(block: int):
-    """cuda.jit of a kernel launched with `block` threads, MIN_BLOCKS_PER_SM blocks of them resident per SM (the
-    simulator takes no launch bounds)."""
-    return cuda.jit if config.ENABLE_CUDASIM else cuda.jit(launch_bounds=(block, MIN_BLOCKS_PER_SM))
+    """gpunn.kernels.jit of a kernel launched with `block` threads, MIN_BLOCKS_PER_SM blocks of them resident per
+    SM."""
+    return jit(launch_bounds=(block, MIN_BLOCKS_PER_SM))
 
 
 @functools.cache

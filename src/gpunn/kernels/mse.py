@@ -26,6 +26,7 @@ from numba import cuda, float32
 
 from gpunn.nn import functional as F
 
+from .jit import jit
 from .launch import Launch, bind, check_block, check_device_array
 from .softmax import _block_sum, epoch_losses_args
 
@@ -37,7 +38,7 @@ __all__ = ["OPS", "mse_loss_grad", "mse_loss_grad_ref"]
 def _mse_kernel(block: int):
     block_sum = _block_sum(block)
 
-    @cuda.jit
+    @jit
     def mse_loss_grad_kernel(pred, target, dpred, losses, counter, stride):
         buf = cuda.shared.array(block, float32)
         rows = pred.shape[0]

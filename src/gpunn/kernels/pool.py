@@ -36,6 +36,7 @@ from numba import cuda, float32, int8, uint32
 
 from gpunn.nn import functional as F
 
+from .jit import jit
 from .launch import Launch, LaunchGroup, bind, check_block, check_device_array, flat, grid_for
 
 __all__ = [
@@ -60,7 +61,7 @@ _MAX_ELEMENTS = 2**31 - 1  # i + grid stride stays below 2**32
 
 
 # --------------------------------------------------------------------------------------------- kernels
-@cuda.jit
+@jit
 def _zero_kernel(a):
     n = uint32(a.shape[0])
     i = uint32(cuda.grid(1))
@@ -70,7 +71,7 @@ def _zero_kernel(a):
         i = uint32(i + step)
 
 
-@cuda.jit
+@jit
 def _maxpool_forward_kernel(x, out, argmax, h, w):
     """x flat (N*C*H*W); out, argmax flat (N*C*Ho*Wo); h, w uint32 (the input's H and W)."""
     ho = uint32(h >> _U1)
@@ -108,7 +109,7 @@ def _maxpool_forward_kernel(x, out, argmax, h, w):
 
 @functools.cache
 def _maxpool_backward_atomic_kernel(masked: bool):
-    @cuda.jit
+    @jit
     def maxpool_backward_atomic_kernel(dy, argmax, dx, mask, h, w):
         """dy, argmax flat (N*C*Ho*Wo); dx, mask flat (N*C*H*W), dx zeroed beforehand."""
         ho = uint32(h >> _U1)
@@ -133,7 +134,7 @@ def _maxpool_backward_atomic_kernel(masked: bool):
 
 @functools.cache
 def _maxpool_backward_gather_kernel(masked: bool):
-    @cuda.jit
+    @jit
     def maxpool_backward_gather_kernel(dy, argmax, dx, mask, h, w):
         """dy, argmax flat (N*C*Ho*Wo); dx, mask flat (N*C*H*W); every dx element written."""
         ho = uint32(h >> _U1)
@@ -161,7 +162,7 @@ def _maxpool_backward_gather_kernel(masked: bool):
     return maxpool_backward_gather_kernel
 
 
-@cuda.jit
+@jit
 def _upsample_forward_kernel(x, out, h, w):
     """x flat (N*C*H*W), out flat (N*C*2H*2W); h, w uint32 (the input's H and W)."""
     oh = uint32(h * _U2)
@@ -180,7 +181,7 @@ def _upsample_forward_kernel(x, out, h, w):
 
 @functools.cache
 def _upsample_backward_kernel(masked: bool):
-    @cuda.jit
+    @jit
     def upsample_backward_kernel(dy, dx, mask, h, w):
         """dy flat (N*C*2H*2W); dx, mask flat (N*C*H*W); h, w uint32 (dx's H and W)."""
         ow = uint32(w * _U2)

@@ -21,6 +21,7 @@ import math
 import numpy as np
 from numba import cuda, float32
 
+from .jit import jit
 from .launch import Launch, LaunchGroup, bind, check_array, check_block, flat, grid_for
 
 __all__ = ["VERSIONS", "colsum_atomic", "colsum_ref", "colsum_tree"]
@@ -29,7 +30,7 @@ WARP = 32
 
 
 # --------------------------------------------------------------------------------------------- kernels
-@cuda.jit
+@jit
 def _zero_kernel(a, n):
     start = cuda.grid(1)
     stride = cuda.gridsize(1)
@@ -37,7 +38,7 @@ def _zero_kernel(a, n):
         a[i] = float32(0.0)
 
 
-@cuda.jit
+@jit
 def _colsum_atomic_kernel(dy, db, n, cols):
     start = cuda.grid(1)
     stride = cuda.gridsize(1)
@@ -50,7 +51,7 @@ def _colsum_tree_kernel(block: int):
     tx_count = min(WARP, block)
     ty_count = block // tx_count
 
-    @cuda.jit
+    @jit
     def colsum_tree_kernel(dy, db, rows, cols):
         buf = cuda.shared.array(block, float32)
         t = cuda.threadIdx.x

@@ -21,6 +21,7 @@ import functools
 import numpy as np
 from numba import config, cuda, float32
 
+from .jit import jit
 from .launch import Launch, bind, check_array, check_block, flat, grid_for
 
 __all__ = ["OPS", "sgd_step", "sgd_step_ref", "sgd_step_ref64"]
@@ -39,7 +40,7 @@ else:  # pragma: no cover - needs a GPU
 mul_rn = _mul_rn  # float32 a * b rounded on its own, never contracted (also the fused updates of mlp_step)
 
 
-@cuda.jit
+@jit
 def _sgd_kernel(data, grad, lr, n, counter):
     start = cuda.grid(1)
     stride = cuda.gridsize(1)

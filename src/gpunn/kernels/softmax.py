@@ -26,6 +26,7 @@ from numba import cuda, float32
 
 from gpunn.nn.functional import DEFAULT_REDUCTION, check_reduction
 
+from .jit import jit
 from .launch import Launch, bind, check_array, check_block
 
 __all__ = [
@@ -88,7 +89,7 @@ def _row_kernels(block: int):
         buf[t] = acc
         return rowmax, block_sum(buf, t)
 
-    @cuda.jit
+    @jit
     def softmax_rows_kernel(x, out, cols):
         buf = cuda.shared.array(block, float32)
         row = cuda.blockIdx.x
@@ -97,7 +98,7 @@ def _row_kernels(block: int):
         for j in range(cuda.threadIdx.x, cols, block):
             out[row, j] = math.exp(x[row, j] - rowmax) * inv
 
-    @cuda.jit
+    @jit
     def softmax_ce_grad_kernel(logits, labels, dlogits, losses, counter, stride, scale):
         buf = cuda.shared.array(block, float32)
         cols = logits.shape[1]
@@ -123,7 +124,7 @@ def _row_kernels(block: int):
 def _loss_mean_kernel(block: int):
     block_sum = _block_sum(block)
 
-    @cuda.jit
+    @jit
     def loss_mean_kernel(losses, out, n):
         buf = cuda.shared.array(block, float32)
         t = cuda.threadIdx.x

@@ -4,12 +4,11 @@ split bias gradient): NCHW float32 device arrays, odd square kernels, stride 1, 
 from __future__ import annotations
 
 import numpy as np
-from numba import cuda
 
-from gpunn import device
 from gpunn.nn import functional as F
 
 from ..common import shape
+from ..jit import jit
 from ..launch import check_device_array
 
 __all__ = ["MAX_GRID_YZ", "SMEM_LIMIT", "WARP", "backward_data_args", "backward_weight_args", "bias_grad_args",
@@ -110,10 +109,10 @@ def bias_grad_args(op, dy, db):
 
 
 def jit_for(threads):
-    """cuda.jit for a kernel always launched with `threads` threads: launch_bounds makes the compiler keep
+    """gpunn.kernels.jit for a kernel always launched with `threads` threads: launch_bounds makes the compiler keep
     registers within what that block size allows (otherwise 1024-thread launches could fail for lack of
-    registers). The simulator takes no launch_bounds."""
-    return cuda.jit if device.simulator_enabled() else cuda.jit(launch_bounds=threads)
+    registers)."""
+    return jit(launch_bounds=threads)
 
 
 

@@ -11,6 +11,7 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from ..common import epilogue_args, epilogue_flags
+from ..jit import jit
 from ..launch import Launch, bind, check_block, grid_for
 from .checks import (
     U0,
@@ -31,7 +32,7 @@ def _forward_kernel(k, pad, epilogue):
     has_bias, relu, _ = epilogue_flags(epilogue)
     P = np.uint32(pad)
 
-    @cuda.jit
+    @jit
     def conv_forward_naive_kernel(x, w, aux, out):
         cout = uint32(out.shape[1])
         oh_n = uint32(out.shape[2])
@@ -76,7 +77,7 @@ def _backward_data_kernel(k, pad, epilogue):
     _, _, mask = epilogue_flags(epilogue)
     P = np.uint32(pad)
 
-    @cuda.jit
+    @jit
     def conv_backward_data_naive_kernel(dy, w, aux, dx):
         cin = uint32(dx.shape[1])
         h = uint32(dx.shape[2])
@@ -148,7 +149,7 @@ def _backward_weight_kernel(k, pad, bias=False):
     P = np.uint32(pad)
     K = np.uint32(k)
 
-    @cuda.jit
+    @jit
     def conv_backward_weight_naive_kernel(x, dy, dw, db):
         n_img = uint32(x.shape[0])
         cin = uint32(x.shape[1])
@@ -194,7 +195,7 @@ def _backward_weight_kernel(k, pad, bias=False):
     return conv_backward_weight_naive_kernel
 
 
-@cuda.jit
+@jit
 def _bias_grad_kernel(dy, db):
     cout = uint32(dy.shape[1])
     co = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)

@@ -24,6 +24,7 @@ from numba import cuda, float32, uint32
 from gpunn import device
 
 from ..common import shape
+from ..jit import jit
 from ..launch import LaunchGroup, bind, check_block, grid_for
 from .checks import (
     SMEM_LIMIT,
@@ -197,7 +198,7 @@ def _wgrad(k, pad, threads, reduction, store):
 def sum_partials(k):
     K = np.uint32(k)
 
-    @cuda.jit
+    @jit
     def conv_wgrad_sum_partials(partials, dw):
         """dw = the sum of partials over the splits (rows), in row order: one thread per weight element."""
         splits = uint32(partials.shape[0])
@@ -221,7 +222,7 @@ def sum_partials(k):
     return conv_wgrad_sum_partials
 
 
-@cuda.jit
+@jit
 def _zero4_kernel(a):
     """a[...] = 0 for a 4-D (possibly strided) array, grid-stride."""
     d1 = uint32(a.shape[1])

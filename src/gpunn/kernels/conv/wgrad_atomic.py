@@ -20,6 +20,7 @@ import functools
 import numpy as np
 from numba import cuda, float32, uint32
 
+from ..jit import jit
 from ..launch import LaunchGroup, bind, check_block, grid_for
 from ..pool import _zero_kernel
 from .checks import U0, U1, backward_weight_args, bias_grad_args
@@ -43,7 +44,7 @@ def _scatter_kernel(k, pad, bias, weights=True):
     """The scatter pass: dw (without `weights`: nothing) and, with `bias`, db += each dy element's contributions."""
     P = np.uint32(pad)
 
-    @cuda.jit
+    @jit
     def conv_wgrad_atomic_kernel(x, dy, dw, db):
         cin = uint32(x.shape[1])
         h = uint32(x.shape[2])
@@ -75,7 +76,7 @@ def _scatter_kernel(k, pad, bias, weights=True):
     return conv_wgrad_atomic_kernel
 
 
-@cuda.jit
+@jit
 def _zero_both_kernel(dw, db):
     """dw[...] = 0 (4-D, possibly strided) and db[...] = 0 in one grid-stride pass."""
     d1 = uint32(dw.shape[1])

@@ -34,6 +34,7 @@ from ..gemm import multiprocessors, output_tiles
 from ..gemm.batched import batch_chunks, gemm_batched
 from ..gemm.indexing import device_function
 from ..gemm.versions import lookup
+from ..jit import jit
 from ..launch import LaunchGroup, bind, check_device_array, flat, grid_for
 from .implicit_gemm import _activation, _expect, _geometry
 from .upsampled import upsampled_shape
@@ -96,7 +97,7 @@ def _input_kernel(up):
     """The input transform; with `up` it reads the 2x nearest upsample of x (the window's bounds (2H, 2W))."""
     shift = np.uint32(1 if up else 0)
 
-    @cuda.jit
+    @jit
     def input_transform(x, v, dims):
         """v[pos, c, t] = (B^T d B)[pos] of the 4x4 window d of tile t in channel c of x (flat NCHW)."""
         d = cuda.local.array(POSITIONS, float32)
@@ -137,7 +138,7 @@ def _input_kernel(up):
     return input_transform
 
 
-@cuda.jit
+@jit
 def _weight_transform(w, u, rows, cols, flip):
     """u[pos, r, c] = (G g G^T)[pos]: g = w[c, r] (forward: rows Cin, cols Cout), or with `flip` g = w[r, c]
     rotated by 180 degrees (the input gradient's kernel: rows Cout, cols Cin)."""
@@ -167,7 +168,7 @@ def _weight_transform(w, u, rows, cols, flip):
         e = uint32(e + stride)
 
 
-@cuda.jit
+@jit
 def _dy_transform(dy, dm, dims):
     """dm[pos, c, t] = (A g A^T)[pos] of the 2x2 block g of tile t in channel c of dy (flat NCHW on the output
     grid, zero outside it)."""
@@ -208,7 +209,7 @@ def _output_kernel(epilogue, down=False):
     are summed into one element of the (OH/2, OW/2) map (the upsample's backward; OH, OW even)."""
     has_bias, relu, mask = epilogue_flags(epilogue)
 
-    @cuda.jit
+    @jit
     def output_transform(m, y, aux, dims):
         """y = A^T M A per tile and channel (m (16, C, T)), with the epilogue, into flat NCHW y on (OH, OW)."""
         t2 = cuda.local.array(8, float32)
@@ -259,7 +260,7 @@ def _output_kernel(epilogue, down=False):
     return output_transform
 
 
-@cuda.jit
+@jit
 def _wgrad_finish(partials, dw, cin, cout, splits):
     """dw[co, ci] = G^T dU G, dU[pos] the sum of the splits' partials (16*splits, Cin, Cout) in split order (the
     16 positions' loads of one split in flight together)."""

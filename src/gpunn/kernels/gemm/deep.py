@@ -23,6 +23,7 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from ..common import cdiv, check_fixed_block
+from ..jit import jit
 from .mappings import SMEM_ALIGN, U0, WINDOW_STORES, k_range_fn, kernel_parts, window_fns
 from .problem import D_M, D_N
 
@@ -93,7 +94,7 @@ def _kernel(bm, bn, bk, tn, a_contig_k, a_outer, a_inner, a_get, b_contig_k, b_o
     _BN_BL = np.uint32(bn // BL)
     _UNROLL = np.uint32(UNROLL)
 
-    @cuda.jit
+    @jit
     def gemm_deep_kernel(a, b, c, aux, dims):
         As = cuda.shared.array((BK, ROW_A), float32, alignment=SMEM_ALIGN)
         Bs = cuda.shared.array((BK, ROW_B), float32, alignment=SMEM_ALIGN)

@@ -11,6 +11,7 @@ from numba import cuda, float32, uint32
 from gpunn import device
 
 from ..common import cdiv
+from ..jit import jit
 from .mappings import U1, k_range_fn, kernel_parts
 from .problem import D_M, D_N
 
@@ -21,7 +22,7 @@ def kernel(a_map, b_map, store, ksize, epilogue, split_k=False):
         a_map, b_map, store, ksize, epilogue)
     k_range = k_range_fn(split_k)
 
-    @cuda.jit
+    @jit
     def gemm_naive_kernel(a, b, c, aux, dims):
         # x runs along the columns of C so that a warp writes C (and reads B) contiguously.
         col = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)

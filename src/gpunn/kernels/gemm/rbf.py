@@ -30,6 +30,7 @@ from numba import cuda, float64, uint32
 from gpunn import device
 
 from ..common import cdiv, check_fixed_block, shape
+from ..jit import jit
 from ..launch import Launch, bind, check_block, check_device_array, grid_for
 from . import naive
 from .mappings import SMEM_ALIGN, device_function
@@ -126,7 +127,7 @@ def _rbf(a_sq, b_sq, gamma, dot):
 # naive: one thread per output element.
 
 
-@cuda.jit
+@jit
 def rbf_naive_kernel(a, b, c, a_sq, b_sq, gamma, dims):
     # x runs along the columns of out: a warp writes out contiguously
     j = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
@@ -156,7 +157,7 @@ R_TILE = 16
 _RT = np.uint32(R_TILE)
 
 
-@cuda.jit
+@jit
 def rbf_tiled16_kernel(a, b, c, a_sq, b_sq, gamma, dims):
     # sa[i, p] = a[row0 + i, k0 + p]; sb[p, j] = b[col0 + j, k0 + p]. Both operands are read with tx along K
     # (their contiguous axis); B's tile is stored transposed. Separate lines: the simulator aliases static
@@ -228,7 +229,7 @@ _R_LD = np.uint32(R_LD)
 _R_UNROLL = np.uint32(R_UNROLL)
 
 
-@cuda.jit
+@jit
 def rbf_regblock64_kernel(a, b, c, a_sq, b_sq, gamma, dims):
     As = cuda.shared.array((R_BK, R_BM), float64, alignment=SMEM_ALIGN)
     Bs = cuda.shared.array((R_BK, R_BM), float64, alignment=SMEM_ALIGN)
@@ -318,7 +319,7 @@ NORM_THREADS = 128  # on a GPU
 SIMULATOR_NORM_THREADS = 32  # under the simulator
 
 
-@cuda.jit
+@jit
 def row_sq_norms_kernel(x, out, dims):
     i = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
     stride = uint32(cuda.gridDim.x * cuda.blockDim.x)

@@ -15,6 +15,7 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from ..common import cdiv, check_fixed_block
+from ..jit import jit
 from .mappings import SMEM_ALIGN, U0, k_range_fn, kernel_parts
 from .problem import D_M, D_N
 
@@ -53,7 +54,7 @@ def kernel(a_map, b_map, store, ksize, epilogue, split_k=False):
      finish) = kernel_parts(a_map, b_map, store, ksize, epilogue)
     k_range = k_range_fn(split_k)
 
-    @cuda.jit
+    @jit
     def gemm_regblock_kernel(a, b, c, aux, dims):
         As = cuda.shared.array((BK, BM), float32, alignment=SMEM_ALIGN)
         Bs = cuda.shared.array((BK, BN), float32, alignment=SMEM_ALIGN)

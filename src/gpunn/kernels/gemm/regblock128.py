@@ -26,9 +26,8 @@ import functools
 import numpy as np
 from numba import cuda, float32, uint32
 
-from gpunn import device
-
 from ..common import cdiv, check_fixed_block
+from ..jit import jit
 from .mappings import DENSE_K_A, DENSE_K_B, SMEM_ALIGN, U0, U2, U4, U32, device_function, k_range_fn, kernel_parts
 from .problem import D_M, D_N
 
@@ -88,9 +87,7 @@ def _kernel(coalesced, unrolled, a_map, b_map, store, ksize, epilogue, split_k=F
     a_s32 = coalesced and not a_contig_k
     b_s32 = coalesced and not b_contig_k
 
-    jit = cuda.jit(max_registers=MAX_REGISTERS) if unrolled and not device.simulator_enabled() else cuda.jit
-
-    @jit
+    @jit(max_registers=MAX_REGISTERS) if unrolled else jit
     def gemm_regblock128_kernel(a, b, c, aux, dims):
         As = cuda.shared.array((BK, ROW), float32, alignment=SMEM_ALIGN)
         Bs = cuda.shared.array((BK, ROW), float32, alignment=SMEM_ALIGN)

@@ -17,6 +17,7 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from ..common import cdiv, check_fixed_block
+from ..jit import jit
 from .mappings import SMEM_ALIGN, U0, k_range_fn, kernel_parts
 from .problem import D_M, D_N
 
@@ -37,7 +38,7 @@ def kernel(a_map, b_map, store, ksize, epilogue, split_k=False):
      finish) = kernel_parts(a_map, b_map, store, ksize, epilogue)
     k_range = k_range_fn(split_k)
 
-    @cuda.jit
+    @jit
     def gemm_skinny_kernel(a, b, c, aux, dims):
         Bs = cuda.shared.array((SK_KC, SK_N), float32, alignment=SMEM_ALIGN)
         acc = cuda.local.array(SK_N, float32)

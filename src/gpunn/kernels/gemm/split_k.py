@@ -18,6 +18,7 @@ from numba import cuda, float32, uint32
 from gpunn import device
 
 from ..common import cdiv
+from ..jit import jit
 from ..launch import Launch, LaunchGroup, bind, grid_for
 from .mappings import U1, finish_fn, store_fns
 from .problem import D_M, D_N, U32_LIMIT, GemmProblem
@@ -43,7 +44,7 @@ def _split_sum_kernel(store, ksize, epilogue):
     out_row = store_fns(store, ksize)[0]
     finish = finish_fn(store, ksize, epilogue)
 
-    @cuda.jit
+    @jit
     def gemm_split_sum(partials, c, aux, dims, splits):
         # One thread per element e = (i, j) of C, grid-stride; consecutive threads read consecutive partials.
         vals = cuda.local.array(SUM_UNROLL, float32)

@@ -12,6 +12,7 @@ from numba import cuda, float32, uint32
 from gpunn import device
 
 from ..common import cdiv
+from ..jit import jit
 from .mappings import k_range_fn, kernel_parts
 from .problem import D_M, D_N
 
@@ -25,7 +26,7 @@ def kernel(a_map, b_map, store, ksize, epilogue, split_k=False):
      finish) = kernel_parts(a_map, b_map, store, ksize, epilogue)
     k_range = k_range_fn(split_k)
 
-    @cuda.jit
+    @jit
     def gemm_tiled16_kernel(a, b, c, aux, dims):
         # sa[i, p] = op(A)[row0 + i, k0 + p]; sb[p, j] = op(B)[k0 + p, col0 + j].
         # Separate lines: the simulator aliases static shared arrays declared on one line.
