@@ -4,7 +4,9 @@ interrupted job never leaves a partial output that Snakemake (or a user) could m
 from __future__ import annotations
 
 import contextlib
+import csv
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterator
@@ -70,6 +72,20 @@ def write_csv(path, frame) -> None:
     """Write a pandas DataFrame as CSV without the index."""
     with atomic_path(path) as tmp:
         frame.to_csv(tmp, index=False)
+
+
+def write_rows_csv(path, columns, rows) -> None:
+    """Write dict rows as CSV with a header of `columns`, as write_csv would write their DataFrame: floats in full
+    precision, NaN and None as empty fields; without importing pandas."""
+    def field(value):
+        if value is None or (isinstance(value, (float, np.floating)) and math.isnan(value)):
+            return ""
+        return repr(float(value)) if isinstance(value, (float, np.floating)) else value
+
+    with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows([field(row[c]) for c in columns] for row in rows)
 
 
 def write_npy(path, array: np.ndarray) -> None:

@@ -32,8 +32,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import pandas as pd
-
 from gpunn import io, provenance
 from gpunn.backends.registry import make_backend, uses_gpu
 from gpunn.data.prepare import load_prepared
@@ -87,8 +85,7 @@ def train_run(spec: RunSpec, prepared_path, out_dir, log=print, progress_every_s
     log(f"testing time: {test_time_s:.3f} s for {len(data.x_test)} test samples")
 
     n_train = len(data.x_train)
-    frame = pd.DataFrame(rows, columns=METRIC_COLUMNS)
-    startup = startup_record(data_s, build_s, frame, uses_gpu(spec.variant))
+    startup = startup_record(data_s, build_s, rows, uses_gpu(spec.variant))
     log(startup_line(startup))
     summary = {
         "spec": spec.to_dict(),
@@ -100,10 +97,10 @@ def train_run(spec: RunSpec, prepared_path, out_dir, log=print, progress_every_s
         "final_train_loss": rows[-1]["train_loss"],
         "final_test_loss": rows[-1]["test_loss"],
         "final_test_accuracy": rows[-1]["test_accuracy"],
-        "total_train_time_s": float(frame["epoch_time_s"].sum()),
-        "mean_epoch_time_s": float(frame["epoch_time_s"].mean()),
-        "forward_time_s": float(frame["forward_time_s"].sum()),
-        "backward_time_s": float(frame["backward_time_s"].sum()),
+        "total_train_time_s": _total(rows, "epoch_time_s"),
+        "mean_epoch_time_s": _total(rows, "epoch_time_s") / len(rows),
+        "forward_time_s": _total(rows, "forward_time_s"),
+        "backward_time_s": _total(rows, "backward_time_s"),
         "test_time_s": test_time_s,
         "block": spec.block,
         "peak_gpu_memory_bytes": peak_gpu_memory,
@@ -116,7 +113,7 @@ def train_run(spec: RunSpec, prepared_path, out_dir, log=print, progress_every_s
     }
     out_dir = Path(out_dir)
     save_weights(out_dir / "weights.npz", spec, model, backend.parameters(), data)
-    io.write_csv(out_dir / "metrics.csv", frame)
+    io.write_rows_csv(out_dir / "metrics.csv", METRIC_COLUMNS, rows)  # no pandas import: 0.4 s of every job
     io.write_json(out_dir / "metrics.json", summary)
     return summary
 
@@ -172,12 +169,16 @@ def _train_epochs(spec: RunSpec, data: RunData, rule: DivergenceRule, log, progr
     return model, backend, rows, None if memory is None else memory.peak_bytes, build_s
 
 
-def startup_record(data_s: float, build_s: float, frame: pd.DataFrame, gpu: bool) -> dict:
+def _total(rows: list[dict], column: str) -> float:
+    return float(sum(row[column] for row in rows))
+
+
+def startup_record(data_s: float, build_s: float, rows: list[dict], gpu: bool) -> dict:
     """What a run spent outside its timed epochs (metrics.json's "startup"): loading its data; building the model
     and backend up to the first epoch (the training set's upload, the warm-up: its kernels compiled or loaded,
     gpunn.kernel_cache); the per-epoch test passes; for a GPU
     variant the kernels this process loaded from the on-disk cache and compiled, and the cache folder (None: off)."""
-    record = {"data_s": data_s, "build_s": build_s, "test_passes_s": float(frame["eval_time_s"].sum()),
+    record = {"data_s": data_s, "build_s": build_s, "test_passes_s": _total(rows, "eval_time_s"),
               "kernels_loaded": None, "kernels_compiled": None, "kernel_cache": None}
     if gpu and not simulator_enabled():
         from gpunn import kernel_cache

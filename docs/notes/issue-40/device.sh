@@ -3,6 +3,7 @@
 # carried folder is replaced by the next call's copy, so nothing long runs inside the checkout).
 #   bash docs/notes/issue-40/device.sh stage          copy this tree, .issue40/old/src (the code before) and datasets/mnist
 #   bash docs/notes/issue-40/device.sh start          in the background: data, study, GPU tests; logs in /tmp/s/*.log
+#                                                     (MODES=cold,warm: this tree only; TESTS=...: the GPU tests run)
 #   bash docs/notes/issue-40/device.sh poll SECONDS   wait until it ends or SECONDS pass
 #   bash docs/notes/issue-40/device.sh collect OUT    the study's CSV and the logs into OUT
 set -euo pipefail
@@ -32,12 +33,14 @@ python -m gpunn prepare mnist --raw $S/raw/mnist --out $S/prep/mnist.npz >> ../d
 python -m gpunn make-offline synthetic_cifar10 --out $S/raw/synthetic_cifar10 >> ../data.log 2>&1
 python -m gpunn prepare synthetic_cifar10 --raw $S/raw/synthetic_cifar10 --out $S/prep/synthetic_cifar10.npz >> ../data.log 2>&1
 date +%s > ../study.start
-python docs/notes/issue-40/startup.py $S/old/src $S/new/src $S/prep $S/out > ../study.log 2>&1
+python docs/notes/issue-40/startup.py $S/old/src $S/new/src $S/prep $S/out \${MODES:-before,cold,warm} > ../study.log 2>&1
 echo \$? > ../study.rc
-GPUNN_KERNEL_CACHE=$S/testcache python -m pytest -m gpu -q -p no:cacheprovider tests > ../gpu.log 2>&1
+GPUNN_KERNEL_CACHE=$S/testcache python -m pytest -m gpu -q -p no:cacheprovider \${TESTS:-tests} > ../gpu.log 2>&1
 echo \$? > ../gpu.rc
 EOF
-    setsid nohup bash chain.sh > chain.out 2>&1 < /dev/null &
+    # a user's Python writes .pyc files; the lent machine sets PYTHONDONTWRITEBYTECODE, which recompiles gpunn's
+    # modules in every job (about 0.3 s each)
+    env -u PYTHONDONTWRITEBYTECODE MODES=${MODES:-} TESTS=${TESTS:-} setsid nohup bash chain.sh > chain.out 2>&1 < /dev/null &
     echo "started: $(date)"
     ;;
 poll)

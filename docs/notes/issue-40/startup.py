@@ -5,7 +5,7 @@ imports and writes included) minus its epochs. One cache folder per job, so that
 kernels. Writes a CSV (one row per job and mode) with the run's own split of the rest (metrics.json "startup",
 this tree's code only).
 
-    python startup.py OLD_SRC NEW_SRC PREPARED_DIR OUT_DIR
+    python startup.py OLD_SRC NEW_SRC PREPARED_DIR OUT_DIR [MODES]     (MODES: default before,cold,warm)
 """
 
 import json
@@ -43,13 +43,14 @@ def run(src: Path, run_path: str, data: Path, out: Path, cache: Path) -> dict:
                 "data_s", "build_s", "test_passes_s", "kernels_loaded", "kernels_compiled")}}
 
 
-def main(old: str, new: str, prepared: str, out: str) -> None:
+def main(old: str, new: str, prepared: str, out: str, modes: str = "before,cold,warm") -> None:
     out = Path(out)
     rows = []
     for experiment, dataset, run_path in JOBS:
         variant = run_path.split("/")[3]
         cache = out / "cache" / f"{experiment}-{variant}"
-        for mode, src in (("before", old), ("cold", new), ("warm", new)):
+        for mode in modes.split(","):
+            src = old if mode == "before" else new
             row = {"experiment": experiment, "variant": variant, "mode": mode,
                    **run(Path(src), run_path, Path(prepared) / f"{dataset}.npz",
                          out / "runs" / experiment / variant / mode, cache)}
