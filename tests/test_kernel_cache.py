@@ -59,6 +59,21 @@ def test_prune_keeps_the_most_recently_used_states(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a" * 16, "b" * 16, "c" * 16, "d" * 16, "notes"]
 
 
+def test_the_kernels_package_is_byte_compiled_unless_python_writes_no_bytecode(monkeypatch, tmp_path):
+    """A kernel's key pickles the functions its factory closed over, and that pickle differs between code compiled
+    from source and code loaded from a .pyc: gpunn.kernels writes its .pyc files before its modules load."""
+    (tmp_path / "kernels").mkdir()
+    source = tmp_path / "kernels" / "op.py"
+    source.write_text("def f():\n    return 'a string'\n")
+    monkeypatch.setattr(kernel_cache, "PACKAGE", tmp_path)
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    kernel_cache.byte_compile_kernels()
+    assert not (tmp_path / "kernels" / "__pycache__").exists()
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    kernel_cache.byte_compile_kernels()
+    assert [p.name.split(".")[0] for p in (tmp_path / "kernels" / "__pycache__").iterdir()] == ["op"]
+
+
 def test_cli_shows_and_clears_the_cache(tmp_path):
     env = {**os.environ, kernel_cache.VARIABLE: str(tmp_path / "cache"), "PYTHONPATH": str(SRC)}
     state = tmp_path / "cache" / "0123456789abcdef"

@@ -53,6 +53,22 @@ def source_state() -> str:
     return digest.hexdigest()[:16]
 
 
+def byte_compile_kernels() -> None:
+    """Write the kernels package's missing or stale .pyc files before its modules load (gpunn.kernels does this on
+    import). numba hashes the values a kernel's factory closes over by pickling them, and a function's pickle
+    differs between code compiled from source and code loaded from a .pyc (which strings are one object): without
+    this, the first job after a checkout or an edit would store entries that every later job misses. Nothing is
+    written where Python writes no bytecode (PYTHONDONTWRITEBYTECODE): every process then compiles from source,
+    and their keys agree."""
+    import sys
+
+    if sys.dont_write_bytecode:
+        return
+    import compileall
+
+    compileall.compile_dir(PACKAGE / "kernels", quiet=2)
+
+
 def folder() -> Path | None:
     """This source state's cache folder (not created), None when the cache is off."""
     base = root()

@@ -22,6 +22,11 @@
 * ``transfers``: bound host<->device copies and events (pointers, sizes and streams fixed once), the host path of
   the per-step variants.
 
-Nothing is imported here, so ``import gpunn.kernels`` does not pull in numba; import the op modules
-directly (``from gpunn.kernels import gemm``).
+Nothing heavy is imported here, so ``import gpunn.kernels`` does not pull in numba; import the op modules
+directly (``from gpunn.kernels import gemm``). Importing it first brings the package's .pyc files up to date, so that
+the on-disk kernel cache's keys are the same in every process (gpunn.kernel_cache.byte_compile_kernels).
 """
+
+from gpunn.kernel_cache import byte_compile_kernels
+
+byte_compile_kernels()
