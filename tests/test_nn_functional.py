@@ -39,12 +39,15 @@ def test_conv2d_forward_matches_naive_loops(k, padding):
     assert y.flags.c_contiguous
 
 
-def test_conv2d_backward_matches_naive_scatter():
+# dx's two routes: the scatter (cout >= cin) and the gather (cout < cin), with padding 0, k // 2 and >= k (a gather
+# that crops dy instead of padding it)
+@pytest.mark.parametrize("cin, cout, k", [(3, 4, 3), (5, 2, 3), (4, 3, 2)])
+def test_conv2d_backward_matches_naive_scatter(cin, cout, k):
     rng = np.random.default_rng(2)
-    x = rng.standard_normal((2, 3, 5, 7))
-    w = rng.standard_normal((4, 3, 3, 3))
-    b = rng.standard_normal(4)
-    for padding in (0, 1):
+    x = rng.standard_normal((2, cin, 5, 7))
+    w = rng.standard_normal((cout, cin, k, k))
+    b = rng.standard_normal(cout)
+    for padding in (0, k // 2, k + 1):
         y, cache = F.conv2d_forward(x, w, b, padding)
         dy = rng.standard_normal(y.shape)
         dx, dw, db = F.conv2d_backward(dy, cache)
@@ -57,8 +60,8 @@ def test_conv2d_backward_matches_naive_scatter():
             for o in range(cout):
                 for i in range(ho):
                     for j in range(wo):
-                        dxp[s, :, i : i + 3, j : j + 3] += w[o] * dy[s, o, i, j]
-                        dw_ref[o] += xp[s, :, i : i + 3, j : j + 3] * dy[s, o, i, j]
+                        dxp[s, :, i : i + k, j : j + k] += w[o] * dy[s, o, i, j]
+                        dw_ref[o] += xp[s, :, i : i + k, j : j + k] * dy[s, o, i, j]
         dx_ref = dxp[:, :, padding : padding + 5, padding : padding + 7]
         np.testing.assert_allclose(dx, dx_ref, rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(dw, dw_ref, rtol=1e-12, atol=1e-12)
@@ -66,6 +69,32 @@ def test_conv2d_backward_matches_naive_scatter():
         # a first layer's backward (input_grad False) skips dx, its dw and db the same bits
         none, dw_only, db_only = F.conv2d_backward(dy, cache, input_grad=False)
         assert none is None and np.array_equal(dw_only, dw) and np.array_equal(db_only, db)
+
+
+def test_batch_chunks_cover_the_batch_within_the_budget():
+    assert F.batch_chunks(10, 100, budget=300) == [(0, 3), (3, 6), (6, 9), (9, 10)]
+    assert F.batch_chunks(5, 1000, budget=300) == [(i, i + 1) for i in range(5)]  # one sample at least
+    assert F.batch_chunks(64, 10, budget=10**6) == [(0, 64)]
+
+
+def test_a_batch_convolved_in_chunks_gives_the_whole_batchs_gradients(monkeypatch):
+    """Over IM2COL_BUDGET a batch is convolved in chunks of samples: the same outputs, dw and db summed over the
+    chunks, dx per chunk (both routes), against the one-chunk result in float64."""
+    rng = np.random.default_rng(5)
+    for cin, cout in ((2, 3), (4, 2)):
+        x = rng.standard_normal((5, cin, 6, 5))
+        w = rng.standard_normal((cout, cin, 3, 3))
+        b = rng.standard_normal(cout)
+        y, cache = F.conv2d_forward(x, w, b, 1)
+        dy = rng.standard_normal(y.shape)
+        whole = F.conv2d_backward(dy, cache)
+        per_sample = cin * 9 * 6 * 5 * 8
+        monkeypatch.setattr(F, "IM2COL_BUDGET", 2 * per_sample)  # chunks of 2, 2, 1 samples
+        y_chunked, cache = F.conv2d_forward(x, w, b, 1)
+        np.testing.assert_allclose(y_chunked, y, rtol=1e-13, atol=1e-13)
+        for got, want in zip(F.conv2d_backward(dy, cache), whole):
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+        monkeypatch.undo()
 
 
 def test_maxpool_argmax_and_backward():

@@ -307,3 +307,26 @@ def test_autoencoder_encode_decode():
         ae.backward(mse.backward(), input_grad=False)
         opt.step()
     assert loss < first
+
+
+def test_cpu_numpy_predicts_in_chunks_of_the_training_batch(monkeypatch):
+    """cpu-numpy's predict forwards PREDICT_CHUNK samples at a time (the evaluation's batches of 1000 outgrow the
+    caches): the outputs are the chunks' forwards, equal to the whole batch's up to BLAS rounding."""
+    from gpunn.backends import cpu_numpy
+
+    model = cnn(in_channels=1, image_size=8, channels=(3, 4), classes=5, seed=1)
+    backend = cpu_numpy.CpuNumpyBackend(model, "cnn", 0.1)
+    x = np.random.default_rng(2).random((11, 1, 8, 8), dtype=np.float32)
+    monkeypatch.setattr(cpu_numpy, "PREDICT_CHUNK", 4)
+    calls = []
+    forward = model.forward
+    monkeypatch.setattr(model, "forward", lambda xb: calls.append(len(xb)) or forward(xb))
+    out = backend.predict(x)
+    assert calls == [4, 4, 3]
+    np.testing.assert_allclose(out, forward(x), rtol=1e-6, atol=1e-6)
+    mlp_model = mlp(in_features=6, hidden=5, classes=3, seed=1)  # no convolutions: one forward, as before
+    calls.clear()
+    forward_mlp = mlp_model.forward
+    monkeypatch.setattr(mlp_model, "forward", lambda xb: calls.append(len(xb)) or forward_mlp(xb))
+    cpu_numpy.CpuNumpyBackend(mlp_model, "mlp", 0.1).predict(np.zeros((11, 6), np.float32))
+    assert calls == [11]

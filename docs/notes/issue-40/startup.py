@@ -5,7 +5,8 @@ imports and writes included) minus its epochs. One cache folder per job, so that
 kernels. Writes a CSV (one row per job and mode) with the run's own split of the rest (metrics.json "startup",
 this tree's code only).
 
-    python startup.py OLD_SRC NEW_SRC PREPARED_DIR OUT_DIR [MODES]     (MODES: default before,cold,warm)
+    python startup.py OLD_SRC NEW_SRC PREPARED_DIR OUT_DIR [MODES [JOBS]]
+        MODES: default before,cold,warm; JOBS: experiment/variant pairs, e.g. e1/gpu-graph,e4/gpu-naive (default all)
 """
 
 import json
@@ -43,11 +44,13 @@ def run(src: Path, run_path: str, data: Path, out: Path, cache: Path) -> dict:
                 "data_s", "build_s", "test_passes_s", "kernels_loaded", "kernels_compiled")}}
 
 
-def main(old: str, new: str, prepared: str, out: str, modes: str = "before,cold,warm") -> None:
+def main(old: str, new: str, prepared: str, out: str, modes: str = "before,cold,warm", jobs: str = "") -> None:
     out = Path(out)
     rows = []
     for experiment, dataset, run_path in JOBS:
         variant = run_path.split("/")[3]
+        if jobs and f"{experiment}/{variant}" not in jobs.split(","):
+            continue
         cache = out / "cache" / f"{experiment}-{variant}"
         for mode in modes.split(","):
             src = old if mode == "before" else new

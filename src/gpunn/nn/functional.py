@@ -219,23 +219,38 @@ def _im2col(xp: np.ndarray, k: int, ho: int, wo: int) -> np.ndarray:
     return cols.reshape(c * k * k, n * ho * wo)
 
 
+IM2COL_BUDGET = 24 * 2**20  # bytes of one im2col matrix: a larger batch is convolved in chunks of samples
+
+
+def batch_chunks(n: int, per_sample_bytes: int, budget: int | None = None) -> list[tuple[int, int]]:
+    """[start, end) sample ranges whose im2col matrices stay within `budget` bytes (at least one sample each): a
+    matrix that fits the CPU's caches. The autoencoder's last convolution (256 -> 3 channels at 32x32) builds 9.4 MB
+    per sample, 600 MB for a batch of 64 in one piece, and its forward ran 3-4x slower so (docs/notes/issue-40-
+    progress.md); the CNN's convolutions stay within one chunk at its batch of 64."""
+    step = max(1, (IM2COL_BUDGET if budget is None else budget) // max(per_sample_bytes, 1))
+    return [(s, min(s + step, n)) for s in range(0, n, step)]
+
+
 def conv2d_forward(x, w, b, padding: int = 0):
-    """Stride-1 2-D convolution (cross-correlation, as in PyTorch) by im2col + one GEMM.
+    """Stride-1 2-D convolution (cross-correlation, as in PyTorch) by im2col + one GEMM per chunk of samples.
 
     x (N, Cin, H, W), w (Cout, Cin, k, k), b (Cout,), zero padding `padding` on each side.
     y[n, o, i, j] = b[o] + sum_{c, di, dj} w[o, c, di, dj] * xpad[n, c, i + di, j + dj]
     Returns (y (N, Cout, Ho, Wo), cache); Ho = H + 2*padding - k + 1.
     The cache keeps the padded input (not the im2col matrix, which is k*k times larger) and w; backward
-    rebuilds the im2col matrix, so the memory held between forward and backward stays small.
+    rebuilds the im2col matrix, so the memory held between forward and backward stays small. Samples are
+    convolved in batch_chunks (each output the same dot product whatever the chunk).
     """
     x, w, b, padding, ho, wo = _conv_check("conv2d_forward", x, w, b, padding)
-    n = x.shape[0]
+    n, cin = x.shape[:2]
     cout, _, k, _ = w.shape
     xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding))) if padding else x
-    cols = _im2col(xp, k, ho, wo)  # (Cin*k*k, N*Ho*Wo)
-    y = w.reshape(cout, -1) @ cols  # (Cout, N*Ho*Wo)
-    y += b[:, None]
-    y = np.ascontiguousarray(y.reshape(cout, n, ho, wo).transpose(1, 0, 2, 3))
+    w_mat = w.reshape(cout, -1)
+    y = np.empty((n, cout, ho, wo), dtype=x.dtype)
+    for s, e in batch_chunks(n, cin * k * k * ho * wo * x.itemsize):
+        part = w_mat @ _im2col(xp[s:e], k, ho, wo)  # (Cout, n*Ho*Wo), columns (n, i, j)
+        part += b[:, None]
+        y[s:e] = part.reshape(cout, e - s, ho, wo).transpose(1, 0, 2, 3)
     cache = (xp, w, padding, x.shape)
     return y, cache
 
@@ -244,8 +259,10 @@ def conv2d_backward(dy, cache, input_grad: bool = True):
     """Gradients of conv2d_forward: (dx (N, Cin, H, W), dw (Cout, Cin, k, k), db (Cout,)); dx is None without
     `input_grad` (a first layer's: nothing reads it, so neither its GEMM nor its scatter runs).
 
-    dw = dy_mat @ cols.T, db = sum of dy over (n, i, j), and dx scatters dcols = w_mat.T @ dy_mat back onto
-    the k x k window of every output pixel (col2im), with dy_mat (Cout, N*Ho*Wo)."""
+    Per chunk of samples (batch_chunks; dw and db summed over the chunks): dw = dy_mat @ cols.T, db = sum of dy
+    over (n, i, j), with dy_mat (Cout, n*Ho*Wo); dx scatters dcols = w_mat.T @ dy_mat back onto the k x k window of
+    every output pixel (col2im), or, with fewer output than input channels, gathers: the full correlation of dy
+    with the flipped kernel, one GEMM over the im2col of the padded dy."""
     op = "conv2d_backward"
     xp, w, padding, x_shape = cache
     n, cin, h, wd = x_shape
@@ -255,19 +272,39 @@ def conv2d_backward(dy, cache, input_grad: bool = True):
     _same_dtype(op, dy=dy, w=w)
     if dy.shape != (n, cout, ho, wo):
         raise ValueError(f"{op}: dy must have shape {(n, cout, ho, wo)} (the forward output), got {dy.shape}")
-    dy_mat = np.ascontiguousarray(dy.transpose(1, 0, 2, 3)).reshape(cout, n * ho * wo)  # columns (n, i, j)
-    cols = _im2col(xp, k, ho, wo)
-    dw = (dy_mat @ cols.T).reshape(w.shape)
-    db = dy_mat.sum(axis=1)
-    if not input_grad:
-        return None, dw, db
-    dcols = (w.reshape(cout, -1).T @ dy_mat).reshape(cin, k, k, n, ho, wo)
-    dxp = np.zeros(xp.shape, dtype=dy.dtype)
-    for di in range(k):
-        for dj in range(k):
-            dxp[:, :, di : di + ho, dj : dj + wo] += dcols[:, di, dj].transpose(1, 0, 2, 3)
-    dx = dxp[:, :, padding : padding + h, padding : padding + wd] if padding else dxp
-    return np.ascontiguousarray(dx), dw, db
+    dx = np.empty(x_shape, dtype=dy.dtype) if input_grad else None
+    dw = db = None
+    # the im2col of the input; dcols (the scatter) is as large, the gather's im2col of dy smaller (cout < cin)
+    for s, e in batch_chunks(n, cin * k * k * ho * wo * dy.itemsize):
+        dy_mat = np.ascontiguousarray(dy[s:e].transpose(1, 0, 2, 3)).reshape(cout, (e - s) * ho * wo)
+        part_dw = dy_mat @ _im2col(xp[s:e], k, ho, wo).T
+        part_db = dy_mat.sum(axis=1)
+        dw = part_dw if dw is None else dw + part_dw
+        db = part_db if db is None else db + part_db
+        if input_grad:
+            dx[s:e] = _conv_input_grad(dy[s:e], dy_mat, xp.shape[2:], w, padding, (h, wd))
+    return dx, dw.reshape(w.shape), db
+
+
+def _conv_input_grad(dy, dy_mat, padded_hw, w, padding: int, hw) -> np.ndarray:
+    """dx (n, Cin, H, W) of one chunk: the scatter of w_mat.T @ dy_mat (cout >= cin) or the gather (fewer output than
+    input channels, where the scatter's dcols is the larger matrix)."""
+    n, cout, ho, wo = dy.shape
+    cin, k = w.shape[1], w.shape[2]
+    h, wd = hw
+    if cout >= cin:  # dcols = w_mat.T @ dy_mat scattered back onto every output pixel's k x k window (col2im)
+        dcols = (w.reshape(cout, -1).T @ dy_mat).reshape(cin, k, k, n, ho, wo)
+        dxp = np.zeros((cin, n, *padded_hw), dtype=dy.dtype)  # dcols' (C, N) order: the adds read it in sequence
+        for di in range(k):
+            for dj in range(k):
+                dxp[:, :, di : di + ho, dj : dj + wo] += dcols[:, di, dj]
+        return dxp[:, :, padding : padding + h, padding : padding + wd].transpose(1, 0, 2, 3)
+    # dx[n, c, y, x] = sum_{o, a, b} w[o, c, k-1-a, k-1-b] * dy[n, o, y+a-e, x+b-e] with e = k-1-padding: the im2col
+    # of dy padded by e (cropped by -e) times the flipped weights, one GEMM that writes each dx element once
+    e = k - 1 - padding
+    dyp = np.pad(dy, ((0, 0), (0, 0), (e, e), (e, e))) if e > 0 else dy[:, :, -e : ho + e, -e : wo + e] if e else dy
+    w_flip = w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3).reshape(cin, cout * k * k)
+    return (w_flip @ _im2col(dyp, k, h, wd)).reshape(cin, n, h, wd).transpose(1, 0, 2, 3)
 
 
 # --------------------------------------------------------------------------------------------- maxpool
