@@ -237,9 +237,9 @@ def conv2d_forward(x, w, b, padding: int = 0):
     x (N, Cin, H, W), w (Cout, Cin, k, k), b (Cout,), zero padding `padding` on each side.
     y[n, o, i, j] = b[o] + sum_{c, di, dj} w[o, c, di, dj] * xpad[n, c, i + di, j + dj]
     Returns (y (N, Cout, Ho, Wo), cache); Ho = H + 2*padding - k + 1.
-    The cache keeps the padded input (not the im2col matrix, which is k*k times larger) and w; backward
-    rebuilds the im2col matrix, so the memory held between forward and backward stays small. Samples are
-    convolved in batch_chunks (each output the same dot product whatever the chunk).
+    The cache keeps the padded input and w, and the im2col matrix when the batch is one chunk (at most IM2COL_BUDGET
+    bytes held until backward, which otherwise rebuilds it chunk by chunk). Samples are convolved in batch_chunks
+    (each output the same dot product whatever the chunk).
     """
     x, w, b, padding, ho, wo = _conv_check("conv2d_forward", x, w, b, padding)
     n, cin = x.shape[:2]
@@ -247,11 +247,13 @@ def conv2d_forward(x, w, b, padding: int = 0):
     xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding))) if padding else x
     w_mat = w.reshape(cout, -1)
     y = np.empty((n, cout, ho, wo), dtype=x.dtype)
-    for s, e in batch_chunks(n, cin * k * k * ho * wo * x.itemsize):
-        part = w_mat @ _im2col(xp[s:e], k, ho, wo)  # (Cout, n*Ho*Wo), columns (n, i, j)
+    chunks = batch_chunks(n, cin * k * k * ho * wo * x.itemsize)
+    for s, e in chunks:
+        cols = _im2col(xp[s:e], k, ho, wo)  # (Cin*k*k, n*Ho*Wo), columns (n, i, j)
+        part = w_mat @ cols
         part += b[:, None]
         y[s:e] = part.reshape(cout, e - s, ho, wo).transpose(1, 0, 2, 3)
-    cache = (xp, w, padding, x.shape)
+    cache = (xp, w, padding, x.shape, cols if len(chunks) == 1 else None)
     return y, cache
 
 
@@ -264,7 +266,7 @@ def conv2d_backward(dy, cache, input_grad: bool = True):
     every output pixel (col2im), or, with fewer output than input channels, gathers: the full correlation of dy
     with the flipped kernel, one GEMM over the im2col of the padded dy."""
     op = "conv2d_backward"
-    xp, w, padding, x_shape = cache
+    xp, w, padding, x_shape, kept_cols = cache
     n, cin, h, wd = x_shape
     cout, _, k, _ = w.shape
     ho, wo = conv2d_output_size(h, k, padding), conv2d_output_size(wd, k, padding)
@@ -277,7 +279,8 @@ def conv2d_backward(dy, cache, input_grad: bool = True):
     # the im2col of the input; dcols (the scatter) is as large, the gather's im2col of dy smaller (cout < cin)
     for s, e in batch_chunks(n, cin * k * k * ho * wo * dy.itemsize):
         dy_mat = np.ascontiguousarray(dy[s:e].transpose(1, 0, 2, 3)).reshape(cout, (e - s) * ho * wo)
-        part_dw = dy_mat @ _im2col(xp[s:e], k, ho, wo).T
+        cols = kept_cols if kept_cols is not None else _im2col(xp[s:e], k, ho, wo)  # one chunk: forward's
+        part_dw = dy_mat @ cols.T
         part_db = dy_mat.sum(axis=1)
         dw = part_dw if dw is None else dw + part_dw
         db = part_db if db is None else db + part_db
