@@ -117,6 +117,7 @@ def test_elementwise_shape_errors():
         "relu_backward",
         "bias_relu",
         "gather_rows",
+        "pixels_to_float",
     }
 
 
@@ -320,6 +321,23 @@ def test_gather_rows_follows_the_device_counter(rng):
             assert rel_err(out[:, :features], x_ref) == 0.0
             np.testing.assert_array_equal(out[:, features], 7.0)
             np.testing.assert_array_equal(y.copy_to_host(), y_ref)
+
+
+def test_pixels_to_float_is_the_hosts_conversion_bit_for_bit():
+    """A resident training set crosses to the device as uint8 and is converted there: every value equals
+    images_to_float's (all 256 pixel values, an odd shape), within rounding of the float64 reference."""
+    from gpunn.rundata import images_to_float
+
+    pixels = np.resize(np.arange(256, dtype=np.uint8), (3, 1, 9, 11))  # 297 values: each of the 256 at least once
+    out = cuda.to_device(np.full(pixels.shape, np.nan, np.float32))
+    ew.pixels_to_float(cuda.to_device(pixels), out, block=64)
+    got = out.copy_to_host()
+    assert np.array_equal(got, images_to_float(pixels))
+    assert rel_err(got, ew.pixels_to_float_ref(pixels)) <= 2**-24
+    with pytest.raises(ValueError, match="pixels_to_float: pixels must be uint8"):
+        ew.pixels_to_float(out, out)
+    with pytest.raises(ValueError, match="pixels_to_float: pixels is a host NumPy array"):
+        ew.pixels_to_float(pixels, out)
 
 
 def test_gather_rows_shape_errors():

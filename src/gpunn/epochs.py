@@ -19,7 +19,6 @@ import time
 from dataclasses import dataclass
 
 from gpunn.errors import GpunnError
-from gpunn.rundata import images_to_float
 from gpunn.runspec import format_lr
 from gpunn.seeding import batch_order, batch_slices
 
@@ -114,8 +113,9 @@ def train_epochs(backend, x, y, *, epochs: int, batch: int, seed: int, rule: Div
     n = len(x)
     batch = min(batch, n)  # the same single batch, and a resident GPU epoch's batch stride must not exceed n
     slices = batch_slices(n, batch)
-    # the whole training set as float32 once: a resident backend copies it to its device, the others index it
-    backend.load_train_data(images_to_float(x), None if backend.target_is_input else y)
+    # the whole training set once: a resident backend copies the pixels to its device and converts them there,
+    # the others make float32 images on the host (Backend.load_train_data) and index them
+    backend.load_train_data(x, None if backend.target_is_input else y)
     if log is not None:
         log(f"warm-up of {backend.name} (kernels compile on their first launch: not inside the first epoch's time)")
     warm_up_start = time.perf_counter()

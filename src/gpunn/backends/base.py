@@ -1,8 +1,9 @@
 """The contract every training variant implements, CPU or GPU: one protocol, no capability probing.
 
     warm_up(batch_sizes)     compile / allocate whatever the steps at these batch sizes need, outside any timing
-    load_train_data(x, y)    the training set (float32 images in [0, 1] of the model's input shape, int labels; an
-                             autoencoder ignores y: its target is its input). A GPU backend keeps it resident.
+    load_train_data(x, y)    the training set (uint8 pixels, or float32 images in [0, 1], of the model's input
+                             shape; int labels; an autoencoder ignores y: its target is its input), made float32 by
+                             gpunn.rundata.images_to_float's expression. A GPU backend keeps it resident.
     train_epoch(order, batch, progress) -> EpochResult
                              one epoch over the loaded data in `order`, batches of `batch` rows (the last one
                              partial), exactly the batches gpunn.seeding.batch_slices gives
@@ -30,6 +31,7 @@ import numpy as np
 from gpunn.errors import GpunnError
 from gpunn.nn.functional import DEFAULT_REDUCTION, REDUCTIONS
 from gpunn.nn.models import MODELS, model_spec
+from gpunn.rundata import images_to_float
 from gpunn.seeding import batch_slices
 
 
@@ -89,7 +91,7 @@ class Backend:
         graphs) before it is timed, so that the first epoch's time is an epoch's; nothing to make by default."""
 
     def load_train_data(self, x: np.ndarray, y: np.ndarray | None) -> None:
-        self._train_x = np.asarray(x, dtype=np.float32)
+        self._train_x = images_to_float(np.asarray(x))
         self._train_y = None if y is None else np.asarray(y)
 
     def train_epoch(self, order: np.ndarray, batch: int, progress: Progress | None = None) -> EpochResult:

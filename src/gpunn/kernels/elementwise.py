@@ -8,6 +8,9 @@ Ops (one kernel each, 1-D grid-stride loops over the flattened row-major array):
     bias_relu     x[i, j] = max(x[i, j] + bias[j], 0)      (fused, in place: one read + one write of x)
     gather_rows   x[r, :] = source[order[s + r], :], y[r] = labels[order[s + r]] with s = step * stride read
                   from a device counter: the batch gather of device-resident training (x may be a strided view)
+    pixels_to_float  out = float32(pixels) / 255 from uint8 pixels (any shape): gpunn.rundata.images_to_float on
+                  the device, bit for bit (both divide in float32, correctly rounded), so a resident training set
+                  crosses to the device as uint8, a quarter of the bytes, and no float copy is made on the host
 
 Every launcher takes float32 device arrays and `block` (threads per block), checks the shapes (ValueError
 naming the op and the shapes, zero-sized dimensions included), computes the grid and launches. The
@@ -21,7 +24,7 @@ import numpy as np
 from numba import cuda, float32
 
 from .jit import jit
-from .launch import Launch, bind, check_array, check_block, flat, grid_for
+from .launch import Launch, bind, check_array, check_block, check_device_array, flat, grid_for
 
 __all__ = [
     "OPS",
@@ -31,6 +34,8 @@ __all__ = [
     "bias_relu_ref",
     "gather_rows",
     "gather_rows_ref",
+    "pixels_to_float",
+    "pixels_to_float_ref",
     "relu_backward",
     "relu_backward_ref",
     "relu_forward",
@@ -175,12 +180,34 @@ def gather_rows(source, labels, order, counter, stride: int, x, y, block: int = 
     return bind(_gather_rows_kernel, grid_for(x.size, block), block, args, stream, launch, op)
 
 
+@jit
+def _pixels_to_float_kernel(pixels, out, n):
+    start = cuda.grid(1)
+    stride = cuda.gridsize(1)
+    for i in range(start, n, stride):
+        out[i] = float32(pixels[i]) / float32(255.0)
+
+
+def pixels_to_float(pixels, out, block: int = 256, stream=0, launch: bool = True) -> Launch:
+    """out = float32(pixels) / 255 elementwise: uint8 pixels to float32 of the same shape, as the host's
+    images_to_float computes it."""
+    op = "pixels_to_float"
+    block = check_block(op, block)
+    check_device_array(op, "pixels", pixels, dtype=np.uint8)
+    check_device_array(op, "out", out)
+    if tuple(pixels.shape) != tuple(out.shape):
+        raise ValueError(f"{op}: pixels {tuple(pixels.shape)} and out {tuple(out.shape)} must have the same shape")
+    n = pixels.size
+    return bind(_pixels_to_float_kernel, grid_for(n, block), block, (flat(pixels), flat(out), n), stream, launch, op)
+
+
 OPS = {
     "bias_add": bias_add,
     "relu_forward": relu_forward,
     "relu_backward": relu_backward,
     "bias_relu": bias_relu,
     "gather_rows": gather_rows,
+    "pixels_to_float": pixels_to_float,
 }
 
 
@@ -207,3 +234,7 @@ def gather_rows_ref(source, labels, order, step: int, stride: int, rows: int):
     first = (step * stride) % len(order)
     picked = np.asarray(order)[first:first + rows]
     return np.asarray(source, np.float64)[picked], np.asarray(labels)[picked]
+
+
+def pixels_to_float_ref(pixels) -> np.ndarray:
+    return np.asarray(pixels, np.float64) / 255.0

@@ -236,7 +236,8 @@ def conv2d_forward(x, w, b, padding: int = 0):
 
     x (N, Cin, H, W), w (Cout, Cin, k, k), b (Cout,), zero padding `padding` on each side.
     y[n, o, i, j] = b[o] + sum_{c, di, dj} w[o, c, di, dj] * xpad[n, c, i + di, j + dj]
-    Returns (y (N, Cout, Ho, Wo), cache); Ho = H + 2*padding - k + 1.
+    Returns (y (N, Cout, Ho, Wo), cache); Ho = H + 2*padding - k + 1; cache = (padded x, w, padding, x's shape, the
+    im2col matrix or None).
     The cache keeps the padded input and w, and the im2col matrix when the batch is one chunk (at most IM2COL_BUDGET
     bytes held until backward, which otherwise rebuilds it chunk by chunk). Samples are convolved in batch_chunks
     (each output the same dot product whatever the chunk).

@@ -26,7 +26,7 @@ def conv_backward_data_ref(dy, w, x_shape, padding=0, relu_mask=None) -> np.ndar
     n, cin, h, wd = x_shape
     # conv2d_backward needs the padded input only for dw, which is discarded here: zeros do
     xp = np.zeros((n, cin, h + 2 * padding, wd + 2 * padding))
-    dx, _, _ = F.conv2d_backward(dy64, (xp, w64, padding, tuple(x_shape)))
+    dx, _, _ = F.conv2d_backward(dy64, (xp, w64, padding, tuple(x_shape), None))  # no im2col kept from a forward
     if relu_mask is not None:
         dx = np.where(np.asarray(relu_mask) > 0, dx, 0.0)
     return dx
@@ -38,7 +38,7 @@ def conv_backward_weight_ref(x, dy, k, padding=0) -> np.ndarray:
     dy64 = np.asarray(dy, np.float64)
     xp = np.pad(x64, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
     w_shape = (dy64.shape[1], x64.shape[1], k, k)
-    _, dw, _ = F.conv2d_backward(dy64, (xp, np.zeros(w_shape), padding, x64.shape))
+    _, dw, _ = F.conv2d_backward(dy64, (xp, np.zeros(w_shape), padding, x64.shape, None))
     return dw
 
 
