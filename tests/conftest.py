@@ -8,7 +8,8 @@ override either choice from the environment.
 
 The timed code paths take the machine-wide timing lock (gpunn.timing_lock); the tests use a lock file of
 their own (GPUNN_TIMING_LOCK, inherited by the subprocesses they start; one per pytest-xdist worker), so they
-never wait for, nor delay, a real timed job on the same machine, nor each other.
+never wait for, nor delay, a real timed job on the same machine, nor each other. Likewise a kernel cache folder of
+their own (GPUNN_KERNEL_CACHE).
 """
 
 import atexit
@@ -33,6 +34,14 @@ if "GPUNN_TIMING_LOCK" not in os.environ or os.environ.get("GPUNN_TESTS_LOCK_OF"
     atexit.register(shutil.rmtree, _lock_dir, True)
     os.environ["GPUNN_TIMING_LOCK"] = os.path.join(_lock_dir, "timing.lock")
     os.environ["GPUNN_TESTS_LOCK_OF"] = _process
+
+# Compiled kernels and cpu-serial's functions (gpunn.kernel_cache) go to a folder of this test process, removed at
+# its end, not to the user's cache: the subprocesses it starts (pipeline jobs) share it. A folder the user set stays.
+if "GPUNN_KERNEL_CACHE" not in os.environ or os.environ.get("GPUNN_TESTS_CACHE_OF", _process) != _process:
+    _cache_dir = tempfile.mkdtemp(prefix=f"gpunn-tests-cache-{_process}-")
+    atexit.register(shutil.rmtree, _cache_dir, True)
+    os.environ["GPUNN_KERNEL_CACHE"] = _cache_dir
+    os.environ["GPUNN_TESTS_CACHE_OF"] = _process
 
 import pytest  # noqa: E402
 

@@ -181,3 +181,38 @@ def test_a_second_process_loads_every_kernel_and_each_specialisation_stays_its_o
     assert second == {**first, "compiled": 0, "loaded": first["compiled"]}
     names = [p.name for p in (tmp_path / "cache").rglob("*.nbi")]
     assert any("launch_bounds_128" in n for n in names) and any("launch_bounds_256" in n for n in names)
+
+
+_SERIAL = textwrap.dedent("""
+    import json
+    import numpy as np
+    from gpunn.nn import mlp
+    from gpunn.nn.serial import SerialMLP, _backward_and_step, _forward
+
+    model = mlp(12, 7, 3, seed=1)
+    serial = SerialMLP(model.flat.copy(), 12, 7, 3)
+    x = np.random.default_rng(0).random((5, 12), dtype=np.float32)
+    logits = serial.forward(x).tolist()
+    serial.backward_and_step(np.array([0, 1, 2, 0, 1]), 0.1)
+    hits = [sum(f.stats.cache_hits.values()) for f in (_forward, _backward_and_step)]
+    print(json.dumps({"logits": logits, "flat": serial.flat.tolist(), "hits": hits}))
+""")
+
+
+def test_cpu_serial_functions_are_kept_in_the_cache_too(tmp_path):
+    """cpu-serial's numba functions (about 1.3 s of compiling per job) load from the same folder in a second
+    process, with the same results."""
+    script = tmp_path / "serial.py"
+    script.write_text(_SERIAL)
+    env = {**os.environ, kernel_cache.VARIABLE: str(tmp_path / "cache"), "PYTHONPATH": str(SRC)}
+
+    def process():
+        done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    first, second = process(), process()
+    assert first["hits"] == [0, 0] and second["hits"] == [1, 1]
+    assert second["logits"] == first["logits"] and second["flat"] == first["flat"]
+    env[kernel_cache.VARIABLE] = "off"
+    assert process()["hits"] == [0, 0]

@@ -1,5 +1,6 @@
 """Where compiled GPU kernels are kept between jobs: numba-cuda's on-disk kernel cache (``cache=True``, which every
-gpunn kernel gets through gpunn.kernels.jit) under one folder per state of gpunn's source.
+gpunn kernel gets through gpunn.kernels.jit; cpu-serial's njit functions use the same folder through numba's CPU
+cache) under one folder per state of gpunn's source.
 
 The folder is ``$GPUNN_KERNEL_CACHE`` if set, else ``$XDG_CACHE_HOME/gpunn/kernels`` (``~/.cache/gpunn/kernels``);
 ``GPUNN_KERNEL_CACHE=off`` turns the cache off (every job compiles every kernel, as before the cache). Inside it,
@@ -24,6 +25,7 @@ OFF_VALUES = ("off", "0", "false", "no", "none")
 KEEP = 4  # source states kept side by side (a few checkouts or branches on one machine)
 PACKAGE = Path(__file__).resolve().parent
 _configured: Path | None = None
+_decided = False  # configure() has chosen _configured (None: off or unwritable)
 
 
 def root() -> Path | None:
@@ -75,14 +77,23 @@ def folder() -> Path | None:
     return None if base is None else base / source_state()
 
 
-def configure() -> Path | None:
-    """Point numba-cuda's cache at this source state's folder (made, its stale siblings pruned) and return it; None
-    (caching off) when GPUNN_KERNEL_CACHE says off or the folder cannot be made. Idempotent; call it before the
-    first kernel is decorated."""
-    global _configured
-    if _configured is not None:
-        return _configured
-    path = folder()
+def configure(target: str = "cuda") -> Path | None:
+    """Point numba's cache for `target` ("cuda": numba-cuda's kernels; "cpu": numba's njit functions, cpu-serial's)
+    at this source state's folder (made, its stale siblings pruned) and return it; None (caching off) when
+    GPUNN_KERNEL_CACHE says off or the folder cannot be made. Idempotent; call it before the first function of that
+    target is decorated."""
+    global _configured, _decided
+    if target not in _TARGETS:
+        raise ValueError(f"kernel cache target must be one of {sorted(_TARGETS)}, got {target!r}")
+    if not _decided:  # once per process: every kernel's decoration asks
+        _configured, _decided = _make(folder()), True
+    if _configured is not None and target not in _pointed:
+        _TARGETS[target]().CACHE_DIR = str(_configured)
+        _pointed.add(target)
+    return _configured
+
+
+def _make(path: Path | None) -> Path | None:
     if path is None:
         return None
     try:
@@ -93,11 +104,23 @@ def configure() -> Path | None:
             prune(path.parent, keep=KEEP)
     except OSError:
         return None  # an unwritable cache compiles as without one
+    return path
+
+
+def _cuda_config():
     from numba.cuda.core import config
 
-    config.CACHE_DIR = str(path)
-    _configured = path
-    return path
+    return config
+
+
+def _cpu_config():
+    from numba.core import config
+
+    return config
+
+
+_TARGETS = {"cuda": _cuda_config, "cpu": _cpu_config}
+_pointed: set[str] = set()
 
 
 def configured() -> Path | None:

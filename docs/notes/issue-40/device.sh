@@ -3,7 +3,8 @@
 # carried folder is replaced by the next call's copy, so nothing long runs inside the checkout).
 #   bash docs/notes/issue-40/device.sh stage          copy this tree, .issue40/old/src (the code before) and datasets/mnist
 #   bash docs/notes/issue-40/device.sh start          in the background: data, study, GPU tests; logs in /tmp/s/*.log
-#                                                     (MODES=cold,warm: this tree only; TESTS=...: the GPU tests run)
+#                                                     (MODES=cold,warm: this tree only; TESTS=...: the GPU tests run;
+#                                                     CPU=1: then cpu_check.py, the CPU baselines before/after)
 #   bash docs/notes/issue-40/device.sh poll SECONDS   wait until it ends or SECONDS pass
 #   bash docs/notes/issue-40/device.sh collect OUT    the study's CSV and the logs into OUT
 set -euo pipefail
@@ -35,12 +36,15 @@ python -m gpunn prepare synthetic_cifar10 --raw $S/raw/synthetic_cifar10 --out $
 date +%s > ../study.start
 python docs/notes/issue-40/startup.py $S/old/src $S/new/src $S/prep $S/out \${MODES:-before,cold,warm} > ../study.log 2>&1
 echo \$? > ../study.rc
+if [ -n "\${CPU:-}" ]; then
+  python docs/notes/issue-40/cpu_check.py $S/old/src $S/new/src $S/prep $S/out \$(nproc) > ../cpu.log 2>&1
+fi
 GPUNN_KERNEL_CACHE=$S/testcache python -m pytest -m gpu -q -p no:cacheprovider \${TESTS:-tests} > ../gpu.log 2>&1
 echo \$? > ../gpu.rc
 EOF
     # a user's Python writes .pyc files; the lent machine sets PYTHONDONTWRITEBYTECODE, which recompiles gpunn's
     # modules in every job (about 0.3 s each)
-    env -u PYTHONDONTWRITEBYTECODE MODES=${MODES:-} TESTS=${TESTS:-} setsid nohup bash chain.sh > chain.out 2>&1 < /dev/null &
+    env -u PYTHONDONTWRITEBYTECODE MODES=${MODES:-} TESTS=${TESTS:-} CPU=${CPU:-} setsid nohup bash chain.sh > chain.out 2>&1 < /dev/null &
     echo "started: $(date)"
     ;;
 poll)
@@ -58,7 +62,7 @@ collect)
     out=${1:?OUT}
     mkdir -p "$out"
     cp "$S"/*.log "$out"/ 2>/dev/null || true
-    cp "$S"/out/startup.csv "$out"/ 2>/dev/null || true
+    cp "$S"/out/startup.csv "$S"/out/cpu_check.csv "$out"/ 2>/dev/null || true
     ls -la "$out"
     ;;
 esac
