@@ -7,13 +7,11 @@ cpu_check.csv into OUT_DIR.
 """
 
 import json
-import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
+from startup import train  # this folder's start-up study: one `gpunn train` process
 
 RUNS = [  # (prepared file, run path)
     ("mnist", "mnist/standard/cnn/cpu-numpy/w16-32_b64_lr0.01_e1_s0"),
@@ -22,17 +20,11 @@ RUNS = [  # (prepared file, run path)
 ]
 
 
-def train(src: str, data: Path, run_path: str, out: Path, threads: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": src, "OPENBLAS_NUM_THREADS": threads, "OMP_NUM_THREADS": threads,
-           "MKL_NUM_THREADS": threads}
-    start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "gpunn", "train", run_path, "--data", str(data), "--out", str(out)],
-                          capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - start
-    if done.returncode != 0:
-        print(done.stderr[-3000:], flush=True)
+def check(src: str, data: Path, run_path: str, out: Path, threads: str) -> dict:
+    wall, done, metrics = train(src, run_path, data, out, OPENBLAS_NUM_THREADS=threads, OMP_NUM_THREADS=threads,
+                                MKL_NUM_THREADS=threads)
+    if metrics is None:
         return {"wall_s": wall, "rc": done.returncode}
-    metrics = json.loads((out / "metrics.json").read_text())
     printed = [line.split(" (")[0] for line in done.stdout.splitlines() if line.startswith("epoch ")]
     return {"wall_s": wall, "rc": 0, "epochs_s": metrics["total_train_time_s"], "test_time_s": metrics["test_time_s"],
             "printed": " | ".join(printed)}
@@ -44,7 +36,7 @@ def main(old: str, new: str, prepared: str, out: str, threads: str = "16") -> No
     for dataset, run_path in RUNS:
         pair = {}
         for code, src in (("before", old), ("after", new)):
-            pair[code] = train(src, Path(prepared) / f"{dataset}.npz", run_path, out / "runs" / code / dataset, threads)
+            pair[code] = check(src, Path(prepared) / f"{dataset}.npz", run_path, out / "runs" / code / dataset, threads)
             rows.append({"run": run_path, "code": code, **pair[code]})
             print(json.dumps(rows[-1]), flush=True)
         rows[-1]["same_printed"] = pair["before"].get("printed") == pair["after"].get("printed")

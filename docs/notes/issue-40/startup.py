@@ -28,16 +28,23 @@ JOBS = [  # (experiment, prepared file, run path): E1 at its config; E4 and E5 o
 ]
 
 
-def run(src: Path, run_path: str, data: Path, out: Path, cache: Path) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(src), "GPUNN_KERNEL_CACHE": str(cache)}
+def train(src, run_path: str, data: Path, out: Path, **env):
+    """`python -m gpunn train` of run_path with src on PYTHONPATH and `env` added: (wall s, the finished process,
+    its metrics.json or None when it failed, its stderr's tail printed)."""
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "gpunn", "train", run_path, "--data", str(data), "--out", str(out)],
-                          capture_output=True, text=True, env=env)
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(src), **env})
     wall = time.perf_counter() - start
     if done.returncode != 0:
         print(done.stderr[-3000:], flush=True)
+        return wall, done, None
+    return wall, done, json.loads((out / "metrics.json").read_text())
+
+
+def run(src: Path, run_path: str, data: Path, out: Path, cache: Path) -> dict:
+    wall, done, metrics = train(src, run_path, data, out, GPUNN_KERNEL_CACHE=str(cache))
+    if metrics is None:
         return {"wall_s": wall, "rc": done.returncode}
-    metrics = json.loads((out / "metrics.json").read_text())
     startup = metrics.get("startup") or {}
     # 'gpunn train: done in 5.0 s' (the CLI's main); the rest of the wall is the interpreter, imports and exit
     done = [line for line in done.stdout.splitlines() + done.stderr.splitlines() if "gpunn train: done in" in line]
