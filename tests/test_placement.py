@@ -261,3 +261,17 @@ def test_overlap_check_times_the_same_runs_alone_and_together(lock_env, tmp_path
     everything = placement.describe_cores(os.sched_getaffinity(0))
     assert set(unplaced["cores"]) == {everything} and set(placed.loc[placed["job"] == "cpu", "cores"]) == {
         placement.describe_cores(sorted(os.sched_getaffinity(0))[:1])}
+    # an overlap suspect: the timed CPU run beside an untimed run on the cores it leaves (no GPU needed)
+    out = subprocess.run([*gpunn, "overlap-check", "--cpu", "digits8_mini/standard/mlp/cpu-numpy/w8_b8_lr0.3_e1_s0_n16",
+                          "--cpu-data", data, "--gpu", "digits8_mini/standard/mlp/gpu-fused/w8_b8_lr0.3_e1_s0_n8",
+                          "--gpu-data", data, "--threads", "1", "--gpus", "0", "--repeats", "2", "--scenario",
+                          "untimed", "--out", str(tmp_path / "untimed")], env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    frame = pd.read_csv(tmp_path / "untimed/overlap.csv", dtype={"gpu": str, "cores": str})
+    assert set(frame["scenario"]) == {"cpu beside untimed cpu"} and len(frame) == 2 * 4
+    cores = sorted(os.sched_getaffinity(0))
+    assert set(frame.loc[frame["job"] == "cpu", "cores"]) == {placement.describe_cores(cores[:1])}
+    assert set(frame.loc[frame["job"] == "untimed neighbour", "cores"]) == {
+        placement.describe_cores(cores[1:] or cores)}  # from the highest core down, every one the CPU run leaves
+    assert "| cpu beside untimed cpu | cpu |" in (tmp_path / "untimed/overlap.md").read_text()

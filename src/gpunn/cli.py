@@ -390,9 +390,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int_at_least(1), default=14, help="the CPU run's threads and cores (default 14)")
     p.add_argument("--gpus", default="auto", help="auto (every GPU found) or N: with two, two GPU runs at once too")
     p.add_argument("--repeats", type=int_at_least(2), default=3, help="repeats of every scenario (default 3)")
-    p.add_argument("--scenario", choices=("all", "cpu", "gpu", "placement"), default="all",
+    p.add_argument("--scenario", choices=("all", "cpu", "gpu", "placement", "untimed"), default="all",
                    help="cpu: the CPU run beside the GPU run; gpu: two GPU runs on two GPUs; all: both; placement: "
-                        "each run alone, placed as under timing: overlap against unplaced")
+                        "each run alone, placed as under timing: overlap against unplaced; untimed: the CPU run "
+                        "beside an untimed run on the other cores")
+    p.add_argument("--neighbour", default=None, help="--scenario untimed: the untimed run (default: the CPU run)")
+    p.add_argument("--neighbour-data", default=None, help="prepared .npz of --neighbour (default: --cpu-data)")
+    p.add_argument("--neighbour-threads", type=int_at_least(1), default=None,
+                   help="--scenario untimed: the untimed run's threads and cores (default: every core the CPU run "
+                        "leaves)")
     p.add_argument("--out", required=True, help="folder for overlap.csv, overlap.md and the runs")
     p.set_defaults(func=_cmd_overlap_check)
 

@@ -1,12 +1,14 @@
 """Does overlapping timed jobs change their times? The same training runs timed alone and side by side.
 
     python -m gpunn overlap-check --cpu RUN --cpu-data NPZ --gpu RUN --gpu-data NPZ [--threads T] [--gpus auto|N]
-                                  [--repeats 3] --out DIR
+                                  [--repeats 3] [--scenario all|cpu|gpu|placement|untimed] --out DIR
 
 Each repeat runs, one after another: the CPU run alone, the GPU run alone on the first GPU (and, with two GPUs, on
 the second), then both at once (the CPU-timed job beside the GPU-timed one, as config key `timing: overlap` lets the
 pipeline run them; the CPU run starts when the GPU run's warm-up has ended, so that its epoch meets the GPU's) and,
-with two GPUs, two GPU runs at once, one per GPU; a job's alone time serves both scenarios. Every run goes through
+with two GPUs, two GPU runs at once, one per GPU; a job's alone time serves both scenarios. --scenario untimed: the
+CPU run beside an untimed run (--neighbour, default the CPU run itself) placed as the pipeline places its untimed jobs,
+on the other cores (--neighbour-threads, default all of them), started first. Every run goes through
 gpunn.placement with timing overlap, alone too, so that it has the same cores and GPU both ways and only its
 neighbour differs. The figure compared is the run's own timing, metrics.json's mean epoch time (what the reports
 use). The run-to-run noise is the spread (max - min) / median of a job's alone repeats; a change of the median
@@ -35,14 +37,17 @@ from gpunn.errors import GpunnError
 from gpunn.runspec import parse_run_path
 
 PLACEMENT = "placed against unplaced"  # --scenario placement: each run alone, placed (overlap) and not (isolated)
+UNTIMED = "cpu beside untimed cpu"  # --scenario untimed: the CPU run beside an untimed run on the other cores
 COLUMNS = ("scenario", "repeat", "job", "together", "gpu", "cores", "seconds", "train_loss")
 
 
-def _job(name, run, data, out, threads, gpu=None, placed=True):
+def _job(name, run, data, out, threads, gpu=None, placed=True, timed=True):
     """One training run: (name, command, environment). Placed as timing: overlap places it (its cores, its GPU), or
-    not (`placed` false: as under timing: isolated, `threads` threads on any core, the GPU `gpu` named)."""
+    not (`placed` false: as under timing: isolated, `threads` threads on any core, the GPU `gpu` named); `timed`
+    false: placed as an untimed job (cores from the highest down, no timing lock), as the pipeline's evaluate,
+    features and SVM jobs run."""
     spec = parse_run_path(run)  # a bad run path stops here, with its one line
-    prefix = placement.prefix(threads, gpu is not None, True, "overlap", [gpu] if gpu is not None else [])
+    prefix = placement.prefix(threads, gpu is not None, timed, "overlap", [gpu] if gpu is not None else [])
     command = f"{prefix if placed else ''}{sys.executable} -m gpunn train {spec.path} --data {data} --out {out}"
     env = {**os.environ, **{v: str(threads) for v in placement.THREAD_VARIABLES}}
     if not placed and gpu is not None:
@@ -97,11 +102,17 @@ def scenarios(args, gpus: list[str]) -> list[tuple[str, list, list]]:
     placed as timing: overlap places it against unplaced, as under isolated (`threads` threads, any core)."""
     root = Path(args.out) / "runs"
     cpu = _job("cpu", args.cpu, args.cpu_data, root / "cpu", args.threads)
-    gpu0 = _job(f"gpu on {gpus[0]}", args.gpu, args.gpu_data, root / "gpu0", 1, gpus[0])
+    gpu0 = _job(f"gpu on {gpus[0]}", args.gpu, args.gpu_data, root / "gpu0", 1, gpus[0]) if gpus else None
     found = [("cpu beside gpu", [gpu0, cpu])] if args.scenario in ("all", "cpu") else []
     if len(gpus) >= 2 and args.scenario in ("all", "gpu"):
         gpu1 = _job(f"gpu on {gpus[1]}", args.gpu, args.gpu_data, root / "gpu1", 1, gpus[1])
         found.append(("gpu beside gpu", [gpu0, gpu1]))
+    if args.scenario == "untimed":  # the CPU run beside untimed CPU work on the other cores
+        threads = getattr(args, "neighbour_threads", None) or max(1, len(os.sched_getaffinity(0)) - args.threads)
+        neighbour = _job("untimed neighbour", getattr(args, "neighbour", None) or args.cpu,
+                         getattr(args, "neighbour_data", None) or args.cpu_data, root / "neighbour", threads,
+                         timed=False)
+        found = [(UNTIMED, [neighbour, cpu])]
     if args.scenario == "placement":  # each run alone, placed and unplaced
         unplaced_cpu = _job("cpu", args.cpu, args.cpu_data, root / "cpu-unplaced", args.threads, placed=False)
         unplaced_gpu = _job(gpu0[0], args.gpu, args.gpu_data, root / "gpu0-unplaced", args.threads, gpus[0],
@@ -112,7 +123,7 @@ def scenarios(args, gpus: list[str]) -> list[tuple[str, list, list]]:
 
 def measure(args, log: Callable[[str], None] = print) -> pd.DataFrame:
     gpus = detect_gpu_ids() if args.gpus == "auto" else [str(i) for i in range(int(args.gpus))]
-    if not gpus:
+    if not gpus and args.scenario != "untimed":
         raise GpunnError("overlap-check: no GPU found (nvidia-smi, CUDA_VISIBLE_DEVICES); give --gpus N")
     rows = []
     for repeat in range(1, args.repeats + 1):
@@ -128,7 +139,7 @@ def measure(args, log: Callable[[str], None] = print) -> pd.DataFrame:
                 f"{rows[-1]['seconds']:.4f} s/epoch")
         for scenario, jobs in ((s, jobs) for s, jobs in found if s != PLACEMENT):
             rows += [{"scenario": scenario, "repeat": repeat, "together": False, **alone[job[0]]} for job in jobs]
-            both = _run_together(jobs, stagger=scenario == "cpu beside gpu")
+            both = _run_together(jobs, stagger=scenario in ("cpu beside gpu", UNTIMED))
             rows += [{"scenario": scenario, "repeat": repeat, "together": True, **r} for r in both]
             log(f"overlap-check: repeat {repeat}, {scenario}: together "
                 + ", ".join(f"{r['job']} {r['seconds']:.4f}" for r in both) + " s/epoch")
