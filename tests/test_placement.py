@@ -231,11 +231,15 @@ def test_overlap_check_times_the_same_runs_alone_and_together(lock_env, tmp_path
     data = str(tmp_path / "d8.npz")
     subprocess.run([*gpunn, "prepare", "digits8_mini", "--raw", str(tmp_path / "raw"), "--out", data], env=env,
                    check=True, capture_output=True)
-    out = subprocess.run([*gpunn, "overlap-check", "--cpu", "digits8_mini/standard/mlp/cpu-numpy/w8_b8_lr0.3_e1_s0_n16",
-                          "--cpu-data", data, "--gpu", "digits8_mini/standard/mlp/gpu-fused/w8_b8_lr0.3_e1_s0_n8",
-                          "--gpu-data", data, "--threads", "1", "--gpus", "1", "--repeats", "2",
-                          "--out", str(tmp_path / "check")], env=env, capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+
+    def overlap_check(out: str, *options: str):
+        runs = ["--cpu", "digits8_mini/standard/mlp/cpu-numpy/w8_b8_lr0.3_e1_s0_n16", "--cpu-data", data,
+                "--gpu", "digits8_mini/standard/mlp/gpu-fused/w8_b8_lr0.3_e1_s0_n8", "--gpu-data", data]
+        done = subprocess.run([*gpunn, "overlap-check", *runs, "--threads", "1", "--repeats", "2", *options,
+                               "--out", str(tmp_path / out)], env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+    overlap_check("check", "--gpus", "1")
     import pandas as pd
 
     frame = pd.read_csv(tmp_path / "check/overlap.csv", dtype={"gpu": str})
@@ -247,12 +251,7 @@ def test_overlap_check_times_the_same_runs_alone_and_together(lock_env, tmp_path
     assert "Final train loss the same in every run of a job (alone, together, on either GPU): gpu yes; cpu yes." \
         in report  # deterministic variants, bit for bit wherever and beside whatever they ran
     assert not list((tmp_path / "check/runs").rglob("weights.npz"))
-    out = subprocess.run([*gpunn, "overlap-check", "--cpu", "digits8_mini/standard/mlp/cpu-numpy/w8_b8_lr0.3_e1_s0_n16",
-                          "--cpu-data", data, "--gpu", "digits8_mini/standard/mlp/gpu-fused/w8_b8_lr0.3_e1_s0_n8",
-                          "--gpu-data", data, "--threads", "1", "--gpus", "1", "--repeats", "2", "--scenario",
-                          "placement", "--out", str(tmp_path / "placed")], env=env, capture_output=True, text=True,
-                         timeout=600)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    overlap_check("placed", "--gpus", "1", "--scenario", "placement")
     frame = pd.read_csv(tmp_path / "placed/overlap.csv", dtype={"gpu": str, "cores": str})
     assert set(frame["scenario"]) == {"placed against unplaced"} and len(frame) == 2 * 4
     placed, unplaced = frame[frame["together"]], frame[~frame["together"]]
@@ -262,12 +261,7 @@ def test_overlap_check_times_the_same_runs_alone_and_together(lock_env, tmp_path
     assert set(unplaced["cores"]) == {everything} and set(placed.loc[placed["job"] == "cpu", "cores"]) == {
         placement.describe_cores(sorted(os.sched_getaffinity(0))[:1])}
     # an overlap suspect: the timed CPU run beside an untimed run on the cores it leaves (no GPU needed)
-    out = subprocess.run([*gpunn, "overlap-check", "--cpu", "digits8_mini/standard/mlp/cpu-numpy/w8_b8_lr0.3_e1_s0_n16",
-                          "--cpu-data", data, "--gpu", "digits8_mini/standard/mlp/gpu-fused/w8_b8_lr0.3_e1_s0_n8",
-                          "--gpu-data", data, "--threads", "1", "--gpus", "0", "--repeats", "2", "--scenario",
-                          "untimed", "--out", str(tmp_path / "untimed")], env=env, capture_output=True, text=True,
-                         timeout=600)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    overlap_check("untimed", "--gpus", "0", "--scenario", "untimed")
     frame = pd.read_csv(tmp_path / "untimed/overlap.csv", dtype={"gpu": str, "cores": str})
     assert set(frame["scenario"]) == {"cpu beside untimed cpu"} and len(frame) == 2 * 4
     cores = sorted(os.sched_getaffinity(0))
