@@ -97,6 +97,66 @@ def test_a_batch_convolved_in_chunks_gives_the_whole_batchs_gradients(monkeypatc
         monkeypatch.undo()
 
 
+def _every_op(rng):
+    """Outputs of every sample-parallel op at odd shapes (float32): both routes of dx, padding, a chunked batch,
+    a non-contiguous dy, odd pooling sizes."""
+    outs = []
+    for cin, cout, padding in ((3, 4, 0), (5, 2, 1), (2, 3, 2)):
+        x = rng.standard_normal((5, cin, 7, 6), dtype=np.float32)
+        w = rng.standard_normal((cout, cin, 3, 3), dtype=np.float32)
+        b = rng.standard_normal(cout, dtype=np.float32)
+        y, cache = F.conv2d_forward(x, w, b, padding)
+        dy = np.ascontiguousarray(rng.standard_normal(y.shape, dtype=np.float32).transpose(1, 0, 2, 3))
+        outs += [y, *F.conv2d_backward(dy.transpose(1, 0, 2, 3), cache)]
+        outs += [F.relu_forward(x), F.relu_backward(x, rng.standard_normal(x.shape, dtype=np.float32))]
+        pooled, argmax = F.maxpool2x2_forward(x)
+        outs += [pooled, argmax, F.maxpool2x2_backward(pooled * 3, argmax, x.shape)]
+        outs += [F.upsample2x_forward(x), F.upsample2x_backward(np.concatenate([x, x], axis=3)[:, :, :6])]
+    return outs
+
+
+def test_sample_threads_give_the_same_bits(monkeypatch):
+    """The sample-parallel passes (gpunn.nn.sample_threads) compute every element as one call would: the same bits
+    on 1 and 3 threads, ranges of one or two samples (MIN_ELEMENTS 1), also with the batch convolved in chunks."""
+    from gpunn.nn import sample_threads
+
+    monkeypatch.setattr(sample_threads, "MIN_ELEMENTS", 1)
+    results, budget = {}, F.IM2COL_BUDGET
+    for threads in ("1", "3"):
+        monkeypatch.setenv(sample_threads.THREADS_VARIABLE, threads)
+        results[threads] = _every_op(np.random.default_rng(7))
+        monkeypatch.setattr(F, "IM2COL_BUDGET", 3 * 9 * 7 * 6 * 4)  # chunks of 2, 2, 1 samples at cin 3
+        results[threads] += _every_op(np.random.default_rng(7))
+        monkeypatch.setattr(F, "IM2COL_BUDGET", budget)
+    assert sample_threads.sample_ranges(5, 5, threads=3) == [(0, 1), (1, 3), (3, 5)]
+    for one, three in zip(results["1"], results["3"], strict=True):
+        assert one.dtype == three.dtype and np.array_equal(one, three)
+
+
+def test_sample_ranges_cover_the_batch_and_errors_reach_the_caller(monkeypatch):
+    from gpunn.nn import sample_threads as st
+
+    assert st.sample_ranges(10, 10 * st.MIN_ELEMENTS, threads=4) == [(0, 2), (2, 5), (5, 7), (7, 10)]
+    assert st.sample_ranges(10, st.MIN_ELEMENTS - 1, threads=4) == [(0, 10)]  # too little work to split
+    assert st.sample_ranges(2, 10**9, threads=8) == [(0, 1), (1, 2)]  # never an empty range
+    monkeypatch.setenv(st.THREADS_VARIABLE, "3")
+    assert st.thread_count() == 3
+    monkeypatch.setenv(st.THREADS_VARIABLE, "none")
+    assert st.thread_count() >= 1
+    monkeypatch.setattr(st, "MIN_ELEMENTS", 1)
+    monkeypatch.setenv(st.THREADS_VARIABLE, "3")
+    seen = []
+
+    def fail_late(s, e):
+        seen.append((s, e))
+        if s > 0:
+            raise ValueError(f"range {s}:{e}")
+
+    with pytest.raises(ValueError, match="range"):
+        st.over_samples(6, 6, fail_late)
+    assert sorted(seen) == [(0, 2), (2, 4), (4, 6)]
+
+
 def test_maxpool_argmax_and_backward():
     x = np.array(
         [[[[1, 5, 2, 0, 9], [3, 4, 8, 1, 9], [7, 0, 0, 6, 9]]]], dtype=np.float32
@@ -250,3 +310,26 @@ def test_shape_mismatches_raise_clear_valueerror():
 def test_zero_sized_dimensions_raise(call):
     with pytest.raises(ValueError, match="zero-sized"):
         call(lambda *s: np.zeros(s, np.float32))
+
+
+def test_a_cpu_numpy_step_reuses_its_memory_instead_of_faulting_it_in():
+    """keep_freed_memory (applied by CpuNumpyBackend): after a warm-up, a CNN step at the papers' batch takes its
+    buffers from memory the last step freed; by default glibc maps and unmaps each large array (about 780 page
+    faults a step)."""
+    import resource
+
+    from gpunn.backends.cpu_numpy import CpuNumpyBackend
+    from gpunn.nn import sample_threads
+    from gpunn.nn.models import build_model
+
+    backend = CpuNumpyBackend(build_model("cnn"), "cnn", 0.01)
+    if not sample_threads.keep_freed_memory():
+        pytest.skip("not glibc")
+    rng = np.random.default_rng(0)
+    x, y = rng.random((64, 1, 28, 28), dtype=np.float32), rng.integers(0, 10, 64)
+    for _ in range(3):
+        backend.train_step(x, y)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(3):
+        backend.train_step(x, y)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before < 100

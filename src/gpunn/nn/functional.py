@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .sample_threads import over_samples
+
 __all__ = [
     "linear_forward",
     "linear_backward",
@@ -117,7 +119,11 @@ def linear_backward(x, w, dy):
 # --------------------------------------------------------------------------------------------- relu
 def relu_forward(x) -> np.ndarray:
     x = _float_array("relu_forward", "x", x)
-    return np.maximum(x, x.dtype.type(0))
+    if x.ndim < 2:
+        return np.maximum(x, x.dtype.type(0))
+    y = np.empty(x.shape, dtype=x.dtype)
+    over_samples(len(x), x.size, lambda s, e: np.maximum(x[s:e], x.dtype.type(0), out=y[s:e]))
+    return y
 
 
 def relu_backward(x, dy) -> np.ndarray:
@@ -128,7 +134,12 @@ def relu_backward(x, dy) -> np.ndarray:
     _same_dtype(op, x=x, dy=dy)
     if x.shape != dy.shape:
         raise ValueError(f"{op}: x {x.shape} and dy {dy.shape} must have the same shape")
-    return dy * (x > 0)  # (a multiply by the mask is much faster than np.where; gives -0.0 for dy < 0)
+    # (a multiply by the mask is much faster than np.where; gives -0.0 for dy < 0)
+    if x.ndim < 2:
+        return dy * (x > 0)
+    dx = np.empty(x.shape, dtype=dy.dtype)
+    over_samples(len(x), x.size, lambda s, e: np.multiply(dy[s:e], x[s:e] > 0, out=dx[s:e]))
+    return dx
 
 
 # --------------------------------------------------------------------------------------------- softmax / CE
@@ -213,10 +224,28 @@ def _im2col(xp: np.ndarray, k: int, ho: int, wo: int) -> np.ndarray:
     n, c = xp.shape[:2]
     cols = np.empty((c, k, k, n, ho, wo), dtype=xp.dtype)
     x_cn = xp.transpose(1, 0, 2, 3)  # (C, N, Hp, Wp) view
-    for di in range(k):
-        for dj in range(k):
-            cols[:, di, dj] = x_cn[:, :, di : di + ho, dj : dj + wo]
+
+    def fill(s, e):  # the columns of samples [s, e)
+        for di in range(k):
+            for dj in range(k):
+                cols[:, di, dj, s:e] = x_cn[:, s:e, di : di + ho, dj : dj + wo]
+
+    over_samples(n, cols.size, fill)
     return cols.reshape(c * k * k, n * ho * wo)
+
+
+def _padded(x: np.ndarray, padding: int) -> np.ndarray:
+    """x (N, C, H, W) with `padding` zeros on each side of H and W (x itself without padding)."""
+    if not padding:
+        return x
+    n, c, h, w = x.shape
+    xp = np.zeros((n, c, h + 2 * padding, w + 2 * padding), dtype=x.dtype)
+
+    def fill(s, e):
+        xp[s:e, :, padding : padding + h, padding : padding + w] = x[s:e]
+
+    over_samples(n, x.size, fill)
+    return xp
 
 
 IM2COL_BUDGET = 24 * 2**20  # bytes of one im2col matrix: a larger batch is convolved in chunks of samples
@@ -245,15 +274,16 @@ def conv2d_forward(x, w, b, padding: int = 0):
     x, w, b, padding, ho, wo = _conv_check("conv2d_forward", x, w, b, padding)
     n, cin = x.shape[:2]
     cout, _, k, _ = w.shape
-    xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding))) if padding else x
+    xp = _padded(x, padding)
     w_mat = w.reshape(cout, -1)
     y = np.empty((n, cout, ho, wo), dtype=x.dtype)
+    bias = b[:, None, None, None]
     chunks = batch_chunks(n, cin * k * k * ho * wo * x.itemsize)
     for s, e in chunks:
         cols = _im2col(xp[s:e], k, ho, wo)  # (Cin*k*k, n*Ho*Wo), columns (n, i, j)
-        part = w_mat @ cols
-        part += b[:, None]
-        y[s:e] = part.reshape(cout, e - s, ho, wo).transpose(1, 0, 2, 3)
+        part = (w_mat @ cols).reshape(cout, e - s, ho, wo)
+        y_cn = y[s:e].transpose(1, 0, 2, 3)  # (Cout, n, Ho, Wo) view of this chunk's outputs
+        over_samples(e - s, part.size, lambda a, z, part=part, y_cn=y_cn: np.add(part[:, a:z], bias, out=y_cn[:, a:z]))
     cache = (xp, w, padding, x.shape, cols if len(chunks) == 1 else None)
     return y, cache
 
@@ -279,36 +309,47 @@ def conv2d_backward(dy, cache, input_grad: bool = True):
     dw = db = None
     # the im2col of the input; dcols (the scatter) is as large, the gather's im2col of dy smaller (cout < cin)
     for s, e in batch_chunks(n, cin * k * k * ho * wo * dy.itemsize):
-        dy_mat = np.ascontiguousarray(dy[s:e].transpose(1, 0, 2, 3)).reshape(cout, (e - s) * ho * wo)
+        dy_cn = np.empty((cout, e - s, ho, wo), dtype=dy.dtype)  # dy in (C, N) order: the GEMMs' layout
+        dy_chunk = dy[s:e].transpose(1, 0, 2, 3)
+        over_samples(e - s, dy_cn.size,
+                     lambda a, z, dy_cn=dy_cn, dy_chunk=dy_chunk: np.copyto(dy_cn[:, a:z], dy_chunk[:, a:z]))
+        dy_mat = dy_cn.reshape(cout, (e - s) * ho * wo)
         cols = kept_cols if kept_cols is not None else _im2col(xp[s:e], k, ho, wo)  # one chunk: forward's
         part_dw = dy_mat @ cols.T
         part_db = dy_mat.sum(axis=1)
         dw = part_dw if dw is None else dw + part_dw
         db = part_db if db is None else db + part_db
         if input_grad:
-            dx[s:e] = _conv_input_grad(dy[s:e], dy_mat, xp.shape[2:], w, padding, (h, wd))
+            _conv_input_grad(dy[s:e], dy_mat, w, padding, dx[s:e])
     return dx, dw.reshape(w.shape), db
 
 
-def _conv_input_grad(dy, dy_mat, padded_hw, w, padding: int, hw) -> np.ndarray:
-    """dx (n, Cin, H, W) of one chunk: the scatter of w_mat.T @ dy_mat (cout >= cin) or the gather (fewer output than
-    input channels, where the scatter's dcols is the larger matrix)."""
+def _conv_input_grad(dy, dy_mat, w, padding: int, dx) -> None:
+    """Writes dx (n, Cin, H, W) of one chunk: the scatter of w_mat.T @ dy_mat (cout >= cin) or the gather (fewer
+    output than input channels, where the scatter's dcols is the larger matrix)."""
     n, cout, ho, wo = dy.shape
     cin, k = w.shape[1], w.shape[2]
-    h, wd = hw
+    h, wd = dx.shape[2:]
+    dx_cn = dx.transpose(1, 0, 2, 3)  # (Cin, n, H, W) view
     if cout >= cin:  # dcols = w_mat.T @ dy_mat scattered back onto every output pixel's k x k window (col2im)
         dcols = (w.reshape(cout, -1).T @ dy_mat).reshape(cin, k, k, n, ho, wo)
-        dxp = np.zeros((cin, n, *padded_hw), dtype=dy.dtype)  # dcols' (C, N) order: the adds read it in sequence
-        for di in range(k):
-            for dj in range(k):
-                dxp[:, :, di : di + ho, dj : dj + wo] += dcols[:, di, dj]
-        return dxp[:, :, padding : padding + h, padding : padding + wd].transpose(1, 0, 2, 3)
+
+        def scatter(s, e):  # samples [s, e): their padded gradient in dcols' (C, N) order, the adds in sequence
+            dxp = np.zeros((cin, e - s, h + 2 * padding, wd + 2 * padding), dtype=dy.dtype)
+            for di in range(k):
+                for dj in range(k):
+                    dxp[:, :, di : di + ho, dj : dj + wo] += dcols[:, di, dj, s:e]
+            dx_cn[:, s:e] = dxp[:, :, padding : padding + h, padding : padding + wd]
+
+        over_samples(n, dcols.size, scatter)
+        return
     # dx[n, c, y, x] = sum_{o, a, b} w[o, c, k-1-a, k-1-b] * dy[n, o, y+a-e, x+b-e] with e = k-1-padding: the im2col
     # of dy padded by e (cropped by -e) times the flipped weights, one GEMM that writes each dx element once
     e = k - 1 - padding
-    dyp = np.pad(dy, ((0, 0), (0, 0), (e, e), (e, e))) if e > 0 else dy[:, :, -e : ho + e, -e : wo + e] if e else dy
+    dyp = _padded(dy, e) if e > 0 else dy[:, :, -e : ho + e, -e : wo + e] if e else dy
     w_flip = w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3).reshape(cin, cout * k * k)
-    return (w_flip @ _im2col(dyp, k, h, wd)).reshape(cin, n, h, wd).transpose(1, 0, 2, 3)
+    grad = (w_flip @ _im2col(dyp, k, h, wd)).reshape(cin, n, h, wd)
+    over_samples(n, grad.size, lambda s, e: np.copyto(dx_cn[:, s:e], grad[:, s:e]))
 
 
 # --------------------------------------------------------------------------------------------- maxpool
@@ -328,16 +369,19 @@ def maxpool2x2_forward(x):
     if ho < 1 or wo < 1:
         raise ValueError(f"{op}: H and W must be at least 2, got x {x.shape}")
 
-    def at(di, dj):  # the (di, dj) element of every window, a strided view (N, C, Ho, Wo)
-        return x[:, :, di : 2 * ho : 2, dj : 2 * wo : 2]
+    y = np.empty((n, c, ho, wo), dtype=x.dtype)
+    argmax = np.empty((n, c, ho, wo), dtype=np.int8)
 
-    a, b, c_, d = (at(di, dj) for di, dj in _POOL_OFFSETS)
-    y = np.maximum(np.maximum(a, b), np.maximum(c_, d))
-    # argmax = the first position (in 0..3 order) that holds the max: count the leading positions that
-    # do not: [a != y] + [a != y and b != y] + [a != y and b != y and c != y]
-    not_a = a != y
-    not_ab = not_a & (b != y)
-    argmax = not_a.view(np.int8) + not_ab.view(np.int8) + (not_ab & (c_ != y)).view(np.int8)
+    def pool(s, e):  # samples [s, e)
+        a, b, c_, d = (x[s:e, :, di : 2 * ho : 2, dj : 2 * wo : 2] for di, dj in _POOL_OFFSETS)  # strided views
+        ys = np.maximum(np.maximum(a, b), np.maximum(c_, d), out=y[s:e])
+        # argmax = the first position (in 0..3 order) that holds the max: count the leading positions that
+        # do not: [a != y] + [a != y and b != y] + [a != y and b != y and c != y]
+        not_a = a != ys
+        not_ab = not_a & (b != ys)
+        np.add(not_a.view(np.int8) + not_ab.view(np.int8), (not_ab & (c_ != ys)).view(np.int8), out=argmax[s:e])
+
+    over_samples(n, x.size, pool)
     return y, argmax
 
 
@@ -354,9 +398,13 @@ def maxpool2x2_backward(dy, argmax, x_shape):
             f"{op}: dy {dy.shape} and argmax {argmax.shape} must both be {(n, c, ho, wo)} for input {tuple(x_shape)}"
         )
     dx = np.zeros((n, c, h, w), dtype=dy.dtype)
-    for pos, (di, dj) in enumerate(_POOL_OFFSETS):
-        # dy * mask (not np.where, 10x slower here); a losing position gets 0 (-0.0 for negative dy)
-        dx[:, :, di : 2 * ho : 2, dj : 2 * wo : 2] = dy * (argmax == pos)
+
+    def route(s, e):  # samples [s, e)
+        for pos, (di, dj) in enumerate(_POOL_OFFSETS):
+            # dy * mask (not np.where, 10x slower here); a losing position gets 0 (-0.0 for negative dy)
+            np.multiply(dy[s:e], argmax[s:e] == pos, out=dx[s:e, :, di : 2 * ho : 2, dj : 2 * wo : 2])
+
+    over_samples(n, dx.size, route)
     return dx
 
 
@@ -364,7 +412,10 @@ def maxpool2x2_backward(dy, argmax, x_shape):
 def upsample2x_forward(x) -> np.ndarray:
     """Nearest-neighbour 2x upsampling: y[n, c, i, j] = x[n, c, i // 2, j // 2]."""
     x = _float_array("upsample2x_forward", "x", x, 4)
-    return x.repeat(2, axis=2).repeat(2, axis=3)
+    n, c, h, w = x.shape
+    y = np.empty((n, c, h, 2, w, 2), dtype=x.dtype)
+    over_samples(n, y.size, lambda s, e: np.copyto(y[s:e], x[s:e, :, :, None, :, None]))
+    return y.reshape(n, c, 2 * h, 2 * w)
 
 
 def upsample2x_backward(dy) -> np.ndarray:
@@ -374,7 +425,10 @@ def upsample2x_backward(dy) -> np.ndarray:
     n, c, h2, w2 = dy.shape
     if h2 % 2 or w2 % 2:
         raise ValueError(f"{op}: dy H and W must be even (twice the input), got dy {dy.shape}")
-    return dy.reshape(n, c, h2 // 2, 2, w2 // 2, 2).sum(axis=(3, 5))
+    blocks = dy.reshape(n, c, h2 // 2, 2, w2 // 2, 2)
+    dx = np.empty((n, c, h2 // 2, w2 // 2), dtype=dy.dtype)
+    over_samples(n, dy.size, lambda s, e: np.sum(blocks[s:e], axis=(3, 5), out=dx[s:e]))
+    return dx
 
 
 # --------------------------------------------------------------------------------------------- mse
@@ -391,7 +445,8 @@ def mse_forward(pred, target) -> float:
     """Mean over all elements of (pred - target)^2."""
     pred, target = _mse_check("mse_forward", pred, target)
     d = pred - target
-    return float(np.mean(d * d))
+    np.multiply(d, d, out=d)  # in place: the same squares as d * d without a second array of the test set's size
+    return float(np.mean(d))
 
 
 def mse_backward(pred, target) -> np.ndarray:
