@@ -96,3 +96,31 @@ def test_real_device_description_and_kernel_limit():
     assert check_block("scale", 1024, kernel=scale) == 1024
     with pytest.raises(ValueError, match="exceeds"):
         check_block("scale", 2048, kernel=scale)
+
+
+GPU_CONTEXT_SCRIPT = """
+import numpy as np
+from numba import cuda
+from gpunn.device import open_cuda
+from numba.cuda.descriptor import cuda_target
+
+open_cuda()
+assert cuda_target._targetctx is not None  # the target was set up on open_cuda's thread
+from gpunn.kernels.elementwise import pixels_to_float
+from gpunn.rundata import images_to_float
+
+pixels = np.arange(300, dtype=np.int64).astype(np.uint8).reshape(3, 100)
+out = cuda.to_device(np.full((3, 100), np.nan, dtype=np.float32))
+pixels_to_float(cuda.to_device(pixels), out)
+assert np.array_equal(out.copy_to_host(), images_to_float(pixels))
+print("ok")
+"""
+
+
+@pytest.mark.gpu
+def test_open_cuda_makes_the_context_beside_the_target_set_up():
+    """open_cuda (the context made while a thread sets up numba's target) leaves the target set up and a context that
+    a gpunn kernel loaded afterwards runs in, with the right results; in a fresh process, as a job starts."""
+    done = subprocess.run([sys.executable, "-c", GPU_CONTEXT_SCRIPT], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+

@@ -9,6 +9,7 @@ about 1e5 times slower: fine for tiny shapes in tests, meaningless for timing.
 from __future__ import annotations
 
 import functools
+import threading
 
 from gpunn.errors import GpunnError
 
@@ -78,6 +79,34 @@ def device_info() -> dict:
         "clock_khz": int(device.CLOCK_RATE),
         "fp32_peak_tflops": fp32_peak_tflops(int(device.MULTIPROCESSOR_COUNT), (major, minor), int(device.CLOCK_RATE)),
     }
+
+
+def open_cuda() -> None:
+    """Makes this process's CUDA context while a second thread sets up numba's CUDA target, so that the two overlap:
+    the context is driver work that releases the GIL (about 0.6 s on an H200 machine), the set-up is the imports and
+    registries numba's first kernel load or compile makes (about 0.5 s). Returns when both are done. Nothing under
+    the simulator; without a GPU, the caller's next CUDA call reports it as before. An error in the set-up is left
+    to numba's first kernel load, which repeats it and raises."""
+    if simulator_enabled():
+        return
+
+    def set_up_target():
+        try:
+            from numba.cuda.descriptor import cuda_target
+
+            cuda_target.target_context.refresh()
+        except Exception:  # noqa: BLE001 (repeated, and reported, by the first kernel load)
+            pass
+
+    thread = threading.Thread(target=set_up_target, name="gpunn-cuda-target", daemon=True)
+    thread.start()
+    try:
+        from numba import cuda
+
+        if cuda.is_available():
+            cuda.current_context()
+    finally:
+        thread.join()
 
 
 class MemoryPeak:

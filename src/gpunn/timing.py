@@ -83,9 +83,11 @@ def gpunn_epoch_seconds(variant, model_name, sizes, x, y, batch, lr, epochs, see
     an epoch early, so its time would not be an epoch's."""
     import time
 
-    from gpunn.device import MemoryPeak
+    from gpunn.device import MemoryPeak, open_cuda
     from gpunn.seeding import batch_order, batch_slices
 
+    if VARIANTS[variant].gpu:
+        open_cuda()  # the context and numba's target set-up side by side
     memory = MemoryPeak() if VARIANTS[variant].gpu else None
     backend = make_backend(variant, build_model(model_name, **sizes, seed=seed), model_name, lr)
     backend.load_train_data(x, y)

@@ -35,7 +35,7 @@ from pathlib import Path
 from gpunn import io, provenance
 from gpunn.backends.registry import make_backend, uses_gpu
 from gpunn.data.prepare import load_prepared
-from gpunn.device import MemoryPeak, simulator_enabled
+from gpunn.device import MemoryPeak, open_cuda, simulator_enabled
 from gpunn.epochs import DivergenceRule, train_epochs
 from gpunn.evaluate import EVAL_BATCH, predict, test_metrics
 from gpunn.nn.functional import DEFAULT_REDUCTION
@@ -124,6 +124,8 @@ def _train_epochs(spec: RunSpec, data: RunData, rule: DivergenceRule, log, progr
     in bytes or None, the seconds from the model's init to the first epoch)."""
     started = time.perf_counter()
     model = new_model(spec, data.image_shape, data.num_classes)
+    if uses_gpu(spec.variant):
+        open_cuda()  # the context and numba's target set-up side by side
     memory = MemoryPeak() if uses_gpu(spec.variant) else None
     backend = make_backend(spec.variant, model, spec.model, spec.lr, block=spec.block, reduction=spec.reduction)
     classifier = model_spec(spec.model).classifier
