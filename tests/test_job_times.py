@@ -126,6 +126,24 @@ def test_a_jobs_log_beside_its_benchmark_file_gives_its_start_and_end(tmp_path):
     assert row["start"] == pytest.approx(1764174000.125) and row["end"] == pytest.approx(1764174042.5)
 
 
+def test_a_warm_jobs_cpu_time_and_memory_come_from_its_logs_usage_line(tmp_path):
+    """gpunn.warm: the job ran in a process Snakemake's benchmark did not see; its client's last line says what the
+    job used, and that replaces the benchmark's CPU time and memory (the wall time stays the benchmark's)."""
+    from gpunn.jobusage import PREFIX as USAGE_PREFIX
+
+    root = tmp_path / "results"
+    for job, usage in (("warm", f"{USAGE_PREFIX} cpu_time_s=3.250 max_rss_mb=812.5 (process 7, forked by the warm "
+                                "server)"), ("plain", "done"), ("torn", f"{USAGE_PREFIX} cpu_time_s=3.2")):
+        _log(root, "train", f"gpu/{job}", "gpunn job clock: start 5", "+ python -m gpunn train", usage,
+             "gpunn job clock: end 9")
+        _benchmark(root, "train", f"gpu/{job}", 4.0)
+    warm = job_times.read_benchmark(root / "benchmarks/train/gpu/warm.tsv")
+    assert (warm["wall_s"], warm["cpu_time_s"], warm["max_rss_mb"]) == (4.0, 3.25, 812.5)
+    for job in ("plain", "torn"):  # no line, or a line without both figures: the benchmark's
+        row = job_times.read_benchmark(root / f"benchmarks/train/gpu/{job}.tsv")
+        assert (row["cpu_time_s"], row["max_rss_mb"]) == (pytest.approx(6.69), pytest.approx(180.63))
+
+
 @pytest.mark.parametrize("lines, start, end", [
     (["+ python -m gpunn train", "done"], None, None),  # a log from before the clock lines
     (["gpunn job clock: start 100.5", "+ false"], 100.5, None),  # a job that failed or still runs

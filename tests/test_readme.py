@@ -18,6 +18,7 @@ COMMANDS = readme_commands()
 SNAKEMAKE = [c for c in COMMANDS if c.startswith("snakemake ") and "--report" not in c]
 BENCH = [c for c in COMMANDS if c.startswith("python -m gpunn.bench ")]
 GPUNN = [c for c in COMMANDS if c.startswith("python -m gpunn ")]
+WARM = [c for c in COMMANDS if c.startswith("python -m gpunn.warm ")]
 # Tools named in the prose, not commands to run as written
 MENTIONS = {"python -m gpunn.bench", "snakemake --report", "python -m gpunn.placement ... -- <command>"}
 SETUP = {"python3 -m venv .venv && source .venv/bin/activate", 'pip install -e ".[test,slurm]"',
@@ -27,9 +28,22 @@ SETUP = {"python3 -m venv .venv && source .venv/bin/activate", 'pip install -e "
 
 def test_every_command_is_checked():
     reports = [c for c in COMMANDS if c.startswith("snakemake ") and "--report" in c]
-    unchecked = [c for c in COMMANDS if c not in SNAKEMAKE + BENCH + GPUNN + reports and c not in SETUP | MENTIONS]
+    checked = SNAKEMAKE + BENCH + GPUNN + WARM + reports
+    unchecked = [c for c in COMMANDS if c not in checked and c not in SETUP | MENTIONS]
     assert not unchecked, f"README commands no test checks: {unchecked}"
     assert len(SNAKEMAKE) >= 12 and len(BENCH) >= 8 and reports  # the parser still finds them
+
+
+@pytest.mark.parametrize("command", WARM)
+def test_warm_server_commands_run(command, tmp_path):
+    """The warm servers' commands (gpunn.warm) run as written, on a private socket folder."""
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, *shlex.split(command)[1:]], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert done.returncode == 0 and done.stdout.startswith("gpunn.warm: stopped 0 server(s)"), done.stderr
 
 
 def test_install_and_test_commands_are_cis():

@@ -1,5 +1,12 @@
 import sys
 
-from gpunn.cli import main
+from gpunn import warm
+
+if warm.wanted(sys.argv[1:]):  # GPUNN_WARM=1: the job runs in a fork of the warm server (gpunn.warm)
+    code = warm.run(sys.argv[1:])
+    if code is not None:
+        sys.exit(code)
+
+from gpunn.cli import main  # noqa: E402
 
 sys.exit(main())

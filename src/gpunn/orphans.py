@@ -29,6 +29,13 @@ def _stat(pid: int) -> tuple[int, str] | None:
     return int(fields[1]), fields[19].decode()  # ppid (field 4), starttime (field 22)
 
 
+def starttime(pid: int) -> str | None:
+    """The start time of process `pid` (clock ticks since boot, from /proc): with the pid, it names one process even
+    after the pid is reused. None when it is gone or unreadable."""
+    stat = _stat(pid)
+    return None if stat is None else stat[1]
+
+
 def _is_snakemake(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:

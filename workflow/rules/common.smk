@@ -250,13 +250,15 @@ def svm_uses_gpu():
 
 def job_prefix(timed=False, gpu=0):
     """params.env of a job's command (the same facts as rule_resources): the CUDA simulator for a GPU job under
-    config key gpu.simulator, then gpunn.placement, which takes the job's GPU slot and, under timing: overlap, its
-    cores ({threads} of them) before running the command."""
+    config key gpu.simulator, or a warm start (gpunn.warm) on a real GPU under warm_jobs, then gpunn.placement,
+    which takes the job's GPU slot and, under timing: overlap, its cores ({threads} of them) before running the
+    command."""
 
     def prefix(wildcards, threads):
         needed = bool(_needed(gpu, wildcards))
         simulator = "NUMBA_ENABLE_CUDASIM=1 " if needed and config["gpu"]["simulator"] else ""
-        return simulator + placement.prefix(threads, needed, timed, config["timing"], GPU_SLOTS)
+        warm = "GPUNN_WARM=1 " if needed and config["warm_jobs"] and not config["gpu"]["simulator"] else ""
+        return simulator + warm + placement.prefix(threads, needed, timed, config["timing"], GPU_SLOTS)
 
     return prefix
 

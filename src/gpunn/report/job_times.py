@@ -16,6 +16,7 @@ import pandas as pd
 
 from gpunn import io
 from gpunn.errors import GpunnError
+from gpunn.jobusage import parse_usage
 from gpunn.provenance import CPU_DEVICE
 from gpunn.report import sources
 
@@ -80,10 +81,23 @@ def read_clock(log) -> tuple[float, float]:
     return start, end
 
 
+def read_usage(log) -> dict | None:
+    """A warm job's CPU time and peak memory from its log's last `gpunn warm job:` line (gpunn.warm: its forked
+    process is not in the process tree Snakemake's benchmark measures), or None."""
+    try:
+        with open(log, "rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(fh.tell() - CLOCK_TAIL_BYTES, 0))
+            tail = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    return parse_usage(tail)
+
+
 def read_benchmark(path) -> dict:
     """One job's row: its stage, name, wall time in seconds, peak resident memory (MB) and CPU time (s); the times
     NaN when the file is missing (a job from before benchmark files were written); its start and end (epoch s)
-    from its log (read_clock)."""
+    from its log (read_clock); a warm job's memory and CPU time from its log (read_usage)."""
     stage, job = job_name(path)
     start, end = read_clock(job_log(path))
     row = {"stage": stage, "job": job, "wall_s": float("nan"), "max_rss_mb": float("nan"),
@@ -99,6 +113,9 @@ def read_benchmark(path) -> dict:
     first = table.iloc[0]
     row.update(wall_s=_number(first["s"]), max_rss_mb=_number(first.get("max_rss")),
                cpu_time_s=_number(first.get("cpu_time")))
+    usage = read_usage(job_log(path))
+    if usage is not None:  # a warm job: its own process's figures
+        row.update(max_rss_mb=usage["max_rss_mb"], cpu_time_s=usage["cpu_time_s"])
     return row
 
 
