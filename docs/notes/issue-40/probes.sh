@@ -5,7 +5,8 @@
 #   bash docs/notes/issue-40/probes.sh start        copy this tree, .issue40/{old,head}/src, datasets/mnist; start
 #   bash docs/notes/issue-40/probes.sh poll SECONDS wait until it ends or SECONDS pass
 #   bash docs/notes/issue-40/probes.sh collect OUT  the CSVs, profiles and logs into OUT
-# Set STEPS (default: cpu startup testpass cores) to run fewer, JOBS for startup_profile.py's jobs.
+# Set STEPS (default: cpu startup testpass cores; also: warm, the warm-server GPU tests and start-up) to choose,
+# JOBS for startup_profile.py's jobs.
 set -euo pipefail
 P=/tmp/p
 step=${1:?start, poll or collect}
@@ -33,6 +34,10 @@ for s in \${STEPS:-cpu startup testpass cores}; do
   startup) (cd \$N && python startup_profile.py $P/new/src $P/prep $P/out/startup \${JOBS:-e1/gpu-graph,e4/gpu-graph,e5/gpu-graph}) > ../startup.log 2>&1 ;;
   testpass) python \$N/test_pass.py $P/out gpu-graph,gpu-im2col,gpu-tiled > ../testpass.log 2>&1 ;;
   cores) python \$N/probe_cores.py $P/out 5 > ../cores.log 2>&1 ;;
+  warm) GPUNN_KERNEL_CACHE=$P/testcache python -m pytest -m gpu -q -p no:cacheprovider tests/test_warm.py \
+          tests/test_device.py > ../warm.log 2>&1
+        (cd \$N && python startup_profile.py $P/new/src $P/prep $P/out/startup \${JOBS:-e1/gpu-graph,e4/gpu-graph} \
+          cold,warm,warm,served,served,served) >> ../warm.log 2>&1 ;;
   esac
 done
 echo "\$(date +%T) end" >> ../steps.log
@@ -46,7 +51,7 @@ poll)
     deadline=$(( $(date +%s) + ${1:?seconds} ))
     while [ ! -f done ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
     cat steps.log 2>/dev/null || true
-    for f in cpu startup testpass cores; do [ -f $f.log ] && { echo "== $f"; tail -c 2500 $f.log; }; done
+    for f in cpu startup testpass cores warm; do [ -f $f.log ] && { echo "== $f"; tail -c 2500 $f.log; }; done
     [ -f done ] && echo DONE || true
     ;;
 collect)

@@ -3,8 +3,10 @@ folder), two warm runs (wall, epochs, the run's own startup record), one warm ru
 cumulative time, written as text) and one under `-X importtime` (the slowest imports). Also the floor: an empty
 interpreter, `import gpunn.train`, and a CUDA context made by numba.
 
-    python startup_profile.py SRC PREPARED_DIR OUT_DIR [JOBS]
+    python startup_profile.py SRC PREPARED_DIR OUT_DIR [JOBS [MODES]]
         JOBS: experiment/variant pairs of startup.py's list (default e1/gpu-graph,e4/gpu-graph,e5/gpu-graph)
+        MODES: of cold, warm, cprofile, importtime and served (gpunn.warm), in order (default cold,warm,warm,
+        cprofile,importtime)
 """
 
 import io
@@ -33,7 +35,8 @@ def _run(args, src, env_extra=None):
     return time.perf_counter() - start, done
 
 
-def main(src: str, prepared: str, out: str, jobs: str = "e1/gpu-graph,e4/gpu-graph,e5/gpu-graph") -> None:
+def main(src: str, prepared: str, out: str, jobs: str = "e1/gpu-graph,e4/gpu-graph,e5/gpu-graph",
+         modes: str = "cold,warm,warm,cprofile,importtime") -> None:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -48,7 +51,7 @@ def main(src: str, prepared: str, out: str, jobs: str = "e1/gpu-graph,e4/gpu-gra
         cache = out / "cache" / f"{experiment}-{variant}"
         env = {"GPUNN_KERNEL_CACHE": str(cache)}
         train = ["-m", "gpunn", "train", run_path, "--data", str(Path(prepared) / f"{dataset}.npz")]
-        for mode in ("cold", "warm", "warm", "cprofile", "importtime"):
+        for mode in modes.split(","):
             run_out = out / "runs" / f"{experiment}-{variant}-{mode}"
             args = train + ["--out", str(run_out)]
             prof = out / f"{experiment}-{variant}.prof"
@@ -56,7 +59,8 @@ def main(src: str, prepared: str, out: str, jobs: str = "e1/gpu-graph,e4/gpu-gra
                 args = ["-m", "cProfile", "-o", str(prof), *args]
             elif mode == "importtime":
                 args = ["-X", "importtime", *args]
-            wall, done = _run(args, src, env)
+            # served: run by a warm server (gpunn.warm, GPUNN_WARM=1; the first one starts it)
+            wall, done = _run(args, src, {**env, "GPUNN_WARM": "1"} if mode == "served" else env)
             if done.returncode:
                 print(done.stderr[-2000:], flush=True)
                 continue
