@@ -315,9 +315,9 @@ def test_zero_sized_dimensions_raise(call):
 FAULTS_SCRIPT = """
 import resource, sys
 import numpy as np
-from gpunn.nn import sample_threads
-if sys.argv[1] == "default":
-    sample_threads.keep_freed_memory = lambda: False  # before the backend applies it
+from gpunn.heap import keep_freed_memory
+if sys.argv[1] == "kept":
+    keep_freed_memory()  # as gpunn's CLI does for every job
 from gpunn.backends.cpu_numpy import CpuNumpyBackend
 from gpunn.nn.models import build_model
 backend = CpuNumpyBackend(build_model("cnn"), "cnn", 0.01)
@@ -333,15 +333,15 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 4)
 
 
 def test_a_cpu_numpy_step_reuses_its_memory_instead_of_faulting_it_in():
-    """keep_freed_memory (applied by CpuNumpyBackend): after a warm-up, a CNN step at the papers' batch takes its
+    """keep_freed_memory (gpunn.heap; the CLI applies it): after a warm-up, a CNN step at the papers' batch takes its
     buffers from memory the last step freed, where by default glibc maps and unmaps each large array (about 780 page
     faults a step on one core). Each way in a fresh process."""
     import subprocess
     import sys
 
-    from gpunn.nn import sample_threads
+    from gpunn.heap import keep_freed_memory
 
-    if not sample_threads.keep_freed_memory():
+    if not keep_freed_memory():
         pytest.skip("not glibc")
     faults = {}
     for how in ("default", "kept"):

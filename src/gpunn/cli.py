@@ -35,6 +35,7 @@ import sys
 import time
 
 from gpunn.errors import GpunnError
+from gpunn.heap import keep_freed_memory
 from gpunn.orphans import exit_with_snakemake
 
 
@@ -430,6 +431,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     start = time.perf_counter()
+    keep_freed_memory()  # a job's NumPy buffers reused, not faulted in afresh every step (not in API users' sessions)
     exit_with_snakemake()  # a job whose Snakemake was killed ends too (gpunn.orphans)
     try:
         args.func(args)

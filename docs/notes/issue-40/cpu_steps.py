@@ -25,6 +25,11 @@ CHILD = r"""
 import json, sys, time
 import numpy as np
 name, nopool, repeats, test_images = sys.argv[1], sys.argv[2] == "1", int(sys.argv[3]), int(sys.argv[4])
+try:
+    from gpunn.heap import keep_freed_memory  # as gpunn's CLI does (trees before it: none, or in the backend)
+    keep_freed_memory()
+except ImportError:
+    pass
 if nopool:
     from gpunn.nn import sample_threads
     sample_threads.thread_count = lambda: 1

@@ -9,7 +9,6 @@ import numpy as np
 from gpunn.nn import SGD, Conv2d, MSELoss, SoftmaxCrossEntropy
 from gpunn.nn.functional import DEFAULT_REDUCTION
 from gpunn.nn.models import model_spec
-from gpunn.nn.sample_threads import keep_freed_memory
 
 from .base import Backend, StepTimes, check_reduction_setting
 
@@ -30,7 +29,6 @@ class CpuNumpyBackend(Backend):
         check_reduction_setting(model_name, reduction)
         self.loss = make_loss(model_name, reduction)
         self.optimizer = SGD(model.parameters(), lr)
-        keep_freed_memory()  # no page faults for every step's buffers (gpunn.nn.sample_threads)
 
     def train_step(self, xb: np.ndarray, target: np.ndarray) -> StepTimes:
         start = time.perf_counter()
