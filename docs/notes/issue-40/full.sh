@@ -5,7 +5,8 @@
 #   bash docs/notes/issue-40/full.sh start [ARGS..]    snakemake in the background (ARGS go to it, e.g. --config
 #                                                      timing=overlap threads=14); its log: /tmp/run/full.log
 #   bash docs/notes/issue-40/full.sh poll SECONDS      wait until it ends or SECONDS pass; prints its progress
-#   bash docs/notes/issue-40/full.sh collect OUT       results without arrays, logs, start-up table: OUT/run.tar.gz
+#   bash docs/notes/issue-40/full.sh collect OUT       results without arrays, logs, start-up table and the trained
+#                                                      weights' hashes (weight_hashes.py): OUT/run.tar.gz
 # Set GPUNN_COMMIT to the commit the tree is at (provenance: the machine has no .git).
 set -euo pipefail
 RUN=/tmp/run
@@ -36,6 +37,7 @@ snakemake --cores \$(nproc) --scheduler greedy --keep-going --configfile config/
 echo \$? > full.rc
 date +%s > full.end
 python docs/notes/issue-40/startup_table.py results > startup_table.md 2>&1
+python docs/notes/issue-40/weight_hashes.py hash results weight_hashes.csv > /dev/null 2>&1
 EOF
     # a user's Python writes .pyc files (the lent machine sets PYTHONDONTWRITEBYTECODE)
     env -u PYTHONDONTWRITEBYTECODE GPUNN_COMMIT="${GPUNN_COMMIT:-unknown}" setsid nohup bash chain.sh > chain.out 2>&1 \
@@ -56,7 +58,8 @@ collect)
     out=${1:?OUT}
     cd "$RUN"
     tar --exclude='*.npz' --exclude='*.npy' --exclude=results/data --exclude=results/offline \
-        -czf "$out/run.tar.gz" results full.log full.start full.end full.rc chain.out startup_table.md 2>/dev/null || true
+        -czf "$out/run.tar.gz" results full.log full.start full.end full.rc chain.out startup_table.md weight_hashes.csv \
+        2>/dev/null || true
     ls -la "$out"
     ;;
 *)
