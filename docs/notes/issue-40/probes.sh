@@ -6,7 +6,8 @@
 #   bash docs/notes/issue-40/probes.sh poll SECONDS wait until it ends or SECONDS pass
 #   bash docs/notes/issue-40/probes.sh collect OUT  the CSVs, profiles and logs into OUT
 # Set STEPS (default: cpu startup testpass cores; also: warm, the warm-server GPU tests and start-up) to choose,
-# JOBS for startup_profile.py's jobs.
+# JOBS for startup_profile.py's jobs, TREES for cpu_steps.py's code trees (old, head: .issue40/<name>/src; any other
+# name: this tree, e.g. new, new-nopool, new-t4) and MODELS for its models.
 set -euo pipefail
 P=/tmp/p
 step=${1:?start, poll or collect}
@@ -30,7 +31,10 @@ python -m gpunn prepare synthetic_cifar10 --raw $P/raw/synthetic_cifar10 --out $
 for s in \${STEPS:-cpu startup testpass cores}; do
   echo "\$(date +%T) \$s" >> ../steps.log
   case \$s in
-  cpu) python \$N/cpu_steps.py $P/out \${THREADS:-14} old=$P/new/.issue40/old/src head=$P/new/.issue40/head/src new=$P/new/src new-nopool=$P/new/src > ../cpu.log 2>&1 ;;
+  cpu) trees=""; for t in \${TREES:-old head new new-nopool}; do
+         case \$t in old|head) trees="\$trees \$t=$P/new/.issue40/\$t/src" ;; *) trees="\$trees \$t=$P/new/src" ;; esac
+       done
+       python \$N/cpu_steps.py $P/out \${THREADS:-14} \$trees > ../cpu.log 2>&1 ;;
   startup) (cd \$N && python startup_profile.py $P/new/src $P/prep $P/out/startup \${JOBS:-e1/gpu-graph,e4/gpu-graph,e5/gpu-graph}) > ../startup.log 2>&1 ;;
   testpass) python \$N/test_pass.py $P/out gpu-graph,gpu-im2col,gpu-tiled > ../testpass.log 2>&1 ;;
   cores) python \$N/probe_cores.py $P/out 5 > ../cores.log 2>&1 ;;
@@ -43,7 +47,8 @@ done
 echo "\$(date +%T) end" >> ../steps.log
 touch ../done
 EOF
-    cd "$P" && env -u PYTHONDONTWRITEBYTECODE STEPS="${STEPS:-}" THREADS="${THREADS:-}" JOBS="${JOBS:-}" setsid nohup bash chain.sh > chain.out 2>&1 < /dev/null &
+    cd "$P" && env -u PYTHONDONTWRITEBYTECODE STEPS="${STEPS:-}" THREADS="${THREADS:-}" JOBS="${JOBS:-}" \
+        TREES="${TREES:-}" MODELS="${MODELS:-}" setsid nohup bash chain.sh > chain.out 2>&1 < /dev/null &
     echo "started: $(date)"
     ;;
 poll)
