@@ -135,7 +135,7 @@ def test_the_server_key_follows_what_the_preloaded_modules_read():
     key = warm.server_key(base)
     assert warm.server_key({**base, "CUDA_VISIBLE_DEVICES": "1", "GPUNN_GPU_SLOT": "1"}) == key  # read after fork
     for changed in ({"NUMBA_ENABLE_CUDASIM": "1"}, {"OMP_NUM_THREADS": "4"}, {"PYTHONPATH": "/x"},
-                    {"GPUNN_KERNEL_CACHE": "off"}):
+                    {"GPUNN_KERNEL_CACHE": "off"}, {"HOME": "/home/other"}):
         assert warm.server_key({**base, **changed}) != key, changed
     assert warm.wanted(["train", "x"]) is (os.environ.get(warm.ENABLE_VARIABLE) == "1")
     assert not warm.wanted(["report", "x"]) and not warm.wanted([])

@@ -13,7 +13,7 @@ job from that state, so that a job starts in about 0.65 s instead of 1.7-2.4 s (
 - The server holds no CUDA context (none survives a fork): each job makes its own and loads its kernels from the
   disk cache (gpunn.kernel_cache). There is one server per user, Python, gpunn source state and environment that the
   preloaded modules read when imported (KEY_PREFIXES: numba's settings, BLAS threads, library paths, the kernel
-  cache); it ends after IDLE_S without a job.
+  cache and the home folder it defaults to); it ends after IDLE_S without a job.
 - If the server cannot be reached or started, the client runs the job itself, as without GPUNN_WARM.
 """
 
@@ -33,7 +33,7 @@ import time
 ENABLE_VARIABLE = "GPUNN_WARM"
 COMMANDS = ("train", "evaluate", "features", "time-batches", "sweep-blocks", "profile")  # the GPU jobs' commands
 KEY_PREFIXES = ("NUMBA_", "CUDA_", "PYTHON", "LD_", "OMP_", "OPENBLAS_", "GOTO_", "MKL_", "VECLIB_", "NUMEXPR_",
-                "GPUNN_KERNEL_CACHE", "XDG_CACHE_HOME", "PATH")
+                "GPUNN_KERNEL_CACHE", "XDG_CACHE_HOME", "HOME", "PATH")
 NOT_KEY = ("CUDA_VISIBLE_DEVICES",)  # read when the job makes its context, after the fork
 IDLE_S = 120.0  # a server ends this long after its last job (GPUNN_WARM_IDLE_S sets it for the servers it starts)
 IDLE_VARIABLE = "GPUNN_WARM_IDLE_S"
