@@ -14,18 +14,7 @@ step=${1:?stage, start, poll or collect}
 shift
 case "$step" in
 stage)
-    if [ ! -d "$RUN/src" ]; then
-        mkdir -p "$RUN"
-        tar --exclude=./.whl --exclude=./datasets --exclude=./.git --exclude=./results --exclude=./.issue40 -cf - . |
-            tar -xf - -C "$RUN"
-    fi
-    for dataset in "$@"; do
-        mkdir -p "$RUN/datasets/$dataset"
-        cp datasets/"$dataset"/* "$RUN/datasets/$dataset/"
-    done
-    ls "$RUN/datasets"/*
-    nproc
-    nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader
+    bash docs/notes/issue-27/device.sh stage "$@"  # the same copy into /tmp/run
     ;;
 start)
     cd "$RUN"

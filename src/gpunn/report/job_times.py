@@ -63,17 +63,22 @@ def _clock_value(line: str, mark: str) -> float:
     return value if math.isfinite(value) else float("nan")
 
 
-def read_clock(log) -> tuple[float, float]:
-    """(start, end) in epoch seconds from a job log's clock lines, NaN for each one the log lacks (a log from before
-    they were written, a job that failed or still runs: no end) or that is out of order (an end before the start)."""
+def _log_ends(log) -> tuple[str, str] | None:
+    """(first line, last CLOCK_TAIL_BYTES) of a job log, or None when it cannot be read."""
     try:
         with open(log, "rb") as fh:
             first = fh.readline(256).decode("utf-8", "replace")
             fh.seek(0, 2)
             fh.seek(max(fh.tell() - CLOCK_TAIL_BYTES, 0))
-            tail = fh.read().decode("utf-8", "replace")
+            return first, fh.read().decode("utf-8", "replace")
     except OSError:
+        return None
+
+
+def _clock(ends: tuple[str, str] | None) -> tuple[float, float]:
+    if ends is None:
         return float("nan"), float("nan")
+    first, tail = ends
     _, mark, after = tail.rpartition(f"{CLOCK} end ")  # the log's end, maybe after output without a newline
     start, end = _clock_value(first, "start"), _clock_value(f"{mark}{after}" if mark else "", "end")
     if start == start and end == end and end < start:
@@ -81,25 +86,19 @@ def read_clock(log) -> tuple[float, float]:
     return start, end
 
 
-def read_usage(log) -> dict | None:
-    """A warm job's CPU time and peak memory from its log's last `gpunn warm job:` line (gpunn.warm: its forked
-    process is not in the process tree Snakemake's benchmark measures), or None."""
-    try:
-        with open(log, "rb") as fh:
-            fh.seek(0, 2)
-            fh.seek(max(fh.tell() - CLOCK_TAIL_BYTES, 0))
-            tail = fh.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-    return parse_usage(tail)
+def read_clock(log) -> tuple[float, float]:
+    """(start, end) in epoch seconds from a job log's clock lines, NaN for each one the log lacks (a log from before
+    they were written, a job that failed or still runs: no end) or that is out of order (an end before the start)."""
+    return _clock(_log_ends(log))
 
 
 def read_benchmark(path) -> dict:
     """One job's row: its stage, name, wall time in seconds, peak resident memory (MB) and CPU time (s); the times
     NaN when the file is missing (a job from before benchmark files were written); its start and end (epoch s)
-    from its log (read_clock); a warm job's memory and CPU time from its log (read_usage)."""
+    from its log's clock lines; a warm job's memory and CPU time from its log's `gpunn warm job:` line."""
     stage, job = job_name(path)
-    start, end = read_clock(job_log(path))
+    ends = _log_ends(job_log(path))  # read once: the clock lines, and a warm job's usage line
+    start, end = _clock(ends)
     row = {"stage": stage, "job": job, "wall_s": float("nan"), "max_rss_mb": float("nan"),
            "cpu_time_s": float("nan"), "start": start, "end": end}
     try:
@@ -113,8 +112,9 @@ def read_benchmark(path) -> dict:
     first = table.iloc[0]
     row.update(wall_s=_number(first["s"]), max_rss_mb=_number(first.get("max_rss")),
                cpu_time_s=_number(first.get("cpu_time")))
-    usage = read_usage(job_log(path))
-    if usage is not None:  # a warm job: its own process's figures
+    usage = parse_usage(ends[1]) if ends else None
+    if usage is not None:  # a warm job: its own process's figures (gpunn.warm: its forked process is not in the
+        # process tree Snakemake's benchmark measures)
         row.update(max_rss_mb=usage["max_rss_mb"], cpu_time_s=usage["cpu_time_s"])
     return row
 
