@@ -176,6 +176,13 @@ def test_backward_weight_kernel_sizes(k, padding):
     assert run_backward_weight("block", 2, 1, 2, 6, 5, k, padding, splits=1) < TOL
 
 
+@pytest.mark.parametrize("w", [3, 4, 11])
+def test_naive_weight_gradient_rounds_of_four_columns(w):
+    """naive's column loop in rounds of four plus a tail, its first and last columns clipped by the padding: rows
+    with no round (3 columns inside the image), exactly one, and two with a tail; padding 3 > k - 1."""
+    assert run_backward_weight("naive", 1, 2, 3, 4, w, 3, 3) < TOL
+
+
 def run_backward_weight_bias(version, n, cin, cout, h, w, k, p, key=(), **kw):
     """A weight-gradient version's with_bias launcher (dw and db in one pass): the errors of dw and db."""
     kw = {**_block(kw.pop("block", None)), **kw}
