@@ -109,6 +109,8 @@ def test_timed_jobs_resources_and_placement_follow_config_keys_timing_and_gpus(w
     host = 1 if timing == "overlap" else 14  # under overlap a GPU job's host thread gets one core of its own
     assert f"python -m gpunn.placement --threads {host} --timed gpu --timing {timing} --gpu --slots 0,1 -- " in gpu
     assert f"python -m gpunn.placement --threads 14 --timed cpu --timing {timing} -- " in cpu
+    # warm_jobs (default true): a GPU job of a real GPU machine starts from the warm server, a CPU job does not
+    assert "GPUNN_WARM=1 python -m gpunn.placement" in gpu and "GPUNN_WARM" not in cpu
     svm = _job(text, "svm")
     assert "gpu=1," in svm and "timing=1," in svm and "--timed both" in svm
 
