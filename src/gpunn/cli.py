@@ -25,6 +25,8 @@ machine-wide timing lock (gpunn.timing_lock) and record where their results came
     gpunn captions --out DIR                   the figures' caption files for snakemake --report
     gpunn overlap-check --cpu RUN --cpu-data F --gpu RUN --gpu-data F --out DIR [--threads T] [--repeats 3]
                                                the same runs timed alone and side by side (config key timing)
+    gpunn overlap-verdict --results DIR --out DIR [--machine M] [--repeats 3] [--max-epoch-s 5]
+                                               a finished run's job kinds under overlap against the same runs alone
 """
 
 from __future__ import annotations
@@ -133,7 +135,7 @@ def _cmd_train(args):
     from gpunn.train import train_run
 
     train_run(parse_run_path(args.run), args.data, args.out, log=_log, progress_every_s=args.progress_every,
-              keep_diverged=args.keep_diverged)
+              keep_diverged=args.keep_diverged, test_samples=args.test_samples)
 
 
 def _cmd_overlap_check(args):
@@ -141,6 +143,14 @@ def _cmd_overlap_check(args):
 
     if args.gpus != "auto" and not args.gpus.isdigit():
         raise GpunnError(f"overlap-check --gpus {args.gpus}: give auto or a number")
+    run(args, log=_log)
+
+
+def _cmd_overlap_verdict(args):
+    from gpunn.overlap_verdict import run
+
+    if args.gpus != "auto" and not args.gpus.isdigit():
+        raise GpunnError(f"overlap-verdict --gpus {args.gpus}: give auto or a number")
     run(args, log=_log)
 
 
@@ -286,6 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a diverged run (a non-finite loss, or an epoch's train loss over gpunn.epochs."
                         "DIVERGENCE_FACTOR times the first's) trains on and is written, marked diverged, instead of "
                         "stopping with an error")
+    p.add_argument("--test-samples", type=int_at_least(1), default=0,
+                   help="test on the first N test samples only (default: all; overlap-verdict's runs)")
     p.set_defaults(func=_cmd_train)
 
     for name, func, help_text in (("evaluate", _cmd_evaluate, "test-set metrics, predictions and samples of a run"),
@@ -402,6 +414,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "leaves)")
     p.add_argument("--out", required=True, help="folder for overlap.csv, overlap.md and the runs")
     p.set_defaults(func=_cmd_overlap_check)
+
+    p = sub.add_parser("overlap-verdict", help="a finished run's every job kind timed under overlap against the "
+                                               "same run timed alone: is timing: overlap honest on this machine?")
+    p.add_argument("--results", required=True, help="the finished run's results tree (its runs/ and data/prepared/)")
+    p.add_argument("--machine", default=None, help="its machine folder under runs/ (default: the only one there)")
+    p.add_argument("--repeats", type=int_at_least(2), default=3, help="alone runs of every job kind (default 3)")
+    p.add_argument("--max-epoch-s", type=positive_float, default=5.0,
+                   help="an alone run trains on a subset that keeps its epoch near this (default 5 s)")
+    p.add_argument("--threads", type=int_at_least(1), default=None,
+                   help="every alone run's threads (default: the most any of the run's jobs had)")
+    p.add_argument("--gpus", default="auto", help="auto (the GPUs found) or N; the alone GPU runs use the first")
+    p.add_argument("--out", required=True, help="folder for verdict.csv, verdict.md and the alone runs")
+    p.set_defaults(func=_cmd_overlap_verdict)
 
     p = sub.add_parser("publish", help="copy a run's reports (tables, PNG figures) into a folder of the repository, "
                                         "build the entry page there and write the README's Results section from it")

@@ -86,7 +86,7 @@ class _Started:
                 "seconds": float(metrics["mean_epoch_time_s"]), "train_loss": float(metrics["final_train_loss"])}
 
 
-def _run_together(jobs, stagger: bool = False) -> list[dict]:
+def run_together(jobs, stagger: bool = False) -> list[dict]:
     """Run the jobs at once, each one's placement and mean epoch time. `stagger`: the last job starts once the
     first has warmed up (its kernels compiled), so that its epochs run while the first one's do (a CPU epoch is
     shorter than a GPU job's compile)."""
@@ -130,16 +130,16 @@ def measure(args, log: Callable[[str], None] = print) -> pd.DataFrame:
         found = scenarios(args, gpus)
         alone = {}
         for job in {j[0]: j for scenario, jobs in found if scenario != PLACEMENT for j in jobs}.values():  # once
-            alone[job[0]] = _run_together([job])[0]
+            alone[job[0]] = run_together([job])[0]
             log(f"overlap-check: repeat {repeat}: {job[0]} alone {alone[job[0]]['seconds']:.4f} s/epoch")
         for scenario, (placed, unplaced) in ((s, jobs) for s, jobs in found if s == PLACEMENT):
-            rows += [{"scenario": scenario, "repeat": repeat, "together": False, **_run_together([unplaced])[0]},
-                     {"scenario": scenario, "repeat": repeat, "together": True, **_run_together([placed])[0]}]
+            rows += [{"scenario": scenario, "repeat": repeat, "together": False, **run_together([unplaced])[0]},
+                     {"scenario": scenario, "repeat": repeat, "together": True, **run_together([placed])[0]}]
             log(f"overlap-check: repeat {repeat}, {placed[0]}: unplaced {rows[-2]['seconds']:.4f}, placed "
                 f"{rows[-1]['seconds']:.4f} s/epoch")
         for scenario, jobs in ((s, jobs) for s, jobs in found if s != PLACEMENT):
             rows += [{"scenario": scenario, "repeat": repeat, "together": False, **alone[job[0]]} for job in jobs]
-            both = _run_together(jobs, stagger=scenario in ("cpu beside gpu", UNTIMED))
+            both = run_together(jobs, stagger=scenario in ("cpu beside gpu", UNTIMED))
             rows += [{"scenario": scenario, "repeat": repeat, "together": True, **r} for r in both]
             log(f"overlap-check: repeat {repeat}, {scenario}: together "
                 + ", ".join(f"{r['job']} {r['seconds']:.4f}" for r in both) + " s/epoch")

@@ -29,6 +29,7 @@ The run's arrays come from gpunn.rundata, its initial model from gpunn.weights.n
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -67,11 +68,14 @@ def expected_end(start: float, done: int, total: int) -> str:
 
 
 def train_run(spec: RunSpec, prepared_path, out_dir, log=print, progress_every_s: float = 15.0,
-              keep_diverged: bool = False) -> dict:
+              keep_diverged: bool = False, test_samples: int = 0) -> dict:
     """Train `spec` on the prepared dataset; write metrics.csv, metrics.json and weights.npz to out_dir. A diverged
-    run raises GpunnError before writing anything, unless `keep_diverged`."""
+    run raises GpunnError before writing anything, unless `keep_diverged`. `test_samples` (0: all): test on the
+    first ones only (gpunn.overlap_verdict's runs, whose clock is the epochs')."""
     started = time.perf_counter()
     data = run_data(spec, load_prepared(prepared_path))
+    if test_samples:
+        data = dataclasses.replace(data, x_test=data.x_test[:test_samples], y_test=data.y_test[:test_samples])
     data_s = time.perf_counter() - started
     rule = DivergenceRule(f"run {spec.path}", spec.lr, data.num_classes if model_spec(spec.model).classifier else None,
                           keep=keep_diverged, hint=KEEP_HINT)

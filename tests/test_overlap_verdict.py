@@ -1,0 +1,115 @@
+"""gpunn overlap-verdict: a finished run's job kinds timed under overlap against the same runs timed alone."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpunn.errors import GpunnError
+from gpunn.overlap_verdict import Kind, alone_spec, job_kinds, overlap_runs
+from gpunn.runspec import parse_run_path
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def _metrics(root: Path, run: str, epoch_s: float, n_train: int, mode="overlap", threads=14):
+    folder = root / "runs" / "box" / run
+    folder.mkdir(parents=True)
+    provenance = {"timing_mode": mode, "blas_threads": threads} if mode else {"blas_threads": threads}
+    (folder / "metrics.json").write_text(json.dumps({"mean_epoch_time_s": epoch_s, "n_train": n_train,
+                                                     "provenance": provenance}))
+
+
+def test_a_kind_is_its_run_with_the_most_repeats_then_the_longest(tmp_path):
+    cnn = "mnist/standard/cnn/gpu-naive/w16-32_b64_lr0.01_e5_s0"
+    _metrics(tmp_path, cnn, 4.8, 60000)
+    _metrics(tmp_path, cnn + "_x1", 5.0, 60000)
+    _metrics(tmp_path, cnn + "_x2", 4.9, 60000)
+    _metrics(tmp_path, "mnist/standard/cnn/gpu-naive/w16-32_b64_lr0.01_e1_s0_t128", 9.0, 60000)  # longer, alone
+    _metrics(tmp_path, "fashion_mnist/standard/cnn/gpu-naive/w16-32_b64_lr0.01_e5_s0", 4.7, 60000, mode="isolated")
+    mlp = "mnist/standard/mlp/cpu-serial/w256_b64_lr0.01_e10_s0"
+    _metrics(tmp_path, mlp, 3.3, 60000)
+    _metrics(tmp_path, "mnist/e2/mlp/cpu-serial/w256_b64_lr0.01_e5_s0", 2.0, 37800)  # shorter in all
+    _metrics(tmp_path, "mnist/standard/mlp/cpu-numpy/w256_b64_lr0.01_e10_s0", 1.0, 60000, mode=None)  # before modes
+    runs = overlap_runs(tmp_path, "box")
+    assert len(runs) == 6  # the isolated run and the one without a mode are not overlap runs
+    kinds = {(k.model, k.variant): k for k in job_kinds(runs, threads=14)}
+    assert set(kinds) == {("cnn", "gpu-naive"), ("mlp", "cpu-serial")}
+    naive = kinds["cnn", "gpu-naive"]
+    assert naive.base == parse_run_path(cnn) and naive.run_epoch_s == 4.9
+    assert naive.run_s_per_step == pytest.approx([4.8 / 938, 5.0 / 938, 4.9 / 938])  # 60 000 / 64: 938 steps
+    assert kinds["mlp", "cpu-serial"].base == parse_run_path(mlp)
+
+
+def test_an_alone_run_is_one_epoch_of_whole_batches_near_the_epoch_limit():
+    base = parse_run_path("mnist/standard/cnn/cpu-numpy/w16-32_b64_lr0.01_e5_s0")
+    long = Kind("cnn", "cpu-numpy", base, 60000, 14, [0.036], 33.7)
+    spec = alone_spec(long, 5.0)
+    assert spec.epochs == 1 and spec.repeat == 0 and spec.subset == 139 * 64  # floor(938 * 5 / 33.7) batches
+    short = Kind("mlp", "gpu-graph", parse_run_path("mnist/standard/mlp/gpu-graph/w256_b64_lr0.01_e10_s0_x2"), 60000,
+                 14, [4e-5], 0.04)
+    assert alone_spec(short, 5.0) == parse_run_path("mnist/standard/mlp/gpu-graph/w256_b64_lr0.01_e1_s0")
+    subset = Kind("autoencoder", "cpu-numpy", parse_run_path(
+        "synthetic_cifar10/standard/autoencoder/cpu-numpy/w256-128_b64_lr0.002_e1_s0_n1000"), 1000, 14, [0.88], 14.1)
+    assert alone_spec(subset, 5.0).subset == 5 * 64  # floor(16 * 5 / 14.1) batches of its 1000 samples
+
+
+def test_verdict_compares_the_change_with_the_alone_spread():
+    base = parse_run_path("mnist/standard/mlp/cpu-numpy/w256_b64_lr0.01_e10_s0")
+    kind = Kind("mlp", "cpu-numpy", base, 60000, 14, [1.05e-3, 1.10e-3, 1.30e-3], 1.0,
+                alone=[0.80e-3, 0.82e-3, 0.84e-3])
+    verdict = kind.verdict()
+    assert verdict["change"] == pytest.approx(1.10 / 0.82 - 1) and verdict["noise"] == pytest.approx(0.04 / 0.82)
+    assert not verdict["within_noise"]
+    kind.alone = [0.9e-3, 1.2e-3, 1.0e-3]
+    assert kind.verdict()["within_noise"]  # +10 % against a 30 % spread
+
+
+def test_no_overlap_runs_or_no_machine_folder_is_one_line(tmp_path):
+    _metrics(tmp_path, "mnist/standard/mlp/cpu-serial/w256_b64_lr0.01_e10_s0", 3.3, 60000, mode="isolated")
+    with pytest.raises(GpunnError, match="no run under .* was timed under timing: overlap"):
+        overlap_runs(tmp_path, "box")
+    with pytest.raises(GpunnError, match="holds no runs; give the --results and --machine of a finished run"):
+        overlap_runs(tmp_path, "other")
+
+
+def test_overlap_verdict_times_each_kind_of_a_run_alone(tmp_path):
+    """Two runs timed under overlap through gpunn.placement (a CPU and a simulated GPU one), then the verdict: each
+    run again alone twice, tested on TEST_SAMPLES samples, its weights deleted, verdict.csv and verdict.md written."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUNN_", "SLURM_", "CUDA_VISIBLE"))}
+    env.update(GPUNN_TIMING_LOCK=str(tmp_path / "gpunn-timing.lock"), PYTHONPATH=SRC, NUMBA_ENABLE_CUDASIM="1")
+    gpunn = [sys.executable, "-m", "gpunn"]
+    results = tmp_path / "results"
+    data = results / "data/prepared/digits8_mini/standard.npz"
+    for command in (["make-offline", "digits8_mini", "--out", str(tmp_path / "raw")],
+                    ["prepare", "digits8_mini", "--raw", str(tmp_path / "raw"), "--out", str(data)]):
+        subprocess.run([*gpunn, *command], env=env, check=True, capture_output=True)
+    runs = {"digits8_mini/standard/mlp/cpu-numpy/w8_b8_lr0.3_e2_s0_n16": [],
+            "digits8_mini/standard/mlp/gpu-fused/w8_b8_lr0.3_e1_s0_n8": ["--gpu", "--slots", "0"]}
+    for run, gpu in runs.items():
+        placed = [sys.executable, "-m", "gpunn.placement", "--threads", "1", "--timed", "gpu" if gpu else "cpu",
+                  "--timing", "overlap", *gpu, "--"]
+        subprocess.run([*placed, *gpunn, "train", run, "--data", str(data), "--out", str(results / "runs/sim" / run)],
+                       env=env, check=True, capture_output=True)
+    out = tmp_path / "verdict"
+    done = subprocess.run([*gpunn, "overlap-verdict", "--results", str(results), "--repeats", "2", "--gpus", "1",
+                           "--out", str(out)], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    rows = (out / "verdict.csv").read_text().splitlines()
+    assert rows[0] == "model,variant,repeat,run,steps,seconds_per_epoch,seconds_per_step,cores,gpu"
+    assert len(rows) == 1 + 2 * 2
+    assert any(",gpu-fused,1,digits8_mini/standard/mlp/gpu-fused/w8_b8_lr0.3_e1_s0_n8,1," in r for r in rows)
+    text = (out / "verdict.md").read_text()
+    assert "| mlp | cpu-numpy | `digits8_mini/standard/mlp/cpu-numpy/w8_b8_lr0.3_e2_s0_n16` | 1 |" in text
+    assert "Every job kind within its noise: " in text
+    metrics = [json.loads(p.read_text()) for p in (out / "runs").rglob("metrics.json")]
+    assert len(metrics) == 2 and all(m["n_test"] == 40 for m in metrics)  # digits8_mini has 40, under TEST_SAMPLES
+    assert all(m["provenance"]["timing_mode"] == "isolated" for m in metrics)
+    assert not list((out / "runs").rglob("weights.npz"))
+    # gpunn train --test-samples: the per-epoch test passes on the first N test samples
+    subprocess.run([*gpunn, "train", "digits8_mini/standard/mlp/cpu-numpy/w8_b8_lr0.3_e1_s0_n16", "--data", str(data),
+                    "--out", str(tmp_path / "few"), "--test-samples", "5"], env=env, check=True, capture_output=True)
+    assert json.loads((tmp_path / "few/metrics.json").read_text())["n_test"] == 5
