@@ -109,7 +109,88 @@ def test_overlap_verdict_times_each_kind_of_a_run_alone(tmp_path):
     assert len(metrics) == 2 and all(m["n_test"] == 40 for m in metrics)  # digits8_mini has 40, under TEST_SAMPLES
     assert all(m["provenance"]["timing_mode"] == "isolated" for m in metrics)
     assert not list((out / "runs").rglob("weights.npz"))
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert verdict["machine"] == "sim" and verdict["repeats"] == 2 and len(verdict["kinds"]) == 2
+    assert set(verdict["runs"]) == set(runs) and all(isinstance(at, float) for at in verdict["runs"].values())
+    assert verdict["every_kind_within_noise"] == all(k["within_noise"] for k in verdict["kinds"])
     # gpunn train --test-samples: the per-epoch test passes on the first N test samples
     subprocess.run([*gpunn, "train", "digits8_mini/standard/mlp/cpu-numpy/w8_b8_lr0.3_e1_s0_n16", "--data", str(data),
                     "--out", str(tmp_path / "few"), "--test-samples", "5"], env=env, check=True, capture_output=True)
     assert json.loads((tmp_path / "few/metrics.json").read_text())["n_test"] == 5
+
+
+@pytest.fixture
+def trust_reset():
+    from gpunn.report import runs
+
+    saved = dict(runs._OVERLAP)
+    yield runs
+    runs._OVERLAP.update(saved)
+
+
+def _verdict(results: Path, within=(True, True), finished_at=100.0, commit="abc1234"):
+    """A finished overlap run of machine `box` (two runs' metrics.json) and its verdict.json at the default place."""
+    paths = [f"mnist/standard/mlp/{v}/w256_b64_lr0.01_e10_s0" for v in ("cpu-numpy", "gpu-graph")]
+    for run in paths:
+        folder = results / "runs" / "box" / run
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "metrics.json").write_text(json.dumps({"finished_at": finished_at}))
+    verdict = results / "overlap-verdict" / "box" / "verdict.json"
+    verdict.parent.mkdir(parents=True, exist_ok=True)
+    kinds = [{"model": "mlp", "variant": v, "within_noise": w} for v, w in zip(("cpu-numpy", "gpu-graph"), within)]
+    verdict.write_text(json.dumps({"machine": "box", "commit": commit, "repeats": 3, "kinds": kinds,
+                                   "runs": dict.fromkeys(paths, 100.0)}))
+    return verdict
+
+
+def test_a_verdict_with_every_kind_within_noise_lets_overlap_clocks_compare(tmp_path, trust_reset):
+    import pandas as pd
+
+    runs = trust_reset
+    assert not runs.clocks_comparable("overlap", "isolated")
+    runs.trust_overlap(_verdict(tmp_path))
+    assert runs.clocks_comparable("overlap", "isolated") and runs.clocks_comparable("overlap")
+    frame = pd.DataFrame({"variant": ["cpu-numpy", "gpu-graph"], "timing_mode": ["overlap", "overlap"],
+                          "dataset": "mnist", "time_per_epoch_s": [1.0, 0.04]})
+    assert list(runs.speedup(frame, "cpu-numpy", "time_per_epoch_s", ["dataset"])) == pytest.approx([1.0, 25.0])
+    note = runs.clock_note(frame)
+    assert note.startswith("Clocks timed under overlap are compared like isolated ones: gpunn overlap-verdict (box, "
+                           "code at abc1234) timed each of the run's 2 job kinds alone 3 times")
+
+
+def test_a_verdict_with_a_kind_outside_its_noise_or_of_earlier_runs_is_not_trusted(tmp_path, trust_reset):
+    import pandas as pd
+
+    runs = trust_reset
+    runs.trust_overlap(_verdict(tmp_path / "a", within=(False, True)))
+    assert not runs.clocks_comparable("overlap")
+    frame = pd.DataFrame({"variant": ["cpu-numpy", "gpu-graph"], "timing_mode": ["overlap", "overlap"],
+                          "dataset": "mnist", "time_per_epoch_s": [1.0, 0.04]})
+    assert runs.speedup(frame, "cpu-numpy", "time_per_epoch_s", ["dataset"]).isna().all()
+    assert runs.clock_note(frame).endswith("job kinds alone 3 times: mlp cpu-numpy outside the alone runs' spread.")
+    runs.trust_overlap(_verdict(tmp_path / "b", finished_at=200.0))  # the runs were trained again since the verdict
+    assert not runs.clocks_comparable("overlap")
+    assert "but mnist/standard/mlp/cpu-numpy/w256_b64_lr0.01_e10_s0 has been trained again since: run gpunn " \
+           "overlap-verdict again" in runs.clock_note(frame)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"machine": "box"}))
+    with pytest.raises(GpunnError, match=r"bad.json: not a verdict of gpunn overlap-verdict \('kinds'\)"):
+        runs.trust_overlap(bad)
+
+
+def test_reports_take_the_verdict_under_overlap_once_it_exists(tmp_path):
+    from gpunn.config import load_config
+    from gpunn.targets import report_inputs, report_options
+
+    config = load_config({"results_dir": str(tmp_path), "timing": "overlap"}, gpu_name=lambda: "NVIDIA H200",
+                         log=lambda line: None)
+    assert "verdict" not in report_inputs(config, "e1")  # none written yet: the plan reads, never waits for one
+    machine = config["machine"]
+    verdict = tmp_path / "overlap-verdict" / machine / "verdict.json"
+    verdict.parent.mkdir(parents=True)
+    verdict.write_text("{}")
+    assert report_inputs(config, "e1")["verdict"] == [str(verdict)]
+    assert report_options(report_inputs(config, "e6"))["verdict"] == [str(verdict)]  # the file itself
+    isolated = load_config({"results_dir": str(tmp_path), "timing": "isolated"}, gpu_name=lambda: "NVIDIA H200",
+                           log=lambda line: None)
+    assert "verdict" not in report_inputs(isolated, "e1")

@@ -25,7 +25,7 @@ machine-wide timing lock (gpunn.timing_lock) and record where their results came
     gpunn captions --out DIR                   the figures' caption files for snakemake --report
     gpunn overlap-check --cpu RUN --cpu-data F --gpu RUN --gpu-data F --out DIR [--threads T] [--repeats 3]
                                                the same runs timed alone and side by side (config key timing)
-    gpunn overlap-verdict --results DIR --out DIR [--machine M] [--repeats 3] [--max-epoch-s 5]
+    gpunn overlap-verdict --results DIR [--out DIR] [--machine M] [--repeats 3] [--max-epoch-s 5]
                                                a finished run's job kinds under overlap against the same runs alone
 """
 
@@ -222,7 +222,7 @@ def _cmd_report(args):
     from gpunn.report.build import make_report
 
     make_report(args.experiment, args.out, runs=args.runs, evals=args.evals, timings=args.timings, svm=args.svm,
-                blocks=args.blocks, profiles=args.profiles, jobs=args.jobs)
+                blocks=args.blocks, profiles=args.profiles, jobs=args.jobs, verdict=args.verdict)
 
 
 def _cmd_publish(args):
@@ -381,6 +381,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", nargs="*", default=[],
                    help="the benchmark files (results/benchmarks/...tsv) of the jobs the report depends on: "
                         "jobs.csv/.md")
+    p.add_argument("--verdict", nargs="*", default=[],
+                   help="gpunn overlap-verdict's verdict.json of a run timed under overlap: its clocks compare like "
+                        "isolated ones when every job kind was within its noise")
     p.set_defaults(func=_cmd_report)
 
     p = sub.add_parser("index", help="the report's entry page (index.md, .csv, .rst) over the experiments' reports")
@@ -425,7 +428,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int_at_least(1), default=None,
                    help="every alone run's threads (default: the most any of the run's jobs had)")
     p.add_argument("--gpus", default="auto", help="auto (the GPUs found) or N; the alone GPU runs use the first")
-    p.add_argument("--out", required=True, help="folder for verdict.csv, verdict.md and the alone runs")
+    p.add_argument("--out", default=None, help="folder for verdict.csv, .md, .json and the alone runs (default: "
+                                                "<results>/overlap-verdict/<machine>, where the reports read it)")
     p.set_defaults(func=_cmd_overlap_verdict)
 
     p = sub.add_parser("publish", help="copy a run's reports (tables, PNG figures) into a folder of the repository, "

@@ -1,7 +1,7 @@
 """Is a finished run's `timing: overlap` honest? Each job kind's clock in the run against the same job timed alone.
 
     python -m gpunn overlap-verdict --results DIR [--machine M] [--repeats 3] [--max-epoch-s 5] [--threads T]
-                                    [--gpus auto|N] --out DIR
+                                    [--gpus auto|N] [--out DIR]
 
 A job kind is a model and a training variant (cpu-serial, cpu-numpy's MLP, CNN and autoencoder, each GPU variant).
 Per kind, among the run's runs timed under overlap: the one with the most repeats (`_x<k>`), then the longest, then
@@ -10,8 +10,9 @@ epoch time / steps per epoch). Then, one after another, each kind's run again al
 gpunn.placement as timing: isolated places a timed job (the timing lock, `threads` threads, a GPU job on the first
 GPU): one epoch, on a training subset of whole batches that keeps the epoch near --max-epoch-s where the run's was
 longer, tested on TEST_SAMPLES samples (outside the clock). Verdict: within noise when the run's seconds per step
-differ from the alone repeats' median by no more than their spread (max - min). Writes verdict.csv (every alone run)
-and verdict.md into --out. Run it on the run's machine, otherwise idle.
+differ from the alone repeats' median by no more than their spread (max - min). Writes verdict.csv (every alone run),
+verdict.md and verdict.json into --out (default <results>/overlap-verdict/<machine>, where the reports read it:
+gpunn.report.runs.trust_overlap). Run it on the run's machine, otherwise idle.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from gpunn.config import detect_gpu_ids
 from gpunn.errors import GpunnError
 from gpunn.overlap_check import run_together
 from gpunn.runspec import RunSpec, parse_run_path
+from gpunn.targets import VERDICT_FOLDER
 
 TEST_SAMPLES = 64
 RUN_COLUMNS = ("model", "variant", "repeat", "run", "steps", "seconds_per_epoch", "seconds_per_step", "cores", "gpu")
@@ -48,6 +50,7 @@ class Kind:
     threads: int
     run_s_per_step: list[float]
     run_epoch_s: float
+    finished: dict = dataclasses.field(default_factory=dict)  # run path -> finished_at of the run and its repeats
     alone: list[float] = dataclasses.field(default_factory=list)
 
     def verdict(self) -> dict:
@@ -89,7 +92,8 @@ def overlap_runs(results: Path, machine: str) -> list[dict]:
         epoch = float(metrics["mean_epoch_time_s"])
         found.append({"spec": spec, "n_train": int(metrics["n_train"]), "epoch_s": epoch,
                       "s_per_step": epoch / _steps(int(metrics["n_train"]), spec.batch),
-                      "threads": int(prov.get("blas_threads") or 1)})
+                      "threads": int(prov.get("blas_threads") or 1), "commit": prov.get("commit"),
+                      "finished_at": metrics.get("finished_at")})
     if not found:
         raise GpunnError(f"overlap-verdict: no run under {root} was timed under timing: overlap")
     return found
@@ -107,7 +111,8 @@ def job_kinds(runs: list[dict], threads: int) -> list[Kind]:
         base, members = min(bases.items(), key=lambda item: (-len(item[1]), -sum(m["epoch_s"] * m["spec"].epochs
                                                                                   for m in item[1]), item[0].path))
         kinds.append(Kind(model, variant, base, members[0]["n_train"], threads,
-                          [m["s_per_step"] for m in members], statistics.median(m["epoch_s"] for m in members)))
+                          [m["s_per_step"] for m in members], statistics.median(m["epoch_s"] for m in members),
+                          {m["spec"].path: m["finished_at"] for m in members}))
     return kinds
 
 
@@ -176,8 +181,9 @@ def markdown(kinds: list[Kind], machine: str, repeats: int, max_epoch_s: float) 
 
 def run(args, log: Callable[[str], None] = print) -> list[dict]:
     start = time.perf_counter()
-    results, out = Path(args.results), Path(args.out)
+    results = Path(args.results)
     machine = args.machine or _only_machine(results)
+    out = Path(args.out) if args.out else results / VERDICT_FOLDER / machine
     runs = overlap_runs(results, machine)
     threads = args.threads or max(r["threads"] for r in runs)
     kinds = job_kinds(runs, threads)
@@ -191,6 +197,12 @@ def run(args, log: Callable[[str], None] = print) -> list[dict]:
     io.write_rows_csv(out / "verdict.csv", RUN_COLUMNS, rows)
     text = markdown(kinds, machine, args.repeats, args.max_epoch_s)
     io.write_text(out / "verdict.md", text)
+    commits = sorted({str(r["commit"]) for r in runs})
+    io.write_json(out / "verdict.json", {
+        "machine": machine, "commit": ", ".join(commits), "repeats": args.repeats, "max_epoch_s": args.max_epoch_s,
+        "kinds": [k.verdict() for k in kinds],
+        "runs": {path: at for k in kinds for path, at in k.finished.items()},
+        "every_kind_within_noise": all(k.verdict()["within_noise"] for k in kinds)})
     print(text, flush=True)
     log(f"overlap-verdict: {len(rows)} alone runs in {time.perf_counter() - start:.0f} s")
     return [k.verdict() for k in kinds]

@@ -255,16 +255,28 @@ def report_inputs(config: dict, experiment: str) -> dict[str, list[str]]:
     layout = Layout.of(config)
     own = experiments.get(experiment).inputs
     if own is not None:
-        return own(config, layout)
+        return {**own(config, layout), **overlap_verdict_input(config, layout)}
     inputs = {"runs": [f"{layout.run_dir(r)}/metrics.json" for r in experiment_runs(config, experiment)]}
     if shown := shown_runs(config, experiment):
         inputs["evals"] = [f"{layout.eval_dir(r)}/eval.json" for r in shown]
     if profiled := profiled_variants(config, experiment):
         inputs["profiles"] = [f"{layout.measured('profile')}/{experiment}/{v}.csv" for v in profiled]
-    return inputs
+    return {**inputs, **overlap_verdict_input(config, layout)}
 
 
-CSV_REPORT_INPUTS = ("timings", "blocks", "profiles", "jobs")  # passed to `gpunn report` as the files themselves
+VERDICT_FOLDER = "overlap-verdict"  # gpunn overlap-verdict's default --out: <results>/overlap-verdict/<machine>
+
+
+def overlap_verdict_input(config: dict, layout: Layout) -> dict[str, list[str]]:
+    """{"verdict": [file]} under timing: overlap when gpunn overlap-verdict has written one for this machine's runs
+    (<results>/overlap-verdict/<machine>/verdict.json; no pipeline step makes it, so only an existing one is an
+    input: once written, the reports are rebuilt with it); else {}."""
+    path = f"{layout.measured(VERDICT_FOLDER)}/verdict.json"
+    return {"verdict": [path]} if config.get("timing") == "overlap" and os.path.isfile(path) else {}
+
+
+# passed to `gpunn report` as the files themselves
+CSV_REPORT_INPUTS = ("timings", "blocks", "profiles", "jobs", "verdict")
 
 
 def report_options(inputs: dict[str, list[str]]) -> dict[str, list[str]]:

@@ -4,7 +4,7 @@
 #   bash docs/notes/issue-40/full.sh stage DATASET..   copy this tree (first call) and datasets/DATASET into /tmp/run
 #   bash docs/notes/issue-40/full.sh start [ARGS..]    snakemake in the background (ARGS go to it, e.g. --config
 #                                                      timing=overlap threads=14); its log: /tmp/run/full.log; then
-#                                                      gpunn overlap-verdict into /tmp/run/verdict (VERDICT=0: not)
+#                                                      gpunn overlap-verdict into results/overlap-verdict (VERDICT=0: not)
 #   bash docs/notes/issue-40/full.sh poll SECONDS      wait until it ends or SECONDS pass; prints its progress
 #   bash docs/notes/issue-40/full.sh collect OUT       results without arrays, logs, start-up table and the trained
 #                                                      weights' hashes (weight_hashes.py): OUT/run.tar.gz
@@ -26,7 +26,11 @@ date +%s > full.start
 snakemake --cores \$(nproc) --scheduler greedy --keep-going --configfile config/gpu_offline.yaml $* > full.log 2>&1
 echo \$? > full.rc
 date +%s > full.end
-[ "\${VERDICT:-1}" = 1 ] && python -m gpunn overlap-verdict --results results --out verdict > verdict.log 2>&1
+if [ "\${VERDICT:-1}" = 1 ]; then
+    python -m gpunn overlap-verdict --results results > verdict.log 2>&1
+    # the reports again, now with the verdict as an input (only they rerun)
+    snakemake --cores \$(nproc) --scheduler greedy --configfile config/gpu_offline.yaml $* > reports.log 2>&1
+fi
 python docs/notes/issue-40/startup_table.py results > startup_table.md 2>&1
 python docs/notes/issue-40/weight_hashes.py hash results weight_hashes.csv > /dev/null 2>&1
 EOF
@@ -50,7 +54,7 @@ collect)
     cd "$RUN"
     tar --exclude='*.npz' --exclude='*.npy' --exclude=results/data --exclude=results/offline \
         -czf "$out/run.tar.gz" results full.log full.start full.end full.rc chain.out startup_table.md weight_hashes.csv \
-        verdict verdict.log \
+        verdict.log reports.log \
         2>/dev/null || true
     ls -la "$out"
     ;;

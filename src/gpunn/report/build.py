@@ -8,13 +8,16 @@ from pathlib import Path
 
 from gpunn import experiments
 from gpunn.report import job_times, sources
+from gpunn.report.runs import trust_overlap
 
 
 def make_report(experiment: str, out_dir, runs=(), evals=(), timings=(), svm=(), blocks=(), profiles=(), jobs=(),
-                **options) -> dict[str, str]:
+                verdict=(), **options) -> dict[str, str]:
     """Write one experiment's tables and figures into `out_dir`, and the wall times of its jobs (`jobs`: their
     benchmark files) as jobs.csv/.md; returns each one's title by file name (the Markdown tables under their .md
-    name)."""
+    name). `verdict`: gpunn overlap-verdict's verdict.json for runs timed under overlap (runs.trust_overlap)."""
+    for path in verdict:
+        trust_overlap(path)
     report = experiments.get(experiment).report
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

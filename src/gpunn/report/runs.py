@@ -77,6 +77,43 @@ def baseline_value(frame: pd.DataFrame, baseline: str, column: str, keys: Sequen
 # alone, gpu-im2col's speedup 648x against 361x), and no check has yet shown such clocks comparable.
 COMPARABLE_CLOCKS = ("isolated",)
 TIMING_MODE_BEFORE = "isolated"  # runs recorded before provenance had timing_mode: timed jobs never overlapped then
+# gpunn overlap-verdict's finding for the run being reported (trust_overlap): clocks timed under overlap compare like
+# isolated ones only where it found every job kind of the run within its noise of the same run alone
+_OVERLAP = {"trusted": False, "note": None}
+
+
+def trust_overlap(path) -> None:
+    """Read `path`, gpunn overlap-verdict's verdict.json for the reported run: when every job kind was within its
+    noise, clocks timed under overlap compare like isolated ones in this process (clocks_comparable), and clock_note
+    says on what evidence; else they stay apart and clock_note names the kinds outside their noise."""
+    verdict = read_json(Path(path))
+    try:
+        kinds = [(k["model"], k["variant"], bool(k["within_noise"])) for k in verdict["kinds"]]
+        machine, commit, repeats = verdict["machine"], verdict["commit"], int(verdict["repeats"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise GpunnError(f"{path}: not a verdict of gpunn overlap-verdict ({exc}); run it again") from None
+    outside = [f"{model} {variant}" for model, variant, within in kinds if not within]
+    evidence = (f"gpunn overlap-verdict ({machine}, code at {commit}) timed each of the run's {len(kinds)} job kinds "
+                f"alone {repeats} times")
+    if stale := _rerun_since(Path(path), machine, verdict.get("runs") or {}):
+        _OVERLAP.update(trusted=False, note=f"{evidence}, but {stale} has been trained again since: run "
+                                            "gpunn overlap-verdict again to compare its clocks.")
+        return
+    _OVERLAP["trusted"] = bool(kinds) and not outside
+    _OVERLAP["note"] = (f"Clocks timed under overlap are compared like isolated ones: {evidence}, and every kind's "
+                        "time in the run was within the alone runs' spread." if _OVERLAP["trusted"] else
+                        f"{evidence}: {titles.join_words(outside)} outside the alone runs' spread.")
+
+
+def _rerun_since(path: Path, machine: str, runs: dict) -> str | None:
+    """The first run the verdict at `path` (<results>/overlap-verdict/<machine>/verdict.json) timed whose metrics.json
+    is gone or newer than the verdict knew; None when it judged the runs that are there. None of them: the first."""
+    root = path.resolve().parents[2] / "runs" / machine
+    for run, finished_at in runs.items():
+        metrics = root / run / "metrics.json"
+        if not metrics.is_file() or read_json(metrics).get("finished_at") != finished_at:
+            return run
+    return None if runs else "every run"
 
 
 def timing_mode(provenance) -> str:
@@ -89,7 +126,8 @@ def timing_mode(provenance) -> str:
 def clocks_comparable(*modes) -> bool:
     """Whether runs timed under `modes` (None or NaN: recorded before the mode, TIMING_MODE_BEFORE) may be divided
     into a speedup."""
-    return all(timing_mode({"timing_mode": mode}) in COMPARABLE_CLOCKS for mode in modes)
+    comparable = COMPARABLE_CLOCKS + (("overlap",) if _OVERLAP["trusted"] else ())
+    return all(timing_mode({"timing_mode": mode}) in comparable for mode in modes)
 
 
 def speedup(frame: pd.DataFrame, baseline: str, column: str, keys: Sequence[str]) -> pd.Series:
@@ -103,18 +141,21 @@ def speedup(frame: pd.DataFrame, baseline: str, column: str, keys: Sequence[str]
 
 
 def clock_note(frame: pd.DataFrame) -> str | None:
-    """One line naming the runs whose clocks no speedup is taken from (None: every run timed alone)."""
+    """One line naming the runs whose clocks no speedup is taken from (None: every run timed alone), or the evidence
+    on which runs timed under overlap are compared (trust_overlap)."""
     if "timing_mode" not in frame:
         return None
     apart = frame[[not clocks_comparable(m) for m in frame["timing_mode"]]]
     if apart.empty:
-        return None
+        overlapped = _OVERLAP["trusted"] and (frame["timing_mode"] == "overlap").any()
+        return _OVERLAP["note"] if overlapped else None
     labels = tables.run_labels(apart) if "reduction" in apart else apart["variant"]
     named = titles.join_words(list(dict.fromkeys(f"{label} ({mode})" for label, mode in
                                                  zip(labels, apart["timing_mode"]))))
     return (f"No speedup is computed from the clocks of {named}: timed beside other jobs (config key timing), they "
             "are not shown comparable with any other run's; their speedup columns read '-'. Rerun them with timing: "
-            "isolated to compare times.")
+            "isolated to compare times, or time each job kind alone with gpunn overlap-verdict." +
+            (f" {_OVERLAP['note']}" if _OVERLAP["note"] else ""))
 
 
 def add_baseline_comparisons(frame: pd.DataFrame, keys: Sequence[str],
