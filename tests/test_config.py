@@ -224,3 +224,11 @@ def test_gpu_note_only_when_a_planned_job_needs_a_gpu(workflow_copy):
         assert out.returncode == 0 and note not in out.stdout + out.stderr, args
     assert "is extended by additional config" not in run_snakemake(workflow_copy, "e1", "-n", "--configfile",
                                                                    "config/smoke.yaml").stdout
+
+
+def test_cpu_lanes_need_timing_overlap():
+    assert load({"timing": "overlap", "cpu_lanes": 2})["cpu_lanes"] == 2
+    assert load({})["cpu_lanes"] == 1
+    with pytest.raises(GpunnError, match="config key cpu_lanes: 2 lanes need timing: overlap \\(under isolated one "
+                                         "timed job runs at a time\\); set timing: overlap or cpu_lanes: 1"):
+        load({"cpu_lanes": 2})

@@ -80,6 +80,29 @@ def test_overlap_gives_a_cpu_timed_and_a_gpu_job_disjoint_cores(lock_env):
     assert a["mode"] == b["mode"] == "overlap"
 
 
+def test_cpu_lanes_let_cpu_timed_jobs_run_at_once_each_timed_against_its_own_lane(lock_env):
+    """--lanes 2 (config key cpu_lanes): two CPU-timed jobs at once on cores of their own, timed against cpu0 and
+    cpu1; a third waits for a lane; a GPU-timed job takes no lane."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("needs two cores")
+    lanes = ("--threads", "1", "--timed", "cpu", "--timing", "overlap", "--lanes", "2")
+    first, second = _start(lock_env, *lanes, sleep=1.5), _start(lock_env, *lanes, sleep=1.5)
+    time.sleep(0.8)
+    third = _start(lock_env, *lanes, sleep=0.1)
+    a, b, c = (_finish(p) for p in (first, second, third))
+    assert {a["resource"], b["resource"]} == {"cpu0", "cpu1"} and not set(a["cores"]) & set(b["cores"])
+    assert a["start"] < b["end"] and b["start"] < a["end"]  # side by side
+    assert c["start"] >= min(a["end"], b["end"]) and "placement: waiting for 1 free CPU lane of 2" in c["stderr"]
+    gpu = _finish(_start(lock_env, "--gpu", "--slots", "0", "--timed", "gpu", "--timing", "overlap", "--lanes", "2",
+                         sleep=0.0))
+    assert gpu["resource"] == "gpu0"
+    assert placement.prefix(14, False, True, "overlap", [], lanes=2).endswith("--timing overlap --lanes 2 -- ")
+    assert "--lanes" not in placement.prefix(1, True, True, "overlap", ["0"], lanes=2)  # GPU-timed: no lane
+    assert "--lanes" not in placement.prefix(14, False, True, "isolated", [], lanes=2)
+    assert "--lanes" not in placement.prefix(14, False, True, "overlap", [])  # one lane: the command as before
+
+
 def test_a_job_waits_until_its_cores_are_free_all_at_once(lock_env):
     cores = sorted(os.sched_getaffinity(0))
     holder = _start(lock_env, "--threads", str(len(cores)), "--timed", "cpu", "--timing", "overlap", sleep=1.5)

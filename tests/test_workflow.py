@@ -113,6 +113,16 @@ def test_timed_jobs_resources_and_placement_follow_config_keys_timing_and_gpus(w
     assert "GPUNN_WARM=1 python -m gpunn.placement" in gpu and "GPUNN_WARM" not in cpu
     svm = _job(text, "svm")
     assert "gpu=1," in svm and "timing=1," in svm and "--timed both" in svm
+    if timing == "overlap":  # config key cpu_lanes: the CPU-timed jobs' placement takes a lane of that many
+        out = run_snakemake(workflow_copy, "-n", "-p", "--cores", "32", "--config", "machine=gpu-box", "timing=overlap",
+                            "gpus=2", "threads=14", "cpu_lanes=2", "job_details=true")
+        text = out.stdout + out.stderr
+        assert out.returncode == 0, text[-3000:]
+        cpu = _train_job(text, "mnist/standard/cnn/cpu-numpy/w16-32_b64_lr0.01_e5_s0")
+        gpu = _train_job(text, "mnist/standard/cnn/gpu-graph/w16-32_b64_lr0.01_e5_s0")
+        assert "--timed cpu --timing overlap --lanes 2 -- " in cpu and "timing=1," in cpu
+        assert "--lanes" not in gpu and "--timed both --timing overlap --gpu --slots 0,1 --lanes 2 -- " in _job(
+            text, "svm")
 
 
 def test_target_rules_list_the_experiments(workflow_copy):
@@ -189,7 +199,9 @@ def test_every_report_input_is_a_planned_intermediate(config_file):
     config = load_config(raw, log=lambda line: None, gpu_name=lambda: "NVIDIA H100 80GB HBM3")
     for experiment in EXPERIMENTS:
         planned = planned_intermediates(config, experiment)
-        inputs = [path for paths in report_inputs(config, experiment).values() for path in paths]
+        # the overlap verdict is an input only while it exists, made by no job (gpunn overlap-verdict, by hand)
+        inputs = [path for kind, paths in report_inputs(config, experiment).items() if kind != "verdict"
+                  for path in paths]
         assert inputs and set(inputs) <= set(planned), experiment
         assert all(planned[path].startswith(f"{config['results_dir']}/logs/") for path in inputs), experiment
         kinds = set(report_inputs(config, experiment))

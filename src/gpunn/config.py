@@ -245,6 +245,9 @@ def load_config(raw: dict, schema: dict | None = None, log: Callable[[str], None
     if not config["gpu"]["enabled"]:
         _drop_gpu_jobs(config, log)
     _check_registries(config)
+    if config.get("cpu_lanes", 1) > 1 and config.get("timing") != "overlap":
+        raise GpunnError(f"config key cpu_lanes: {config['cpu_lanes']} lanes need timing: overlap (under "
+                         f"{config.get('timing')} one timed job runs at a time); set timing: overlap or cpu_lanes: 1")
     config["machine"] = resolve_machine(config, gpu_name)
     return config
 

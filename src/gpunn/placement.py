@@ -1,6 +1,7 @@
 """Where a pipeline job runs on one machine: its GPU (a slot) and its CPU cores, and which timed jobs may overlap.
 
-    python -m gpunn.placement --threads T [--gpu --slots 0,1] [--timed cpu|gpu] [--timing overlap] -- COMMAND...
+    python -m gpunn.placement --threads T [--gpu --slots 0,1] [--timed cpu|gpu] [--timing overlap] [--lanes N]
+                              -- COMMAND...
 
 Each job of a local run goes through this wrapper, which takes its slots and then runs COMMAND in its place (exec):
 - **GPU slot**: a GPU job takes one free GPU of ``--slots`` (the ids that config key `gpus` resolved to) through
@@ -12,6 +13,8 @@ Each job of a local run goes through this wrapper, which takes its slots and the
   up, every other job from the highest down, so a CPU baseline and a GPU job's host thread never share a core.
 - **Timing**: ``overlap`` names the job's timed resources (``cpu``, ``gpu<id>`` or both) in
   ``GPUNN_TIMING_RESOURCE``; its timing lock (gpunn.timing_lock) then shuts out only timed jobs of the same ones.
+  With ``--lanes N`` (config key cpu_lanes) a CPU-timed job takes one of N lanes (a lock file each) and times
+  against ``cpu<lane>``: up to N CPU-timed jobs at once, each on cores of its own.
   ``isolated`` keeps the one machine-wide timing lock: one timed job at a time.
 
 The locks are ``flock``s on files beside the timing lock (``$GPUNN_TIMING_LOCK``'s folder, else the temp folder),
@@ -111,13 +114,21 @@ def timed_kind(timed: bool | str, gpu: bool) -> str:
     return "both" if timed == "both" and gpu else "gpu" if gpu else "cpu"
 
 
-def prefix(threads: int, gpu: bool, timed: bool | str, timing: str, slots: Sequence[str]) -> str:
+def prefix(threads: int, gpu: bool, timed: bool | str, timing: str, slots: Sequence[str], lanes: int = 1) -> str:
     """The shell prefix that runs a job's command through this wrapper."""
     kind = timed_kind(timed, gpu)
     parts = ["python -m gpunn.placement", f"--threads {int(threads)}", f"--timed {kind}", f"--timing {timing}"]
     if gpu and slots:
         parts += ["--gpu", f"--slots {','.join(slots)}"]
+    if lanes > 1 and timing == "overlap" and kind in ("cpu", "both"):
+        parts.append(f"--lanes {int(lanes)}")
     return " ".join(parts) + " -- "
+
+
+def take_lane(lanes: int, log: Callable[[str], None] = print) -> tuple[int, int]:
+    """One free CPU lane of `lanes` (config key cpu_lanes), with the descriptor that holds it."""
+    (name, fd), = _take([f"cpu-lane-{k}" for k in range(lanes)], 1, log, f"CPU lane of {lanes}")
+    return int(name[len("cpu-lane-"):]), fd
 
 
 def describe_cores(cores: Sequence[int]) -> str:
@@ -143,11 +154,16 @@ def place(args: argparse.Namespace, environ: dict, log: Callable[[str], None]) -
         held.append(fd)
         environ.update({"CUDA_VISIBLE_DEVICES": gpu, GPU_SLOT_VARIABLE: gpu, GPU_SLOTS_VARIABLE: str(len(slots))})
     if args.timing == "overlap":
+        cpu = "cpu"
+        if args.lanes > 1 and args.timed in ("cpu", "both"):  # a lane of its own, then cores: CPU-timed jobs of the
+            lane, fd = take_lane(args.lanes, log)              # other lanes run beside it
+            held.append(fd)
+            cpu = f"cpu{lane}"
         cores, fds = take_cores(args.threads, low_first=args.timed in ("cpu", "both"), log=log)
         held += fds
         os.sched_setaffinity(0, cores)
         gpu = f"gpu{environ.get(GPU_SLOT_VARIABLE, '')}"
-        names = {"cpu": ["cpu"], "gpu": [gpu], "both": ["cpu", gpu]}.get(args.timed)
+        names = {"cpu": [cpu], "gpu": [gpu], "both": [cpu, gpu]}.get(args.timed)
         if names:
             environ[RESOURCE_VARIABLE] = ",".join(names)
     environ[PLACED_AT_VARIABLE] = f"{time.time():.6f}"
@@ -162,6 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timed", choices=("cpu", "gpu", "both", "none"), default="none",
                    help="what the job times: CPU work, GPU work, both (the SVM), nothing")
     p.add_argument("--timing", choices=MODES, default="isolated", help="config key timing")
+    p.add_argument("--lanes", type=int, default=1,
+                   help="config key cpu_lanes: under overlap, a CPU-timed job takes one of this many lanes")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- then the job's command")
     return p
 

@@ -92,6 +92,9 @@ GPU_SLOTS = _gpu_slots()
 GPU_LIMIT_SET = "gpu" not in workflow.global_resources
 if GPU_LIMIT_SET:
     workflow.register_resource("gpu", max(1, len(GPU_SLOTS)))
+# config key cpu_lanes (timing: overlap): the `timing` resource, which CPU-timed jobs take, one per lane
+if config["cpu_lanes"] > 1:
+    workflow.register_resource("timing", config["cpu_lanes"])
 export_source_path(_SRC)
 GPU_NOTE = [missing_gpu_note(RAW_CONFIG, config)]  # printed by the first planned GPU job, then cleared
 LAYOUT = Layout.of(config)
@@ -258,7 +261,11 @@ def job_prefix(timed=False, gpu=0):
         needed = bool(_needed(gpu, wildcards))
         simulator = "NUMBA_ENABLE_CUDASIM=1 " if needed and config["gpu"]["simulator"] else ""
         warm = "GPUNN_WARM=1 " if needed and config["warm_jobs"] and not config["gpu"]["simulator"] else ""
-        return simulator + warm + placement.prefix(threads, needed, timed, config["timing"], GPU_SLOTS)
+        return (
+            simulator
+            + warm
+            + placement.prefix(threads, needed, timed, config["timing"], GPU_SLOTS, config["cpu_lanes"])
+        )
 
     return prefix
 
