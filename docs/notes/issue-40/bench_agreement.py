@@ -24,7 +24,7 @@ def run_epochs(report: Path) -> dict:
         path = report / experiment / "summary.csv"
         if not path.is_file():
             continue
-        for row in csv.DictReader(path.open()):
+        for row in csv.DictReader(path.read_text().splitlines()):
             if all(row.get(k, v) == v for k, v in where.items()) and row.get("time_per_epoch_s"):
                 found.setdefault((model, row["variant"]), float(row["time_per_epoch_s"]))
     return found
@@ -33,7 +33,7 @@ def run_epochs(report: Path) -> dict:
 def bench_epochs(paths) -> dict:
     found = {}
     for path in paths:
-        for row in csv.DictReader(Path(path).open()):
+        for row in csv.DictReader(Path(path).read_text().splitlines()):
             if row.get("batch") == "64" and row.get("epoch_s"):
                 found[(row["model"], row["variant"])] = float(row["epoch_s"])
     return found
