@@ -51,7 +51,10 @@ def test_an_alone_run_is_one_epoch_of_whole_batches_near_the_epoch_limit():
     assert spec.epochs == 1 and spec.repeat == 0 and spec.subset == 139 * 64  # floor(938 * 5 / 33.7) batches
     short = Kind("mlp", "gpu-graph", parse_run_path("mnist/standard/mlp/gpu-graph/w256_b64_lr0.01_e10_s0_x2"), 60000,
                  14, [4e-5], 0.04)
-    assert alone_spec(short, 5.0) == parse_run_path("mnist/standard/mlp/gpu-graph/w256_b64_lr0.01_e1_s0")
+    assert alone_spec(short, 5.0) == parse_run_path("mnist/standard/mlp/gpu-graph/w256_b64_lr0.01_e10_s0")  # all 10
+    middle = Kind("mlp", "cpu-serial", parse_run_path("mnist/standard/mlp/cpu-serial/w256_b64_lr0.01_e10_s0"), 60000,
+                  14, [3.5e-3], 2.4)
+    assert alone_spec(middle, 5.0) == parse_run_path("mnist/standard/mlp/cpu-serial/w256_b64_lr0.01_e2_s0")
     subset = Kind("autoencoder", "cpu-numpy", parse_run_path(
         "synthetic_cifar10/standard/autoencoder/cpu-numpy/w256-128_b64_lr0.002_e1_s0_n1000"), 1000, 14, [0.88], 14.1)
     assert alone_spec(subset, 5.0).subset == 5 * 64  # floor(16 * 5 / 14.1) batches of its 1000 samples

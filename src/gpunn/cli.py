@@ -424,7 +424,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--machine", default=None, help="its machine folder under runs/ (default: the only one there)")
     p.add_argument("--repeats", type=int_at_least(2), default=3, help="alone runs of every job kind (default 3)")
     p.add_argument("--max-epoch-s", type=positive_float, default=5.0,
-                   help="an alone run trains on a subset that keeps its epoch near this (default 5 s)")
+                   help="an alone run trains as many of the run's epochs as fit in this, a longer epoch on a subset "
+                        "that keeps it near this (default 5 s)")
     p.add_argument("--threads", type=int_at_least(1), default=None,
                    help="every alone run's threads (default: the most any of the run's jobs had)")
     p.add_argument("--gpus", default="auto", help="auto (the GPUs found) or N; the alone GPU runs use the first")

@@ -8,9 +8,10 @@ Per kind, among the run's runs timed under overlap: the one with the most repeat
 the first by path; its clock in the run is the median, over it and its repeats, of seconds per training step (mean
 epoch time / steps per epoch). Then, one after another, each kind's run again alone, `repeats` times, placed by
 gpunn.placement as timing: isolated places a timed job (the timing lock, `threads` threads, a GPU job on the first
-GPU): one epoch, on a training subset of whole batches that keeps the epoch near --max-epoch-s where the run's was
-longer, tested on TEST_SAMPLES samples (outside the clock). Verdict: within noise when the run's seconds per step
-differ from the alone repeats' median by no more than their spread (max - min). Writes verdict.csv (every alone run),
+GPU): as many of the run's epochs as fit in --max-epoch-s (at least one; an epoch longer than that on a training
+subset of whole batches that keeps it near --max-epoch-s), tested on TEST_SAMPLES samples (outside the clock).
+Verdict: within noise when the run's seconds per step differ from the alone repeats' median by no more than their
+spread (max - min). Writes verdict.csv (every alone run),
 verdict.md and verdict.json into --out (default <results>/overlap-verdict/<machine>, where the reports read it:
 gpunn.report.runs.trust_overlap). Run it on the run's machine, otherwise idle.
 """
@@ -117,13 +118,15 @@ def job_kinds(runs: list[dict], threads: int) -> list[Kind]:
 
 
 def alone_spec(kind: Kind, max_epoch_s: float) -> RunSpec:
-    """The kind's run for one epoch, on the first whole batches that keep it near max_epoch_s (all when shorter)."""
+    """The kind's run timed alone for about max_epoch_s of epochs: as many of its own epochs as fit (at most the
+    run's, at least one), and an epoch longer than that on the first whole batches that keep it near max_epoch_s."""
     steps = _steps(kind.n_train, kind.base.batch)
     subset = kind.base.subset
     if kind.run_epoch_s > max_epoch_s:
         keep = max(1, math.floor(steps * max_epoch_s / kind.run_epoch_s))
         subset = min(kind.n_train, keep * kind.base.batch)
-    return dataclasses.replace(kind.base, epochs=1, subset=subset, repeat=0)
+    epochs = max(1, min(kind.base.epochs, math.floor(max_epoch_s / kind.run_epoch_s)))
+    return dataclasses.replace(kind.base, epochs=epochs, subset=subset, repeat=0)
 
 
 def _command(spec: RunSpec, data: Path, out: Path, threads: int, gpu: str | None):
@@ -167,9 +170,9 @@ def markdown(kinds: list[Kind], machine: str, repeats: int, max_epoch_s: float) 
     lines = [f"# timing: overlap against alone, {machine}", "",
              f"Every job kind's clock in the run (timed under overlap: the median over its chosen run and that run's "
              f"repeats) against the same run timed alone, {repeats} times one after another (timing: isolated's "
-             f"placement; one epoch, a training subset keeping it near {max_epoch_s:g} s where the run's epoch was "
-             "longer): milliseconds per training step. Spread: (max - min) / median of the alone runs; within noise "
-             "when the change is no larger.", "",
+             f"placement; about {max_epoch_s:g} s of the run's epochs each, one epoch on a training subset where the "
+             "run's epoch was longer): milliseconds per training step. Spread: (max - min) / median of the alone "
+             "runs; within noise when the change is no larger.", "",
              "| model | variant | run | repeats in the run | in the run | alone (median) | alone range | change | "
              "spread | verdict |", "|---|---|---|---:|---:|---:|---|---:|---:|---|"]
     lines += [f"| {v['model']} | {v['variant']} | `{v['run']}` | {v['run_repeats']} | {v['run_ms_per_step']:.4g} | "
