@@ -11,9 +11,9 @@ gpunn.placement as timing: isolated places a timed job (the timing lock, `thread
 GPU): as many of the run's epochs as fit in --max-epoch-s (at least one; an epoch longer than that on a training
 subset of whole batches that keeps it near --max-epoch-s), tested on TEST_SAMPLES samples (outside the clock).
 Verdict: within noise when the run's seconds per step differ from the alone repeats' median by no more than their
-spread (max - min). Writes verdict.csv (every alone run),
-verdict.md and verdict.json into --out (default <results>/overlap-verdict/<machine>, where the reports read it:
-gpunn.report.runs.trust_overlap). Run it on the run's machine, otherwise idle.
+spread (max - min). Writes verdict.csv (every alone run), verdict.md and verdict.json into --out (default
+<results>/overlap-verdict/<machine>, where the reports read it: gpunn.report.runs.trust_overlap). Run it on the run's
+machine, otherwise idle.
 """
 
 from __future__ import annotations
@@ -149,10 +149,10 @@ def measure(kinds: list[Kind], results: Path, out: Path, repeats: int, max_epoch
             raise GpunnError(f"overlap-verdict: {data} is missing; the run's prepared data must still be there")
         gpu = gpus[0] if uses_gpu(spec.variant) else None
         steps = _steps(spec.subset or kind.n_train, spec.batch)
+        folder = out / "runs" / spec.variant / spec.model
+        command, env = _command(spec, data, folder, kind.threads, gpu)
         for repeat in range(1, repeats + 1):
-            command, env = _command(spec, data, out / "runs" / spec.variant / spec.model, kind.threads, gpu)
-            result = run_together([(f"{kind.model} {kind.variant}", command, env, out / "runs" / spec.variant /
-                                    spec.model)])[0]
+            result = run_together([(f"{kind.model} {kind.variant}", command, env, folder)])[0]
             kind.alone.append(result["seconds"] / steps)
             rows.append({"model": kind.model, "variant": kind.variant, "repeat": repeat, "run": spec.path,
                          "steps": steps, "seconds_per_epoch": result["seconds"],
@@ -164,8 +164,8 @@ def measure(kinds: list[Kind], results: Path, out: Path, repeats: int, max_epoch
     return rows
 
 
-def markdown(kinds: list[Kind], machine: str, repeats: int, max_epoch_s: float) -> str:
-    verdicts = [k.verdict() for k in kinds]
+def markdown(verdicts: list[dict], machine: str, repeats: int, max_epoch_s: float) -> str:
+    """verdict.md: the kinds' verdicts (Kind.verdict) as a table and the whole run's answer."""
     outside = [f"{v['model']} {v['variant']}" for v in verdicts if not v["within_noise"]]
     lines = [f"# timing: overlap against alone, {machine}", "",
              f"Every job kind's clock in the run (timed under overlap: the median over its chosen run and that run's "
@@ -197,15 +197,15 @@ def run(args, log: Callable[[str], None] = print) -> list[dict]:
                          "(nvidia-smi, CUDA_VISIBLE_DEVICES); give --gpus N")
     log(f"overlap-verdict: {len(kinds)} job kinds of {len(runs)} overlap-timed runs, {args.repeats} alone runs each")
     rows = measure(kinds, results, out, args.repeats, args.max_epoch_s, gpus, log)
+    verdicts = [k.verdict() for k in kinds]
     io.write_rows_csv(out / "verdict.csv", RUN_COLUMNS, rows)
-    text = markdown(kinds, machine, args.repeats, args.max_epoch_s)
+    text = markdown(verdicts, machine, args.repeats, args.max_epoch_s)
     io.write_text(out / "verdict.md", text)
     commits = sorted({str(r["commit"]) for r in runs})
     io.write_json(out / "verdict.json", {
         "machine": machine, "commit": ", ".join(commits), "repeats": args.repeats, "max_epoch_s": args.max_epoch_s,
-        "kinds": [k.verdict() for k in kinds],
-        "runs": {path: at for k in kinds for path, at in k.finished.items()},
-        "every_kind_within_noise": all(k.verdict()["within_noise"] for k in kinds)})
+        "kinds": verdicts, "runs": {path: at for k in kinds for path, at in k.finished.items()},
+        "every_kind_within_noise": all(v["within_noise"] for v in verdicts)})
     print(text, flush=True)
     log(f"overlap-verdict: {len(rows)} alone runs in {time.perf_counter() - start:.0f} s")
-    return [k.verdict() for k in kinds]
+    return verdicts

@@ -154,12 +154,12 @@ def place(args: argparse.Namespace, environ: dict, log: Callable[[str], None]) -
         held.append(fd)
         environ.update({"CUDA_VISIBLE_DEVICES": gpu, GPU_SLOT_VARIABLE: gpu, GPU_SLOTS_VARIABLE: str(len(slots))})
     if args.timing == "overlap":
-        cpu = "cpu"
-        if args.lanes > 1 and args.timed in ("cpu", "both"):  # a lane of its own, then cores: CPU-timed jobs of the
-            lane, fd = take_lane(args.lanes, log)              # other lanes run beside it
+        times_cpu, cpu = args.timed in ("cpu", "both"), "cpu"
+        if times_cpu and args.lanes > 1:  # a lane of its own, then cores: CPU-timed jobs of other lanes run beside it
+            lane, fd = take_lane(args.lanes, log)
             held.append(fd)
             cpu = f"cpu{lane}"
-        cores, fds = take_cores(args.threads, low_first=args.timed in ("cpu", "both"), log=log)
+        cores, fds = take_cores(args.threads, low_first=times_cpu, log=log)
         held += fds
         os.sched_setaffinity(0, cores)
         gpu = f"gpu{environ.get(GPU_SLOT_VARIABLE, '')}"

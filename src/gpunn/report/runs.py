@@ -106,8 +106,9 @@ def trust_overlap(path) -> None:
 
 
 def _rerun_since(path: Path, machine: str, runs: dict) -> str | None:
-    """The first run the verdict at `path` (<results>/overlap-verdict/<machine>/verdict.json) timed whose metrics.json
-    is gone or newer than the verdict knew; None when it judged the runs that are there. None of them: the first."""
+    """The first run the verdict at `path` (<results>/overlap-verdict/<machine>/verdict.json) judged whose
+    metrics.json is gone or from another training than the one it judged (finished_at); None when every run it judged
+    is still there; "every run" when it names none."""
     root = path.resolve().parents[2] / "runs" / machine
     for run, finished_at in runs.items():
         metrics = root / run / "metrics.json"
