@@ -3,9 +3,13 @@
 # (a carried folder is replaced by the next call's copy). Run from the repository root.
 #   bash docs/notes/issue-40/full.sh stage DATASET..   copy this tree (first call) and datasets/DATASET into /tmp/run
 #   bash docs/notes/issue-40/full.sh start [ARGS..]    snakemake in the background (ARGS go to it, e.g. --config
-#                                                      timing=overlap threads=14); its log: /tmp/run/full.log; then
-#                                                      gpunn overlap-verdict into results/overlap-verdict (VERDICT=0: not)
-#   bash docs/notes/issue-40/full.sh poll SECONDS      wait until it ends or SECONDS pass; prints its progress
+#                                                      cpu_lanes=2); its log: /tmp/run/full.log; then gpunn
+#                                                      overlap-verdict into results/overlap-verdict (VERDICT=0: not),
+#                                                      the reports again, gpunn publish into /tmp/run/docs/results,
+#                                                      gpunn.bench of the three models and the agreement table (BENCH=0:
+#                                                      not)
+#   bash docs/notes/issue-40/full.sh poll SECONDS      wait until startup_table.md (UNTIL=FILE: that file) exists or
+#                                                      SECONDS pass; prints its progress
 #   bash docs/notes/issue-40/full.sh collect OUT       results without arrays, logs, start-up table and the trained
 #                                                      weights' hashes (weight_hashes.py): OUT/run.tar.gz
 # Set GPUNN_COMMIT to the commit the tree is at (provenance: the machine has no .git).
@@ -33,28 +37,49 @@ if [ "\${VERDICT:-1}" = 1 ]; then
 fi
 python docs/notes/issue-40/startup_table.py results > startup_table.md 2>&1
 python docs/notes/issue-40/weight_hashes.py hash results weight_hashes.csv > /dev/null 2>&1
+# the publication, from this tree (kept or not after reading the verdict)
+machine=\$(ls results/report | grep -v '^index' | head -1)
+python -m gpunn publish --configfile config/gpu_offline.yaml --to docs/results/\$machine --readme README.md \
+    > publish.log 2>&1
+echo \$? > publish.rc
+# deliverable 6: gpunn.bench of the same code, each model alone (the CPU variants on the run's 14 cores)
+if [ "\${BENCH:-1}" = 1 ]; then
+    export OMP_NUM_THREADS=14 OPENBLAS_NUM_THREADS=14 MKL_NUM_THREADS=14
+    taskset -c 0-13 python -m gpunn.bench mlp --out results/bench/mlp.csv > bench.log 2>&1
+    python -m gpunn.bench cnn --variants gpu-naive,gpu-optimized,gpu-im2col,gpu-graph --out results/bench/cnn.csv \
+        >> bench.log 2>&1
+    python -m gpunn.bench autoencoder --variants gpu-im2col,gpu-graph --batch 64 --out results/bench/autoencoder.csv \
+        >> bench.log 2>&1
+    python docs/notes/issue-40/bench_agreement.py docs/results/\$machine results/bench/mlp.csv results/bench/cnn.csv \
+        results/bench/autoencoder.csv --verdict results/overlap-verdict/\$machine/verdict.json > agreement.md 2>&1
+fi
+date +%s > chain.end
 EOF
     # a user's Python writes .pyc files (the lent machine sets PYTHONDONTWRITEBYTECODE)
-    env -u PYTHONDONTWRITEBYTECODE GPUNN_COMMIT="${GPUNN_COMMIT:-unknown}" VERDICT="${VERDICT:-1}" setsid nohup bash chain.sh > chain.out 2>&1 \
+    env -u PYTHONDONTWRITEBYTECODE GPUNN_COMMIT="${GPUNN_COMMIT:-unknown}" VERDICT="${VERDICT:-1}" BENCH="${BENCH:-1}" setsid nohup bash chain.sh > chain.out 2>&1 \
         < /dev/null &
     echo "started: $(date)"
     ;;
 poll)
     cd "$RUN"
     deadline=$(( $(date +%s) + ${1:?seconds} ))
-    while [ ! -f startup_table.md ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
+    until [ -f "${UNTIL:-startup_table.md}" ] || [ "$(date +%s)" -ge "$deadline" ]; do sleep 5; done
     date
     echo "$(( $(date +%s) - $(cat full.start) )) s since the start"
     grep -E "steps \(|[Ee]rror" full.log | tail -4 || true
     [ -f full.rc ] && echo "full run: exit $(cat full.rc), $(( $(cat full.end) - $(cat full.start) )) s"
     [ -f startup_table.md ] && head -40 startup_table.md
+    [ -f publish.rc ] && echo "publish: exit $(cat publish.rc)" && tail -3 publish.log
+    [ -f results/overlap-verdict/*/verdict.md ] && cat results/overlap-verdict/*/verdict.md | head -40
+    [ -f agreement.md ] && cat agreement.md
+    [ -f chain.end ] && echo "chain ended $(( $(cat chain.end) - $(cat full.start) )) s after the start"
     ;;
 collect)
     out=${1:?OUT}
     cd "$RUN"
     tar --exclude='*.npz' --exclude='*.npy' --exclude=results/data --exclude=results/offline \
         -czf "$out/run.tar.gz" results full.log full.start full.end full.rc chain.out startup_table.md weight_hashes.csv \
-        verdict.log reports.log \
+        verdict.log reports.log publish.log publish.rc docs/results README.md bench.log agreement.md chain.end \
         2>/dev/null || true
     ls -la "$out"
     ;;
