@@ -25,7 +25,7 @@ machine-wide timing lock (gpunn.timing_lock) and record where their results came
     gpunn captions --out DIR                   the figures' caption files for snakemake --report
     gpunn overlap-check --cpu RUN --cpu-data F --gpu RUN --gpu-data F --out DIR [--threads T] [--repeats 3]
                                                the same runs timed alone and side by side (config key timing)
-    gpunn overlap-verdict --results DIR [--out DIR] [--machine M] [--repeats 3] [--max-epoch-s 5]
+    gpunn overlap-verdict --results DIR [--out DIR] [--machine M] [--repeats 5] [--max-epoch-s 3]
                                                a finished run's job kinds under overlap against the same runs alone
 """
 
@@ -422,10 +422,11 @@ def build_parser() -> argparse.ArgumentParser:
                                                "same run timed alone: is timing: overlap honest on this machine?")
     p.add_argument("--results", required=True, help="the finished run's results tree (its runs/ and data/prepared/)")
     p.add_argument("--machine", default=None, help="its machine folder under runs/ (default: the only one there)")
-    p.add_argument("--repeats", type=int_at_least(2), default=3, help="alone runs of every job kind (default 3)")
-    p.add_argument("--max-epoch-s", type=positive_float, default=5.0,
+    p.add_argument("--repeats", type=int_at_least(3), default=5,
+                   help="rounds of alone runs, each timing every job kind once (default 5)")
+    p.add_argument("--max-epoch-s", type=positive_float, default=3.0,
                    help="an alone run trains as many of the run's epochs as fit in this, a longer epoch on a subset "
-                        "that keeps it near this (default 5 s)")
+                        "that keeps it near this (default 3 s)")
     p.add_argument("--threads", type=int_at_least(1), default=None,
                    help="every alone run's threads (default: the most any of the run's jobs had)")
     p.add_argument("--gpus", default="auto", help="auto (the GPUs found) or N; the alone GPU runs use the first")

@@ -1,23 +1,26 @@
 """Is a finished run's `timing: overlap` honest? Each job kind's clock in the run against the same job timed alone.
 
-    python -m gpunn overlap-verdict --results DIR [--machine M] [--repeats 3] [--max-epoch-s 5] [--threads T]
+    python -m gpunn overlap-verdict --results DIR [--machine M] [--repeats 5] [--max-epoch-s 3] [--threads T]
                                     [--gpus auto|N] [--out DIR]
 
 A job kind is a model and a training variant (cpu-serial, cpu-numpy's MLP, CNN and autoencoder, each GPU variant).
 Per kind, among the run's runs timed under overlap: the one with the most repeats (`_x<k>`), then the longest, then
-the first by path; its clock in the run is the median, over it and its repeats, of seconds per training step (mean
-epoch time / steps per epoch). Then, one after another, each kind's run again alone, `repeats` times, placed by
-gpunn.placement as timing: isolated places a timed job (the timing lock, `threads` threads, a GPU job on the first
-GPU): as many of the run's epochs as fit in --max-epoch-s (at least one; an epoch longer than that on a training
-subset of whole batches that keeps it near --max-epoch-s), tested on TEST_SAMPLES samples (outside the clock).
-Verdict: within noise when the run's seconds per step differ from the alone repeats' median by no more than their
-spread (max - min). Writes verdict.csv (every alone run), verdict.md and verdict.json into --out (default
-<results>/overlap-verdict/<machine>, where the reports read it: gpunn.report.runs.trust_overlap). Run it on the run's
-machine, otherwise idle.
+the first by path. Each kind's run is timed again alone, placed by gpunn.placement as timing: isolated places a
+timed job (the timing lock, `threads` threads, a GPU job on the first GPU): as many of the run's epochs as fit in
+--max-epoch-s (at least one; an epoch longer than that on a training subset of whole batches that keeps it near
+--max-epoch-s), tested on TEST_SAMPLES samples (outside the clock); `repeats` rounds, each timing every kind once,
+so that a kind's alone runs lie minutes apart. The run's clock is taken over the same epochs (its metrics.csv), in
+seconds per training step, the mean over the run and its repeats.
+Verdict: within noise when that clock lies in the alone runs' prediction band, mean +- t * s * sqrt(1/k + 1/n) (s
+their standard deviation, n of them, k the run's repeats), t for 95 % over all the kinds together (Bonferroni): when
+overlap changes no clock, every kind lies within its band in 19 runs of 20. Writes verdict.csv (every alone run),
+verdict.md and verdict.json into --out (default <results>/overlap-verdict/<machine>, where the reports read it:
+gpunn.report.runs.trust_overlap). Run it on the run's machine, otherwise idle.
 """
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 import math
@@ -37,33 +40,45 @@ from gpunn.runspec import RunSpec, parse_run_path
 from gpunn.targets import VERDICT_FOLDER
 
 TEST_SAMPLES = 64
+FAMILY_CONFIDENCE = 0.95  # for the whole run: every kind within its band when overlap changes nothing
 RUN_COLUMNS = ("model", "variant", "repeat", "run", "steps", "seconds_per_epoch", "seconds_per_step", "cores", "gpu")
 
 
 @dataclasses.dataclass
 class Kind:
-    """One job kind of the run: its chosen run, that run's clock in the run (with its repeats), the alone runs."""
+    """One job kind of the run: its chosen run, that run's epoch times in the run (with its repeats), the alone
+    runs' seconds per step and how many epochs each trained."""
 
     model: str
     variant: str
     base: RunSpec
     n_train: int  # the chosen run's training samples (its subset applied)
     threads: int
-    run_s_per_step: list[float]
+    run_epochs: list[list[float]]  # per run (it and its repeats): seconds of each epoch in the run
     run_epoch_s: float
     finished: dict = dataclasses.field(default_factory=dict)  # run path -> finished_at of the run and its repeats
     alone: list[float] = dataclasses.field(default_factory=list)
+    alone_epochs: int = 0  # epochs of each alone run (0: the run's own)
 
-    def verdict(self) -> dict:
-        run = statistics.median(self.run_s_per_step)
-        alone = statistics.median(self.alone)
-        noise = (max(self.alone) - min(self.alone)) / alone
-        change = run / alone - 1.0
+    def run_s_per_step(self) -> list[float]:
+        """Per run, seconds per step over the epochs the alone runs trained (the first `alone_epochs`)."""
+        steps = _steps(self.n_train, self.base.batch)
+        first = self.alone_epochs or None
+        return [statistics.fmean(times[:first]) / steps for times in self.run_epochs]
+
+    def verdict(self, kinds: int = 1) -> dict:
+        """The run's clock against the alone runs' prediction band, at FAMILY_CONFIDENCE over `kinds` kinds."""
+        from scipy.stats import t  # scikit-learn's own dependency
+
+        run_values = self.run_s_per_step()
+        run, alone = statistics.fmean(run_values), statistics.fmean(self.alone)
+        n, k = len(self.alone), len(run_values)
+        quantile = float(t.ppf(1.0 - (1.0 - FAMILY_CONFIDENCE) / (2 * kinds), n - 1))
+        half = quantile * statistics.stdev(self.alone) * math.sqrt(1.0 / k + 1.0 / n)
         return {"model": self.model, "variant": self.variant, "run": self.base.path,
-                "run_repeats": len(self.run_s_per_step), "run_ms_per_step": run * 1e3,
-                "alone_ms_per_step": alone * 1e3,
+                "run_repeats": k, "run_ms_per_step": run * 1e3, "alone_ms_per_step": alone * 1e3,
                 "alone_range": f"{min(self.alone) * 1e3:.4g}-{max(self.alone) * 1e3:.4g}",
-                "change": change, "noise": noise, "within_noise": abs(change) <= noise}
+                "change": run / alone - 1.0, "noise": half / alone, "within_noise": abs(run - alone) <= half}
 
 
 def _steps(n_train: int, batch: int) -> int:
@@ -76,6 +91,14 @@ def _only_machine(results: Path) -> str:
         raise GpunnError(f"overlap-verdict: {results / 'runs'} holds {len(machines)} machine folders "
                          f"({', '.join(machines) or 'none'}); name one with --machine")
     return machines[0]
+
+
+def _epoch_times(path: Path) -> list[float]:
+    """Each epoch's seconds from a run's metrics.csv (none when it is missing or has no epoch_time_s)."""
+    if not path.is_file():
+        return []
+    rows = csv.DictReader(path.read_text().splitlines())
+    return [float(row["epoch_time_s"]) for row in rows if row.get("epoch_time_s")]
 
 
 def overlap_runs(results: Path, machine: str) -> list[dict]:
@@ -92,7 +115,7 @@ def overlap_runs(results: Path, machine: str) -> list[dict]:
         spec = parse_run_path(path.parent.relative_to(root).as_posix())
         epoch = float(metrics["mean_epoch_time_s"])
         found.append({"spec": spec, "n_train": int(metrics["n_train"]), "epoch_s": epoch,
-                      "s_per_step": epoch / _steps(int(metrics["n_train"]), spec.batch),
+                      "epochs": _epoch_times(path.parent / "metrics.csv") or [epoch],
                       "threads": int(prov.get("blas_threads") or 1), "commit": prov.get("commit"),
                       "finished_at": metrics.get("finished_at")})
     if not found:
@@ -111,8 +134,8 @@ def job_kinds(runs: list[dict], threads: int) -> list[Kind]:
     for (model, variant), bases in sorted(groups.items()):
         base, members = min(bases.items(), key=lambda item: (-len(item[1]), -sum(m["epoch_s"] * m["spec"].epochs
                                                                                   for m in item[1]), item[0].path))
-        kinds.append(Kind(model, variant, base, members[0]["n_train"], threads,
-                          [m["s_per_step"] for m in members], statistics.median(m["epoch_s"] for m in members),
+        kinds.append(Kind(model, variant, base, members[0]["n_train"], threads, [m["epochs"] for m in members],
+                          statistics.median(m["epoch_s"] for m in members),
                           {m["spec"].path: m["finished_at"] for m in members}))
     return kinds
 
@@ -140,27 +163,34 @@ def _command(spec: RunSpec, data: Path, out: Path, threads: int, gpu: str | None
 
 def measure(kinds: list[Kind], results: Path, out: Path, repeats: int, max_epoch_s: float, gpus: list[str],
             log: Callable[[str], None] = print) -> list[dict]:
-    """Each kind's run alone, `repeats` times, one after another; every alone run as a RUN_COLUMNS row."""
-    rows = []
+    """Every kind's run alone, in `repeats` rounds of one run per kind; every alone run as a RUN_COLUMNS row."""
+    planned = []
     for kind in kinds:
         spec = alone_spec(kind, max_epoch_s)
         data = results / "data" / "prepared" / spec.dataset / f"{spec.split}.npz"
         if not data.is_file():
             raise GpunnError(f"overlap-verdict: {data} is missing; the run's prepared data must still be there")
         gpu = gpus[0] if uses_gpu(spec.variant) else None
-        steps = _steps(spec.subset or kind.n_train, spec.batch)
         folder = out / "runs" / spec.variant / spec.model
-        command, env = _command(spec, data, folder, kind.threads, gpu)
-        for repeat in range(1, repeats + 1):
+        kind.alone_epochs = spec.epochs
+        planned.append((kind, spec, _steps(spec.subset or kind.n_train, spec.batch), folder,
+                        _command(spec, data, folder, kind.threads, gpu)))
+    rows = []
+    for repeat in range(1, repeats + 1):
+        started = time.perf_counter()
+        for kind, spec, steps, folder, (command, env) in planned:
             result = run_together([(f"{kind.model} {kind.variant}", command, env, folder)])[0]
             kind.alone.append(result["seconds"] / steps)
             rows.append({"model": kind.model, "variant": kind.variant, "repeat": repeat, "run": spec.path,
                          "steps": steps, "seconds_per_epoch": result["seconds"],
                          "seconds_per_step": result["seconds"] / steps, "cores": result["cores"], "gpu": result["gpu"]})
-        v = kind.verdict()
+        log(f"overlap-verdict: round {repeat} of {repeats}: {len(planned)} kinds alone in "
+            f"{time.perf_counter() - started:.0f} s")
+    for kind in kinds:
+        v = kind.verdict(len(kinds))
         log(f"overlap-verdict: {kind.model} {kind.variant}: in the run {v['run_ms_per_step']:.4g} ms a step, alone "
-            f"{v['alone_ms_per_step']:.4g} ({v['alone_range']}), {v['change']:+.1%} against a spread of "
-            f"{v['noise']:.1%}")
+            f"{v['alone_ms_per_step']:.4g} ({v['alone_range']}), {v['change']:+.1%} against a band of "
+            f"+-{v['noise']:.1%}")
     return rows
 
 
@@ -168,15 +198,18 @@ def markdown(verdicts: list[dict], machine: str, repeats: int, max_epoch_s: floa
     """verdict.md: the kinds' verdicts (Kind.verdict) as a table and the whole run's answer."""
     outside = [f"{v['model']} {v['variant']}" for v in verdicts if not v["within_noise"]]
     lines = [f"# timing: overlap against alone, {machine}", "",
-             f"Every job kind's clock in the run (timed under overlap: the median over its chosen run and that run's "
-             f"repeats) against the same run timed alone, {repeats} times one after another (timing: isolated's "
-             f"placement; about {max_epoch_s:g} s of the run's epochs each, one epoch on a training subset where the "
-             "run's epoch was longer): milliseconds per training step. Spread: (max - min) / median of the alone "
-             "runs; within noise when the change is no larger.", "",
-             "| model | variant | run | repeats in the run | in the run | alone (median) | alone range | change | "
-             "spread | verdict |", "|---|---|---|---:|---:|---:|---|---:|---:|---|"]
+             "Every job kind's clock in the run (timed under overlap: seconds per training step over the epochs the "
+             f"alone runs trained, the mean over its chosen run and that run's repeats) against the same run timed "
+             f"alone in {repeats} rounds, each timing every kind once (timing: isolated's placement; about "
+             f"{max_epoch_s:g} s of the run's epochs each, one epoch on a training subset where the run's epoch was "
+             "longer). Band: the alone runs' prediction band for the run's clock, t s sqrt(1/k + 1/n) around their "
+             f"mean, t for {FAMILY_CONFIDENCE:.0%} over all {len(verdicts)} kinds together (Bonferroni): when overlap "
+             "changes no clock, every kind lies within its band in 19 runs of 20. A wide band says the alone runs "
+             "vary too much to show a change that small.", "",
+             "| model | variant | run | repeats in the run | in the run | alone (mean) | alone range | change | "
+             "band | verdict |", "|---|---|---|---:|---:|---:|---|---:|---:|---|"]
     lines += [f"| {v['model']} | {v['variant']} | `{v['run']}` | {v['run_repeats']} | {v['run_ms_per_step']:.4g} | "
-              f"{v['alone_ms_per_step']:.4g} | {v['alone_range']} | {v['change']:+.1%} | {v['noise']:.1%} | "
+              f"{v['alone_ms_per_step']:.4g} | {v['alone_range']} | {v['change']:+.1%} | +-{v['noise']:.1%} | "
               f"{'within noise' if v['within_noise'] else 'outside noise'} |" for v in verdicts]
     lines += ["", "Every job kind within its noise: " + ("yes." if not outside else f"no: {', '.join(outside)}.")]
     return "\n".join(lines) + "\n"
@@ -195,9 +228,10 @@ def run(args, log: Callable[[str], None] = print) -> list[dict]:
     if needing and not gpus:
         raise GpunnError(f"overlap-verdict: the run has GPU jobs ({', '.join(needing)}) and no GPU was found "
                          "(nvidia-smi, CUDA_VISIBLE_DEVICES); give --gpus N")
-    log(f"overlap-verdict: {len(kinds)} job kinds of {len(runs)} overlap-timed runs, {args.repeats} alone runs each")
+    log(f"overlap-verdict: {len(kinds)} job kinds of {len(runs)} overlap-timed runs, {args.repeats} rounds of "
+        "alone runs")
     rows = measure(kinds, results, out, args.repeats, args.max_epoch_s, gpus, log)
-    verdicts = [k.verdict() for k in kinds]
+    verdicts = [k.verdict(len(kinds)) for k in kinds]
     io.write_rows_csv(out / "verdict.csv", RUN_COLUMNS, rows)
     text = markdown(verdicts, machine, args.repeats, args.max_epoch_s)
     io.write_text(out / "verdict.md", text)

@@ -5,8 +5,8 @@
 REPORT_DIR: a machine's report folder (results/report/<machine>, or docs/results/<machine>) with e1/, e4/, e5/
 summary.csv. BENCH_CSV: `python -m gpunn.bench mlp|cnn|autoencoder --out ...` files. Compared, per model and
 variant: E1's MLP (mnist, mean reduction), E4's CNN (mnist), E5's autoencoder (its dataset), seconds per epoch, the
-run's over the bench's. The noise of a kind: its alone spread in gpunn overlap-verdict's verdict.json when given
-((max - min) / median of the same run timed alone), else not judged. Prints a Markdown table.
+run's over the bench's. The noise of a kind: its band in gpunn overlap-verdict's verdict.json when given (the
+prediction band of the same run timed alone, relative to their mean), else not judged. Prints a Markdown table.
 """
 
 import argparse
@@ -50,7 +50,7 @@ def main() -> None:
     if args.verdict:
         for kind in json.loads(Path(args.verdict).read_text())["kinds"]:
             noise[(kind["model"], kind["variant"])] = float(kind["noise"])
-    print("| model | variant | run s/epoch | bench s/epoch | run / bench | noise (alone spread) | verdict |")
+    print("| model | variant | run s/epoch | bench s/epoch | run / bench | noise (alone band) | verdict |")
     print("|---|---|---:|---:|---:|---:|---|")
     for key in sorted(set(runs) & set(bench)):
         ratio = runs[key] / bench[key]

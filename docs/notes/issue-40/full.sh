@@ -23,23 +23,25 @@ stage)
     ;;
 start)
     cd "$RUN"
+    # CONFIGS: the config files of the run and of its publication (e.g. add one that sets timing: overlap)
+    CONFIGS=${CONFIGS:-config/gpu_offline.yaml}
     cat > chain.sh <<EOF
 set -u
 export PYTHONPATH=$RUN/src
 date +%s > full.start
-snakemake --cores \$(nproc) --scheduler greedy --keep-going --configfile config/gpu_offline.yaml $* > full.log 2>&1
+snakemake --cores \$(nproc) --scheduler greedy --keep-going --configfile $CONFIGS $* > full.log 2>&1
 echo \$? > full.rc
 date +%s > full.end
 if [ "\${VERDICT:-1}" = 1 ]; then
     python -m gpunn overlap-verdict --results results > verdict.log 2>&1
     # the reports again, now with the verdict as an input (only they rerun)
-    snakemake --cores \$(nproc) --scheduler greedy --configfile config/gpu_offline.yaml $* > reports.log 2>&1
+    snakemake --cores \$(nproc) --scheduler greedy --configfile $CONFIGS $* > reports.log 2>&1
 fi
 python docs/notes/issue-40/startup_table.py results > startup_table.md 2>&1
 python docs/notes/issue-40/weight_hashes.py hash results weight_hashes.csv > /dev/null 2>&1
 # the publication, from this tree (kept or not after reading the verdict)
 machine=\$(ls results/report | grep -v '^index' | head -1)
-python -m gpunn publish --configfile config/gpu_offline.yaml --to docs/results/\$machine --readme README.md \
+python -m gpunn publish --configfile $CONFIGS --to docs/results/\$machine --readme README.md \
     > publish.log 2>&1
 echo \$? > publish.rc
 # deliverable 6: gpunn.bench of the same code, each model alone (the CPU variants on the run's 14 cores)

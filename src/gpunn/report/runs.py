@@ -94,15 +94,15 @@ def trust_overlap(path) -> None:
         raise GpunnError(f"{path}: not a verdict of gpunn overlap-verdict ({exc}); run it again") from None
     outside = [f"{model} {variant}" for model, variant, within in kinds if not within]
     evidence = (f"gpunn overlap-verdict ({machine}, code at {commit}) timed each of the run's {len(kinds)} job kinds "
-                f"alone {repeats} times")
+                f"alone in {repeats} rounds")
     if stale := _rerun_since(Path(path), machine, verdict.get("runs") or {}):
         _OVERLAP.update(trusted=False, note=f"{evidence}, but {stale} has been trained again since: run "
                                             "gpunn overlap-verdict again to compare its clocks.")
         return
     _OVERLAP["trusted"] = bool(kinds) and not outside
     _OVERLAP["note"] = (f"Clocks timed under overlap are compared like isolated ones: {evidence}, and every kind's "
-                        "time in the run was within the alone runs' spread." if _OVERLAP["trusted"] else
-                        f"{evidence}: {titles.join_words(outside)} outside the alone runs' spread.")
+                        "time in the run was within the alone runs' band." if _OVERLAP["trusted"] else
+                        f"{evidence}: {titles.join_words(outside)} outside the alone runs' band.")
 
 
 def _rerun_since(path: Path, machine: str, runs: dict) -> str | None:
