@@ -109,6 +109,7 @@ def test_overlap_verdict_times_each_kind_of_a_run_alone(tmp_path):
     written."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUNN_", "SLURM_", "CUDA_VISIBLE"))}
     env.update(GPUNN_TIMING_LOCK=str(tmp_path / "gpunn-timing.lock"), PYTHONPATH=SRC, NUMBA_ENABLE_CUDASIM="1")
+    env.pop("OPENBLAS_THREAD_TIMEOUT", None)
     gpunn = [sys.executable, "-m", "gpunn"]
     results = tmp_path / "results"
     data = results / "data/prepared/digits8_mini/standard.npz"
@@ -145,7 +146,9 @@ def test_overlap_verdict_times_each_kind_of_a_run_alone(tmp_path):
     # gpunn train --test-samples: the per-epoch test passes on the first N test samples
     subprocess.run([*gpunn, "train", "digits8_mini/standard/mlp/cpu-numpy/w8_b8_lr0.3_e1_s0_n16", "--data", str(data),
                     "--out", str(tmp_path / "few"), "--test-samples", "5"], env=env, check=True, capture_output=True)
-    assert json.loads((tmp_path / "few/metrics.json").read_text())["n_test"] == 5
+    few = json.loads((tmp_path / "few/metrics.json").read_text())
+    assert few["n_test"] == 5
+    assert few["provenance"]["blas_idle"] == "4"  # gpunn's CLI: OpenBLAS's idle threads asleep (gpunn.blas_idle)
 
 
 @pytest.fixture

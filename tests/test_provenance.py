@@ -262,3 +262,12 @@ def test_e3_timer_refuses_a_diverged_epoch(monkeypatch):
     monkeypatch.setattr(batch_timing, "make_backend", lambda *a, **k: _StubBackend(clock, loss=float("nan")))
     with pytest.raises(GpunnError, match=r"stub: E3 epoch 1 at batch 2 ran 3 of 3 steps to loss nan; a diverged"):
         batch_timing.time_batches(["cpu-numpy"], [2], hidden=3, in_features=5, steps=3, log=lambda line: None)
+
+
+def test_blas_idle_sets_the_sleep_unless_the_user_set_one():
+    from gpunn import blas_idle
+
+    environ = {}
+    assert blas_idle.sleep_when_idle(environ) == "4" and environ == {"OPENBLAS_THREAD_TIMEOUT": "4"}
+    environ = {"OPENBLAS_THREAD_TIMEOUT": "28"}
+    assert blas_idle.sleep_when_idle(environ) == "28" and environ == {"OPENBLAS_THREAD_TIMEOUT": "28"}

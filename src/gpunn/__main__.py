@@ -1,6 +1,10 @@
 import sys
 
-from gpunn import warm
+from gpunn import blas_idle
+
+blas_idle.sleep_when_idle()  # before anything loads NumPy's OpenBLAS
+
+from gpunn import warm  # noqa: E402
 
 if warm.wanted(sys.argv[1:]):  # GPUNN_WARM=1: the job runs in a fork of the warm server (gpunn.warm)
     code = warm.run(sys.argv[1:])

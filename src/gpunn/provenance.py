@@ -20,13 +20,16 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
+from gpunn import blas_idle
+
 # every key of collect()'s record, in this order
-PROVENANCE_KEYS = ("device", "driver", "simulator", "cpu", "hostname", "blas_threads", "numba_threads", "python",
-                   "numpy", "numba", "numba_cuda", "snakemake", "commit", "machine_cores", "cores", "gpu_slot",
-                   "gpu_slots", "timing_mode", "placed_at")
+PROVENANCE_KEYS = ("device", "driver", "simulator", "cpu", "hostname", "blas_threads", "blas_idle", "numba_threads",
+                   "python", "numpy", "numba", "numba_cuda", "snakemake", "commit", "machine_cores", "cores",
+                   "gpu_slot", "gpu_slots", "timing_mode", "placed_at")
 # the subset repeated on every row of a timing CSV (columns() gives them)
-CSV_COLUMNS = ("device", "driver", "simulator", "blas_threads", "numba_threads", "numpy", "numba", "numba_cuda",
-               "snakemake", "commit", "timing_mode")  # timing_mode: whether a speedup may divide the row's clock
+# (timing_mode: whether a speedup may divide the row's clock)
+CSV_COLUMNS = ("device", "driver", "simulator", "blas_threads", "blas_idle", "numba_threads", "numpy", "numba",
+               "numba_cuda", "snakemake", "commit", "timing_mode")
 SIMULATOR_DEVICE = "cuda-simulator"
 CPU_DEVICE = "cpu"
 UNKNOWN_COMMIT = "unknown"
@@ -134,6 +137,8 @@ def _host_record() -> dict:
         "cpu": cpu_model(),
         "hostname": socket.gethostname(),
         "blas_threads": blas_threads(),
+        # OpenBLAS's idle threads: log2 of the cycles they spin after a GEMM (gpunn.blas_idle), None: its default
+        "blas_idle": os.environ.get(blas_idle.VARIABLE),
         "numba_threads": int(config.NUMBA_NUM_THREADS),
         "python": platform.python_version(),
         **{key: package_version(dist) for key, dist in _PACKAGES.items()},

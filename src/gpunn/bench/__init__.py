@@ -1,3 +1,4 @@
+# ruff: noqa: E402  (blas_idle runs before the imports that load NumPy)
 """Kernel benchmarks in the llm.c ``dev/cuda`` style: validate every version against its float64 reference
 first, then time every version x block size with CUDA events, one line each.
 
@@ -77,6 +78,10 @@ problem module builds on gpunn.bench.core (Problem, _launcher_problem, _Output, 
 """
 
 from __future__ import annotations
+
+from gpunn import blas_idle
+
+blas_idle.sleep_when_idle()  # `python -m gpunn.bench` loads NumPy here first: as gpunn's CLI, before it
 
 import numpy as np
 
