@@ -133,6 +133,49 @@ def test_sample_threads_give_the_same_bits(monkeypatch):
         assert one.dtype == three.dtype and np.array_equal(one, three)
 
 
+def _special_values(rng, shape, dtype):
+    """Random values with signed zeros, infinities and NaNs sprinkled in."""
+    a = rng.standard_normal(shape).astype(dtype)
+    for value, share in ((0.0, 0.2), (-0.0, 0.3), (np.inf, 0.02), (-np.inf, 0.02), (np.nan, 0.02)):
+        a[rng.random(shape) < share] = value
+    return a
+
+
+@pytest.mark.parametrize("blocked", [False, True])
+def test_upsample_passes_match_their_plain_numpy_form_bit_for_bit(monkeypatch, blocked):
+    """upsample2x_forward's float32 pair copy and upsample2x_backward's pair sums give the bits of the broadcast copy
+    and of np.sum(axis=(3, 5)) (signed zeros, infinities, NaNs), in one piece and in blocks of one sample."""
+    from gpunn.nn import sample_threads
+
+    if blocked:
+        monkeypatch.setattr(F, "BLOCK_ELEMENTS", 1)
+        monkeypatch.setattr(sample_threads, "BLOCKED_FROM", 1)
+    rng = np.random.default_rng(3)
+    for dtype in (np.float32, np.float64):
+        bits = np.int32 if dtype == np.float32 else np.int64
+        for n, c, h, w in ((1, 1, 1, 1), (3, 2, 1, 2), (2, 3, 5, 1), (4, 5, 3, 7), (3, 4, 8, 8)):
+            x = _special_values(rng, (n, c, h, w), dtype)
+            up = np.broadcast_to(x[:, :, :, None, :, None], (n, c, h, 2, w, 2)).reshape(n, c, 2 * h, 2 * w)
+            assert np.array_equal(F.upsample2x_forward(x).view(bits), up.view(bits))
+            dy = _special_values(rng, (n, c, 2 * h, 2 * w), dtype)
+            summed = dy.reshape(n, c, h, 2, w, 2).sum(axis=(3, 5))
+            assert np.array_equal(F.upsample2x_backward(dy).view(bits), summed.view(bits))
+            strided = np.concatenate([dy, dy], axis=3)[:, :, :, ::2]  # not C-contiguous: NumPy's own sum
+            summed = strided.reshape(n, c, h, 2, w, 2).sum(axis=(3, 5))
+            assert np.array_equal(F.upsample2x_backward(strided).view(bits), summed.view(bits))
+
+
+def test_blocked_passes_give_the_same_bits(monkeypatch):
+    """Every sample-parallel op run in blocks of one sample (BLOCK_ELEMENTS 1) gives the bits of the unblocked run."""
+    from gpunn.nn import sample_threads
+
+    plain = _every_op(np.random.default_rng(5))
+    monkeypatch.setattr(F, "BLOCK_ELEMENTS", 1)
+    monkeypatch.setattr(sample_threads, "BLOCKED_FROM", 1)
+    for one, blocked in zip(plain, _every_op(np.random.default_rng(5)), strict=True):
+        assert one.dtype == blocked.dtype and np.array_equal(one, blocked)
+
+
 def test_sample_ranges_cover_the_batch_and_errors_reach_the_caller(monkeypatch):
     from gpunn.nn import sample_threads as st
 

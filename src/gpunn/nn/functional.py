@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .sample_threads import over_samples
+from .sample_threads import BLOCK_ELEMENTS, over_samples
 
 __all__ = [
     "linear_forward",
@@ -138,7 +138,7 @@ def relu_backward(x, dy) -> np.ndarray:
     if x.ndim < 2:
         return dy * (x > 0)
     dx = np.empty(x.shape, dtype=dy.dtype)
-    over_samples(len(x), x.size, lambda s, e: np.multiply(dy[s:e], x[s:e] > 0, out=dx[s:e]))
+    over_samples(len(x), x.size, lambda s, e: np.multiply(dy[s:e], x[s:e] > 0, out=dx[s:e]), BLOCK_ELEMENTS)
     return dx
 
 
@@ -381,7 +381,7 @@ def maxpool2x2_forward(x):
         not_ab = not_a & (b != ys)
         np.add(not_a.view(np.int8) + not_ab.view(np.int8), (not_ab & (c_ != ys)).view(np.int8), out=argmax[s:e])
 
-    over_samples(n, x.size, pool)
+    over_samples(n, x.size, pool, BLOCK_ELEMENTS)
     return y, argmax
 
 
@@ -404,7 +404,7 @@ def maxpool2x2_backward(dy, argmax, x_shape):
             # dy * mask (not np.where, 10x slower here); a losing position gets 0 (-0.0 for negative dy)
             np.multiply(dy[s:e], argmax[s:e] == pos, out=dx[s:e, :, di : 2 * ho : 2, dj : 2 * wo : 2])
 
-    over_samples(n, dx.size, route)
+    over_samples(n, dx.size, route, BLOCK_ELEMENTS)
     return dx
 
 
@@ -414,7 +414,18 @@ def upsample2x_forward(x) -> np.ndarray:
     x = _float_array("upsample2x_forward", "x", x, 4)
     n, c, h, w = x.shape
     y = np.empty((n, c, h, 2, w, 2), dtype=x.dtype)
-    over_samples(n, y.size, lambda s, e: np.copyto(y[s:e], x[s:e, :, :, None, :, None]))
+    if x.dtype == np.float32:  # each value's bits twice in one uint64, written as whole pairs (a copy, bit for bit)
+        y64 = y.view(np.uint64).reshape(n, c, h, 2, w)
+        x32 = x.view(np.uint32)
+        pair = np.uint64(0x100000001)
+
+        def fill(s, e):
+            np.multiply(x32[s:e], pair, out=y64[s:e, :, :, 0], casting="unsafe")
+            np.copyto(y64[s:e, :, :, 1], y64[s:e, :, :, 0])
+
+        over_samples(n, y.size, fill, BLOCK_ELEMENTS)
+    else:
+        over_samples(n, y.size, lambda s, e: np.copyto(y[s:e], x[s:e, :, :, None, :, None]))
     return y.reshape(n, c, 2 * h, 2 * w)
 
 
@@ -427,7 +438,20 @@ def upsample2x_backward(dy) -> np.ndarray:
         raise ValueError(f"{op}: dy H and W must be even (twice the input), got dy {dy.shape}")
     blocks = dy.reshape(n, c, h2 // 2, 2, w2 // 2, 2)
     dx = np.empty((n, c, h2 // 2, w2 // 2), dtype=dy.dtype)
-    over_samples(n, dy.size, lambda s, e: np.sum(blocks[s:e], axis=(3, 5), out=dx[s:e]))
+    if w2 < 4 or not dy.flags.c_contiguous:  # (where NumPy's sum below adds in another order)
+        over_samples(n, dy.size, lambda s, e: np.sum(blocks[s:e], axis=(3, 5), out=dx[s:e]))
+        return dx
+    # np.sum(blocks, axis=(3, 5)) of a C-contiguous dy with w2 >= 4 gives, for the block [[a, b], [c, d]], the bits
+    # of ((c + d) + (a + b)) + 0 (signed zeros and NaN signs included; NumPy's own order is (a + b) + (+0 + c + d)):
+    # here as pair sums along W, then along H
+    pairs = np.empty((n, c, h2 // 2, 2, w2 // 2), dtype=dy.dtype)
+
+    def add(s, e):
+        np.add(blocks[s:e, ..., 0], blocks[s:e, ..., 1], out=pairs[s:e])
+        np.add(pairs[s:e, :, :, 1], pairs[s:e, :, :, 0], out=dx[s:e])
+        np.add(dx[s:e], dy.dtype.type(0), out=dx[s:e])
+
+    over_samples(n, dy.size, add, BLOCK_ELEMENTS)
     return dx
 
 

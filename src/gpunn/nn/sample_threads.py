@@ -2,7 +2,9 @@
 samples that run on a pool of threads (NumPy releases the GIL inside each array operation).
 
 Each range applies the same operation to its samples as one call over the whole batch would, so every output
-element is the same bits whatever the thread count; GEMMs and reductions across samples stay single calls (BLAS
+element is the same bits whatever the thread count (an elementwise pass of several operations may run each range in
+blocks of samples that fit a core's cache, BLOCK_ELEMENTS, so that one operation's output is still in cache for the
+next); GEMMs and reductions across samples stay single calls (BLAS
 threads those itself). The thread count is the job's: OMP_NUM_THREADS (the pipeline and the bench set it to a job's
 `threads`), else the cores this process may run on.
 """
@@ -17,6 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 # elements of work per range (1 MB of float32): a range's work must dwarf the tens of microseconds a thread takes to
 # start on it and to take the GIL; a smaller pass stays on the calling thread
 MIN_ELEMENTS = 1 << 18
+# elements of work per block within a range (256 KB of float32 in each array the pass touches): about a core's L2
+BLOCK_ELEMENTS = 1 << 16
+BLOCKED_FROM = 32  # blocks of a pass below which it runs unblocked (the CNN's 64x32x24x24 activations: 18)
 THREADS_VARIABLE = "OMP_NUM_THREADS"
 
 _pool: ThreadPoolExecutor | None = None
@@ -55,17 +60,33 @@ def _executor(workers: int) -> ThreadPoolExecutor:
         return _pool
 
 
-def over_samples(n: int, elements: int, fn: Callable[[int, int], object]) -> None:
-    """fn(start, end) for the sample_ranges of a pass over n samples: the first range on the calling thread, the
-    others on the pool; returns when all are done and raises the first error any of them raised."""
+def _blocked(n: int, elements: int, fn: Callable[[int, int], object], block: int | None):
+    """fn over [start, end) in consecutive blocks of samples of about `block` elements (at least one sample); in one
+    piece when `block` is None or the pass is under BLOCKED_FROM blocks (it stays in cache as it is)."""
+    if block is None or elements < BLOCKED_FROM * block:
+        return fn
+    step = max(1, block * n // max(elements, 1))
+
+    def run(start: int, end: int) -> None:
+        for s in range(start, end, step):
+            fn(s, min(s + step, end))
+
+    return run
+
+
+def over_samples(n: int, elements: int, fn: Callable[[int, int], object], block: int | None = None) -> None:
+    """fn(start, end) over the sample_ranges of a pass over n samples (`elements` in all), each range in blocks of
+    about `block` elements when given (_blocked): the first range on the calling thread, the others on the pool;
+    returns when all are done and raises the first error any of them raised."""
     ranges = sample_ranges(n, elements)
+    run = _blocked(n, elements, fn, block)
     if len(ranges) == 1:
-        fn(0, n)
+        run(0, n)
         return
     pool = _executor(len(ranges) - 1)
-    futures = [pool.submit(fn, s, e) for s, e in ranges[1:]]
+    futures = [pool.submit(run, s, e) for s, e in ranges[1:]]
     try:
-        fn(*ranges[0])
+        run(*ranges[0])
     finally:
         for future in futures:
             future.result()
