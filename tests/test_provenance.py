@@ -264,10 +264,17 @@ def test_e3_timer_refuses_a_diverged_epoch(monkeypatch):
         batch_timing.time_batches(["cpu-numpy"], [2], hidden=3, in_features=5, steps=3, log=lambda line: None)
 
 
-def test_blas_idle_sets_the_sleep_unless_the_user_set_one():
+def test_blas_idle_sleeps_for_the_convolutional_models_unless_the_user_set_a_value():
     from gpunn import blas_idle
 
     environ = {}
-    assert blas_idle.sleep_when_idle(environ) == "4" and environ == {"OPENBLAS_THREAD_TIMEOUT": "4"}
+    cnn = ["train", "mnist/standard/cnn/cpu-numpy/w16-32_b64_lr0.01_e5_s0", "--data", "x.npz"]
+    assert blas_idle.sleep_when_idle(cnn, environ) == "4" and environ == {"OPENBLAS_THREAD_TIMEOUT": "4"}
     environ = {"OPENBLAS_THREAD_TIMEOUT": "28"}
-    assert blas_idle.sleep_when_idle(environ) == "28" and environ == {"OPENBLAS_THREAD_TIMEOUT": "28"}
+    assert blas_idle.sleep_when_idle(cnn, environ) == "28" and environ == {"OPENBLAS_THREAD_TIMEOUT": "28"}
+    for argv in (["autoencoder", "--variants", "cpu-numpy"], ["features", "--run", "runs/m/c/standard/autoencoder/x"]):
+        assert blas_idle.sleep_when_idle(argv, {}) == "4"
+    for argv in (["train", "mnist/standard/mlp/cpu-numpy/w256_b64_lr0.01_e10_s0"], ["mlp"], ["download", "mnist"],
+                 ["train", "mnist/standard/mlp/cpu-numpy/w256_b64_lr0.01_e10_s0", "--out", "results/cnnlike/x"]):
+        environ = {}
+        assert blas_idle.sleep_when_idle(argv, environ) is None and environ == {}

@@ -204,6 +204,9 @@ def test_jobs_were_placed_on_two_simulated_gpus_and_cores_of_their_own(smoke):
                  range(int(part.split("-")[0]), int(part.split("-")[-1]) + 1)}
         jobs.append({"gpu": prov["device"] != "cpu", "slot": prov["gpu_slot"], "cores": cores, "start": start,
                      "end": end, "mode": prov["timing_mode"], "slots": prov["gpu_slots"]})
+        # OpenBLAS's idle threads asleep in the convolutional models' jobs only (gpunn.blas_idle)
+        convolutional = {"cnn", "autoencoder"} & set(path.parts)
+        assert prov["blas_idle"] == ("4" if convolutional else None), path
     gpu = [j for j in jobs if j["gpu"]]
     assert gpu and all(j["slot"] in ("0", "1") and j["slots"] == 2 for j in gpu)
     assert all(j["mode"] == "overlap" for j in jobs)

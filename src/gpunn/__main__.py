@@ -2,7 +2,7 @@ import sys
 
 from gpunn import blas_idle
 
-blas_idle.sleep_when_idle()  # before anything loads NumPy's OpenBLAS
+blas_idle.sleep_when_idle(sys.argv[1:])  # before anything loads NumPy's OpenBLAS
 
 from gpunn import warm  # noqa: E402
 

@@ -79,9 +79,14 @@ problem module builds on gpunn.bench.core (Problem, _launcher_problem, _Output, 
 
 from __future__ import annotations
 
+import sys
+
 from gpunn import blas_idle
 
-blas_idle.sleep_when_idle()  # `python -m gpunn.bench` loads NumPy here first: as gpunn's CLI, before it
+# `python -m gpunn.bench <op>` loads NumPy here first (Python imports the package, argv[0] still "-m", before its
+# __main__): as gpunn's CLI does, before that
+if sys.argv[:1] == ["-m"]:
+    blas_idle.sleep_when_idle(sys.argv[1:])
 
 import numpy as np
 
