@@ -25,6 +25,11 @@ start)
     cd "$RUN"
     # CONFIGS: the config files of the run and of its publication (e.g. add one that sets timing: overlap)
     CONFIGS=${CONFIGS:-config/gpu_offline.yaml}
+    # OVERLAY: YAML text of one more config file, e.g. OVERLAY=$'timing: overlap\nthreads: 14\n'
+    if [ -n "${OVERLAY:-}" ]; then
+        printf '%s' "$OVERLAY" > overlay.yaml
+        CONFIGS="$CONFIGS overlay.yaml"
+    fi
     cat > chain.sh <<EOF
 set -u
 export PYTHONPATH=$RUN/src
