@@ -157,6 +157,38 @@ def test_the_prefix_names_slots_only_for_gpu_jobs():
     assert "--timed cpu" in placement.prefix(4, False, "both", "overlap", ["0"])  # the SVM on the CPU
 
 
+def test_a_borrowing_job_is_given_a_free_gpu_unheld_and_holds_it_only_inside_borrowed_gpu(lock_env, monkeypatch):
+    """--borrow (the SVM): the job gets the first free GPU (CUDA_VISIBLE_DEVICES) without its lock, so another GPU
+    job may take that GPU at once; its timed resource under overlap is its CPU lane alone; borrowed_gpu then takes the
+    GPU's lock, waiting (one line) while another job holds it, and release() gives it back."""
+    holder = _start(lock_env, "--gpu", "--slots", "0,1", "--timed", "gpu", sleep=2.0)  # holds GPU 0
+    time.sleep(0.8)
+    borrower = _finish(_start(lock_env, "--gpu", "--borrow", "--slots", "0,1", "--timed", "both", "--timing",
+                              "overlap", "--threads", "1", sleep=0.1))
+    assert borrower["gpu"] == "1" and borrower["resource"] == "cpu"  # the free one; no gpu<id> timing resource
+    assert borrower["start"] < _finish(holder)["end"]  # it did not wait for a GPU
+    assert placement.prefix(4, True, "both", "overlap", ["0", "1"], borrow=True).endswith(
+        "--timed both --timing overlap --gpu --borrow --slots 0,1 -- ")
+
+    monkeypatch.setenv("GPUNN_TIMING_LOCK", lock_env["GPUNN_TIMING_LOCK"])
+    environ = {"GPUNN_GPU_SLOT": "3", "GPUNN_GPU_BORROWED": "1"}
+    job = _start(lock_env, "--gpu", "--slots", "3", "--timed", "gpu", sleep=1.5)
+    time.sleep(0.8)
+    lines, start = [], time.time()
+    with placement.borrowed_gpu(lines.append, environ) as gpu:
+        waited = time.time() - start
+        assert gpu.slot == "3" and placement._try_lock(os.path.join(placement.lock_dir(), "gpunn-gpu-3.lock")) is None
+        gpu.release()
+        fd = placement._try_lock(os.path.join(placement.lock_dir(), "gpunn-gpu-3.lock"))
+        assert fd is not None  # given back inside the block
+        os.close(fd)
+    assert waited > 0.3 and lines == ["placement: waiting for 1 free GPU of 3 (0 of 1 free now)"]
+    _finish(job)
+    for unborrowed in ({"GPUNN_GPU_SLOT": "3"}, {}):  # placement holds the job's GPU, or no wrapper ran
+        with placement.borrowed_gpu(lines.append, unborrowed) as gpu:
+            assert gpu is None
+
+
 def test_describe_cores():
     assert placement.describe_cores([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
     assert placement.describe_cores([3]) == "3" and placement.describe_cores([]) == ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import matplotlib.image as mpimg
@@ -324,7 +325,9 @@ def test_gpu_route_trains_the_cpu_routes_model(tmp_path):
     paths, (x, y, xt, yt) = _tiny_problem(tmp_path)
     xs, xts, gamma = _scaled(x, xt)
     models = {dev: _PrecomputedRbfSVC(10.0, gamma, dev, lambda msg: None) for dev in ("cpu", "gpu")}
-    preds = {dev: (m.fit(xs, y), m.predict(xts)) for dev, m in models.items()}
+    for model in models.values():
+        model.kernels(xs, xts)
+    preds = {dev: (m.fit(y), m.predict()) for dev, m in models.items()}
     np.testing.assert_array_equal(models["gpu"].support_, models["cpu"].support_)
     np.testing.assert_allclose(models["gpu"].svc.dual_coef_, models["cpu"].svc.dual_coef_, rtol=1e-9, atol=1e-12)
     for got, ref in zip(preds["gpu"], preds["cpu"]):
@@ -348,10 +351,11 @@ def test_gpu_route_trains_the_cpu_routes_model(tmp_path):
 
 
 @pytest.mark.parametrize("dev", ["cpu", "gpu"])
-def test_support_columns_predict_as_the_full_test_kernel(tmp_path, dev):
-    """Only the support vectors' columns of the test kernel are computed (the rest left at zero): the same
-    predictions as SVC.predict on the full (n_test, n_train) kernel."""
+def test_precomputed_kernels_predict_as_svc_on_the_features(dev):
+    """kernels() computes the training and the whole test-vs-train kernel before the fit (the borrowed GPU's work);
+    fit and predict on them give SVC(kernel="rbf")'s support vectors and predictions."""
     from sklearn.metrics.pairwise import rbf_kernel
+    from sklearn.svm import SVC
 
     from gpunn.svm import _PrecomputedRbfSVC
 
@@ -359,10 +363,52 @@ def test_support_columns_predict_as_the_full_test_kernel(tmp_path, dev):
     xt, _ = _blobs(19, d=7, k=3, seed=4, spread=1.2)
     xs, xts, gamma = _scaled(x, xt)
     model = _PrecomputedRbfSVC(10.0, gamma, dev, lambda msg: None)
-    model.fit(xs, y)
-    assert 0 < model.support_.size < len(x)  # some columns really are left out
+    model.kernels(xs, xts)
     full = rbf_kernel(xts.astype(np.float64), xs.astype(np.float64), gamma=gamma)
-    np.testing.assert_array_equal(model.predict(xts, block=8), model.svc.predict(full))  # 3 blocks of rows
+    np.testing.assert_allclose(model.test_kernel, full, rtol=1e-12, atol=1e-14)
+    model.fit(y)
+    ref = SVC(kernel="rbf", C=10.0, gamma=gamma).fit(xs, y)
+    assert 0 < model.support_.size < len(x)
+    np.testing.assert_array_equal(model.support_, ref.support_)
+    np.testing.assert_array_equal(model.predict(), ref.predict(xts))
+
+
+def test_a_borrowed_gpu_is_held_while_the_kernels_are_computed_and_free_while_libsvm_runs(tmp_path, monkeypatch):
+    """The pipeline's svm job borrows its GPU (gpunn.placement --borrow): run_svm waits for the GPU's lock while
+    another job holds it, holds it for the kernels, and gives it back (its CUDA context closed) before the fit."""
+    import threading
+
+    from gpunn import placement, svm
+
+    monkeypatch.setenv("GPUNN_TIMING_LOCK", str(tmp_path / "gpunn-timing.lock"))
+    monkeypatch.setenv("GPUNN_GPU_SLOT", "5")
+    monkeypatch.setenv("GPUNN_GPU_BORROWED", "1")
+    lock = str(tmp_path / "gpunn-gpu-5.lock")
+    held_during = {}
+
+    def probe(name, method):
+        def wrapped(self, *args):
+            fd = placement._try_lock(lock)
+            held_during[name] = fd is None
+            if fd is not None:
+                os.close(fd)
+            return method(self, *args)
+        return wrapped
+
+    monkeypatch.setattr(svm._PrecomputedRbfSVC, "kernels", probe("kernels", svm._PrecomputedRbfSVC.kernels))
+    monkeypatch.setattr(svm._PrecomputedRbfSVC, "fit", probe("fit", svm._PrecomputedRbfSVC.fit))
+    closed = []
+    monkeypatch.setattr("numba.cuda.close", lambda: closed.append(True))
+    other = placement._try_lock(lock)  # another GPU job holds the GPU when the svm job starts
+    threading.Timer(0.5, os.close, [other]).start()
+    paths, _ = _tiny_problem(tmp_path)
+    lines = []
+    metrics = _run(paths, tmp_path / "out", kernel_device="gpu", log=lines.append)
+    assert held_during == {"kernels": True, "fit": False} and closed == [True]
+    assert "placement: waiting for 1 free GPU of 5 (0 of 1 free now)" in lines
+    assert "svm[exact]: GPU 5 given back; libsvm fits and predicts on the CPU" in lines
+    assert metrics["kernel_device"] == "gpu" and metrics["fit_time_s"] >= metrics["kernel_time_s"]
+    assert metrics["predict_time_s"] >= metrics["predict_kernel_time_s"] > 0
 
 
 def test_kernel_device_choices(feature_files, tmp_path):

@@ -42,8 +42,8 @@ def test_default_dry_run_lists_every_stage(workflow_copy):
            "--features 784 --steps 938 --samples 60000 --timed-epochs 3 --repeats 20 " in text
     assert "python -m gpunn features --run results/runs/gpu-box/cifar10/" in text  # E6, under the machine's name
     assert "python -m gpunn svm --features results/features/gpu-box/cifar10/" in text
-    svm_job = _job(text, "svm")  # E6 on a GPU machine: all rows, the kernel on the GPU, which the job reserves
-    assert "--train-subset auto" in svm_job and "--kernel-device auto" in svm_job and "gpu=1" in svm_job
+    svm_job = _job(text, "svm")  # E6 on a GPU machine: all rows, the kernels on a GPU the job borrows (no gpu)
+    assert "--train-subset auto" in svm_job and "--kernel-device auto" in svm_job and "gpu=0" in svm_job
     for experiment in ("e1", "e2", "e3", "e4", "e5", "e6"):
         assert f"python -m gpunn report {experiment} " in text
     assert "NUMBA_ENABLE_CUDASIM" not in text  # the full config runs GPU variants on a GPU
@@ -73,7 +73,8 @@ def _job(text: str, rule: str) -> str:
 
 def test_svm_kernel_device_in_the_job(workflow_copy):
     """The smoke config (simulator): auto is the CPU, no GPU reserved; kernel_device gpu runs the svm job under
-    the simulator on one of the config's two simulated GPUs (gpus: 2: gpu=1, placed on a slot)."""
+    the simulator on one of the config's two simulated GPUs, borrowed (gpus: 2: placed on a slot it takes only while
+    it computes its kernels, so Snakemake counts no gpu for it)."""
     out = run_snakemake(workflow_copy, "-n", "-p", "--cores", "2", "--config", "job_details=true", "--configfile",
                         "config/smoke.yaml")
     assert out.returncode == 0, out.stderr[-2000:]
@@ -83,8 +84,8 @@ def test_svm_kernel_device_in_the_job(workflow_copy):
                         "experiments={e6: {kernel_device: gpu}}", "--configfile", "config/smoke.yaml")
     assert out.returncode == 0, out.stderr[-2000:]
     job = _job(out.stdout + out.stderr, "svm")
-    assert "--kernel-device gpu" in job and "gpu=1" in job and "NUMBA_ENABLE_CUDASIM=1 python -m gpunn.placement" in job
-    assert "--timed both --timing overlap --gpu --slots 0,1 -- python -m gpunn svm" in job
+    assert "--kernel-device gpu" in job and "gpu=0" in job and "NUMBA_ENABLE_CUDASIM=1 python -m gpunn.placement" in job
+    assert "--timed both --timing overlap --gpu --borrow --slots 0,1 -- python -m gpunn svm" in job
 
 
 def _train_job(text: str, run: str) -> str:
@@ -97,7 +98,7 @@ def _train_job(text: str, run: str) -> str:
 def test_timed_jobs_resources_and_placement_follow_config_keys_timing_and_gpus(workflow_copy, timing):
     """On a GPU machine (named: no GPU here) with two GPUs: every GPU job takes one `gpu` and is placed on one of
     them; under isolated every timed job takes the `timing` resource, under overlap only the CPU-timed ones and the
-    SVM (its solver runs on the CPU)."""
+    SVM (its solver runs on the CPU; its GPU borrowed, so no `gpu` resource)."""
     out = run_snakemake(workflow_copy, "-n", "-p", "--cores", "16", "--config", "machine=gpu-box", "job_details=true",
                         f"timing={timing}", "gpus=2", "threads=14")
     text = out.stdout + out.stderr
@@ -112,7 +113,7 @@ def test_timed_jobs_resources_and_placement_follow_config_keys_timing_and_gpus(w
     # warm_jobs (default true): a GPU job of a real GPU machine starts from the warm server, a CPU job does not
     assert "GPUNN_WARM=1 python -m gpunn.placement" in gpu and "GPUNN_WARM" not in cpu
     svm = _job(text, "svm")
-    assert "gpu=1," in svm and "timing=1," in svm and "--timed both" in svm
+    assert "gpu=0," in svm and "timing=1," in svm and "--timed both" in svm and "--gpu --borrow --slots 0,1" in svm
     if timing == "overlap":  # config key cpu_lanes: the CPU-timed jobs' placement takes a lane of that many
         out = run_snakemake(workflow_copy, "-n", "-p", "--cores", "32", "--config", "machine=gpu-box", "timing=overlap",
                             "gpus=2", "threads=14", "cpu_lanes=2", "job_details=true")
@@ -121,8 +122,8 @@ def test_timed_jobs_resources_and_placement_follow_config_keys_timing_and_gpus(w
         cpu = _train_job(text, "mnist/standard/cnn/cpu-numpy/w16-32_b64_lr0.01_e5_s0")
         gpu = _train_job(text, "mnist/standard/cnn/gpu-graph/w16-32_b64_lr0.01_e5_s0")
         assert "--timed cpu --timing overlap --lanes 2 -- " in cpu and "timing=1," in cpu
-        assert "--lanes" not in gpu and "--timed both --timing overlap --gpu --slots 0,1 --lanes 2 -- " in _job(
-            text, "svm")
+        svm = _job(text, "svm")
+        assert "--lanes" not in gpu and "--timed both --timing overlap --gpu --borrow --slots 0,1 --lanes 2 -- " in svm
 
 
 def test_target_rules_list_the_experiments(workflow_copy):

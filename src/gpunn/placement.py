@@ -1,13 +1,15 @@
 """Where a pipeline job runs on one machine: its GPU (a slot) and its CPU cores, and which timed jobs may overlap.
 
-    python -m gpunn.placement --threads T [--gpu --slots 0,1] [--timed cpu|gpu] [--timing overlap] [--lanes N]
-                              -- COMMAND...
+    python -m gpunn.placement --threads T [--gpu [--borrow] --slots 0,1] [--timed cpu|gpu|both]
+                              [--timing overlap] [--lanes N] -- COMMAND...
 
 Each job of a local run goes through this wrapper, which takes its slots and then runs COMMAND in its place (exec):
 - **GPU slot**: a GPU job takes one free GPU of ``--slots`` (the ids that config key `gpus` resolved to) through
   that GPU's lock file, exclusively, for the whole job, and runs with ``CUDA_VISIBLE_DEVICES`` set to it. Two GPU jobs
   never share a GPU, timed or not; a job finding every GPU taken waits (Snakemake's `gpu` resource, one per slot,
-  normally keeps it from having to).
+  normally keeps it from having to). With ``--borrow`` (the SVM, which computes on its GPU for a part of its run)
+  the job is given a GPU (the first free one, else the first) without its lock, and takes the lock itself only
+  while it computes on it (``borrowed_gpu``).
 - **Cores** (timing ``overlap`` only): a job takes ``threads`` free cores through per-core lock files and is bound to
   them (``sched_setaffinity``, inherited by its threads and by COMMAND): jobs timing CPU work from the lowest cores
   up, every other job from the highest down, so a CPU baseline and a GPU job's host thread never share a core.
@@ -27,11 +29,12 @@ provenance (gpunn.provenance.placement_record).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from gpunn.errors import GpunnError
 from gpunn.timing_lock import RESOURCE_VARIABLE, lock_path, open_lock_file
@@ -40,6 +43,7 @@ MODES = ("isolated", "overlap")
 MODE_VARIABLE = "GPUNN_TIMING_MODE"
 GPU_SLOT_VARIABLE = "GPUNN_GPU_SLOT"
 GPU_SLOTS_VARIABLE = "GPUNN_GPU_SLOTS"
+BORROW_VARIABLE = "GPUNN_GPU_BORROWED"  # "1": the job's GPU (GPU_SLOT_VARIABLE) is not held for it (--borrow)
 PLACED_AT_VARIABLE = "GPUNN_PLACED_AT"  # when the job had its slots (epoch s), for its provenance
 POLL_S = 0.2
 # Snakemake's own per-job variables for BLAS and OpenMP thread pools (snakemake/shell.py); the bench sets them too
@@ -89,6 +93,46 @@ def take_gpu(slots: Sequence[str], log: Callable[[str], None] = print) -> tuple[
     return name[len("gpu-"):], fd
 
 
+def _first_free(slots: Sequence[str]) -> str:
+    """The first of `slots` whose lock is free at this moment (the lock not kept), else the first."""
+    for slot in slots:
+        fd = _try_lock(os.path.join(lock_dir(), f"gpunn-gpu-{slot}.lock"))
+        if fd is not None:
+            os.close(fd)
+            return slot
+    return slots[0]
+
+
+class BorrowedGpu:
+    """A borrowed GPU's slot lock, held from borrowed_gpu until release() (or the end of the with block)."""
+
+    def __init__(self, slot: str, fd: int | None):
+        self.slot, self._fd = slot, fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+@contextlib.contextmanager
+def borrowed_gpu(log: Callable[[str], None] = print, environ=None) -> Iterator[BorrowedGpu | None]:
+    """The lock of the GPU this job was given with --borrow (waiting, saying so once, while another job holds it),
+    held until release() or the end of the block; None where the job's GPU is not borrowed (placement holds it for
+    the whole job, Slurm placed the job, or no wrapper ran)."""
+    environ = os.environ if environ is None else environ
+    slot = environ.get(GPU_SLOT_VARIABLE)
+    if environ.get(BORROW_VARIABLE) != "1" or not slot:
+        yield None
+        return
+    _, fd = take_gpu([slot], log)
+    gpu = BorrowedGpu(slot, fd)
+    try:
+        yield gpu
+    finally:
+        gpu.release()
+
+
 def take_cores(count: int, low_first: bool, log: Callable[[str], None] = print) -> tuple[list[int], list[int]]:
     """`count` free cores of this process's affinity set (at most all of them): (cores, descriptors)."""
     cores = sorted(os.sched_getaffinity(0))
@@ -114,12 +158,13 @@ def timed_kind(timed: bool | str, gpu: bool) -> str:
     return "both" if timed == "both" and gpu else "gpu" if gpu else "cpu"
 
 
-def prefix(threads: int, gpu: bool, timed: bool | str, timing: str, slots: Sequence[str], lanes: int = 1) -> str:
-    """The shell prefix that runs a job's command through this wrapper."""
+def prefix(threads: int, gpu: bool, timed: bool | str, timing: str, slots: Sequence[str], lanes: int = 1,
+           borrow: bool = False) -> str:
+    """The shell prefix that runs a job's command through this wrapper (`borrow`: its GPU given, not held)."""
     kind = timed_kind(timed, gpu)
     parts = ["python -m gpunn.placement", f"--threads {int(threads)}", f"--timed {kind}", f"--timing {timing}"]
     if gpu and slots:
-        parts += ["--gpu", f"--slots {','.join(slots)}"]
+        parts += ["--gpu", *(["--borrow"] if borrow else []), f"--slots {','.join(slots)}"]
     if lanes > 1 and timing == "overlap" and kind in ("cpu", "both"):
         parts.append(f"--lanes {int(lanes)}")
     return " ".join(parts) + " -- "
@@ -150,8 +195,12 @@ def place(args: argparse.Namespace, environ: dict, log: Callable[[str], None]) -
     held = []
     if args.gpu and args.slots:
         slots = [s for s in args.slots.split(",") if s]
-        gpu, fd = take_gpu(slots, log)
-        held.append(fd)
+        if args.borrow:
+            gpu = _first_free(slots)
+            environ[BORROW_VARIABLE] = "1"
+        else:
+            gpu, fd = take_gpu(slots, log)
+            held.append(fd)
         environ.update({"CUDA_VISIBLE_DEVICES": gpu, GPU_SLOT_VARIABLE: gpu, GPU_SLOTS_VARIABLE: str(len(slots))})
     if args.timing == "overlap":
         times_cpu, cpu = args.timed in ("cpu", "both"), "cpu"
@@ -163,7 +212,9 @@ def place(args: argparse.Namespace, environ: dict, log: Callable[[str], None]) -
         held += fds
         os.sched_setaffinity(0, cores)
         gpu = f"gpu{environ.get(GPU_SLOT_VARIABLE, '')}"
-        names = {"cpu": [cpu], "gpu": [gpu], "both": [cpu, gpu]}.get(args.timed)
+        # a borrowing job's GPU work is kept apart by the GPU's slot lock, which it holds only while it computes
+        both = [cpu] if args.borrow else [cpu, gpu]
+        names = {"cpu": [cpu], "gpu": [gpu], "both": both}.get(args.timed)
         if names:
             environ[RESOURCE_VARIABLE] = ",".join(names)
     environ[PLACED_AT_VARIABLE] = f"{time.time():.6f}"
@@ -174,6 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m gpunn.placement", description=__doc__.split("\n\n")[0])
     p.add_argument("--threads", type=int, default=1, help="the job's threads: cores it is bound to (overlap)")
     p.add_argument("--gpu", action="store_true", help="the job needs a GPU: take one of --slots")
+    p.add_argument("--borrow", action="store_true",
+                   help="with --gpu: give the job a GPU without holding it; the job holds it while it computes on it")
     p.add_argument("--slots", default="", help="the GPU ids jobs are placed on, comma-separated")
     p.add_argument("--timed", choices=("cpu", "gpu", "both", "none"), default="none",
                    help="what the job times: CPU work, GPU work, both (the SVM), nothing")

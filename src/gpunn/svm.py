@@ -10,11 +10,12 @@ Two routes:
   many times faster. Where that kernel is computed is ``kernel_device``: ``"gpu"`` by our float64 RBF GEMM
   (gpunn.kernels.gemm.rbf, ``rbf_kernel_gpu_into``: row blocks sized to the GPU's free memory, streamed
   into the host matrix), ``"cpu"`` by NumPy's BLAS (``rbf_kernel_into``), ``"auto"`` the GPU when a real one
-  is present (never the simulator), else the CPU. Predictions need only the support vectors' columns of the
-  test kernel (libsvm reads nothing else, see ``_PrecomputedRbfSVC.predict``). Without a GPU, only a subset
-  of the 50 000 training rows is practical (``train_subset``; ``"auto"``: all rows when the GPU computes the
-  kernel and its matrix fits in memory, else a stratified 5 000, with the reason logged); a subset run says
-  so in its log, its metrics.json (``subset``, ``train_subset``, ``n_train_total``) and its figure title.
+  is present (never the simulator), else the CPU. The test-vs-train kernel is computed with the training one,
+  before the fit, so that a GPU the job borrows (gpunn.placement --borrow: the pipeline's svm job) is held only
+  while they are computed and is free for other jobs while libsvm fits and predicts on the CPU. Without a GPU,
+  only a subset of the 50 000 training rows is practical (``train_subset``; ``"auto"``: all rows when the GPU
+  computes the kernel and its matrix fits in memory, else a stratified 5 000, with the reason logged); a subset
+  run says so in its log, its metrics.json (``subset``, ``train_subset``, ``n_train_total``) and its figure title.
 * ``method="nystroem"``: an APPROXIMATION for the full set on a CPU: ``StandardScaler -> Nystroem(rbf,
   gamma, n_components) -> LinearSVC(C)``. The gamma is the numeric value ``gamma="scale"`` would give on
   the scaled training features, ``1 / (n_features * X_scaled.var())``, so both routes use the same kernel.
@@ -31,6 +32,7 @@ seconds waited for it and where the result came from (``provenance``, gpunn.prov
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import time
@@ -40,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from gpunn import provenance
+from gpunn import placement, provenance
 from gpunn.errors import GpunnError, remake_hint
 from gpunn.io import write_csv, write_json
 from gpunn.rbf_kernel import gb, rbf_kernel_gpu_into, rbf_kernel_into
@@ -186,14 +188,14 @@ def _physical_memory_bytes() -> int:
         return 8 << 30
 
 
-def kernel_bytes(n_train: int) -> int:
-    """Bytes of the float64 n_train x n_train kernel matrix."""
-    return 8 * int(n_train) * int(n_train)
+def kernel_bytes(n_train: int, n_test: int = 0) -> int:
+    """Bytes of the float64 n_train x n_train kernel matrix and, given n_test, the n_test x n_train test kernel."""
+    return 8 * int(n_train) * (int(n_train) + int(n_test))
 
 
-def kernel_fits_in_memory(n_train: int, fraction: float = _KERNEL_MEMORY_FRACTION) -> bool:
-    """Whether the float64 n_train x n_train kernel matrix takes at most `fraction` of the physical memory."""
-    return kernel_bytes(n_train) <= fraction * _physical_memory_bytes()
+def kernel_fits_in_memory(n_train: int, fraction: float = _KERNEL_MEMORY_FRACTION, n_test: int = 0) -> bool:
+    """Whether the float64 kernel matrices (kernel_bytes) take at most `fraction` of the physical memory."""
+    return kernel_bytes(n_train, n_test) <= fraction * _physical_memory_bytes()
 
 
 def _gpu_present() -> bool:
@@ -257,8 +259,9 @@ class _PrecomputedRbfSVC:
     """SVC(kernel="rbf") trained on a precomputed kernel matrix (kernel="precomputed"), computed on the GPU
     (``rbf_kernel_gpu_into``) or with CPU BLAS (``rbf_kernel_into``): the same dual problem, the same libsvm
     solver and one-vs-one voting, so the same model as SVC on the raw features up to float rounding of the
-    kernel values, but each kernel evaluation is a lookup instead of a D-long dot product.
-    Costs 8 * n_train^2 bytes of host memory."""
+    kernel values, but each kernel evaluation is a lookup instead of a D-long dot product. kernels() computes
+    the training and test kernels (all of the device's work), then fit() and predict() run libsvm on the CPU.
+    Costs 8 * n_train * (n_train + n_test) bytes of host memory."""
 
     def __init__(self, C: float, gamma_value: float, kernel_device: str, log):
         from sklearn.svm import SVC
@@ -273,40 +276,38 @@ class _PrecomputedRbfSVC:
             return rbf_kernel_gpu_into(out, a, b, self.gamma_value, log=self.log, what=what)
         return rbf_kernel_into(out, a, b, self.gamma_value, log=self.log, what=what)
 
-    def fit(self, xs_train: np.ndarray, y: np.ndarray) -> np.ndarray:
-        """Fit on scaled features; returns the training predictions (the kernel matrix is at hand here)."""
-        n = xs_train.shape[0]
+    def kernels(self, xs_train: np.ndarray, xs_test: np.ndarray) -> None:
+        """The n_train x n_train training kernel and the n_test x n_train test kernel of scaled features."""
+        n, m = xs_train.shape[0], xs_test.shape[0]
         t0 = time.perf_counter()
-        kernel = self._kernel(np.empty((n, n), dtype=np.float64), xs_train, None, "train kernel")
+        self.train_kernel = self._kernel(np.empty((n, n), dtype=np.float64), xs_train, None, "train kernel")
         self.kernel_time = time.perf_counter() - t0
         self.log(f"svm[exact]: {n} x {n} kernel matrix computed on the {self.kernel_device} in "
                  f"{self.kernel_time:.2f} s")
-        self.svc.fit(kernel, y)
-        self.support_ = self.svc.support_
-        self._xs_train = xs_train
         t0 = time.perf_counter()
-        pred = self.svc.predict(kernel)
+        self.test_kernel = self._kernel(np.empty((m, n), dtype=np.float64), xs_test, xs_train, "test kernel")
+        self.predict_kernel_time = time.perf_counter() - t0
+
+    def fit(self, y: np.ndarray) -> np.ndarray:
+        """libsvm on the training kernel; returns the training predictions (train_predict_time: their seconds)."""
+        self.svc.fit(self.train_kernel, y)
+        self.support_ = self.svc.support_
+        t0 = time.perf_counter()
+        pred = self.svc.predict(self.train_kernel)
         self.train_predict_time = time.perf_counter() - t0
         return pred
 
-    def predict(self, xs: np.ndarray, block: int = 2048) -> np.ndarray:
-        """Predictions from the test-vs-support-vector kernel (n_test x n_sv, the only columns computed).
+    def predict(self) -> np.ndarray:
+        """Predictions of the test rows from the test kernel (libsvm reads the support vectors' columns)."""
+        return self.svc.predict(self.test_kernel)
 
-        SVC with kernel="precomputed" takes an (n_test, n_train) kernel, but libsvm reads only the columns of
-        the support vectors (its precomputed kernel looks up column ``support_[k]`` for support vector k), so
-        the other columns are left at zero. Equal to predicting from the full test kernel (tested)."""
-        sv = self.svc.support_
-        t0 = time.perf_counter()
-        k_sv = self._kernel(np.empty((xs.shape[0], sv.size), dtype=np.float64), xs, self._xs_train[sv],
-                            "test kernel")
-        self.predict_kernel_time = time.perf_counter() - t0
-        full = np.zeros((min(block, xs.shape[0]), self._xs_train.shape[0]), dtype=np.float64)
-        out = []
-        for start in range(0, xs.shape[0], block):
-            stop = min(start + block, xs.shape[0])
-            full[:stop - start, sv] = k_sv[start:stop]  # the non-support columns stay zero throughout
-            out.append(self.svc.predict(full[:stop - start]))
-        return np.concatenate(out)
+
+def _release_gpu(gpu) -> None:
+    """Close this process's CUDA context (its memory with it), then give the borrowed GPU back."""
+    from numba import cuda
+
+    cuda.close()
+    gpu.release()
 
 
 def _fit_exact(x_train, y_train, C, gamma):
@@ -422,13 +423,14 @@ def run_svm(
     from sklearn.preprocessing import StandardScaler
 
     n_train, n_test, n_features = x_train.shape[0], x_test.shape[0], x_train.shape[1]
-    fits = kernel_fits_in_memory(n_train)
+    fits = kernel_fits_in_memory(n_train, n_test=n_test)
     precompute = method == "exact" and (precompute_kernel is True or (precompute_kernel == "auto" and fits))
     if device_name == "gpu" and not precompute:
         if kernel_device == "gpu":
             raise GpunnError(
-                f"svm kernel_device 'gpu': the float64 {n_train} x {n_train} kernel matrix "
-                f"({gb(kernel_bytes(n_train))}) exceeds {_KERNEL_MEMORY_FRACTION:.0%} of this machine's memory "
+                f"svm kernel_device 'gpu': the float64 kernel matrices ({n_train} x {n_train} and {n_test} x "
+                f"{n_train}: {gb(kernel_bytes(n_train, n_test))}) exceed {_KERNEL_MEMORY_FRACTION:.0%} of this "
+                "machine's memory "
                 f"({gb(_physical_memory_bytes())}); use a smaller train_subset")
         device_name = "cpu"  # auto: libsvm evaluates the kernel itself, on the CPU
     scaler = StandardScaler().fit(x_train)
@@ -451,17 +453,26 @@ def run_svm(
 
     # the inputs are loaded and checked; fit and predict are timed: one timed job at a time on this machine
     kernel_time = predict_kernel_time = None
-    with timing_lock(f"gpunn svm {method} on {n_train} x {n_features}", log) as lock:
-        t0 = time.perf_counter()
+    # a GPU given to this job without its lock (gpunn.placement --borrow) is taken before the timing lock, as every
+    # GPU job takes its GPU first, and given back once the kernels are computed
+    with contextlib.ExitStack() as held:
+        gpu = held.enter_context(placement.borrowed_gpu(log)) if precompute and device_name == "gpu" else None
+        lock = held.enter_context(timing_lock(f"gpunn svm {method} on {n_train} x {n_features}", log))
         if precompute:
             model = _PrecomputedRbfSVC(C, gamma_value, device_name, log)
-            pred_train = model.fit(xs_train, y_train)
-            fit_time = time.perf_counter() - t0 - model.train_predict_time
+            model.kernels(xs_train, scaler.transform(x_test))
+            if gpu is not None:
+                _release_gpu(gpu)
+                log(f"svm[exact]: GPU {gpu.slot} given back; libsvm fits and predicts on the CPU")
             t0 = time.perf_counter()
-            pred_test = model.predict(scaler.transform(x_test))
-            predict_time = time.perf_counter() - t0
+            pred_train = model.fit(y_train)
+            fit_time = model.kernel_time + time.perf_counter() - t0 - model.train_predict_time
+            t0 = time.perf_counter()
+            pred_test = model.predict()
+            predict_time = model.predict_kernel_time + time.perf_counter() - t0
             kernel_time, predict_kernel_time = model.kernel_time, model.predict_kernel_time
         else:
+            t0 = time.perf_counter()
             if method == "exact":
                 model = _fit_exact(x_train, y_train, C, gamma)
             else:

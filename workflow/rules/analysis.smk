@@ -37,7 +37,8 @@ rule features:
 
 rule svm:
     """StandardScaler + SVC(rbf) (or the documented Nystroem approximation) on encoder features; the exact
-    route's precomputed kernel on the GPU when experiments.e6.kernel_device says so (resource gpu=1 then)."""
+    route's precomputed kernels on the GPU when experiments.e6.kernel_device says so: a borrowed GPU (held only
+    while the kernels are computed, free for GPU jobs while libsvm runs; resource gpu=1 on a cluster)."""
     message:
         job_message(f"svm: {RUN_NAME}")
     input:
@@ -54,10 +55,10 @@ rule svm:
         e6=config["experiments"]["e6"],
         class_names=lambda wc: ",".join(DATASETS[wc.dataset].class_names),
         kernel_device=svm_kernel_device(),
-        env=job_prefix(timed="both", gpu=svm_uses_gpu()),
+        env=job_prefix(timed="both", gpu=svm_uses_gpu(), borrow=True),
     threads: config["threads"]
     resources:
-        **rule_resources("svm", timed="both", gpu=svm_uses_gpu()),
+        **rule_resources("svm", timed="both", gpu=svm_uses_gpu(), borrow=True),
     conda:
         ENV_FILE
     shell:

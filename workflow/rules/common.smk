@@ -210,6 +210,16 @@ def _timing_resource(timed, gpu):
     return resource
 
 
+def _borrowed_gpu_resource(gpu):
+    """The `gpu` resource of a job that borrows its GPU: none on this machine (the GPU's slot lock, taken by the
+    job while it computes, keeps GPU jobs apart), `gpu` on a cluster, whose job must be given one."""
+
+    def resource(wildcards):
+        return _needed(gpu, wildcards) if workflow.non_local_exec else 0
+
+    return resource
+
+
 def _local_gpu_resource(gpu):
     """The `gpu` resource of a job: `gpu`, except on this machine under the CUDA simulator, where a "GPU" job is
     one CPU thread: 0, so that simulator jobs run side by side on the cores (--cores) instead of one at a time,
@@ -225,12 +235,14 @@ def _local_gpu_resource(gpu):
     return resource
 
 
-def rule_resources(rule, timed=False, gpu=0):
-    """A rule's resources, from its two facts: whether its jobs are timed (True, or "both" for a GPU job that times
-    CPU work too) and whether they need a GPU (0/1 or a function of the wildcards). On one machine: gpu, and the
-    `timing` resource of timed jobs (_timing_resource: config key timing). On Slurm, also memory, runtime, partition, account and --exclusive for timed jobs
-    (gpunn.cluster, config key cluster), which local runs ignore."""
-    local_gpu = _local_gpu_resource(gpu)
+def rule_resources(rule, timed=False, gpu=0, borrow=False):
+    """A rule's resources, from its facts: whether its jobs are timed (True, or "both" for a GPU job that times
+    CPU work too), whether they need a GPU (0/1 or a function of the wildcards) and whether they borrow it (the SVM:
+    gpunn.placement --borrow, the GPU held only while the job computes on it, so Snakemake counts none on one
+    machine). On one machine: gpu, and the `timing` resource of timed jobs (_timing_resource: config key timing). On
+    Slurm, also memory, runtime, partition, account and --exclusive for timed jobs (gpunn.cluster, config key
+    cluster), which local runs ignore; a borrowing job asks the cluster for its GPU as any GPU job."""
+    local_gpu = _borrowed_gpu_resource(gpu) if borrow else _local_gpu_resource(gpu)
     one_machine = {"gpu": local_gpu, "timing": _timing_resource(timed, gpu)} if timed else {"gpu": local_gpu}
     return {**one_machine, **job_resources(config["cluster"], rule, timed=timed, gpu=gpu)}
 
@@ -251,7 +263,7 @@ def svm_uses_gpu():
     return 1 if device == "gpu" or (device == "auto" and on_gpu_machine) else 0
 
 
-def job_prefix(timed=False, gpu=0):
+def job_prefix(timed=False, gpu=0, borrow=False):
     """params.env of a job's command (the same facts as rule_resources): the CUDA simulator for a GPU job under
     config key gpu.simulator, or a warm start (gpunn.warm) on a real GPU under warm_jobs, then gpunn.placement,
     which takes the job's GPU slot and, under timing: overlap, its cores ({threads} of them) before running the
@@ -264,7 +276,7 @@ def job_prefix(timed=False, gpu=0):
         return (
             simulator
             + warm
-            + placement.prefix(threads, needed, timed, config["timing"], GPU_SLOTS, config["cpu_lanes"])
+            + placement.prefix(threads, needed, timed, config["timing"], GPU_SLOTS, config["cpu_lanes"], borrow)
         )
 
     return prefix
