@@ -303,9 +303,12 @@ class _PrecomputedRbfSVC:
 
 
 def _release_gpu(gpu) -> None:
-    """Close this process's CUDA context (its memory with it), then give the borrowed GPU back."""
+    """Close this process's CUDA context (its memory with it), then give the borrowed GPU back. The device's name and
+    driver, which the provenance asks the GPU for, are read first (they are kept): nothing touches the GPU after."""
     from numba import cuda
 
+    provenance.gpu_name()
+    provenance.driver_version()
     cuda.close()
     gpu.release()
 
