@@ -521,3 +521,36 @@ def test_gpu_route_at_e6_width(tmp_path):
     for key in ("train_accuracy", "test_accuracy", "n_support_vectors", "per_class_accuracy"):
         assert gpu[key] == cpu[key], key
     assert (tmp_path / "gpu" / "confusion.csv").read_text() == (tmp_path / "cpu" / "confusion.csv").read_text()
+
+
+@pytest.mark.gpu
+def test_the_svm_job_borrows_a_real_gpu_and_gives_it_back(feature_files, tmp_path):
+    """`gpunn.placement --gpu --borrow` then `gpunn svm --kernel-device gpu` on the real GPU, in a process of its own
+    (it closes its CUDA context): the same predictions as the CPU route, and the GPU given back before the fit."""
+    import subprocess
+    import sys
+
+    features = tmp_path / "features"
+    features.mkdir()
+    for key, name in (("train_x", "train_features"), ("train_y", "train_labels"), ("test_x", "test_features"),
+                      ("test_y", "test_labels")):
+        (features / f"{name}.npy").write_bytes(feature_files[key].read_bytes())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUNN_", "SLURM_", "CUDA_VISIBLE"))}
+    env["GPUNN_TIMING_LOCK"] = str(tmp_path / "gpunn-timing.lock")
+    outs = {}
+    for device in ("gpu", "cpu"):
+        outs[device] = tmp_path / device
+        command = [sys.executable, "-m", "gpunn", "svm", "--features", str(features), "--out", str(outs[device]),
+                   "--kernel-device", device, "--train-subset", "0"]
+        if device == "gpu":
+            command = [sys.executable, "-m", "gpunn.placement", "--gpu", "--borrow", "--slots", "0", "--timed",
+                       "both", "--timing", "overlap", "--", *command]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        if device == "gpu":
+            assert "svm[exact]: GPU 0 given back; libsvm fits and predicts on the CPU" in done.stdout
+    gpu, cpu = (json.loads((outs[d] / "metrics.json").read_text()) for d in ("gpu", "cpu"))
+    assert gpu["kernel_device"] == "gpu" and gpu["provenance"]["gpu_slot"] == "0"
+    assert gpu["provenance"]["device"] not in ("cpu", "unavailable")
+    for key in ("train_accuracy", "test_accuracy", "n_support_vectors", "per_class_accuracy"):
+        assert gpu[key] == cpu[key], key
