@@ -55,6 +55,11 @@ def lock_dir() -> str:
     return os.path.dirname(os.path.abspath(lock_path()))
 
 
+def _lock_file(name: str) -> str:
+    """The lock file of slot `name` (gpu-<id>, core-<n>, cpu-lane-<k>) beside the timing lock."""
+    return os.path.join(lock_dir(), f"gpunn-{name}.lock")
+
+
 def _try_lock(path: str) -> int | None:
     """An open descriptor holding an exclusive flock on `path`, or None when another process holds it."""
     fd = open_lock_file(path)
@@ -69,12 +74,11 @@ def _try_lock(path: str) -> int | None:
 def _take(names: Sequence[str], count: int, log: Callable[[str], None], what: str) -> list[tuple[str, int]]:
     """`count` of `names` (in that order of preference) whose lock files are free, all or none at once (so two jobs
     waiting for cores never hold half each); waits, saying so once, while too few are free."""
-    folder = lock_dir()
     said = False
     while True:
         held = []
         for name in names:
-            fd = _try_lock(os.path.join(folder, f"gpunn-{name}.lock"))
+            fd = _try_lock(_lock_file(name))
             if fd is not None:
                 held.append((name, fd))
                 if len(held) == count:
@@ -96,7 +100,7 @@ def take_gpu(slots: Sequence[str], log: Callable[[str], None] = print) -> tuple[
 def _first_free(slots: Sequence[str]) -> str:
     """The first of `slots` whose lock is free at this moment (the lock not kept), else the first."""
     for slot in slots:
-        fd = _try_lock(os.path.join(lock_dir(), f"gpunn-gpu-{slot}.lock"))
+        fd = _try_lock(_lock_file(f"gpu-{slot}"))
         if fd is not None:
             os.close(fd)
             return slot
