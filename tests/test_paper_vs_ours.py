@@ -257,6 +257,21 @@ def test_e5_phase_tables_memory_and_a_variant_not_run(tmp_path):
     assert _md_row(md, "GPU Optimized v1 (2.3)", "Epoch Time (s)")[3] == "-"
 
 
+def test_e5_times_per_epoch_count_the_full_set_as_its_speedups_do(tmp_path):
+    """cpu-numpy trained on a 1 000-image subset (600 s an epoch here): the speedup row's times per epoch and the
+    baselines' comparison use its epoch over the full set's 50 000 images (30 000 s, as the speedups do), said so."""
+    runs, evals = _e5_results(tmp_path, {v: E5_RUNS[v] for v in ("cpu-numpy", "gpu-naive", "gpu-im2col")})
+    out = tmp_path / "report"
+    make_report("e5", out, runs=runs, evals=evals)
+    row = _one(_rows(out, "Phase 2.4: Performance Comparison Table"), row="GPU Optimized v2 (2.4)",
+               column="Speedup (vs. CPU)")
+    assert row["ours"] == pytest.approx(250.0)
+    assert row["epoch_times"].endswith("ours: gpu-im2col 120 s on NVIDIA H100 80GB HBM3, cpu-numpy 30000 s on cpu "
+                                       "(AMD EPYC 9454) (scaled from an epoch of 1 000 images)")
+    assert ("the baselines differ: the paper's CPU took 29678 s an epoch, ours (cpu-numpy) 30000 s, 1.01x slower"
+            in row["note"])
+
+
 def test_e6_accuracies_time_and_range(tmp_path):
     spec = _e5_spec("gpu-graph", 0)
     svm = tmp_path / "svm" / spec.path

@@ -115,6 +115,11 @@ class Ours:
         value = run.get(self.time_column)
         return None if missing(value) else float(value)
 
+    def epoch_seconds(self, run: pd.Series) -> tuple[float | None, str]:
+        """`run`'s seconds per epoch as the paper's epochs count them, and how they were had ('': measured)."""
+        value = run.get("time_per_epoch_s")
+        return (None, "") if missing(value) else (float(value), "")
+
     def paper_baseline(self, entry: PaperValue) -> PaperValue | None:
         """The paper's entry of its CPU baseline that a time entry's speedup is over (itself for the baseline)."""
         if self.base_phase is None or entry.quantity not in TIME_QUANTITIES:
@@ -361,9 +366,10 @@ def _epoch_times(entry: PaperValue, ours: Ours, sides) -> tuple[str | None, str]
         value = _paper_epoch(entry, ours, phase)
         paper_s = None if value is None else value.seconds / (1 if value.quantity == "epoch_time" else value.epochs)
         paper.append(f"{phase} " + ("-" if paper_s is None else f"{_number(paper_s)} s on {value.hardware}"))
-        our_s = None if run is None or missing(run.get("time_per_epoch_s")) else float(run["time_per_epoch_s"])
+        our_s, how = (None, "") if run is None else ours.epoch_seconds(run)
         if run is not None:
-            our.append(f"{run['variant']} " + ("-" if our_s is None else f"{_number(our_s)} s on {run_device(run)}"))
+            our.append(f"{run['variant']} " + ("-" if our_s is None else f"{_number(our_s)} s on {run_device(run)}")
+                       + (f" ({how})" if how and our_s is not None else ""))
         seconds[k] = (paper_s, our_s, phase, None if run is None else run["variant"])
     if not our and all(p is None for p, *_ in seconds.values()):
         return None, ""
