@@ -27,6 +27,7 @@ machine-wide timing lock (gpunn.timing_lock) and record where their results came
                                                the same runs timed alone and side by side (config key timing)
     gpunn overlap-verdict --results DIR [--out DIR] [--machine M] [--repeats 5] [--max-epoch-s 3]
                                                a finished run's job kinds under overlap against the same runs alone
+    gpunn config-doc [--out FILE] [--check]    the configuration reference (docs/configuration.md) from the schema
 """
 
 from __future__ import annotations
@@ -253,6 +254,17 @@ def _cmd_captions(args):
     _log(f"wrote {len(written)} caption files into {args.out}")
 
 
+def _cmd_config_doc(args):
+    from gpunn import configdoc
+
+    path = args.out or configdoc.DOC_PATH
+    if args.check:
+        configdoc.check(path)
+        _log(f"{configdoc.shown(path)} is up to date")
+    else:
+        _log(f"wrote {configdoc.shown(configdoc.write(path))}")
+
+
 def _cmd_kernel_cache(args):
     from gpunn import kernel_cache
 
@@ -456,6 +468,13 @@ def build_parser() -> argparse.ArgumentParser:
                                             "and what it holds")
     p.add_argument("--clear", action="store_true", help="remove the cache (the next GPU jobs compile again)")
     p.set_defaults(func=_cmd_kernel_cache)
+
+    p = sub.add_parser("config-doc", help="write the configuration reference (every config key, the datasets and "
+                                          "variants) from the config schema and the registries (gpunn.configdoc)")
+    p.add_argument("--out", default=None, help="the page (default: the repository's docs/configuration.md)")
+    p.add_argument("--check", action="store_true",
+                   help="write nothing: exit with one error line when the page differs from what would be written")
+    p.set_defaults(func=_cmd_config_doc)
     return parser
 
 
