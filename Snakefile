@@ -2,7 +2,7 @@
 #   snakemake --cores 4                                   everything enabled in config/config.yaml
 #   snakemake --cores 2 --configfile config/smoke.yaml    the same DAG on tiny offline data
 #   snakemake --cores 4 e1                                one experiment (see --list-target-rules)
-# The logic lives in src/gpunn; rules only call its command line. Paths are described in the README: every
+# The logic lives in src/gpunn; rules only call its command line. Paths are described in docs/outputs.md: every
 # output goes under config key results_dir (default results/), measured ones also under the machine's name.
 
 from snakemake.utils import min_version

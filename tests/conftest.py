@@ -103,7 +103,7 @@ def pytest_collection_modifyitems(items):
 
 
 # ---- the budget guard: the suite's time, each worker's load and the slowest tests, printed after every run
-SUITE_BUDGET_S = 12 * 60  # the README's budget for `python -m pytest -n 2 --dist loadfile` on CI's 2-core machine
+SUITE_BUDGET_S = 12 * 60  # the tests' budget on CI's 2-core machine (README, docs/development.md: Tests)
 SLOWEST_SHOWN = 15
 GUARD_FROM_TESTS = 100  # runs of fewer tests (one file, a -k selection) print no guard
 _clock = {"start": None, "busy": collections.Counter(), "done": {}, "tests": collections.Counter(), "worker": {}}
@@ -130,7 +130,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         return  # a worker process (the controller reports), or a run of a few tests
     wall = time.monotonic() - _clock["start"]
     write = terminalreporter.write_line
-    terminalreporter.section("suite time (budget guard, README: Run the tests)")
+    terminalreporter.section("suite time (budget guard, docs/development.md: Tests)")
     verdict = "within" if wall <= SUITE_BUDGET_S else f"OVER by {_mmss(wall - SUITE_BUDGET_S)}: shorten the slowest"
     write(f"suite: {_mmss(wall)} wall, {verdict} the {_mmss(SUITE_BUDGET_S)} budget of the whole suite on 2 cores")
     for worker in sorted(_clock["busy"]):

@@ -38,13 +38,27 @@ def run_snakemake(workdir: Path, *args, timeout=600, env_extra=None):
     return subprocess.run(argv, cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env)
 
 
+def doc_pages() -> list[Path]:
+    """The README and the manual's pages: docs/**/*.md but the developer notes and the published results."""
+    skipped = (REPO / "docs/notes", REPO / "docs/results")
+    pages = [page for page in sorted((REPO / "docs").rglob("*.md")) if not any(page.is_relative_to(s) for s in skipped)]
+    return [REPO / "README.md", *pages]
+
+
+def doc_python_blocks(page: str) -> list[str]:
+    """The ```python blocks of one page of the manual (a path relative to the repository: "docs/api.md")."""
+    return re.findall(r"```python\n(.*?)```", (REPO / page).read_text(), flags=re.DOTALL)
+
+
 def readme_commands() -> list[str]:
-    """The commands the README shows, each once, in order: the lines of its ```bash blocks (comments cut) and the
-    inline `snakemake ...` / `python -m ...` commands of its prose (line breaks inside them joined)."""
-    text = (REPO / "README.md").read_text()
+    """The commands the README and the manual's pages (doc_pages) show, each once, in order: the lines of their
+    ```bash blocks (comments cut) and the inline `snakemake ...` / `python -m ...` commands of their prose (line
+    breaks inside them joined)."""
     found = []
-    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.DOTALL):
-        found += [line.split("  #")[0].strip() for line in block.splitlines()]
-    prose = re.sub(r"```.*?```", "", text, flags=re.DOTALL).replace("\n", " ")
-    found += [" ".join(c.split()) for c in re.findall(r"`((?:snakemake|python -m) [^`]+)`", prose)]
+    for page in doc_pages():
+        text = page.read_text()
+        for block in re.findall(r"```bash\n(.*?)```", text, flags=re.DOTALL):
+            found += [line.split("  #")[0].strip() for line in block.splitlines()]
+        prose = re.sub(r"```.*?```", "", text, flags=re.DOTALL).replace("\n", " ")
+        found += [" ".join(c.split()) for c in re.findall(r"`((?:snakemake|python -m) [^`]+)`", prose)]
     return list(dict.fromkeys(c for c in found if c))

@@ -1,8 +1,7 @@
 """The Python API (gpunn.api.Trainer): cpu and cuda give the same results for one seed, the clear errors,
-and the README's GPU example, run. Under the simulator the GPU trainings are tiny (a CNN on 8x8 images with
+and docs/api.md's GPU example, run. Under the simulator the GPU trainings are tiny (a CNN on 8x8 images with
 channels (2, 3), a few samples): about 30 s for the file on 2 cores."""
 
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,8 @@ from gpunn.backends.registry import fastest_gpu_variant
 from gpunn.device import simulator_enabled
 from gpunn.errors import GpunnError
 from gpunn.nn import Linear, ReLU, Sequential, autoencoder, build_model, cnn, mlp
+
+from snakemake_helpers import doc_python_blocks
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_CNN = {"in_channels": 1, "image_size": 8, "channels": (2, 3), "classes": 4}
@@ -138,21 +139,20 @@ def test_the_api_loads_no_numba_for_the_cpu():
 
 
 def test_readme_gpu_example_runs(monkeypatch, capsys):
-    """The README's GPU example as written, on 10 digits, 4 of them trained for one epoch by a (2, 3)-channel CNN
-    (the simulator's budget): each shrinking substitution must find its text, so the test follows the README."""
+    """The GPU example of docs/api.md as written, on 10 digits, 4 of them trained for one epoch by a (2, 3)-channel
+    CNN (the simulator's budget): each shrinking substitution must find its text, so the test follows the page."""
     import sklearn.datasets
     from sklearn.utils import Bunch
 
-    blocks = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), flags=re.DOTALL)
-    (code,) = [block for block in blocks if 'Trainer(model, "cuda"' in block]
+    (code,) = [block for block in doc_python_blocks("docs/api.md") if 'Trainer(model, "cuda"' in block]
     for old, new in {"1500": "4", "channels=(16, 32)": "channels=(2, 3)", "epochs=10": "epochs=1"}.items():
-        assert old in code, f"the README example no longer contains {old!r}"
+        assert old in code, f"the docs/api.md example no longer contains {old!r}"
         code = code.replace(old, new)
     digits = sklearn.datasets.load_digits()
     monkeypatch.setattr(sklearn.datasets, "load_digits",
                         lambda: Bunch(images=digits.images[:10], target=digits.target[:10]))
     scope = {}
-    exec(compile(code, "README.md", "exec"), scope)
+    exec(compile(code, "docs/api.md", "exec"), scope)
     printed = capsys.readouterr().out
     assert "epoch 1: train loss" in printed and "'accuracy'" in printed
     assert scope["trainer"].variant == fastest_gpu_variant("cnn", simulator_enabled())

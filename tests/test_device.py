@@ -28,8 +28,9 @@ def test_gpu_variant_without_gpu_names_the_simulator_route():
 
 
 def test_api_cuda_without_gpu_ends_a_script_in_one_line_naming_cpu(tmp_path):
-    """The README's `Trainer(model, "cuda")` on a machine without a GPU: one stderr line that names device "cpu", exit
-    status 1, no traceback (gpunn.errors.install_excepthook); GPUNN_TRACEBACK=1 brings the traceback back."""
+    """The `Trainer(model, "cuda")` of docs/api.md on a machine without a GPU: one stderr line that names device
+    "cpu", exit status 1, no traceback (gpunn.errors.install_excepthook); GPUNN_TRACEBACK=1 brings the traceback
+    back."""
     script = tmp_path / "train.py"
     script.write_text("from numba import cuda\n"
                       "if cuda.is_available():\n    print('HAS-GPU'); raise SystemExit(0)\n"

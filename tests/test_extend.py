@@ -1,5 +1,6 @@
-"""The README's worked example of a new experiment (How to extend): its module, schema block and config block make
-an experiment that the config checks, the targets, the report and the entry page take with no other change."""
+"""The worked example of a new experiment (docs/development.md, How to extend): its module, schema block and config
+block make an experiment that the config checks, the targets, the report and the entry page take with no other
+change."""
 
 import re
 import types
@@ -21,15 +22,15 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _block(marker: str, language: str) -> str:
-    found = re.search(rf"<!-- how to extend: {marker} -->\n```{language}\n(.*?)```", (REPO / "README.md").read_text(),
-                      re.DOTALL)
-    assert found, f"README: no {language} block after '<!-- how to extend: {marker} -->'"
+    found = re.search(rf"<!-- how to extend: {marker} -->\n```{language}\n(.*?)```",
+                      (REPO / "docs/development.md").read_text(), re.DOTALL)
+    assert found, f"docs/development.md: no {language} block after '<!-- how to extend: {marker} -->'"
     return found.group(1)
 
 
 @pytest.fixture
 def e7(monkeypatch):
-    """The README's e7.py as a module, added to the registry as it would find src/gpunn/experiments/e7.py."""
+    """The example's e7.py as a module, added to the registry as it would find src/gpunn/experiments/e7.py."""
     module = types.ModuleType("gpunn.experiments.e7")
     exec(compile(_block("e7.py", "python"), "e7.py", "exec"), module.__dict__)
     monkeypatch.setattr(experiments, "ALL", experiments.ALL + (module.EXPERIMENT,))
@@ -38,7 +39,7 @@ def e7(monkeypatch):
 
 
 def _config(block: dict) -> dict:
-    """A config with the README's schema block (step 2) and `block` as experiments.e7 (step 3)."""
+    """A config with the example's schema block (step 2) and `block` as experiments.e7 (step 3)."""
     schema = load_schema()
     schema["properties"]["experiments"]["properties"].update(yaml.safe_load(_block("schema", "yaml")))
     return load_config({"experiments": {"e7": block}}, schema=schema, log=lambda line: None, gpu_name=lambda: None)

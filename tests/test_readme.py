@@ -1,18 +1,18 @@
-"""Every command the README shows, checked: Snakemake commands as dry runs in a copy of the workflow (the smoke
-run's `--report` form runs for real in test_smoke_pipeline.py), `python -m gpunn.bench` commands through the bench's
-own argument parser (they need a GPU to run), the install and test commands against CI's, the Python examples run
-(test_api.py runs the GPU one under the simulator). A new command in the README fails test_every_command_is_checked
-until one of these checks covers it."""
+"""Every command the README and the manual's pages (docs/*.md) show, checked: Snakemake commands as dry runs in a
+copy of the workflow (the smoke run's `--report` form runs for real in test_smoke_pipeline.py), `python -m gpunn.bench`
+commands through the bench's own argument parser (they need a GPU to run), the install and test commands against
+CI's, the Python examples of docs/api.md run (test_api.py runs the GPU one under the simulator). A new command in
+any of those pages fails test_every_command_is_checked until one of these checks covers it. Links and the pages'
+reach: test_docs.py."""
 
 from __future__ import annotations
 
 import math
-import re
 import shlex
 
 import pytest
 
-from snakemake_helpers import REPO, readme_commands, run_snakemake
+from snakemake_helpers import REPO, doc_python_blocks, readme_commands, run_snakemake
 
 COMMANDS = readme_commands()
 SNAKEMAKE = [c for c in COMMANDS if c.startswith("snakemake ") and "--report" not in c]
@@ -30,7 +30,7 @@ def test_every_command_is_checked():
     reports = [c for c in COMMANDS if c.startswith("snakemake ") and "--report" in c]
     checked = SNAKEMAKE + BENCH + GPUNN + WARM + reports
     unchecked = [c for c in COMMANDS if c not in checked and c not in SETUP | MENTIONS]
-    assert not unchecked, f"README commands no test checks: {unchecked}"
+    assert not unchecked, f"README / docs commands no test checks: {unchecked}"
     assert len(SNAKEMAKE) >= 12 and len(BENCH) >= 8 and reports  # the parser still finds them
 
 
@@ -90,13 +90,12 @@ def test_gpunn_commands_parse(command):
 
 
 def test_the_layers_example_runs():
-    """The README's first Python example (layers, loss and optimiser by hand) runs on the CPU; given 40 steps
+    """The API page's first Python example (layers, loss and optimiser by hand) runs on the CPU; given 40 steps
     instead of 10 on its one random batch, its loss falls below a uniform guess's."""
-    blocks = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), flags=re.DOTALL)
-    (code,) = [block for block in blocks if "SoftmaxCrossEntropy" in block]
+    (code,) = [block for block in doc_python_blocks("docs/api.md") if "SoftmaxCrossEntropy" in block]
     assert "range(10)" in code
     scope = {}
-    exec(compile(code.replace("range(10)", "range(40)"), "README.md", "exec"), scope)
+    exec(compile(code.replace("range(10)", "range(40)"), "docs/api.md", "exec"), scope)
     assert math.isfinite(scope["loss"]) and scope["loss"] < math.log(10)
     assert scope["model"].flat.size == 784 * 256 + 256 + 256 * 10 + 10
 

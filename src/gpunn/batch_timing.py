@@ -37,7 +37,7 @@ CLOCK_HOST = "host"
 BATCH_TIMING_COLUMNS = ["variant", "batch", "hidden", "features", "steps", "timed_epochs", "throughput_step_ms",
                         "throughput_samples_per_s", "forward_ms", "backward_ms", "clock", "latency_ms", "repeats",
                         *provenance.CSV_COLUMNS]
-# what each measured column is: E3's table note and the README say the same
+# what each measured column is: E3's table note and docs/experiments.md (E3's measures) say the same
 COLUMN_NOTES = {
     "throughput_step_ms": "wall time of an epoch of `steps` steps run back to back through the variant's own data "
                           "path (train_epoch), over steps; median of `timed_epochs` epochs after an untimed one",

@@ -56,4 +56,4 @@ def check_remote_machine(raw: dict, config: dict) -> None:
         return
     raise GpunnError("config key machine is auto, but on a cluster the jobs run on other nodes than this one: "
                      "name the GPU nodes' device, e.g. --config machine=nvidia-a100-sxm4-80gb "
-                     "(README: On a Slurm cluster)")
+                     "(docs/slurm.md)")

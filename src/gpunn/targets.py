@@ -2,7 +2,7 @@
 lives, the runs of each experiment, the files each report needs, and which planned intermediate files are
 missing. Kept here, not in the Snakefile, so it is plain, testable Python.
 
-Layout (paths relative to the workflow's directory; see the README):
+Layout (paths relative to the workflow's directory; see docs/outputs.md):
     <results_dir>/offline, data/raw, data/prepared      data: the same wherever it is made
     <results_dir>/{runs,eval,features,svm,timing,profile,report}/<machine>/...
                                                          measured: apart per device (`machine`: the GPU's

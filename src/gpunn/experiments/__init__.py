@@ -1,6 +1,7 @@
 """The experiments, one module each (e1, e2, ... in this package, each with its EXPERIMENT), as one registry: ALL in
 the modules' numeric order, `get(name)`, and the papers' values of them all. Adding an experiment: a module eN.py
-here, its block in the config schema and in config/config.yaml (README: How to extend); the registry finds it."""
+here, its block in the config schema and in config/config.yaml (docs/development.md: How to extend); the registry
+finds it."""
 
 from __future__ import annotations
 

@@ -123,7 +123,7 @@ def headline_rows(report_root, ran: list[str], not_run: dict[str, str]) -> list[
             rows.append({"experiment": experiment.upper(), "paper_no": paper_no, "headline": "-", "paper": "-",
                          "ours": "-", "comparison": "-", "note": f"not run: {reason}"})
             continue
-        if not found.headlines:  # an experiment without a paper's number to show (README: How to extend)
+        if not found.headlines:  # an experiment without a paper's number to show (docs/development.md: How to extend)
             continue
         table = _paper_rows(report_root, experiment)
         for headline in found.headlines:
