@@ -15,7 +15,7 @@ from gpunn.config import load_config
 from gpunn.errors import GpunnError
 from gpunn.report import captions, index, sources
 from gpunn.report.build import make_report
-from gpunn.targets import EXPERIMENTS, index_args, report_figures
+from gpunn.targets import EXPERIMENTS, index_args, index_setting, report_figures, synthetic_data_notes
 
 from test_report import _cpu_and_h100, _cpu_and_simulated, _e1_results, _provenance
 
@@ -181,3 +181,21 @@ def test_a_figure_without_a_caption_is_named():
         experiments.get("e1").caption("new_figure.png")
     e4 = experiments.get("e4")
     assert captions.rst_name("e4", e4.caption_key("samples_fashion_mnist.png")) == "e4_samples.rst"
+
+
+def test_synthetic_data_notes_state_the_true_sizes():
+    """A smaller synthetic dataset is 'in the real dataset's format, smaller', with both sizes; a full-size one keeps
+    'format and size' (config/gpu_offline.yaml's synthetic_cifar10)."""
+    smoke = load_config(yaml.safe_load((REPO / "config/smoke.yaml").read_text()), log=lambda line: None,
+                        gpu_name=lambda: None)
+    notes = index_setting(smoke)[2]
+    mnist = next(n for n in notes if " ran on synthetic_mnist_small, " in n)
+    assert ("generated offline in mnist's format, smaller (5 000 train / 1 000 test images against mnist's "
+            "60 000 / 10 000)") in mnist and "format and size" not in mnist
+    cifar = next(n for n in notes if " ran on synthetic_cifar10_small, " in n)
+    assert "in cifar10's format, smaller (2 000 train / 500 test images against cifar10's 50 000 / 10 000)" in cifar
+    raw = yaml.safe_load((REPO / "config/smoke.yaml").read_text())
+    raw["experiments"]["e2"]["dataset"] = "synthetic_mnist"
+    full = load_config(raw, log=lambda line: None, gpu_name=lambda: None)
+    (note,) = synthetic_data_notes(full, ["e2"])
+    assert "generated offline in mnist's format and size: their times are those of the real shapes and sizes" in note
