@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from gpunn import experiments
+from gpunn import experiments, io
 from gpunn.cli import main as cli_main
 from gpunn.config import load_config
 from gpunn.errors import GpunnError
@@ -22,8 +22,9 @@ from test_report import _cpu_and_h100, _cpu_and_simulated, _e1_results, _provena
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _e1_report(tmp_path, where=_cpu_and_h100):
-    runs, evals = _e1_results(tmp_path, ["cpu-serial", "cpu-numpy", "gpu-naive", "gpu-fused"], where=where)
+def _e1_report(tmp_path, where=_cpu_and_h100, **spec_fields):
+    runs, evals = _e1_results(tmp_path, ["cpu-serial", "cpu-numpy", "gpu-naive", "gpu-fused"], where=where,
+                              spec_fields=spec_fields)
     root = tmp_path / "report"
     make_report("e1", root / "e1", runs=runs, evals=evals)
     return root
@@ -67,7 +68,7 @@ def test_report_provenance_reads_timing_csv_columns(tmp_path):
 
 # ----------------------------------------------------------------------------------------------- index
 def test_index_headlines_beside_the_papers_and_not_run_experiments(tmp_path):
-    root = _e1_report(tmp_path)
+    root = _e1_report(tmp_path, epochs=10)  # the paper's setting: its accuracies compare in points
     not_run = {e: f"experiments.{e}.enabled is false in this config" for e in EXPERIMENTS if e != "e1"}
     paths = index.write(root, ["e1"], not_run, notes=["a stated note"], machine="nvidia-h100")
     page = paths["index.md"].read_text()
@@ -80,8 +81,8 @@ def test_index_headlines_beside_the_papers_and_not_run_experiments(tmp_path):
     assert speedup[3] == "132.7x" and speedup[4] == "125x"  # cpu-serial 300 s over gpu-naive 2.4 s
     # with both sides' times per epoch, so that '0.942x' is not read as 'ours is slower'
     assert speedup[-1].startswith("per epoch, paper: GPU 0.225 s on NVIDIA Tesla T4, CPU 29.86 s on CPU (model not "
-                                  "stated); ours: gpu-naive 0.6 s on NVIDIA H100 80GB HBM3, cpu-serial 75 s")
-    assert "the baselines differ: the paper's CPU took 29.86 s an epoch, ours (cpu-serial) 75 s" in speedup[-1]
+                                  "stated); ours: gpu-naive 0.24 s on NVIDIA H100 80GB HBM3, cpu-serial 30 s")
+    assert "the baselines differ: the paper's CPU took 29.86 s an epoch, ours (cpu-serial) 30 s" in speedup[-1]
     for experiment in ("E2", "E3", "E4", "E5", "E6"):
         row = _md_row(page, experiment)
         assert row[2] == "-" and row[-1] == f"not run: experiments.{experiment.lower()}.enabled is false in this config"
@@ -106,6 +107,25 @@ def test_index_headlines_beside_the_papers_and_not_run_experiments(tmp_path):
     front = paths["index.rst"].read_text()
     assert "CPU test accuracy" in front and ".. list-table::" in front and "Provenance" in front
     assert "{{" not in front and "{%" not in front  # Snakemake renders it as a Jinja template
+
+
+def test_index_compares_a_time_without_the_papers_baseline_not_at_all(tmp_path):
+    """E6's SVM fit time: the paper (cuML on Kaggle) times no CPU baseline, so there is no speedup to compare and an
+    absolute time on other hardware is shown, not divided by the paper's; its accuracies compare in points."""
+    from test_report import ON_H100, _e5_spec, _write_confusion
+
+    svm = tmp_path / "svm" / _e5_spec("gpu-graph", 0).path
+    io.write_json(svm / "metrics.json", {
+        "method": "exact", "C": 10.0, "gamma": "scale", "n_train": 50000, "n_test": 10000, "n_features": 8192,
+        "kernel_device": "gpu", "train_accuracy": 0.9, "test_accuracy": 0.7, "fit_time_s": 77.4, "provenance": ON_H100,
+        "per_class_accuracy": {"cat": 0.5}})
+    _write_confusion(svm, [[7, 3], [3, 7]], ["cat", "dog"])
+    root = tmp_path / "report"
+    make_report("e6", root / "e6", svm=[svm])
+    page = index.write(root, ["e6"])["index.md"].read_text()
+    fit = _md_row(page, "E6", "004", "SVM fit time (s)")
+    assert fit[3:6] == ["46 s", "77.4 s", index.NO_BASELINE] and "ours / paper" not in fit[5]
+    assert _md_row(page, "E6", "004", "SVM test accuracy")[5] == "+2.44 pp"  # the paper's setting: compared
 
 
 def test_index_labels_simulated_rows(tmp_path):
