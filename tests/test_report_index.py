@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from gpunn import experiments, io
+from gpunn import experiments
 from gpunn.cli import main as cli_main
 from gpunn.config import load_config
 from gpunn.errors import GpunnError
@@ -112,16 +112,10 @@ def test_index_headlines_beside_the_papers_and_not_run_experiments(tmp_path):
 def test_index_compares_a_time_without_the_papers_baseline_not_at_all(tmp_path):
     """E6's SVM fit time: the paper (cuML on Kaggle) times no CPU baseline, so there is no speedup to compare and an
     absolute time on other hardware is shown, not divided by the paper's; its accuracies compare in points."""
-    from test_report import ON_H100, _e5_spec, _write_confusion
+    from test_paper_vs_ours import e6_paper_setting_svm
 
-    svm = tmp_path / "svm" / _e5_spec("gpu-graph", 0).path
-    io.write_json(svm / "metrics.json", {
-        "method": "exact", "C": 10.0, "gamma": "scale", "n_train": 50000, "n_test": 10000, "n_features": 8192,
-        "kernel_device": "gpu", "train_accuracy": 0.9, "test_accuracy": 0.7, "fit_time_s": 77.4, "provenance": ON_H100,
-        "per_class_accuracy": {"cat": 0.5}})
-    _write_confusion(svm, [[7, 3], [3, 7]], ["cat", "dog"])
     root = tmp_path / "report"
-    make_report("e6", root / "e6", svm=[svm])
+    make_report("e6", root / "e6", svm=[e6_paper_setting_svm(tmp_path)])
     page = index.write(root, ["e6"])["index.md"].read_text()
     fit = _md_row(page, "E6", "004", "SVM fit time (s)")
     assert fit[3:6] == ["46 s", "77.4 s", index.NO_BASELINE] and "ours / paper" not in fit[5]
