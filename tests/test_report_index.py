@@ -109,6 +109,25 @@ def test_index_headlines_beside_the_papers_and_not_run_experiments(tmp_path):
     assert "{{" not in front and "{%" not in front  # Snakemake renders it as a Jinja template
 
 
+def test_index_shows_no_accuracy_difference_for_a_run_not_in_the_papers_setting(tmp_path):
+    """A smoke run (1 epoch on digits8_mini) against paper 000's 10 MNIST epochs: its accuracy stands beside the
+    paper's, with no difference in points that would read as a failed reproduction; the note says how ours differs."""
+    root = _e1_report(tmp_path, dataset="digits8_mini", epochs=1)
+    paths = index.write(root, ["e1"])
+    page = paths["index.md"].read_text()
+    for headline in ("CPU test accuracy", "GPU test accuracy"):
+        row = _md_row(page, "E1", "000", headline)
+        assert row[5] == index.NOT_PAPER_SETTING == "- (not the paper's setting)" and "pp" not in row[5]
+        assert row[-1].startswith("ours: digits8_mini, 1 epoch"), row
+    assert _md_row(page, "E1", "000", "GPU speedup over the CPU")[5].startswith("ours / paper ")  # a ratio still
+    assert "only where our run had the paper's setting" in page
+    table = pd.read_csv(paths["index.csv"])
+    assert table.loc[table["headline"] == "CPU test accuracy", "comparison"].item() == index.NOT_PAPER_SETTING
+    ours = pd.read_csv(root / "e1" / "paper_vs_ours.csv")
+    accuracy = ours[(ours["quantity"] == "test_accuracy") & (ours["row"] == "Test accuracy")]
+    assert set(accuracy["our_setting"]) == {"digits8_mini, 1 epoch"} and accuracy["diff_pp"].notna().all()
+
+
 def test_index_compares_a_time_without_the_papers_baseline_not_at_all(tmp_path):
     """E6's SVM fit time: the paper (cuML on Kaggle) times no CPU baseline, so there is no speedup to compare and an
     absolute time on other hardware is shown, not divided by the paper's; its accuracies compare in points."""
