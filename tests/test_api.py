@@ -113,6 +113,9 @@ def test_data_errors_are_one_clear_line():
          r"the cnn takes samples of shape \(1, 8, 8\) \(or \(8, 8\)\), got \(9, 9\)"),
         (lambda: trainer.evaluate(x.astype(np.float32), y), r"float images must be finite and in \[0, 1\], got "
                                                            r"values in \[.*\]; divide 0-255 pixels by 255"),
+        (lambda: trainer.fit(np.where(x > 100, np.nan, x / 255.0), y),
+         r"fit: float images must be finite and in \[0, 1\], got NaN in \d+ of 320 values; replace or drop"),
+        (lambda: trainer.predict(np.full((2, 8, 8), -np.inf)), r"predict: .* got inf in 128 of 128 values"),
         (lambda: trainer.predict(x.astype(np.int64)), r"images must be uint8 pixels or floats in \[0, 1\], got int64"),
         (lambda: trainer.predict(x[:0]), r"expected a non-empty array of samples"),
         (lambda: trainer.fit(x, y, epochs=0), r"fit: epochs must be a positive integer, got 0"),
@@ -126,6 +129,14 @@ def test_data_errors_are_one_clear_line():
     for call, message in cases:
         with pytest.raises(GpunnError, match=message):
             call()
+
+
+@pytest.mark.parametrize("lr", [-1, 0, float("nan"), float("inf"), "fast", None])
+def test_a_bad_learning_rate_is_one_clear_line(lr):
+    """lr is checked where the Trainer is built, like the other arguments, not deep inside the first step."""
+    with pytest.raises(GpunnError, match=r"^lr must be a (finite )?number > 0, got ") as error:
+        Trainer(mlp(in_features=4, hidden=3, classes=2), "cpu", lr=lr)
+    assert "\n" not in str(error.value)
 
 
 def test_the_api_loads_no_numba_for_the_cpu():

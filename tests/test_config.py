@@ -232,3 +232,52 @@ def test_cpu_lanes_need_timing_overlap():
     with pytest.raises(GpunnError, match="config key cpu_lanes: 2 lanes need timing: overlap \\(under isolated one "
                                          "timed job runs at a time\\); set timing: overlap or cpu_lanes: 1"):
         load({"cpu_lanes": 2})
+
+
+def test_a_config_file_with_a_tab_or_bad_yaml_is_one_line_with_its_file_and_line(tmp_path):
+    """gpunn's own config reading (gpunn publish --configfile, the workflow's base config): where yaml's error is ten
+    lines and Snakemake's names neither file nor line, one line with both and what to do."""
+    from gpunn.config import read_config_file
+    from gpunn.publish import load_files
+
+    tab = tmp_path / "tab.yaml"
+    tab.write_text("seed: 0\nexperiments:\n  e1:\n\tenabled: false\n")
+    bracket = tmp_path / "bracket.yaml"
+    bracket.write_text("timing: overlap\ngpus: [0, 1\n")
+    listed = tmp_path / "list.yaml"
+    listed.write_text("- a\n- b\n")
+    cases = [
+        (tab, rf"^{tab} line 4, column 1: not valid YAML \(found character '\\t' that cannot start any token\); YAML "
+              r"indents with spaces only: replace the tab\(s\) on that line with spaces$"),
+        (bracket, rf"^{bracket} line 3, column 1: not valid YAML \(expected ',' or '\]', but got '<stream end>'\); fix "
+                  r"the YAML there"),
+        (listed, rf"^{listed}: a config file must be a mapping of keys to values, got a list$"),
+        ("e9", r"^no such config file 'e9': check the path$"),
+    ]
+    for path, message in cases:
+        for read in (read_config_file, lambda p: load_files([p])):
+            with pytest.raises(GpunnError, match=message):
+                read(path)
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing set\n")
+    assert read_config_file(empty) == {}
+
+
+def test_a_tab_in_the_base_config_stops_the_workflow_with_one_line(tmp_path):
+    """config/config.yaml is read by the workflow itself (common.smk), so its bad YAML gets gpunn's line; a file given
+    with --configfile is read by Snakemake before the Snakefile runs (docs/notes/issue-41/surprises.md)."""
+    from snakemake_helpers import copy_workflow
+
+    workdir = copy_workflow(tmp_path / "wf")
+    base = workdir / "config" / "config.yaml"
+    lines = base.read_text().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if line.startswith("  ") and ":" in line)
+    lines[at] = "\t" + lines[at].lstrip(" ")
+    base.write_text("".join(lines))
+    out = run_snakemake(workdir, "-n", "e1")
+    assert out.returncode == 1
+    errors = [line for line in out.stderr.splitlines() if "config" in line and "profile" not in line]
+    assert errors == [f"gpunn: config error: {base} line {at + 1}, column 1: not valid YAML (found character '\\t' "
+                      "that cannot start any token); YAML indents with spaces only: replace the tab(s) on that line "
+                      "with spaces"], out.stderr
+    assert "Traceback" not in out.stderr

@@ -114,3 +114,17 @@ def test_spec_is_frozen():
     spec = get_dataset("mnist")
     with pytest.raises(dataclasses.FrozenInstanceError):
         spec.name = "other"
+
+
+def test_split_sizes_are_the_recipes_and_the_descriptions():
+    """SPLIT_SIZES (the report's notes on synthetic data state them) agree with what the offline recipes generate and
+    with each dataset's description; a synthetic dataset imitates the real one of its name."""
+    from gpunn.data.offline import OFFLINE_RECIPES
+    from gpunn.data.registry import SPLIT_SIZES, imitated
+    for name, (n_train, n_test) in SPLIT_SIZES.items():
+        assert f"{n_train} train / {n_test} test" in get_dataset(name).description, name
+        if name.startswith("synthetic_"):
+            assert OFFLINE_RECIPES[name][1][:2] == (n_train, n_test), name
+            assert imitated(name) in SPLIT_SIZES
+    assert imitated("synthetic_mnist_small") == "mnist" and imitated("synthetic_cifar10") == "cifar10"
+    assert imitated("digits8") is None and imitated("mnist") is None

@@ -3,6 +3,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -53,7 +54,10 @@ def test_two_gpu_jobs_at_once_land_on_different_slots_and_a_third_waits_for_one(
     assert {a["gpu"], b["gpu"]} == {"0", "1"}
     assert a["slots"] == b["slots"] == "2"
     assert c["start"] >= min(a["end"], b["end"])  # it shared no GPU: it waited for one to be free
-    assert "placement: waiting for 1 free GPU of 0,1" in c["stderr"]
+    assert "placement: waiting for 1 free GPU of 0,1 (0 of 2 free now; held by pid " in c["stderr"]
+    # the waiting line names the holders: their pids (the command keeps the wrapper's) and commands
+    for job in (first, second):
+        assert f"pid {job.pid} ({sys.executable} -c import json" in c["stderr"]
     assert c["gpu"] in {"0", "1"}
 
 
@@ -112,6 +116,20 @@ def test_a_job_waits_until_its_cores_are_free_all_at_once(lock_env):
     assert h["cores"] == cores
     assert w["start"] >= h["end"]
     assert "placement: waiting for 1 free cores" in w["stderr"]
+
+
+def test_a_symlink_planted_at_a_slot_lock_is_refused_in_one_line(lock_env, tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (tmp_path / "gpunn-gpu-0.lock").symlink_to(victim)
+    proc = _start(lock_env, "--gpu", "--slots", "0", sleep=0.0)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and out == ""
+    assert err == (f"gpunn: error: the lock file {tmp_path / 'gpunn-gpu-0.lock'} is a symbolic link (to {victim}): "
+                   "gpunn writes into its lock files and refuses one that could lead its writes elsewhere; remove it "
+                   f"if it is yours (ls -l {tmp_path / 'gpunn-gpu-0.lock'}), or set GPUNN_TIMING_LOCK to a file in a "
+                   "folder of your own\n")
+    assert victim.read_text() == "precious\n"
 
 
 def test_isolated_binds_no_cores_and_names_no_resource(lock_env):
@@ -182,7 +200,10 @@ def test_a_borrowing_job_is_given_a_free_gpu_unheld_and_holds_it_only_inside_bor
         fd = placement._try_lock(os.path.join(placement.lock_dir(), "gpunn-gpu-3.lock"))
         assert fd is not None  # given back inside the block
         os.close(fd)
-    assert waited > 0.3 and lines == ["placement: waiting for 1 free GPU of 3 (0 of 1 free now)"]
+    assert waited > 0.3 and len(lines) == 1
+    assert re.fullmatch(rf"placement: waiting for 1 free GPU of 3 \(0 of 1 free now; held by pid {job.pid} "
+                        rf"\({re.escape(sys.executable)} -c import json, .*\.\.\., since \d\d:\d\d:\d\d\)\)",
+                        lines[0]), lines
     _finish(job)
     for unborrowed in ({"GPUNN_GPU_SLOT": "3"}, {}):  # placement holds the job's GPU, or no wrapper ran
         with placement.borrowed_gpu(lines.append, unborrowed) as gpu:

@@ -15,15 +15,16 @@ from gpunn.config import load_config
 from gpunn.errors import GpunnError
 from gpunn.report import captions, index, sources
 from gpunn.report.build import make_report
-from gpunn.targets import EXPERIMENTS, index_args, report_figures
+from gpunn.targets import EXPERIMENTS, index_args, index_setting, report_figures, synthetic_data_notes
 
 from test_report import _cpu_and_h100, _cpu_and_simulated, _e1_results, _provenance
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _e1_report(tmp_path, where=_cpu_and_h100):
-    runs, evals = _e1_results(tmp_path, ["cpu-serial", "cpu-numpy", "gpu-naive", "gpu-fused"], where=where)
+def _e1_report(tmp_path, where=_cpu_and_h100, **spec_fields):
+    runs, evals = _e1_results(tmp_path, ["cpu-serial", "cpu-numpy", "gpu-naive", "gpu-fused"], where=where,
+                              spec_fields=spec_fields)
     root = tmp_path / "report"
     make_report("e1", root / "e1", runs=runs, evals=evals)
     return root
@@ -67,7 +68,7 @@ def test_report_provenance_reads_timing_csv_columns(tmp_path):
 
 # ----------------------------------------------------------------------------------------------- index
 def test_index_headlines_beside_the_papers_and_not_run_experiments(tmp_path):
-    root = _e1_report(tmp_path)
+    root = _e1_report(tmp_path, epochs=10)  # the paper's setting: its accuracies compare in points
     not_run = {e: f"experiments.{e}.enabled is false in this config" for e in EXPERIMENTS if e != "e1"}
     paths = index.write(root, ["e1"], not_run, notes=["a stated note"], machine="nvidia-h100")
     page = paths["index.md"].read_text()
@@ -80,8 +81,8 @@ def test_index_headlines_beside_the_papers_and_not_run_experiments(tmp_path):
     assert speedup[3] == "132.7x" and speedup[4] == "125x"  # cpu-serial 300 s over gpu-naive 2.4 s
     # with both sides' times per epoch, so that '0.942x' is not read as 'ours is slower'
     assert speedup[-1].startswith("per epoch, paper: GPU 0.225 s on NVIDIA Tesla T4, CPU 29.86 s on CPU (model not "
-                                  "stated); ours: gpu-naive 0.6 s on NVIDIA H100 80GB HBM3, cpu-serial 75 s")
-    assert "the baselines differ: the paper's CPU took 29.86 s an epoch, ours (cpu-serial) 75 s" in speedup[-1]
+                                  "stated); ours: gpu-naive 0.24 s on NVIDIA H100 80GB HBM3, cpu-serial 30 s")
+    assert "the baselines differ: the paper's CPU took 29.86 s an epoch, ours (cpu-serial) 30 s" in speedup[-1]
     for experiment in ("E2", "E3", "E4", "E5", "E6"):
         row = _md_row(page, experiment)
         assert row[2] == "-" and row[-1] == f"not run: experiments.{experiment.lower()}.enabled is false in this config"
@@ -106,6 +107,38 @@ def test_index_headlines_beside_the_papers_and_not_run_experiments(tmp_path):
     front = paths["index.rst"].read_text()
     assert "CPU test accuracy" in front and ".. list-table::" in front and "Provenance" in front
     assert "{{" not in front and "{%" not in front  # Snakemake renders it as a Jinja template
+
+
+def test_index_shows_no_accuracy_difference_for_a_run_not_in_the_papers_setting(tmp_path):
+    """A smoke run (1 epoch on digits8_mini) against paper 000's 10 MNIST epochs: its accuracy stands beside the
+    paper's, with no difference in points that would read as a failed reproduction; the note says how ours differs."""
+    root = _e1_report(tmp_path, dataset="digits8_mini", epochs=1)
+    paths = index.write(root, ["e1"])
+    page = paths["index.md"].read_text()
+    for headline in ("CPU test accuracy", "GPU test accuracy"):
+        row = _md_row(page, "E1", "000", headline)
+        assert row[5] == index.NOT_PAPER_SETTING == "- (not the paper's setting)" and "pp" not in row[5]
+        assert row[-1].startswith("ours: digits8_mini, 1 epoch"), row
+    assert _md_row(page, "E1", "000", "GPU speedup over the CPU")[5].startswith("ours / paper ")  # a ratio still
+    assert "only where our run had the paper's setting" in page
+    table = pd.read_csv(paths["index.csv"])
+    assert table.loc[table["headline"] == "CPU test accuracy", "comparison"].item() == index.NOT_PAPER_SETTING
+    ours = pd.read_csv(root / "e1" / "paper_vs_ours.csv")
+    accuracy = ours[(ours["quantity"] == "test_accuracy") & (ours["row"] == "Test accuracy")]
+    assert set(accuracy["our_setting"]) == {"digits8_mini, 1 epoch"} and accuracy["diff_pp"].notna().all()
+
+
+def test_index_compares_a_time_without_the_papers_baseline_not_at_all(tmp_path):
+    """E6's SVM fit time: the paper (cuML on Kaggle) times no CPU baseline, so there is no speedup to compare and an
+    absolute time on other hardware is shown, not divided by the paper's; its accuracies compare in points."""
+    from test_paper_vs_ours import e6_paper_setting_svm
+
+    root = tmp_path / "report"
+    make_report("e6", root / "e6", svm=[e6_paper_setting_svm(tmp_path)])
+    page = index.write(root, ["e6"])["index.md"].read_text()
+    fit = _md_row(page, "E6", "004", "SVM fit time (s)")
+    assert fit[3:6] == ["46 s", "77.4 s", index.NO_BASELINE] and "ours / paper" not in fit[5]
+    assert _md_row(page, "E6", "004", "SVM test accuracy")[5] == "+2.44 pp"  # the paper's setting: compared
 
 
 def test_index_labels_simulated_rows(tmp_path):
@@ -181,3 +214,21 @@ def test_a_figure_without_a_caption_is_named():
         experiments.get("e1").caption("new_figure.png")
     e4 = experiments.get("e4")
     assert captions.rst_name("e4", e4.caption_key("samples_fashion_mnist.png")) == "e4_samples.rst"
+
+
+def test_synthetic_data_notes_state_the_true_sizes():
+    """A smaller synthetic dataset is 'in the real dataset's format, smaller', with both sizes; a full-size one keeps
+    'format and size' (config/gpu_offline.yaml's synthetic_cifar10)."""
+    smoke = load_config(yaml.safe_load((REPO / "config/smoke.yaml").read_text()), log=lambda line: None,
+                        gpu_name=lambda: None)
+    notes = index_setting(smoke)[2]
+    mnist = next(n for n in notes if " ran on synthetic_mnist_small, " in n)
+    assert ("generated offline in mnist's format, smaller (5 000 train / 1 000 test images against mnist's "
+            "60 000 / 10 000)") in mnist and "format and size" not in mnist
+    cifar = next(n for n in notes if " ran on synthetic_cifar10_small, " in n)
+    assert "in cifar10's format, smaller (2 000 train / 500 test images against cifar10's 50 000 / 10 000)" in cifar
+    raw = yaml.safe_load((REPO / "config/smoke.yaml").read_text())
+    raw["experiments"]["e2"]["dataset"] = "synthetic_mnist"
+    full = load_config(raw, log=lambda line: None, gpu_name=lambda: None)
+    (note,) = synthetic_data_notes(full, ["e2"])
+    assert "generated offline in mnist's format and size: their times are those of the real shapes and sizes" in note

@@ -4,6 +4,7 @@ overlap, and the lock is released however the block ends. Every test uses a lock
 import fcntl
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -139,3 +140,41 @@ def test_unusable_lock_path_is_one_clear_error(tmp_path, monkeypatch):
         pass
     message = str(caught.value)
     assert str(path) in message and "GPUNN_TIMING_LOCK" in message and "\n" not in message
+
+
+def test_a_symlink_planted_at_the_lock_path_is_refused_in_one_line(lock_file, tmp_path):
+    """Another user's link in the shared temp folder must not have the job truncate and write the file it points to."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    victim.chmod(0o600)
+    lock_file.symlink_to(victim)
+    with pytest.raises(GpunnError) as caught, timing_lock("job", log=print):
+        pass
+    message = str(caught.value)
+    assert message.startswith(f"the lock file {lock_file} is a symbolic link (to {victim}): ")
+    assert "GPUNN_TIMING_LOCK" in message and "\n" not in message
+    assert victim.read_text() == "precious\n" and victim.stat().st_mode & 0o777 == 0o600
+
+
+def test_a_hard_link_or_a_folder_at_the_lock_path_is_refused(lock_file, tmp_path):
+    other = tmp_path / "other.txt"
+    other.write_text("precious\n")
+    os.link(other, lock_file)
+    with pytest.raises(GpunnError, match=r"^the lock file .* has 2 hard links: .*GPUNN_TIMING_LOCK"), \
+            timing_lock("job"):
+        pass
+    assert other.read_text() == "precious\n"
+    lock_file.unlink()
+    lock_file.mkdir()
+    with pytest.raises(GpunnError, match=r"^(the lock file .* is not a regular file|cannot open the timing lock)"), \
+            timing_lock("job"):
+        pass
+
+
+def test_a_record_left_by_an_exited_holder_names_no_one(lock_file):
+    lock_file.write_text(json.dumps({"pid": 2 ** 22 + 12345, "what": "gone", "since": time.time()}))
+    from gpunn.timing_lock import describe_holder
+    assert describe_holder(str(lock_file)) == "another process (not yet recorded)"
+    lock_file.write_text(json.dumps({"pid": os.getpid(), "what": "me\x1b[2J" + "x" * 300, "since": time.time()}))
+    described = describe_holder(str(lock_file))
+    assert re.fullmatch(rf"pid {os.getpid()} \(me\?\[2Jx{{151}}\.\.\., since \d\d:\d\d:\d\d\)", described), described

@@ -63,6 +63,18 @@ def pick_variant(model_name: str, device: str, variant: str | None = None) -> st
     return variant
 
 
+def _learning_rate(lr) -> float:
+    """`lr` as a float, or one GpunnError line when it is not a finite number > 0."""
+    try:
+        value = float(lr)
+    except (TypeError, ValueError):
+        raise GpunnError(f"lr must be a number > 0, got {lr!r}") from None
+    if not np.isfinite(value) or value <= 0:
+        raise GpunnError(f"lr must be a finite number > 0, got {lr!r}; SGD steps against the gradient at lr > 0 "
+                         "(e.g. lr=0.01)")
+    return value
+
+
 class Trainer:
     """Trains `model` (built by gpunn.nn.mlp, cnn, autoencoder or build_model) on `device` with plain SGD at `lr`;
     `Trainer(model, "cuda")` or `Trainer(model, "cpu")`. After fit, `model.flat` holds the trained weights."""
@@ -77,7 +89,7 @@ class Trainer:
         if device == "cuda" and model.dtype != np.float32:
             raise GpunnError(f"the GPU variants train float32 models, this {model.name} is {model.dtype}: "
                              "build it with dtype=np.float32 or use model.astype(np.float32)")
-        self.lr = float(lr)
+        self.lr = _learning_rate(lr)
         self.backend = make_backend(self.variant, model, model.name, self.lr, block=block)
         self.epochs_done = 0  # fit continues the epoch count: the batch order of epoch k is the same either way
         # the pipeline's divergence rule, over every fit: later epochs are held against the first fit's first epoch
@@ -133,9 +145,14 @@ class Trainer:
             raise GpunnError(f"{what}: expected a non-empty array of samples (samples on the first axis), "
                              f"got shape {x.shape}")
         if np.issubdtype(x.dtype, np.floating):
-            if not np.all(np.isfinite(x)) or x.min() < 0 or x.max() > 1:
+            finite = np.isfinite(x)
+            if not finite.all():
+                kinds = " and ".join(k for k, n in (("NaN", np.isnan(x).sum()), ("inf", np.isinf(x).sum())) if n)
+                raise GpunnError(f"{what}: float images must be finite and in [0, 1], got {kinds} in "
+                                 f"{int((~finite).sum())} of {x.size} values; replace or drop those samples")
+            if x.min() < 0 or x.max() > 1:
                 raise GpunnError(f"{what}: float images must be finite and in [0, 1], got values in "
-                                 f"[{np.nanmin(x)}, {np.nanmax(x)}]; divide 0-255 pixels by 255 or pass uint8")
+                                 f"[{x.min()}, {x.max()}]; divide 0-255 pixels by 255 or pass uint8")
         elif x.dtype != np.uint8:
             raise GpunnError(f"{what}: images must be uint8 pixels or floats in [0, 1], got {x.dtype}")
         got = x.shape[1:]

@@ -43,6 +43,40 @@ _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
 
 
+def read_config_file(path: str | Path) -> dict:
+    """A config file's mapping (an empty file: {}); one GpunnError line naming the file, and for bad YAML its line
+    and column and what is wrong there (a tab in the indentation said as such), where yaml's error takes ten."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise GpunnError(f"no such config file {str(path)!r}: check the path") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise GpunnError(f"{path}: cannot read the config file ({why})") from None
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise GpunnError(yaml_error_line(path, exc, text)) from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise GpunnError(f"{path}: a config file must be a mapping of keys to values, got a {type(loaded).__name__}")
+    return loaded
+
+
+def yaml_error_line(path: str | Path, exc: yaml.YAMLError, text: str) -> str:
+    """'config/x.yaml line 3, column 1: not valid YAML (found character '\\t' that cannot start any token); ...'."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc).split("\n", 1)[0]
+    where = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    lines = text.splitlines()
+    bad_line = lines[mark.line] if mark is not None and mark.line < len(lines) else ""
+    tab = "\t" in problem or "\t" in bad_line[: len(bad_line) - len(bad_line.lstrip())]
+    fix = ("YAML indents with spaces only: replace the tab(s) on that line with spaces" if tab
+           else "fix the YAML there (indentation, a missing ':' or an unclosed quote or bracket)")
+    return f"{path}{where}: not valid YAML ({problem}); {fix}"
+
+
 def load_schema(path: str | Path = SCHEMA_PATH) -> dict:
     with open(path, encoding="utf-8") as fh:
         return yaml.safe_load(fh)

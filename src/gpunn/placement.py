@@ -20,7 +20,9 @@ Each job of a local run goes through this wrapper, which takes its slots and the
   ``isolated`` keeps the one machine-wide timing lock: one timed job at a time.
 
 The locks are ``flock``s on files beside the timing lock (``$GPUNN_TIMING_LOCK``'s folder, else the temp folder),
-held by open descriptors that COMMAND inherits: they are released when the job exits, however it exits. Under
+opened as gpunn.timing_lock opens its own (never through a symbolic link), held by open descriptors that COMMAND
+inherits: they are released when the job exits, however it exits. The job taking a slot writes its pid, its command
+and the time into the slot's file, and a job that has to wait names the holders in its one waiting line. Under
 Slurm (``SLURM_JOB_ID`` set) the cluster has placed the job; only the timing mode is recorded. The wrapper prints
 nothing unless it has to wait; the job's GPU, slot count, cores, mode and the time it had them go into its
 provenance (gpunn.provenance.placement_record).
@@ -37,7 +39,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 
 from gpunn.errors import GpunnError
-from gpunn.timing_lock import RESOURCE_VARIABLE, lock_path, open_lock_file
+from gpunn.timing_lock import RESOURCE_VARIABLE, describe_holder, lock_path, open_lock_file, write_holder
 
 MODES = ("isolated", "overlap")
 MODE_VARIABLE = "GPUNN_TIMING_MODE"
@@ -71,22 +73,36 @@ def _try_lock(path: str) -> int | None:
     return fd
 
 
+def _holder_command() -> str:
+    """What this process runs, for the holder record of the slots it takes: the command after -- (placement)."""
+    argv = sys.argv[sys.argv.index("--") + 1:] if "--" in sys.argv else sys.argv
+    return " ".join(argv)
+
+
 def _take(names: Sequence[str], count: int, log: Callable[[str], None], what: str) -> list[tuple[str, int]]:
     """`count` of `names` (in that order of preference) whose lock files are free, all or none at once (so two jobs
-    waiting for cores never hold half each); waits, saying so once, while too few are free."""
+    waiting for cores never hold half each); waits, saying so once with who holds the others, while too few are
+    free. The taken files record this job as their holder."""
     said = False
     while True:
-        held = []
+        held, busy = [], []
         for name in names:
             fd = _try_lock(_lock_file(name))
-            if fd is not None:
-                held.append((name, fd))
-                if len(held) == count:
-                    return held
+            if fd is None:
+                busy.append(name)
+                continue
+            held.append((name, fd))
+            if len(held) == count:
+                for _, taken in held:
+                    write_holder(taken, _holder_command())
+                return held
         for _, fd in held:
             os.close(fd)
         if not said:
-            log(f"placement: waiting for {count} free {what} ({len(held)} of {len(names)} free now)")
+            holders = list(dict.fromkeys(describe_holder(_lock_file(name)) for name in busy))
+            shown = "; ".join(holders[:3]) + (f"; and {len(holders) - 3} more" if len(holders) > 3 else "")
+            log(f"placement: waiting for {count} free {what} ({len(held)} of {len(names)} free now; "
+                f"held by {shown})")
             said = True
         time.sleep(POLL_S)
 

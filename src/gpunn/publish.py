@@ -11,10 +11,9 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-import yaml
 from snakemake.utils import update_config
 
-from gpunn.config import load_config, load_schema
+from gpunn.config import load_config, load_schema, read_config_file
 from gpunn.errors import GpunnError
 from gpunn.report import index, readme
 from gpunn.report.build import make_report
@@ -40,13 +39,7 @@ def load_files(paths, machine: str | None = None, results_dir: str | None = None
     nvidia-h100-80gb-hbm3, when publishing on another machine)."""
     raw: dict = {}
     for path in [BASE_CONFIG, *paths]:
-        try:
-            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        except OSError as exc:
-            raise GpunnError(f"{path}: cannot read the config file ({exc.strerror})") from None
-        if not isinstance(loaded, dict):
-            raise GpunnError(f"{path}: a config file must be a mapping of keys to values")
-        update_config(raw, loaded)  # nested keys merged, as snakemake --configfile merges files
+        update_config(raw, read_config_file(path))  # nested keys merged, as snakemake --configfile merges files
     if machine:
         raw["machine"] = machine
     if results_dir:

@@ -19,7 +19,7 @@ from pathlib import Path
 from gpunn import experiments
 from gpunn.backends.registry import uses_gpu
 from gpunn.data.integrity import MANIFEST
-from gpunn.data.registry import get_dataset
+from gpunn.data.registry import SPLIT_SIZES, get_dataset, imitated
 from gpunn.experiments import e6
 from gpunn.experiments.base import as_list
 from gpunn.fingerprints import matches, read_record
@@ -27,6 +27,7 @@ from gpunn.nn.models import model_spec
 from gpunn.report.job_times import JOB_TIMES
 from gpunn.report.sources import PROVENANCE as REPORT_PROVENANCE
 from gpunn.report.step_profile import STEP_PROFILE
+from gpunn.report.titles import count
 from gpunn.runspec import RunSpec
 
 EXPERIMENTS = experiments.NAMES
@@ -206,16 +207,30 @@ def index_setting(config: dict) -> tuple[list[str], dict[str, str], list[str]]:
 
 
 def synthetic_data_notes(config: dict, ran) -> list[str]:
-    """One note per synthetic dataset (synthetic_*: generated offline in a real dataset's format and size) that an
-    experiment of `ran` trained on: its numbers are timings of the real shapes, not results on the real data."""
+    """One note per synthetic dataset (synthetic_*: generated offline in a real dataset's format, at its size or
+    smaller) that an experiment of `ran` trained on: its numbers are timings of the real image shapes, not results
+    on the real data; a smaller one says how much smaller (gpunn.data.registry.SPLIT_SIZES)."""
     users: dict[str, list[str]] = {}
     for experiment in ran:
         for dataset, _ in experiment_data(config, experiment):
             users.setdefault(dataset, []).append(experiment.upper())
-    return [f"{' and '.join(used)} ran on {name}, {get_dataset(name).description}, generated offline in the real "
-            "dataset's format and size: their times are those of the real shapes; their losses and accuracies are "
-            "not the real dataset's, nor comparable with the paper's." for name, used in users.items()
-            if name.startswith("synthetic_")]
+    return [f"{' and '.join(used)} ran on {name}, {get_dataset(name).description}, {_synthetic_size(name)}; "
+            "their losses and accuracies are not the real dataset's, nor comparable with the paper's."
+            for name, used in users.items() if name.startswith("synthetic_")]
+
+
+def _synthetic_size(name: str) -> str:
+    """How a synthetic dataset's size stands to the real one's it imitates."""
+    real = imitated(name)
+    ours, theirs = SPLIT_SIZES.get(name), SPLIT_SIZES.get(real)
+    if real is None or ours is None or theirs is None:
+        return "generated offline: their times are those of its image shapes"
+    if ours == theirs:
+        return (f"generated offline in {real}'s format and size: their times are those of the real shapes and "
+                "sizes")
+    return (f"generated offline in {real}'s format, smaller ({count(ours[0])} train / {count(ours[1])} test images "
+            f"against {real}'s {count(theirs[0])} / {count(theirs[1])}): their times are those of the real image "
+            "shapes over fewer images")
 
 
 def index_outputs(config: dict) -> list[str]:

@@ -4,7 +4,9 @@ Two timed jobs running together (Snakemake with several cores, a benchmark start
 pipeline, two users on one GPU machine) share the GPU, the memory bandwidth and the CPU cores, and both
 report times that are too slow. Every timed command therefore runs its timed work inside ``timing_lock``:
 an exclusive ``fcntl.flock`` on one machine-wide file, ``$GPUNN_TIMING_LOCK`` or
-``<tempdir>/gpunn-timing.lock`` (created world-writable, so every user's jobs share it). The kernel drops
+``<tempdir>/gpunn-timing.lock`` (created world-writable, so every user's jobs share it; opened with
+``O_NOFOLLOW`` and refused, in one line, when it is a symbolic link, not a regular file or has other hard links, so a
+file planted in the shared temp folder cannot redirect a job's writes to another file). The kernel drops
 the lock when its holder exits, however it exits, so a killed job never leaves a stale lock. Under config key
 `timing: overlap` (gpunn.placement sets ``GPUNN_TIMING_RESOURCE``) a timed job holds the machine-wide lock shared
 and its resource's own lock (``gpunn-timing-cpu.lock``, ``gpunn-timing-gpu<id>.lock``) exclusively: a CPU-timed
@@ -27,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from stat import S_ISREG
 
 from gpunn.errors import GpunnError
 
@@ -80,14 +83,17 @@ def timing_lock(what: str, log: Callable[[str], None] = print, skip: bool = Fals
             fd = open_lock_file(lock_file)
             fds.append(fd)
             waited += _acquire(fd, mode, lock_file, log)
-        _write_holder(fds[-1], what)
+        for fd in fds:  # a shared lock's record names one of its holders: the last to take it
+            _write_holder(fd, what)
         _held.depth = 1
         try:
             yield TimingLock(locks[-1][0], waited)
         finally:
             _held.depth = 0
-            with contextlib.suppress(OSError):
-                os.ftruncate(fds[-1], 0)  # no stale holder for the next reader
+            for fd, (_, mode) in zip(fds, locks):
+                if mode == fcntl.LOCK_EX:  # no stale holder for the next reader (a shared one's may still hold it)
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(fd, 0)
     finally:
         for fd in fds:
             os.close(fd)  # closing the last descriptor releases the flock
@@ -112,27 +118,67 @@ def _acquire(fd: int, mode: int, path: str, log: Callable[[str], None]) -> float
         return waited
 
 
+# never through a symbolic link (a link planted in the shared temp folder would have the job truncate and write the
+# file it points to), and never inherited by a command the job starts (gpunn.placement hands its slots on itself)
+OPEN_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 def open_lock_file(path: str) -> int:
-    """A lock file opened for reading and writing (created world-writable when missing)."""
+    """A lock file opened for reading and writing (created world-writable when missing); one GpunnError line when
+    it cannot be opened or is not a plain file of its own (a symbolic link, a device, a hard link to another file)."""
     # an existing file is opened without O_CREAT: Linux's fs.protected_regular refuses O_CREAT on another
     # user's file in a sticky world-writable directory such as /tmp, even when the file itself is writable
     try:
         try:
-            fd = os.open(path, os.O_RDWR)
+            fd = os.open(path, OPEN_FLAGS)
         except FileNotFoundError:
             try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+                fd = os.open(path, OPEN_FLAGS | os.O_CREAT | os.O_EXCL, 0o666)
             except FileExistsError:  # another job created it in between
-                fd = os.open(path, os.O_RDWR)
+                fd = os.open(path, OPEN_FLAGS)
     except OSError as exc:
+        if os.path.islink(path):  # O_NOFOLLOW's ELOOP
+            raise GpunnError(_not_plain(path, f"is a symbolic link (to {os.readlink(path)})")) from None
         raise GpunnError(
             f"cannot open the timing lock file {path} ({exc.strerror}); make it writable for every user "
             f"(chmod 666 {path}) or set {ENV_VARIABLE} to a writable path"
         ) from None
+    try:
+        stat = os.fstat(fd)
+        if not S_ISREG(stat.st_mode):
+            raise GpunnError(_not_plain(path, "is not a regular file"))
+        if stat.st_nlink != 1:
+            raise GpunnError(_not_plain(path, f"has {stat.st_nlink} hard links"))
+    except BaseException:
+        os.close(fd)
+        raise
     with contextlib.suppress(OSError):
-        if os.fstat(fd).st_uid == os.getuid() and os.fstat(fd).st_mode & 0o777 != 0o666:
+        if stat.st_uid == os.getuid() and stat.st_mode & 0o777 != 0o666:
             os.fchmod(fd, 0o666)  # the umask took write access from other users' jobs
     return fd
+
+
+def _not_plain(path: str, what: str) -> str:
+    return (f"the lock file {path} {what}: gpunn writes into its lock files and refuses one that could lead its "
+            f"writes elsewhere; remove it if it is yours (ls -l {path}), or set {ENV_VARIABLE} to a file in a folder "
+            "of your own")
+
+
+def write_holder(fd: int, what: str) -> None:
+    """Record in the held lock file who holds it (pid, `what`, since when) for the jobs that wait for it."""
+    _write_holder(fd, what)
+
+
+def describe_holder(path: str) -> str:
+    """Who holds the lock file `path`, from its record (best effort: 'another process (not yet recorded)')."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return "another process (not yet recorded)"
+    try:
+        return _describe_holder(fd)
+    finally:
+        os.close(fd)
 
 
 def _write_holder(fd: int, what: str) -> None:
@@ -146,7 +192,12 @@ def _describe_holder(fd: int) -> str:
     """'pid N (what, since HH:MM:SS)' from the holder's record, best effort (it may not have written it yet)."""
     try:
         record = json.loads(os.pread(fd, 4096, 0).decode())
+        with contextlib.suppress(PermissionError):  # another user's live process
+            os.kill(int(record["pid"]), 0)  # a record left by a holder that has exited: not the holder now
         since = time.strftime("%H:%M:%S", time.localtime(float(record["since"])))
-        return f"pid {int(record['pid'])} ({record['what']}, since {since})"
-    except (OSError, ValueError, KeyError, TypeError):
+        # another user's job may have written the record: only printable text, and not a whole screen of it
+        what = "".join(c if c.isprintable() else "?" for c in str(record["what"]))
+        what = what if len(what) <= 160 else what[:157] + "..."
+        return f"pid {int(record['pid'])} ({what}, since {since})"
+    except (OSError, ValueError, KeyError, TypeError, OverflowError):
         return "another process (not yet recorded)"

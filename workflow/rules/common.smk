@@ -10,7 +10,15 @@ import sys
 _SRC = os.path.join(workflow.basedir, "src")
 sys.path.insert(0, _SRC)
 
-from gpunn.config import CPU_MACHINE, SIMULATOR_MACHINE, gpu_slots, load_config, load_schema, missing_gpu_note
+from gpunn.config import (
+    CPU_MACHINE,
+    SIMULATOR_MACHINE,
+    gpu_slots,
+    load_config,
+    load_schema,
+    missing_gpu_note,
+    read_config_file,
+)
 from gpunn.data.registry import DATASETS
 from gpunn import experiments
 from gpunn.report.captions import rst_name as caption_file
@@ -65,10 +73,12 @@ def _with_base_config():
     """config/config.yaml extended by what the command line gave (--configfile, --config), as a `configfile:`
     directive would (snakemake.utils.update_config: nested keys merged)."""
     from snakemake.utils import update_config
-    import yaml
 
-    with open(os.path.join(workflow.basedir, "config/config.yaml"), encoding="utf-8") as handle:
-        base = yaml.safe_load(handle) or {}
+    try:  # bad YAML: one line with its line and column (Snakemake itself reads --configfile files, not this one)
+        base = read_config_file(os.path.join(workflow.basedir, "config/config.yaml"))
+    except GpunnError as exc:
+        print(f"gpunn: config error: {exc}", file=sys.stderr)
+        sys.exit(1)
     update_config(base, dict(config))
     config.clear()
     config.update(base)

@@ -287,6 +287,23 @@ _SPECS = (
 DATASETS: dict[str, DatasetSpec] = {spec.name: spec for spec in _SPECS}
 
 
+# (train, test) images of the real datasets the synthetic ones imitate, and of the synthetic ones (their recipes in
+# gpunn.data.offline generate these counts; tests/test_data_registry.py holds the two and the descriptions together)
+SPLIT_SIZES = {
+    "mnist": (60000, 10000), "fashion_mnist": (60000, 10000), "cifar10": (50000, 10000),
+    "synthetic_mnist": (60000, 10000), "synthetic_mnist_small": (5000, 1000),
+    "synthetic_cifar10": (50000, 10000), "synthetic_cifar10_small": (2000, 500),
+}
+
+
+def imitated(name: str) -> str | None:
+    """The real dataset a synthetic one imitates in format ('synthetic_mnist_small' -> 'mnist'); None otherwise."""
+    if not name.startswith("synthetic_"):
+        return None
+    real = name[len("synthetic_"):].removesuffix("_small")
+    return real if real in DATASETS else None
+
+
 def get_dataset(name: str) -> DatasetSpec:
     """The spec of a known dataset; an unknown name is a GpunnError listing the known ones."""
     try:

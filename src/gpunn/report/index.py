@@ -23,7 +23,7 @@ import pandas as pd
 from gpunn import experiments, io
 from gpunn.errors import GpunnError
 from gpunn.report import divergence, job_times, sources
-from gpunn.report.paper_vs_ours import ACCURACY_QUANTITIES, row_key
+from gpunn.report.paper_vs_ours import ACCURACY_QUANTITIES, TIME_QUANTITIES, row_key
 from gpunn.report.papers import PaperValue
 from gpunn.report.tables import format_ratio, format_significant
 
@@ -66,16 +66,26 @@ def _ratio(value) -> str:
     return "-" if _missing(value) else format_ratio(value)
 
 
+NOT_PAPER_SETTING = "- (not the paper's setting)"
+NO_BASELINE = "- (a time on other hardware, and no baseline of the paper's to make it a speedup)"
+
+
 def _comparison(entry: PaperValue, row: pd.Series) -> str:
-    """How ours compares: accuracies by their difference in points, a time by the two speedups over each side's
-    own CPU, a paper speedup by ours over it; a range by where ours falls (paper_vs_ours's note)."""
+    """How ours compares: accuracies by their difference in points where our run had the paper's setting (else
+    NOT_PAPER_SETTING: the note says how ours differs), a time only by the two speedups over each side's own CPU
+    (else NO_BASELINE: an absolute time on other hardware is not compared), a paper speedup by ours over it; a range
+    by where ours falls (paper_vs_ours's note)."""
     if _missing(row.get("ours")):
         return "-"
     if entry.quantity in ACCURACY_QUANTITIES and not _missing(row.get("diff_pp")):
+        if not _missing(row.get("our_setting")):
+            return NOT_PAPER_SETTING
         return f"{round(float(row['diff_pp']), 2) + 0.0:+.2f} pp"  # + 0.0: no '-0.00' for a rounding residue
     if not _missing(row.get("paper_speedup")) and not _missing(row.get("our_speedup")):
         return (f"speedup over own CPU: paper {_ratio(row['paper_speedup'])}, "
                 f"ours {_ratio(row['our_speedup'])}")
+    if entry.quantity in TIME_QUANTITIES:
+        return NO_BASELINE
     if not _missing(row.get("ratio")):
         return f"ours / paper {_ratio(row['ratio'])}"
     return "-"
@@ -213,8 +223,11 @@ def markdown(report_root, ran, not_run, rows, records, notes=(), machine: str = 
              _devices_line(records), ""]
     parts += ["## Paper vs ours", "",
               "Each experiment's headline numbers as its paper prints them, beside ours from the same setting where we "
-              "ran it. Accuracies compare by their difference in points; times only through speedups over each "
-              "side's own CPU baseline (a T4 is not an H100); a paper's speedup against ours over our own runs. "
+              "ran it. Accuracies compare by their difference in points, only where our run had the paper's "
+              "setting (otherwise '- (not the paper's setting)', and the note says how ours differs: a smoke run's "
+              "tiny dataset or single epoch is no reproduction); times only through speedups over each side's own "
+              "CPU baseline (a T4 is not an H100), so a time without a baseline of the paper's is shown, not "
+              "compared; a paper's speedup against ours over our own runs. "
               "'-' with a note: not run here, and why (never a failure). Every number of every paper: each "
               "experiment's paper_vs_ours.md.", "", _md_table(rows, SUMMARY_COLUMNS), ""]
     extra = [line for line in (*notes, _simulated_line(rows)) if line]

@@ -34,7 +34,7 @@ from gpunn.report.tables import format_ratio, format_significant
 
 COLUMNS = ("table", "row", "column", "quantity", "unit", "paper_text", "paper", "ours", "ratio", "diff_pp",
            "paper_speedup", "our_speedup", "speedup_ratio", "epoch_times", "paper_device", "variant", "our_device",
-           "simulator", "note")
+           "simulator", "our_setting", "note")
 TIME_QUANTITIES = ("train_time", "epoch_time", "block_time", "test_time", "forward_time", "backward_time", "fit_time")
 # quantities that compare two phases of the paper (`versus`): ours is the same comparison of two of our runs
 BETWEEN_QUANTITIES = ("speedup", "expected_speedup", "time_reduction", "memory_reduction", "accuracy_gap")
@@ -251,6 +251,9 @@ def compare(entries: Sequence[PaperValue], ours: Ours) -> list[dict]:
                        our_device=joined(run_device(r) for r in runs),
                        simulator=any(bool(r.get("simulator")) for r in runs))
             notes += [divergence.paper_note(runs), ours.setting_note(entry, runs[0])]
+            # where our run's setting is not the paper's ('digits8_mini, batch 16, 1 epoch'): the entry page then
+            # shows no accuracy difference, which would read as a result (gpunn.report.index)
+            row["our_setting"] = ", ".join(ours.differences(entry, runs[0])) or None
             if row["simulator"] and (entry.quantity in TIME_QUANTITIES or "speedup" in entry.quantity
                                      or "reduction" in entry.quantity):
                 notes.append(SIMULATED)
@@ -297,7 +300,7 @@ def value_row(entry: PaperValue, ours: float | None) -> dict:
             "paper_text": entry.text + (f"-{entry.upper_text}" if entry.upper_text is not None else ""),
             "paper": paper, "ours": ours, "ratio": ratio, "diff_pp": diff, "paper_speedup": None,
             "our_speedup": None, "speedup_ratio": None, "paper_device": entry.hardware, "variant": None,
-            "our_device": None, "simulator": None}
+            "our_device": None, "simulator": None, "our_setting": None}
 
 
 def row_key(entry: PaperValue) -> dict:
