@@ -40,7 +40,7 @@ from gpunn.targets import (
     report_outputs,
 )
 from gpunn.cluster import check_remote_machine, job_resources
-from gpunn import placement
+from gpunn import failures, placement
 from gpunn.backends.registry import cpu_threads as variant_cpu_threads
 from gpunn.backends.registry import uses_gpu as variant_uses_gpu
 
@@ -175,6 +175,9 @@ def uses_gpu(wildcards):
 onstart:
     # The executor is known only now (the Snakefile is read before it is chosen), and before any job is
     # submitted: on a cluster (profiles/slurm) the jobs run on other nodes than this one.
+    if not workflow.non_local_exec:
+        # SIGTERM stops the running jobs too, at once, instead of waiting for them to end (gpunn.failures)
+        failures.forward_sigterm()
     if workflow.non_local_exec:
         if GPU_LIMIT_SET:
             workflow.register_resource("gpu", sys.maxsize)
@@ -191,6 +194,12 @@ onstart:
                 "whole cluster; use --workflow-profile profiles/slurm, which replaces it",
                 file=sys.stderr,
             )
+
+
+onerror:
+    # Printed last, after Snakemake's own error blocks: each failed job with gpunn's error line from its log and the
+    # log's path, or that a SIGTERM stopped the run (gpunn.failures)
+    failures.at_exit(workflow)
 
 
 def _needed(gpu, wildcards):
@@ -345,11 +354,27 @@ def report_files(experiment):
             path = report(
                 path,
                 caption=f"../report/captions/{caption_file(experiment, key)}",
-                category=experiment.upper(),
+                category=report_category(experiment),
                 labels={"figure": name, "mirrors": found.captions[key].paper},
             )
         files.append(path)
     return files
+
+
+def report_category(experiment):
+    """A report figure's category, the experiment's name, as a function: `snakemake --report` calls it while it
+    bundles the figures, once the DAG is built. If any job of this config must still run (its outputs missing or out
+    of date: a failed or killed job, another config's figures on disk under the same names), it prints one line and
+    exits 1 instead of bundling figures that are not this config's (gpunn.failures.stale_report_line)."""
+
+    def category(wildcards):
+        refused = failures.stale_report_line(job for job in workflow.dag.needrun_jobs() if job.output)
+        if refused:
+            print(refused, file=sys.stderr, flush=True)
+            sys.exit(1)
+        return experiment.upper()
+
+    return category
 
 
 def report_front_page():
