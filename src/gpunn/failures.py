@@ -1,4 +1,4 @@
-"""What a run that did not finish prints last: the failed jobs with gpunn's own error line, a run stopped by SIGTERM,
+"""What a run that did not finish prints last: the failed jobs with gpunn's own error line, a run stopped by a signal,
 and a `snakemake --report` of outputs that are not all built.
 
 Snakemake ends a failed run with its own blocks (RuleException, `Error in rule` with the whole shell command) and
@@ -7,10 +7,11 @@ The Snakefile's `onerror` (workflow/rules/common.smk) calls `at_exit`, which pri
 that, when Snakemake's process exits: each failed job, its error line and its log.
 
 SIGTERM: Snakemake's own handler only stops scheduling and waits for the running jobs to end by themselves (minutes
-for a training run), which then still count as failed. `forward_sigterm` (installed by onstart, local runs only)
+for a training run), which then still count as failed. `forward_signals` (installed by onstart, local runs only)
 also sends SIGTERM to every process of the running jobs (Snakemake's descendants): they end at once, their outputs
 removed by Snakemake as those of any failed job (and gpunn writes its outputs atomically at a job's end), and the
-summary says the run was stopped, not failed.
+summary says the run was stopped, and which jobs it stopped, not that they failed. Likewise after Ctrl-C (SIGINT,
+which the terminal sends to the jobs too).
 
 Nothing here runs while the workflow is parsed or planned: onstart and onerror run only when Snakemake executes.
 """
@@ -27,7 +28,8 @@ from collections.abc import Iterable
 
 ERROR_PREFIX = "gpunn: "
 CLOCK_PREFIX = "gpunn job clock: "  # the first and last line of a job's log (workflow/rules/common.smk: logged)
-STOPPED: list[int] = []  # the signal that stopped this run, once forwarded
+KILLED = "its log has no error line: the job was killed (out of memory, a time limit, scancel)"
+STOPPED: list[tuple[int, list]] = []  # the signal that stopped this run and the jobs that were running then
 
 
 def error_line(log: str) -> str | None:
@@ -52,7 +54,7 @@ def summary(jobs: Iterable[tuple[str, str | None]], stopped_by: int | None = Non
     line) and a last line saying what to do. Nothing for a run that failed without a failed job."""
     jobs = list(jobs)
     if stopped_by is not None:
-        name = signal.Signals(stopped_by).name
+        name = signal.Signals(stopped_by).name + (" (Ctrl-C)" if stopped_by == signal.SIGINT else "")
         stopped = "; no job was running" if not jobs else (
             f"; {_count(len(jobs), 'running job')} stopped, no outputs kept: " + ", ".join(n for n, _ in jobs))
         return [f"gpunn: stopped by {name}{stopped}. The jobs that finished are kept: rerun the same command to "
@@ -61,7 +63,7 @@ def summary(jobs: Iterable[tuple[str, str | None]], stopped_by: int | None = Non
     for name, log in jobs:
         lines.append(f"gpunn: failed: {name}" + (f" (its log: {log})" if log else ""))
         found = error_line(log) if log else None
-        lines.append(f"  {found}" if found else "  (its log has no error line: the job was killed, e.g. out of memory)")
+        lines.append(f"  {found}" if found else f"  ({KILLED})")
     if lines:
         lines.append(f"gpunn: {_count(len(jobs), 'job')} failed (above, each with its log); the jobs that finished are "
                      "kept: fix the cause and rerun the same command")
@@ -78,22 +80,36 @@ def job_name(job) -> str:
     return f"{job.rule.name} {values}" if values else job.rule.name
 
 
+def _named(jobs) -> list[tuple[str, str | None]]:
+    """(name, log) of each of Snakemake's `jobs`, in job id order."""
+    return [(job_name(job), str(job.log[0]) if job.log else None) for job in sorted(jobs, key=lambda job: job.jobid)]
+
+
 def failed_jobs(workflow) -> list[tuple[str, str | None]]:
-    """(name, log) of each job of this run that failed (Snakemake's scheduler's `failed`), in job id order."""
-    scheduler = getattr(workflow, "scheduler", None)
-    failed = sorted(getattr(scheduler, "failed", ()) or (), key=lambda job: job.jobid)
-    return [(job_name(job), str(job.log[0]) if job.log else None) for job in failed]
+    """(name, log) of each job of this run that failed (Snakemake's scheduler's `failed`)."""
+    return _named(getattr(getattr(workflow, "scheduler", None), "failed", None) or ())
+
+
+def running_jobs(workflow) -> list[tuple[str, str | None]]:
+    """(name, log) of each job running now (Snakemake's scheduler's `running`)."""
+    running = getattr(getattr(workflow, "scheduler", None), "running", None) or ()
+    for _ in range(3):  # a job thread may change the set meanwhile
+        with contextlib.suppress(RuntimeError):
+            return _named(list(running))
+    return []
 
 
 def at_exit(workflow) -> None:
     """Print `summary` of this run once Snakemake's process exits, after Snakemake's own last lines (onerror runs
-    before them). After a SIGTERM, also end each stopped job's log with a line saying so."""
-    jobs = failed_jobs(workflow)
-    lines = summary(jobs, STOPPED[0] if STOPPED else None)
-    if STOPPED:  # the stopped jobs' logs end mid-run: say why
-        for _, log in jobs:
-            with contextlib.suppress(OSError), open(log, "a", encoding="utf-8") as handle:
-                handle.write(f"gpunn: stopped: Snakemake was sent {signal.Signals(STOPPED[0]).name}; no outputs kept\n")
+    before them). After a signal (`forward_signals`), also end each stopped job's log with a line saying so."""
+    if STOPPED:
+        signum, jobs = STOPPED[0]
+        lines = summary(jobs, signum)
+        for _, log in jobs:  # their logs end mid-run: say why
+            with contextlib.suppress(OSError, TypeError), open(log, "a", encoding="utf-8") as handle:
+                handle.write(f"gpunn: stopped: Snakemake was sent {signal.Signals(signum).name}; no outputs kept\n")
+    else:
+        lines = summary(failed_jobs(workflow))
     if lines:
         atexit.register(lambda: print("\n".join(lines), file=sys.stderr, flush=True))
 
@@ -118,24 +134,30 @@ def descendants(pid: int | None = None) -> list[int]:
     return found
 
 
-def forward_sigterm() -> None:
-    """On SIGTERM, stop the running jobs too: record the signal (for `summary`), send SIGTERM to every descendant
-    process (the jobs' shells, gpunn and tee), then call the handler that was installed before (Snakemake's, which
-    schedules no new job and ends the run once the running ones have ended)."""
-    previous = signal.getsignal(signal.SIGTERM)
+def forward_signals(workflow) -> None:
+    """Record which jobs a SIGTERM or SIGINT stopped (for `at_exit`), then let Snakemake's handler act; on SIGTERM
+    also stop the running jobs: SIGTERM to every descendant process (the jobs' shells, gpunn and tee). Snakemake's
+    SIGTERM handler alone schedules no new job but waits for the running ones to end by themselves; a SIGINT (Ctrl-C)
+    reaches the jobs from the terminal already (one process group). A signal that is ignored stays ignored."""
+    for number in (signal.SIGTERM, signal.SIGINT):
+        previous = signal.getsignal(number)
+        if callable(previous):
+            signal.signal(number, _handler(workflow, previous))
 
+
+def _handler(workflow, previous):
     def handler(signum, frame):
         if not STOPPED:
-            STOPPED.append(signum)
-        if callable(previous):  # first: no job starts after this (the handler runs where Snakemake schedules)
-            previous(signum, frame)
+            STOPPED.append((signum, running_jobs(workflow)))
+        if signum != signal.SIGTERM:
+            previous(signum, frame)  # SIGINT: raises KeyboardInterrupt, where Snakemake stops its jobs
+            return
+        previous(signum, frame)  # first: no job starts after this (the handler runs where Snakemake schedules)
         for pid in descendants():
             with contextlib.suppress(OSError):  # ended meanwhile
                 os.kill(pid, signal.SIGTERM)
-        if previous == signal.SIG_DFL:
-            raise SystemExit(128 + signum)
 
-    signal.signal(signal.SIGTERM, handler)
+    return handler
 
 
 def stale_report_line(jobs: Iterable) -> str | None:

@@ -176,8 +176,9 @@ onstart:
     # The executor is known only now (the Snakefile is read before it is chosen), and before any job is
     # submitted: on a cluster (profiles/slurm) the jobs run on other nodes than this one.
     if not workflow.non_local_exec:
-        # SIGTERM stops the running jobs too, at once, instead of waiting for them to end (gpunn.failures)
-        failures.forward_sigterm()
+        # SIGTERM stops the running jobs too, at once, instead of waiting for them to end; after it or Ctrl-C,
+        # onerror says which jobs were stopped (gpunn.failures)
+        failures.forward_signals(workflow)
     if workflow.non_local_exec:
         if GPU_LIMIT_SET:
             workflow.register_resource("gpu", sys.maxsize)
