@@ -175,10 +175,6 @@ def uses_gpu(wildcards):
 onstart:
     # The executor is known only now (the Snakefile is read before it is chosen), and before any job is
     # submitted: on a cluster (profiles/slurm) the jobs run on other nodes than this one.
-    if not workflow.non_local_exec:
-        # SIGTERM stops the running jobs too, at once, instead of waiting for them to end; after it or Ctrl-C,
-        # onerror says which jobs were stopped (gpunn.failures)
-        failures.forward_signals(workflow)
     if workflow.non_local_exec:
         if GPU_LIMIT_SET:
             workflow.register_resource("gpu", sys.maxsize)
@@ -195,11 +191,15 @@ onstart:
                 "whole cluster; use --workflow-profile profiles/slurm, which replaces it",
                 file=sys.stderr,
             )
+    else:
+        # SIGTERM stops the running jobs too, at once, instead of waiting for them to end; after it or Ctrl-C,
+        # onerror says which jobs were stopped (gpunn.failures)
+        failures.forward_signals(workflow)
 
 
 onerror:
     # Printed last, after Snakemake's own error blocks: each failed job with gpunn's error line from its log and the
-    # log's path, or that a SIGTERM stopped the run (gpunn.failures)
+    # log's path, or that a signal (SIGTERM, Ctrl-C) stopped the run and which jobs it stopped (gpunn.failures)
     failures.at_exit(workflow)
 
 
