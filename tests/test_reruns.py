@@ -13,6 +13,8 @@ import gzip
 import json
 import os
 import re
+import signal
+import subprocess
 import time
 from collections import Counter
 from pathlib import Path
@@ -21,7 +23,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from snakemake_helpers import run_snakemake
+from snakemake_helpers import run_snakemake, snakemake_command
 
 CONFIG = {
     "threads": 1,
@@ -229,6 +231,10 @@ def test_a_failing_job_shows_its_error_on_the_terminal(small):
     assert out.returncode != 0
     errors = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("gpunn: error:")]
     assert errors and "gpu.simulator: true" in errors[0] and "NUMBA_ENABLE_CUDASIM=1" in errors[0]
+    # and it is the last thing printed, after Snakemake's error blocks: the job, its log, its line (onerror)
+    failed, line, last = out.stderr.splitlines()[-3:]
+    assert failed.startswith("gpunn: failed: ") and "(its log: results/failing/logs/" in failed
+    assert line == f"  {errors[0]}" and last.startswith("gpunn: 1 job failed")
     # the first GPU job to run fails (gpu-naive's train or its step profile for E1's report) and stops Snakemake:
     # that job's own log holds the same line
     logs = [log for log in (small / "results/failing/logs").rglob("*.log") if errors[0] in log.read_text()]
@@ -248,6 +254,12 @@ def test_a_diverged_run_fails_its_job_unless_its_experiment_keeps_it(small):
     errors = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("gpunn: error:")]
     assert errors and errors[0].startswith("gpunn: error: training diverged: run digits8/standard/mlp/cpu-numpy/")
     assert "at learning rate 1e6: train loss" in errors[0]
+    failed, line, last = out.stderr.splitlines()[-3:]  # the last lines: the failed job, its log and its line
+    assert failed.startswith("gpunn: failed: train digits8/standard/mlp/cpu-numpy/w8_b32_lr1e6_e1_s0")
+    log = failed.split("(its log: ")[1].rstrip(")")
+    assert line == f"  {errors[0]}" and errors[0] in (small / log).read_text()
+    assert last == ("gpunn: 1 job failed (above, each with its log); the jobs that finished are kept: fix the cause "
+                    "and rerun the same command")
     assert not list((small / "results/diverged/runs").rglob("metrics.json"))
     out = run_snakemake(small, "--cores", "2", "--configfile", "diverged.yaml", "--config",
                         "experiments={e1: {keep_diverged: true}}")
@@ -256,3 +268,46 @@ def test_a_diverged_run_fails_its_job_unless_its_experiment_keeps_it(small):
     assert pd.read_csv(summary)["diverged"].tolist() == [True, True]  # E1's mean and sum runs
     page = (summary.parent.parent / "index.md").read_text()
     assert "## Diverged runs" in page and "- E1: cpu-numpy, reduction mean, dataset digits8" in page
+
+
+def test_a_report_of_jobs_still_to_run_is_refused(small):
+    """`snakemake --report` of a config whose jobs have not all run (here E1 at another learning rate, as after its
+    train job failed) stops with one line, instead of bundling the figures on disk (another config's) under its
+    runs' names; the config that was run gets its report (test_other_config_never_mixes_and_report_still_works)."""
+    out = run_snakemake(small, "--report", "stale.html", "--cores", "2", "--configfile", "small.yaml", "--config",
+                        "experiments={e1: {lr: 1e6}}")
+    assert out.returncode == 1 and not (small / "stale.html").exists()
+    last = out.stderr.splitlines()[-1]
+    assert last.startswith("gpunn: report refused: 5 jobs of this config must run first (") and "train x2" in last
+
+
+def test_sigterm_stops_the_running_job_at_once_and_says_so(small):
+    """SIGTERM to Snakemake: the running train job is stopped too (not waited for), leaves no outputs, its log says
+    why, and the last line says the run was stopped and how to resume (gpunn.failures.forward_signals)."""
+    argv, env = snakemake_command("e1", "--cores", "2", "--configfile", "small.yaml", "--config",
+                                  "experiments={e1: {epochs: 100000}}")
+    run = subprocess.Popen(argv, cwd=small, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    logs = small / "results/small/logs/train"
+    deadline = time.monotonic() + 120
+    while not any("epoch 1/" in log.read_text() for log in logs.rglob("*_e100000_s0*.log")):
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+        time.sleep(0.2)
+    sent = time.monotonic()
+    run.send_signal(signal.SIGTERM)
+    _, stderr = run.communicate(timeout=60)
+    assert time.monotonic() - sent < 10 and run.returncode != 0
+    assert stderr.splitlines()[-1] == (
+        "gpunn: stopped by SIGTERM; 1 running job stopped, no outputs kept: train digits8/standard/mlp/cpu-numpy/"
+        "w8_b32_lr0.1_e100000_s0. The jobs that finished are kept: rerun the same command to resume")
+    assert not list((small / "results/small/runs").rglob("*_e100000_s0*"))
+    (log,) = logs.rglob("*_e100000_s0.log")
+    assert log.read_text().endswith("gpunn: stopped: Snakemake was sent SIGTERM; no outputs kept\n")
+    time.sleep(0.5)
+    assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and _cmdline_has(pid, b"_e100000_s0")]
+
+
+def _cmdline_has(pid: str, text: bytes) -> bool:
+    try:
+        return text in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False

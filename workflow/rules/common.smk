@@ -48,7 +48,7 @@ from gpunn.targets import (
     report_outputs,
 )
 from gpunn.cluster import check_remote_machine, job_resources
-from gpunn import placement
+from gpunn import failures, placement
 from gpunn.backends.registry import cpu_threads as variant_cpu_threads
 from gpunn.backends.registry import uses_gpu as variant_uses_gpu
 
@@ -201,6 +201,16 @@ onstart:
                 "whole cluster; use --workflow-profile profiles/slurm, which replaces it",
                 file=sys.stderr,
             )
+    else:
+        # SIGTERM stops the running jobs too, at once, instead of waiting for them to end; after it or Ctrl-C,
+        # onerror says which jobs were stopped (gpunn.failures)
+        failures.forward_signals(workflow)
+
+
+onerror:
+    # Printed last, after Snakemake's own error blocks: each failed job with gpunn's error line from its log and the
+    # log's path, or that a signal (SIGTERM, Ctrl-C) stopped the run and which jobs it stopped (gpunn.failures)
+    failures.at_exit(workflow)
 
 
 def _needed(gpu, wildcards):
@@ -355,11 +365,27 @@ def report_files(experiment):
             path = report(
                 path,
                 caption=f"../report/captions/{caption_file(experiment, key)}",
-                category=experiment.upper(),
+                category=report_category(experiment),
                 labels={"figure": name, "mirrors": found.captions[key].paper},
             )
         files.append(path)
     return files
+
+
+def report_category(experiment):
+    """A report figure's category, the experiment's name, as a function: `snakemake --report` calls it while it
+    bundles the figures, once the DAG is built. If any job of this config must still run (its outputs missing or out
+    of date: a failed or killed job, another config's figures on disk under the same names), it prints one line and
+    exits 1 instead of bundling figures that are not this config's (gpunn.failures.stale_report_line)."""
+
+    def category(wildcards):
+        refused = failures.stale_report_line(job for job in workflow.dag.needrun_jobs() if job.output)
+        if refused:
+            print(refused, file=sys.stderr, flush=True)
+            sys.exit(1)
+        return experiment.upper()
+
+    return category
 
 
 def report_front_page():
