@@ -99,3 +99,20 @@ def test_the_readmes_links_into_the_results_resolve():
     """The README's links into docs/results (the generated Results section's) point at published files."""
     targets = [t for t in links(REPO / "README.md") if t.startswith("docs/results/")]
     assert targets and all((REPO / t.partition("#")[0]).exists() for t in targets), targets
+
+
+# every ```python block of the README and the manual, by a line only it holds: the test that runs it
+PYTHON_EXAMPLES = {"SoftmaxCrossEntropy": "test_readme.py::test_the_layers_example_runs",
+                   'Trainer(model, "cuda"': "test_api.py::test_readme_gpu_example_runs",
+                   '"""E7: ': "test_extend.py (the worked example of a new experiment)"}
+
+
+def test_every_python_example_is_run_by_a_test():
+    """A new ```python block fails here until a test runs it and PYTHON_EXAMPLES names that test."""
+    blocks = [(page.relative_to(REPO), block) for page in PAGES
+              for block in re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.DOTALL)]
+    unrun = [f"{page}: {block.splitlines()[0]}" for page, block in blocks
+             if sum(marker in block for marker in PYTHON_EXAMPLES) != 1]
+    assert not unrun, f"python examples no test runs (add a test and its marker to PYTHON_EXAMPLES): {unrun}"
+    for marker in PYTHON_EXAMPLES:
+        assert sum(marker in block for _, block in blocks) == 1, marker

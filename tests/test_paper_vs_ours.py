@@ -294,6 +294,30 @@ def test_e6_accuracies_time_and_range(tmp_path):
     assert "above the paper's range" in _one(table, column="expected_accuracy")["note"]
 
 
+def test_e6_accuracies_on_another_datasets_features_are_not_the_papers_setting(tmp_path):
+    """An SVM on the features of synthetic_cifar10's encoder (an offline machine's E6): its accuracies are shown
+    beside the paper's CIFAR-10 ones but not as a difference in points on the entry page; the note says why."""
+    import dataclasses
+
+    from gpunn.report.index import NOT_PAPER_SETTING, _comparison
+
+    spec = dataclasses.replace(_e5_spec("gpu-graph", 0), dataset="synthetic_cifar10")
+    svm = tmp_path / "svm" / "nvidia-h200" / spec.path
+    io.write_json(svm / "metrics.json", {
+        "method": "exact", "C": 10.0, "gamma": "scale", "n_train": 50000, "n_test": 10000, "n_features": 8192,
+        "kernel_device": "gpu", "train_accuracy": 0.99, "test_accuracy": 0.8, "fit_time_s": 60.0,
+        "provenance": ON_H100, "per_class_accuracy": {"cat": 0.5}})
+    _write_confusion(svm, [[7, 3], [3, 7]], ["cat", "dog"])
+    out = tmp_path / "report"
+    make_report("e6", out, svm=[svm])
+    test = _one(_rows(out), column="test_accuracy")
+    assert test["our_setting"] == "synthetic_cifar10" and "ours: synthetic_cifar10" in test["note"]
+    from gpunn.experiments.e6 import PAPER_VALUES as E6_VALUES
+
+    entry = next(v for v in E6_VALUES if v.quantity == "test_accuracy")
+    assert _comparison(entry, test) == NOT_PAPER_SETTING
+
+
 def test_a_summary_without_a_needed_column_is_one_clear_error():
     frame = _e1_frame().drop(columns="train_time_s")
     with pytest.raises(GpunnError, match="^E1 paper_vs_ours: our summary lacks column.s. train_time_s; it has"):

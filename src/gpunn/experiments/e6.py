@@ -20,7 +20,7 @@ from gpunn.report.captions import Caption
 from gpunn.report.paper_vs_ours import accuracy_in, missing, scaled_time
 from gpunn.report.papers import PaperValue
 from gpunn.report.runs import read_json
-from gpunn.runspec import RunSpec
+from gpunn.runspec import RunSpec, parse_run_path
 
 PAPER, PHASES = e5.PAPER, e5.PHASES  # paper 004 holds E5 and E6
 
@@ -50,6 +50,14 @@ def e6_head(frame: pd.DataFrame) -> str:
             f"features, {train} / {titles.one_or_set(frame['n_test'], titles.count)} test")
 
 
+def _encoder_dataset(svm_dir) -> str | None:
+    """The dataset of the encoder run an SVM folder (<svm>/<machine>/<run path>) classifies; None if not a run path."""
+    try:
+        return parse_run_path(str(svm_dir)).dataset
+    except (GpunnError, ValueError):
+        return None
+
+
 def report_e6(svm, out_dir, **_) -> dict[str, str]:
     rows = []
     for svm_dir in svm:
@@ -64,6 +72,7 @@ def report_e6(svm, out_dir, **_) -> dict[str, str]:
         rows[-1].update({f"{name}_accuracy": acc for name, acc in per_class.items()})
         rows[-1]["simulator"], rows[-1]["cpu"] = fields["simulator"], fields["cpu"]
     frame = pd.DataFrame(rows)
+    frame["dataset"] = [_encoder_dataset(svm_dir) for svm_dir in svm]  # for paper_vs_ours: the paper's CIFAR-10?
     written = {"summary.md": titles.table_title(e6_head(frame), titles.timing_parts(frame))}
     tables.summary_table([{k: v for k, v in r.items() if k != "cpu"} for r in rows], out_dir / "summary.csv",
                          out_dir / "summary.md", written["summary.md"], shown=E6_SHOWN, note=_e6_per_class(rows))
@@ -129,6 +138,9 @@ class OursE6(paper_vs_ours.Ours):
 
     def differences(self, entry, run):
         differs = [] if run.get("method") in entry.ours else [f"method {run.get('method')}"]
+        dataset = run.get("dataset")
+        if entry.dataset and not missing(dataset) and str(dataset) != entry.dataset.split(" ")[0]:
+            differs.append(str(dataset))  # features of another dataset's images (synthetic_cifar10 offline)
         if entry.n_train and not missing(run.get("n_train")) and int(run["n_train"]) != entry.n_train:
             differs.append(f"{titles.count(run['n_train'])} training rows")
         if not missing(run.get("n_features")) and int(run["n_features"]) != PAPER_FEATURES:
