@@ -149,10 +149,11 @@ def _handler(workflow, previous):
     def handler(signum, frame):
         if not STOPPED:
             STOPPED.append((signum, running_jobs(workflow)))
+        # first Snakemake's own: SIGINT raises KeyboardInterrupt here (Snakemake stops its jobs); after SIGTERM's no
+        # job starts (the handler runs where Snakemake schedules), and the running ones are stopped below
+        previous(signum, frame)
         if signum != signal.SIGTERM:
-            previous(signum, frame)  # SIGINT: raises KeyboardInterrupt, where Snakemake stops its jobs
             return
-        previous(signum, frame)  # first: no job starts after this (the handler runs where Snakemake schedules)
         for pid in descendants():
             with contextlib.suppress(OSError):  # ended meanwhile
                 os.kill(pid, signal.SIGTERM)

@@ -84,7 +84,7 @@ def timing_lock(what: str, log: Callable[[str], None] = print, skip: bool = Fals
             fds.append(fd)
             waited += _acquire(fd, mode, lock_file, log)
         for fd in fds:  # a shared lock's record names one of its holders: the last to take it
-            _write_holder(fd, what)
+            write_holder(fd, what)
         _held.depth = 1
         try:
             yield TimingLock(locks[-1][0], waited)
@@ -164,11 +164,6 @@ def _not_plain(path: str, what: str) -> str:
             "of your own")
 
 
-def write_holder(fd: int, what: str) -> None:
-    """Record in the held lock file who holds it (pid, `what`, since when) for the jobs that wait for it."""
-    _write_holder(fd, what)
-
-
 def describe_holder(path: str) -> str:
     """Who holds the lock file `path`, from its record (best effort: 'another process (not yet recorded)')."""
     try:
@@ -181,7 +176,8 @@ def describe_holder(path: str) -> str:
         os.close(fd)
 
 
-def _write_holder(fd: int, what: str) -> None:
+def write_holder(fd: int, what: str) -> None:
+    """Record in the held lock file who holds it (pid, `what`, since when) for the jobs that wait for it."""
     record = json.dumps({"pid": os.getpid(), "what": what, "since": time.time()})
     with contextlib.suppress(OSError):
         os.ftruncate(fd, 0)

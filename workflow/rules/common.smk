@@ -372,6 +372,9 @@ def report_files(experiment):
     return files
 
 
+_REPORT_CHECKED = []  # report_category's one check: the refusal line, or None
+
+
 def report_category(experiment):
     """A report figure's category, the experiment's name, as a function: `snakemake --report` calls it while it
     bundles the figures, once the DAG is built. If any job of this config must still run (its outputs missing or out
@@ -379,7 +382,9 @@ def report_category(experiment):
     exits 1 instead of bundling figures that are not this config's (gpunn.failures.stale_report_line)."""
 
     def category(wildcards):
-        refused = failures.stale_report_line(job for job in workflow.dag.needrun_jobs() if job.output)
+        if not _REPORT_CHECKED:  # once per report: the DAG does not change while Snakemake bundles the figures
+            _REPORT_CHECKED.append(failures.stale_report_line(job for job in workflow.dag.needrun_jobs() if job.output))
+        refused = _REPORT_CHECKED[0]
         if refused:
             print(refused, file=sys.stderr, flush=True)
             sys.exit(1)
