@@ -55,6 +55,11 @@ def _rel_err(got, ref):
     return float(np.abs(got - ref).max() / np.abs(ref).max())
 
 
+def _ref(version, *args, **kw):
+    """The float64 reference of a version: its inputs rounded as it rounds them (TF32, BF16) first."""
+    return G.gemm_reference(*args, inputs=G.VERSIONS[version].inputs, **kw)
+
+
 def _run(version, m, n, k, trans_a, trans_b, epilogue, key=(), **kw):
     """Launch one version on fresh random inputs; return the relative max error vs the reference."""
     rng = _rng(version, m, n, k, trans_a, trans_b, epilogue, *key)
@@ -66,7 +71,7 @@ def _run(version, m, n, k, trans_a, trans_b, epilogue, key=(), **kw):
     assert isinstance(launch, Launch)
     got = out.copy_to_host()
     assert np.isfinite(got).all(), f"{version}: unwritten (NaN) outputs"
-    return _rel_err(got, G.gemm_reference(a, b, trans_a, trans_b, bias, relu, mask))
+    return _rel_err(got, _ref(version, a, b, trans_a, trans_b, bias, relu, mask))
 
 
 # --------------------------------------------------------------------------------------------- correctness
@@ -87,6 +92,8 @@ def test_gemm_every_version_transpose_epilogue(version, trans_a, trans_b, epilog
     ("regblock128", True, True, 3, 131, 10),    # 2 blocks along N
     ("coalesced128", False, False, 130, 5, 17),  # its whole-line loads (dense A, dense B) across tiles
     ("coalesced128", True, True, 3, 131, 10),    # (transposed A, transposed B)
+    ("tensor_tf32", False, False, 130, 5, 40),  # 2 blocks along M, 2 K steps of 32 (the second partly empty)
+    ("tensor_bf16", True, True, 3, 131, 40),    # 2 blocks along N
 ])
 def test_gemm_across_tiles(version, trans_a, trans_b, m, n, k):
     assert _run(version, m, n, k, trans_a, trans_b, "bias_relu") < TOL
@@ -127,7 +134,7 @@ def test_gemm_strided_views(version, trans_a, trans_b):
     outside = np.ones(got_big.shape, dtype=bool)
     outside[1 : 1 + m, 2:] = False
     assert np.isnan(got_big[outside]).all(), "wrote outside the output view"
-    assert _rel_err(got, G.gemm_reference(a, b, trans_a, trans_b, bias, True)) < TOL
+    assert _rel_err(got, _ref(version, a, b, trans_a, trans_b, bias, True)) < TOL
 
 
 @pytest.mark.parametrize("version", list(G.DENSE_LAUNCHERS))
@@ -143,7 +150,7 @@ def test_bound_launch_reads_live_arrays(version):
     assert np.isnan(out.copy_to_host()).all(), "launch=False must not launch"
     for _ in range(2):
         launch()
-        assert _rel_err(out.copy_to_host(), G.gemm_reference(a, b, trans_b=True, relu_mask=h)) < TOL
+        assert _rel_err(out.copy_to_host(), _ref(version, a, b, trans_b=True, relu_mask=h)) < TOL
         a, b = _stored(rng, m, n, k, False, True)
         h = np.maximum(rng.standard_normal((m, n)), 0).astype(np.float32)
         a_dev.copy_to_device(a)
@@ -164,6 +171,13 @@ def test_reference_matches_numpy():
     )
     np.testing.assert_allclose(G.gemm_reference(a, b, trans_b=True, relu_mask=mask),
                                np.where(mask > 0, a @ b.T, 0))
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    for inputs in ("tf32", "bf16"):  # the tensor-core versions' reference: A and B rounded first, then float64
+        rounded = G.round_inputs(a32, inputs).astype(np.float64) @ G.round_inputs(b32, inputs).astype(np.float64).T
+        np.testing.assert_array_equal(G.gemm_reference(a32, b32, trans_b=True, inputs=inputs), rounded)
+        assert not np.array_equal(rounded, a32.astype(np.float64) @ b32.astype(np.float64).T)
+    with pytest.raises(ValueError, match=r"unknown input format 'fp16'"):
+        G.gemm_reference(a32, b32, trans_b=True, inputs="fp16")
 
 
 # --------------------------------------------------------------------------------------------- split-K (dense)
@@ -175,8 +189,9 @@ def test_reference_matches_numpy():
     ("tiled16", False, False, "none", 5, 301, {}),
     ("regblock", False, True, "mask", 3, 141, {}),
     ("regblock128", True, True, "relu", None, 141, {}),  # automatic: SIMULATOR_SPLITS under the simulator
+    ("tensor_bf16", True, False, "mask", 2, 75, {}),  # chunks of 64 and 11 (K steps of 32)
 ], ids=["naive-NN-bias-3", "tiled16-TN-bias_relu-2", "tiled16-NN-none-5", "regblock-NT-mask-3",
-        "regblock128-TT-relu-auto"])
+        "regblock128-TT-relu-auto", "tensor_bf16-TN-mask-2"])
 def test_dense_split_k_matches_the_single_launch(version, trans_a, trans_b, epilogue, splits, k, kw):
     """Split K through the dense launchers: the epilogue (bias, ReLU, mask) applied by the fixed-order sum; the
     result within float32 tolerance of the float64 reference and of the single launch."""
@@ -194,7 +209,7 @@ def test_dense_split_k_matches_the_single_launch(version, trans_a, trans_b, epil
         assert isinstance(launch, Launch if s == 1 else LaunchGroup)
     used = G.SIMULATOR_SPLITS if splits is None else splits
     assert f"[split {used} x " in launch.launches[0].name and f"[sum {used}]" in launch.launches[1].name
-    ref = G.gemm_reference(a, b, trans_a, trans_b, bias, relu, mask)
+    ref = _ref(version, a, b, trans_a, trans_b, bias, relu, mask)
     single, split = outs[1].copy_to_host(), outs[splits].copy_to_host()
     assert np.isfinite(split).all(), "unwritten (NaN) outputs"
     assert _rel_err(split, ref) < TOL and _rel_err(single, ref) < TOL
@@ -416,13 +431,13 @@ def test_gemm_gpu_strided_mlp_shapes(version):
     w2 = cuda.to_device(params)[784 * 256 : 784 * 256 + 2560].reshape(256, 10)
     h = cuda.device_array((64, 256), np.float32)
     G.gemm(x, w1, h, version=version, relu=True)
-    h_ref = G.gemm_reference(batch[:, :784], params[:784 * 256].reshape(784, 256), relu=True)
+    h_ref = _ref(version, batch[:, :784], params[:784 * 256].reshape(784, 256), relu=True)
     assert _rel_err(h.copy_to_host(), h_ref) < TOL
     dz = rng.standard_normal((64, 10)).astype(np.float32)
     dh = _nan((64, 256))
     G.gemm(cuda.to_device(dz), w2, dh, version=version, trans_b=True, relu_mask=h)
-    ref = G.gemm_reference(dz, params[784 * 256 : 784 * 256 + 2560].reshape(256, 10), trans_b=True,
-                           relu_mask=h.copy_to_host())
+    ref = _ref(version, dz, params[784 * 256 : 784 * 256 + 2560].reshape(256, 10), trans_b=True,
+               relu_mask=h.copy_to_host())
     assert _rel_err(dh.copy_to_host(), ref) < TOL
 
 
@@ -435,8 +450,8 @@ def test_dense_split_k_gpu_cnn_fc_forward():
     x, w = rng.standard_normal((64, 4608)).astype(np.float32), rng.standard_normal((4608, 10)).astype(np.float32)
     bias = rng.standard_normal(10).astype(np.float32)
     d_x, d_w, d_bias = cuda.to_device(x), cuda.to_device(w), cuda.to_device(bias)
-    ref = G.gemm_reference(x, w, bias=bias)
     for version in G.DENSE_LAUNCHERS:
+        ref = _ref(version, x, w, bias=bias)
         outs = []
         for splits in (1, None, None):
             out = _nan((64, 10))

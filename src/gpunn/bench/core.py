@@ -54,7 +54,12 @@ class Problem:
 
     ``bind(launcher, block, stream)`` copies fresh inputs to the device, poisons the outputs with NaN and
     returns ``(launch, outputs)`` without launching; ``torch_ref(torch)`` returns the name of the equivalent
-    torch op and a zero-argument callable running it on device tensors."""
+    torch op and a zero-argument callable running it on device tensors.
+
+    A version whose inputs are rounded before they are multiplied (``input_format(version)``: "tf32", "bf16", the
+    tensor-core GEMMs) is checked against ``expected_for(format)``, the reference of rounded inputs, and compared
+    with ``torch_ref(torch, format)``, PyTorch in the same format; every other version against ``expected`` and
+    ``torch_ref(torch)``."""
 
     op: str
     case: str
@@ -69,6 +74,12 @@ class Problem:
     flops: int
     bind: Callable
     torch_ref: Callable
+    input_format: Callable = lambda version: "fp32"
+    expected_for: Callable | None = None
+
+    def expected_of(self, version: str) -> tuple:
+        fmt = self.input_format(version)
+        return self.expected if fmt == "fp32" else self.expected_for(fmt)
 
 
 def _random(rng, shape, scale=1.0) -> np.ndarray:
@@ -154,9 +165,11 @@ def _label(problem: Problem, version: str, block) -> str:
     return f"{problem.op}/{version} block {block_dims(block)} on {problem.case} {problem.shape_label}"
 
 
-def check_outputs(problem: Problem, label: str, outputs) -> None:
-    """Raise BenchMismatch unless every output is within the problem's relative-error limit of its reference."""
-    for name, got, expected in zip(problem.output_names, outputs, problem.expected):
+def check_outputs(problem: Problem, label: str, outputs, version: str | None = None) -> None:
+    """Raise BenchMismatch unless every output is within the problem's relative-error limit of its reference (the
+    version's: see Problem)."""
+    expected_outputs = problem.expected if version is None else problem.expected_of(version)
+    for name, got, expected in zip(problem.output_names, outputs, expected_outputs):
         got = np.asarray(got, np.float64).reshape(expected.shape)
         scale = float(np.max(np.abs(expected))) or 1.0  # an all-zero reference (zeroed grad): absolute error
         error = np.abs(got - expected) / scale
@@ -191,7 +204,7 @@ def validate(problems, blocks, log=print) -> list[Configuration]:
                     continue  # a fixed-block version accepted the thread count but runs its own block: a duplicate
                 launch()
                 stream.synchronize()
-                check_outputs(problem, label, [output.copy_to_host() for output in outputs])
+                check_outputs(problem, label, [output.copy_to_host() for output in outputs], version)
                 validated.append(Configuration(problem, version, block))
     log(f"all results match ({len(validated)} configurations)")
     return validated
@@ -295,8 +308,8 @@ def torch_on_gpu():
     return torch
 
 
-def reference_timing(problem: Problem, repeats: int, torch) -> tuple[str, float]:
-    name, run = problem.torch_ref(torch)
+def reference_timing(problem: Problem, repeats: int, torch, fmt: str = "fp32") -> tuple[str, float]:
+    name, run = problem.torch_ref(torch) if fmt == "fp32" else problem.torch_ref(torch, fmt)
     return name, median_launch_ms(run, repeats, torch_clock(torch)).ms
 
 
@@ -313,9 +326,10 @@ def benchmark(problems, blocks, repeats: int, log=print, compare_torch: bool = T
         problem = config.problem
         timing = time_configuration(config, repeats, stream)
         ms, timed = timing.ms, timing.repeats
-        if torch is not None and id(problem) not in references:
-            references[id(problem)] = reference_timing(problem, repeats, torch)
-        ref_name, ref_ms = references.get(id(problem), (None, None))
+        fmt = problem.input_format(config.version)
+        if torch is not None and (id(problem), fmt) not in references:
+            references[id(problem), fmt] = reference_timing(problem, repeats, torch, fmt)
+        ref_name, ref_ms = references.get((id(problem), fmt), (None, None))
         gflops = problem.flops / ms / 1e6 if problem.flops else None
         gbps = None if problem.flops else problem.bytes_moved / ms / 1e6
         pct = 100.0 * ref_ms / ms if ref_ms else None

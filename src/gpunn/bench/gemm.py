@@ -1,6 +1,8 @@
 """GEMM problems: every version with a dense launcher (``gemm.DENSE_LAUNCHERS``) on the MLP's shapes, 4096^3, the
 autoencoder's largest convolutions as dense GEMMs (AE_CASES) and an odd validation shape, each beside cuBLAS (through
-torch, fp32, TF32 off) as % of its time; the relative-error limit grows with sqrt(K) (gemm_tolerance)."""
+torch) in its own format as % of its time: the fp32 versions against fp32 (TF32 off), the tensor-core versions
+against TF32 and BF16 cuBLAS, each checked against the float64 reference of its inputs rounded as it rounds them;
+the relative-error limit grows with sqrt(K) (gemm_tolerance)."""
 
 from __future__ import annotations
 
@@ -97,24 +99,34 @@ def _gemm_problem(case: GemmCase, rng) -> Problem:
                           stream=stream, launch=False)
         return launch, (out,)
 
-    def torch_ref(torch):
-        left = torch.from_numpy(a).cuda()
-        right = torch.from_numpy(b).cuda()
+    def torch_ref(torch, fmt="fp32"):
+        """cuBLAS through torch: fp32 (TF32 off); tf32 (TF32 on for this call); bf16 (operands, bias and output
+        converted to bfloat16 beforehand, fp32 accumulation: what torch.autocast runs)."""
+        dtype = torch.bfloat16 if fmt == "bf16" else torch.float32
+        left = torch.from_numpy(a).cuda().to(dtype)
+        right = torch.from_numpy(b).cuda().to(dtype)
         left = left.t() if case.trans_a else left  # transposed views, as the kernels read them in place
         right = right.t() if case.trans_b else right
-        out = torch.empty((m, n), device="cuda")
-        bias_t = None if bias is None else torch.from_numpy(bias).cuda()
+        out = torch.empty((m, n), device="cuda", dtype=dtype)
+        bias_t = None if bias is None else torch.from_numpy(bias).cuda().to(dtype)
+        tf32 = fmt == "tf32"
 
         def run():
+            torch.backends.cuda.matmul.allow_tf32 = tf32
             if bias_t is None:
                 torch.matmul(left, right, out=out)
             else:
                 torch.addmm(bias_t, left, right, out=out)
             if case.relu:
                 out.relu_()
+            torch.backends.cuda.matmul.allow_tf32 = False
 
         name = "torch.matmul" if bias is None else "torch.addmm"
-        return name + (" + relu_" if case.relu else ""), run
+        return name + (" + relu_" if case.relu else "") + ("" if fmt == "fp32" else f" ({fmt})"), run
+
+    @functools.cache
+    def expected_for(fmt):
+        return (gemm.gemm_reference(a, b, case.trans_a, case.trans_b, bias, case.relu, inputs=fmt),)
 
     flags = ("A^T " if case.trans_a else "") + ("B^T " if case.trans_b else "") + \
             ("+bias " if case.bias else "") + ("+relu" if case.relu else "")
@@ -123,5 +135,12 @@ def _gemm_problem(case: GemmCase, rng) -> Problem:
         shape_label=f"{m}x{n}x{k} {flags}".strip(), n_elements=m * n, output_names=("out",),
         expected=(expected,), tolerance=gemm_tolerance(k),
         bytes_moved=4 * (a.size + b.size + m * n + (n if case.bias else 0)), flops=2 * m * n * k,
-        bind=bind, torch_ref=torch_ref,
+        bind=bind, torch_ref=torch_ref, input_format=_input_format, expected_for=expected_for,
     )
+
+
+def _input_format(version: str) -> str:
+    """What a bench version ("<name>" or "<name>+splitk") rounds its inputs to; fp32 for a launcher with no version
+    record."""
+    spec = gemm.VERSIONS.get(version.split("+")[0])
+    return "fp32" if spec is None else spec.inputs

@@ -12,6 +12,8 @@ Versions (``VERSIONS``, one ``GemmVersion`` record each; a module each, but ``de
     narrow       128x32 block tile, BK 8, 4x4 per thread, next step prefetched in registers, window store
     deep128x32, deep128x16, deep32x32   the same with deep K steps (BK 16 / 32) for shallow GEMMs
                  (``deep``: one DeepTile factory for these four; mapped problems only)
+    tensor_tf32, tensor_bf16   tensor cores (mma.sync m16n8k8 / m16n8k16), 128x128 tile, inputs rounded to TF32 /
+                 BF16 on their way to shared memory, float32 accumulation (``tensor``: one body for both)
 
 Operands are float32 numba device arrays, C-contiguous or strided views; transposed operands are read in place.
 Epilogues (``EPILOGUES``): none, bias, bias_relu, relu, mask (C = acc where mask > 0: the ReLU backward).
@@ -20,7 +22,8 @@ Epilogues (``EPILOGUES``): none, bias, bias_relu, relu, mask (C = acc where mask
 * ``gemm_mapped(version, problem, ...)``: one version on a ``GemmProblem`` and operand mappings (``mappings``:
   im2col, weights, NCHW stores); the convolutions of ``gpunn.kernels.conv.implicit_gemm`` are built on it.
 * ``gemm_split_k``: K split along grid z, partial tiles summed in a fixed order by a second launch (``split_k``).
-* ``gemm_reference``: the float64 NumPy reference. ``rbf``: the float64 RBF member of the family (E6's SVM).
+* ``gemm_reference``: the float64 NumPy reference (``inputs=``: A and B rounded as a tensor-core version rounds
+  them). ``rbf``: the float64 RBF member of the family (E6's SVM).
 
 History (PTX facts, the measurements behind the split rules): NOTES.md next to this file.
 """
@@ -33,6 +36,8 @@ from .dense import (
     gemm_naive,
     gemm_regblock,
     gemm_regblock128,
+    gemm_tensor_bf16,
+    gemm_tensor_tf32,
     gemm_tiled16,
 )
 from .mappings import A_MAPS, B_MAPS, STORES
@@ -43,7 +48,7 @@ from .problem import (
     fast_divmod_constants,
     gemm_shapes,
 )
-from .reference import gemm_reference
+from .reference import INPUT_FORMATS, gemm_reference, round_inputs
 from .split_k import (
     MAX_SPLITS,
     SIMULATOR_SPLITS,
@@ -67,6 +72,7 @@ __all__ = [
     "VERSIONS",
     "GemmProblem",
     "GemmVersion",
+    "INPUT_FORMATS",
     "auto_splits",
     "conv_problem",
     "fast_divmod_constants",
@@ -79,10 +85,13 @@ __all__ = [
     "gemm_regblock128",
     "gemm_shapes",
     "gemm_split_k",
+    "gemm_tensor_bf16",
+    "gemm_tensor_tf32",
     "gemm_tiled16",
     "lookup",
     "multiprocessors",
     "output_tiles",
+    "round_inputs",
     "split_k_chunks",
     "underfilled_splits",
 ]

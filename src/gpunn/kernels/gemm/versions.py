@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from ..common import cdiv
 from ..launch import Launch, bind
-from . import naive, regblock, regblock128, skinny, tiled16
+from . import naive, regblock, regblock128, skinny, tensor, tiled16
 from .deep import TILES as DEEP_TILES
 from .problem import GemmProblem
 
@@ -19,7 +19,9 @@ __all__ = ["VERSIONS", "GemmVersion", "gemm_mapped", "lookup", "output_tiles"]
 class GemmVersion:
     """One GEMM version: its kernel factory ``kernel(a_map, b_map, store, ksize, epilogue, split_k=False)``, its
     launch configuration ``config(op, block, M, N, kernel) -> (grid, block)``, its default block, the K of one
-    step of its K loop (split-K chunks are multiples of it) and the (rows, columns) of C one block computes."""
+    step of its K loop (split-K chunks are multiples of it), the (rows, columns) of C one block computes and the
+    format its inputs are rounded to before they are multiplied (``fp32``: not rounded; ``tf32``, ``bf16``: the
+    tensor-core versions, float32 accumulation)."""
 
     name: str
     kernel: Callable
@@ -27,6 +29,7 @@ class GemmVersion:
     block: object
     k_step: int
     tile: tuple
+    inputs: str = "fp32"
 
     @property
     def op(self) -> str:
@@ -51,6 +54,8 @@ VERSIONS = {v.name: v for v in (
     GemmVersion("skinny", skinny.kernel, skinny.config, skinny.SK_THREADS, skinny.SK_KC,
                 (skinny.SK_THREADS, skinny.SK_N)),
     *(GemmVersion(d.name, d.kernel, d.config, d.threads, d.bk, (d.bm, d.bn)) for d in DEEP_TILES),
+    *(GemmVersion(f"tensor_{fmt}", tensor.kernel(fmt), tensor.config, tensor.THREADS, tensor.BK,
+                  (tensor.BM, tensor.BN), fmt) for fmt in tensor.FORMATS),
 )}
 
 

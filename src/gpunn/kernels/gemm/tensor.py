@@ -1,0 +1,215 @@
+"""GEMM versions ``tensor_tf32`` and ``tensor_bf16``: warp-level tensor-core MMA (``mma.sync`` through
+gpunn.kernels.mma), a 128x128 block tile, K steps of 32, float32 accumulation; one kernel body for both formats.
+
+Inputs are rounded once, when a tile goes from registers to shared memory: TF32 (``to_tf32``, stored as float32)
+or BF16 (``pack_bf16``, two K-consecutive numbers in one uint32 word). 8 warps in 2 x 4, each a 64x32 warp tile of
+4 x 4 MMAs (m16n8), 64 accumulators a thread; a K step is 4 TF32 (k8) or 2 BF16 (k16) slices of 16 MMAs.
+
+Each operand takes one of two paths (compile-time, by its mapping):
+* a dense operand contiguous along K with a plain outer index (``DENSE_K_A`` / ``DENSE_K_B``): a warp request
+  reads whole K rows (TF32: a row of 32 K a request, lane = K; BF16: two rows, a lane two consecutive K); the tile
+  is stored in rows of K words (an M index of A, an N index of B), 32 TF32 or 16 BF16 words plus 4 of padding;
+* any other mapping (contiguous along M or N, im2col, ...): a thread owns one outer index (its state computed
+  once) and loads 16 consecutive K of it, a warp request reads 32 consecutive outer indices; the tile is stored
+  K-major, rows of 128 outer indices plus 8 of padding.
+Both layouts make the stores of a warp and its fragment reads (group g, word t: 8 rows x 4 words) hit 32
+different banks. The next tile is loaded into registers before the MMAs of this one and stored to shared memory
+after them (as regblock128). Any operand mapping, epilogue and store of ``mappings`` works, and split-K (chunks
+of 32). History and measurements: NOTES.md."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba import cuda, float32, uint32
+
+from ..common import cdiv, check_fixed_block
+from ..jit import jit
+from ..mma import mma_bf16, mma_tf32, pack_bf16, to_tf32
+from .mappings import DENSE_K_A, DENSE_K_B, U0, U1, U2, U4, U32, k_range_fn, kernel_parts
+from .problem import D_M, D_N
+
+BM = 128
+BN = 128
+BK = 32
+THREADS = 256
+ACC = 64  # 4 x 4 MMAs x 4 accumulators a thread (local-array sizes: plain constants)
+LD = 16  # elements of A (and of B) each thread loads per K step: 128 * 32 / 256
+FA = 16  # A fragment registers a slice: 4 MMA rows x 4
+FB = 8  # B fragment registers a slice: 4 MMA columns x 2
+ROW_TF32 = 36  # a K row's words: 32 TF32 + 4 of padding (36 = 4 mod 32: fragment reads conflict-free)
+ROW_BF16 = 20  # 16 words of BF16 pairs + 4 (20 * g mod 32 = 0, 20, 8, 28, ...: conflict-free too)
+ROW_OUTER = 136  # a K-major row: 128 outer indices + 8 (136 = 8 mod 32: word t, index g -> bank 8t + g)
+FORMATS = ("tf32", "bf16")
+assert LD * THREADS == BM * BK == BN * BK
+_BM = np.uint32(BM)
+_BN = np.uint32(BN)
+_BK = np.uint32(BK)
+_U8 = np.uint32(8)
+_U16 = np.uint32(16)
+_U127 = np.uint32(127)
+
+
+def kernel(fmt):
+    """The kernel factory of one format: ``(a_map, b_map, store, ksize, epilogue, split_k=False) -> kernel``."""
+    if fmt not in FORMATS:
+        raise ValueError(f"tensor GEMM: unknown format {fmt!r}; choose from {FORMATS}")
+    return functools.partial(_kernel, fmt)
+
+
+@functools.cache
+def _kernel(fmt, a_map, b_map, store, ksize, epilogue, split_k=False):
+    (_, a_outer, a_inner, a_get, _, b_outer, b_inner, b_get, out_row,
+     finish) = kernel_parts(a_map, b_map, store, ksize, epilogue)
+    k_range = k_range_fn(split_k)
+    bf16 = fmt == "bf16"
+    word = uint32 if bf16 else float32  # a shared-memory word: two BF16, or one TF32 held in a float32
+    kp = 2 if bf16 else 1  # K indices a word holds
+    k_words = BK // kp
+    slices = k_words // 8  # MMA K slices of a K step; each is 8 words of a row
+    mma = mma_bf16 if bf16 else mma_tf32
+    a_rows = a_map in DENSE_K_A  # the load path and shared layout of each operand (module docstring)
+    b_rows = b_map in DENSE_K_B
+    a_shape = (BM, k_words + 4) if a_rows else (k_words, ROW_OUTER)
+    b_shape = (BN, k_words + 4) if b_rows else (k_words, ROW_OUTER)
+    lanes_per_row = np.uint32(32 // kp)  # the K-row path: a warp request reads kp rows of 32 // kp lanes
+    row_step = np.uint32(8 * kp)  # rows between one thread's loads (8 warps x kp rows a request)
+    loads = LD // kp  # requests a thread makes per operand and K step (kp K each)
+
+    @jit
+    def gemm_tensor_kernel(a, b, c, aux, dims):
+        As = cuda.shared.array(a_shape, word)
+        Bs = cuda.shared.array(b_shape, word)
+        acc = cuda.local.array(ACC, float32)
+        fa = cuda.local.array(FA, word)
+        fb = cuda.local.array(FB, word)
+        la = cuda.local.array(LD, float32)  # tile of A in flight (global -> registers -> shared)
+        lb = cuda.local.array(LD, float32)
+        m = dims[D_M]
+        n = dims[D_N]
+        k_begin, k = k_range(dims)
+
+        t = uint32(cuda.threadIdx.x)
+        m0 = uint32(cuda.blockIdx.y * _BM)
+        n0 = uint32(cuda.blockIdx.x * _BN)
+        w = uint32(t // U32)
+        lane = uint32(t % U32)
+        g = uint32(lane // U4)  # the lane's group and place in it (the fragment tables' g and t)
+        q = uint32(lane % U4)
+        wm = uint32(w // U4 * uint32(64))  # the warp tile's first row and column in the block tile
+        wn = uint32(w % U4 * U32)
+        for i in range(ACC):
+            acc[i] = float32(0.0)
+
+        # Load coordinates, fixed for the whole K loop. K-row path: first row and K of the thread's requests;
+        # outer path: its outer index (state computed once) and first of 16 K.
+        row_first = uint32(w * uint32(kp) + lane // lanes_per_row)
+        row_k = uint32(lane % lanes_per_row * uint32(kp))
+        outer_i = uint32(t & _U127)
+        outer_k = uint32(t // uint32(128) * _U16)
+        ao = a_outer(dims, uint32(m0 + outer_i))
+        bo = b_outer(dims, uint32(n0 + outer_i))
+
+        # Pipeline: iteration s loads tile s into registers (if any), multiplies tile s-1 (if any) from
+        # shared memory, then stores tile s to shared memory.
+        k0 = k_begin
+        while True:
+            if k0 < k:
+                if a_rows:
+                    for u in range(loads):
+                        ar = a_outer(dims, uint32(m0 + row_first + uint32(u) * row_step))
+                        for e in range(kp):
+                            la[kp * u + e] = a_get(a, dims, ar, a_inner(dims, uint32(k0 + row_k + uint32(e))))
+                else:
+                    for u in range(LD):
+                        la[u] = a_get(a, dims, ao, a_inner(dims, uint32(k0 + outer_k + uint32(u))))
+                if b_rows:
+                    for u in range(loads):
+                        br = b_outer(dims, uint32(n0 + row_first + uint32(u) * row_step))
+                        for e in range(kp):
+                            lb[kp * u + e] = b_get(b, dims, br, b_inner(dims, uint32(k0 + row_k + uint32(e))))
+                else:
+                    for u in range(LD):
+                        lb[u] = b_get(b, dims, bo, b_inner(dims, uint32(k0 + outer_k + uint32(u))))
+            if k0 > k_begin:
+                s = U0
+                while s < uint32(slices):
+                    kw = uint32(s * _U8 + q)
+                    for i in range(4):
+                        r = uint32(wm + uint32(16 * i) + g)
+                        if a_rows:
+                            fa[4 * i] = As[r, kw]
+                            fa[4 * i + 1] = As[r + _U8, kw]
+                            fa[4 * i + 2] = As[r, kw + U4]
+                            fa[4 * i + 3] = As[r + _U8, kw + U4]
+                        else:
+                            fa[4 * i] = As[kw, r]
+                            fa[4 * i + 1] = As[kw, r + _U8]
+                            fa[4 * i + 2] = As[kw + U4, r]
+                            fa[4 * i + 3] = As[kw + U4, r + _U8]
+                    for j in range(4):
+                        col = uint32(wn + uint32(8 * j) + g)
+                        if b_rows:
+                            fb[2 * j] = Bs[col, kw]
+                            fb[2 * j + 1] = Bs[col, kw + U4]
+                        else:
+                            fb[2 * j] = Bs[kw, col]
+                            fb[2 * j + 1] = Bs[kw + U4, col]
+                    for i in range(4):
+                        for j in range(4):
+                            x = 4 * (4 * i + j)
+                            acc[x], acc[x + 1], acc[x + 2], acc[x + 3] = mma(
+                                fa[4 * i], fa[4 * i + 1], fa[4 * i + 2], fa[4 * i + 3], fb[2 * j], fb[2 * j + 1],
+                                acc[x], acc[x + 1], acc[x + 2], acc[x + 3])
+                    s = uint32(s + U1)
+                cuda.syncthreads()
+            if k0 >= k:
+                break
+            if a_rows:
+                for u in range(loads):
+                    ar = uint32(row_first + uint32(u) * row_step)
+                    if bf16:
+                        As[ar, row_k // U2] = pack_bf16(la[2 * u], la[2 * u + 1])
+                    else:
+                        As[ar, row_k] = to_tf32(la[u])
+            else:
+                for v in range(loads):
+                    if bf16:
+                        As[outer_k // U2 + uint32(v), outer_i] = pack_bf16(la[2 * v], la[2 * v + 1])
+                    else:
+                        As[outer_k + uint32(v), outer_i] = to_tf32(la[v])
+            if b_rows:
+                for u in range(loads):
+                    br = uint32(row_first + uint32(u) * row_step)
+                    if bf16:
+                        Bs[br, row_k // U2] = pack_bf16(lb[2 * u], lb[2 * u + 1])
+                    else:
+                        Bs[br, row_k] = to_tf32(lb[u])
+            else:
+                for v in range(loads):
+                    if bf16:
+                        Bs[outer_k // U2 + uint32(v), outer_i] = pack_bf16(lb[2 * v], lb[2 * v + 1])
+                    else:
+                        Bs[outer_k + uint32(v), outer_i] = to_tf32(lb[v])
+            cuda.syncthreads()
+            k0 = uint32(k0 + _BK)
+
+        # ---- epilogue and masked store: accumulator 4 (4i + j) + 2h + e is C[row g + 8h, column 2q + e] of MMA (i, j)
+        for i in range(4):
+            for h in range(2):
+                gi = uint32(m0 + wm + uint32(16 * i + 8 * h) + g)
+                if gi < m:
+                    row = out_row(dims, gi)
+                    for j in range(4):
+                        for e in range(2):
+                            gj = uint32(n0 + wn + uint32(8 * j + e) + q * U2)
+                            if gj < n:
+                                finish(c, aux, dims, row, gj, acc[4 * (4 * i + j) + 2 * h + e])
+
+    return gemm_tensor_kernel
+
+
+def config(op, block, m, n, kernel):
+    check_fixed_block(op, block, THREADS, kernel)
+    return (cdiv(n, BN), cdiv(m, BM)), THREADS

@@ -1,0 +1,220 @@
+"""Warp-level tensor-core MMA for numba.cuda kernels: ``mma.sync`` and the input roundings as numba intrinsics (inline
+PTX), and under numba's CUDA simulator a NumPy emulation with the same fragment layout and rounding.
+
+* ``mma_tf32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3) -> (d0, d1, d2, d3)``: one ``m16n8k8`` TF32 MMA with float32
+  accumulation, D = A (16x8) @ B (8x8) + C. A and B are float32 values holding TF32 numbers (``to_tf32``); the
+  tensor core reads the 19 high bits of each (a value not rounded first is truncated).
+* ``mma_bf16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3) -> (d0, d1, d2, d3)``: one ``m16n8k16`` BF16 MMA, float32
+  accumulation; A and B are uint32 registers of two BF16 numbers each (``pack_bf16``).
+* ``to_tf32(x)``: x rounded to TF32 (10-bit mantissa, to nearest, ties away from zero: ``cvt.rna.tf32.f32``), as a
+  float32. ``pack_bf16(lo, hi)``: two float32 rounded to BF16 (7-bit mantissa, to nearest even:
+  ``cvt.rn.bf16x2.f32``) in one uint32, ``lo`` in the low half.
+
+Fragments (PTX ISA, "Matrix fragments for mma.m16n8k8 / m16n8k16"): lane = 4 g + t (g = lane // 4, t = lane % 4).
+TF32 A: a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4); B: b0 (k=t, n=g), b1 (t+4, g). BF16 A: register r holds
+elements (row g + 8 (r % 2), columns 2t + 8 (r // 2) and the next); B: register r holds (k = 2t + 8r and the next,
+n = g). C and D: c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1).
+
+Every lane of the warp must call an MMA together (``.sync.aligned``). Under the simulator the emulation exchanges
+the warp's fragments at a block barrier, so every thread of the block must reach each MMA call, and blocks are whole
+warps. Why an intrinsic and not the foreign-function route, with its measured cost: NOTES.md in ``kernels/gemm``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpunn import device
+
+__all__ = ["MMA_SHAPES", "emulate_mma", "mma_bf16", "mma_tf32", "pack_bf16", "round_bf16", "round_tf32",
+           "to_tf32"]
+
+MMA_SHAPES = {"tf32": (16, 8, 8), "bf16": (16, 8, 16)}  # (M, N, K) of one MMA per input format
+WARP = 32
+
+
+# ---------------------------------------------------------------- roundings on host arrays (the emulation's, and
+# the references')
+
+def round_tf32(x) -> np.ndarray:
+    """float32 array rounded to TF32 as ``cvt.rna.tf32.f32`` does: 13 low mantissa bits dropped, to nearest, ties
+    away from zero (the magnitude bits plus half an ulp, then truncated); infinities and NaNs kept."""
+    x = np.asarray(x, dtype=np.float32)
+    bits = x.view(np.uint32)
+    rounded = ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+    return np.where(np.isfinite(x), rounded, x).astype(np.float32)
+
+
+def round_bf16(x) -> np.ndarray:
+    """float32 array rounded to BF16 as ``cvt.rn.bf16x2.f32`` does (to nearest even), returned as float32."""
+    return (_bf16_bits(x).astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def _bf16_bits(x) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    bits = x.view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+    nan = np.isnan(x)
+    return np.where(nan, (bits >> 16) | 0x40, rounded).astype(np.uint16)
+
+
+def _bf16_values(bits) -> np.ndarray:
+    return (np.asarray(bits, dtype=np.uint32) << np.uint32(16)).view(np.float32)
+
+
+# ---------------------------------------------------------------- the emulation (simulator)
+
+def emulate_mma(fmt: str, a_frags, b_frags, c_frags) -> np.ndarray:
+    """A warp's MMA from its 32 lanes' fragments, as the tensor core computes it: ``a_frags`` (32, 4), ``b_frags``
+    (32, 2), ``c_frags`` (32, 4) -> d (32, 4) float32. TF32 fragments are float32 (their 13 low bits ignored,
+    as the hardware does); BF16 ones uint32 of two BF16 each. Products and sums in float64, rounded once."""
+    a_mat, b_mat = _operands(fmt, np.asarray(a_frags), np.asarray(b_frags))
+    c = np.asarray(c_frags, dtype=np.float32).astype(np.float64)
+    lane = np.arange(WARP)
+    g, t = lane // 4, lane % 4
+    c_mat = np.zeros((16, 8))
+    rows, cols = _cd_index(g, t)
+    c_mat[rows, cols] = c
+    d_mat = a_mat @ b_mat + c_mat
+    return d_mat[rows, cols].astype(np.float32)
+
+
+def _cd_index(g, t):
+    """(rows, cols), each (32, 4): where lane's c0..c3 sit in the 16x8 C."""
+    rows = np.stack([g, g, g + 8, g + 8], axis=1)
+    cols = np.stack([2 * t, 2 * t + 1, 2 * t, 2 * t + 1], axis=1)
+    return rows, cols
+
+
+def _operands(fmt, a_frags, b_frags):
+    lane = np.arange(WARP)
+    g, t = lane // 4, lane % 4
+    if fmt == "tf32":
+        a_vals = (a_frags.astype(np.float32).view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+        b_vals = (b_frags.astype(np.float32).view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+        a_mat = np.zeros((16, 8))
+        a_mat[np.stack([g, g + 8, g, g + 8], 1), np.stack([t, t, t + 4, t + 4], 1)] = a_vals
+        b_mat = np.zeros((8, 8))
+        b_mat[np.stack([t, t + 4], 1), np.stack([g, g], 1)] = b_vals
+        return a_mat, b_mat
+    if fmt != "bf16":
+        raise ValueError(f"mma: unknown format {fmt!r}; choose from {sorted(MMA_SHAPES)}")
+    a_regs = np.asarray(a_frags, dtype=np.uint32)
+    b_regs = np.asarray(b_frags, dtype=np.uint32)
+    a_mat = np.zeros((16, 16))
+    for r in range(4):
+        row = g + 8 * (r % 2)
+        col = 2 * t + 8 * (r // 2)
+        a_mat[row, col] = _bf16_values(a_regs[:, r] & 0xFFFF)
+        a_mat[row, col + 1] = _bf16_values(a_regs[:, r] >> 16)
+    b_mat = np.zeros((16, 8))
+    for r in range(2):
+        k = 2 * t + 8 * r
+        b_mat[k, g] = _bf16_values(b_regs[:, r] & 0xFFFF)
+        b_mat[k + 1, g] = _bf16_values(b_regs[:, r] >> 16)
+    return a_mat, b_mat
+
+
+_exchange: dict = {}  # (launch, block, warp, call) -> the warp's fragments, filled lane by lane between two barriers
+
+
+def _warp_mma(fmt, a, b, c):
+    """One lane's part of an emulated MMA: deposit its fragments, wait at the block barrier, compute its D."""
+    from .simulator import current_thread
+
+    thread = current_thread()
+    bx, by, bz = thread._manager._block_dim
+    x, y, z = thread.threadIdx.x, thread.threadIdx.y, thread.threadIdx.z
+    flat = x + bx * (y + by * z)
+    if (bx * by * bz) % WARP:
+        raise ValueError(f"mma_{fmt}: a block of {bx * by * bz} threads is not whole warps")
+    blk = thread.blockIdx
+    call = getattr(thread, "_gpunn_mma_calls", 0)
+    thread._gpunn_mma_calls = call + 1
+    key = (id(thread._manager), blk.x, blk.y, blk.z, flat // WARP, call)
+    lane = flat % WARP
+    slot = _exchange.setdefault(key, [None] * WARP)
+    slot[lane] = (a, b, c)
+    thread.syncthreads()
+    frags = _exchange[key]
+    if isinstance(frags, list):  # the warp's first lane past the barrier computes D for all 32
+        if any(f is None for f in frags):
+            raise RuntimeError(f"mma_{fmt}: not every lane of warp {flat // WARP} reached this MMA")
+        frags = _exchange[key] = emulate_mma(fmt, [f[0] for f in frags], [f[1] for f in frags],
+                                             [f[2] for f in frags])
+    d = frags[lane]
+    thread.syncthreads()  # every lane has read the warp's D
+    if lane == 0:
+        _exchange.pop(key, None)
+    return np.float32(d[0]), np.float32(d[1]), np.float32(d[2]), np.float32(d[3])
+
+
+def _sim_mma_tf32(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+    return _warp_mma("tf32", (a0, a1, a2, a3), (b0, b1), (c0, c1, c2, c3))
+
+
+def _sim_mma_bf16(a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+    return _warp_mma("bf16", (int(a0), int(a1), int(a2), int(a3)), (int(b0), int(b1)), (c0, c1, c2, c3))
+
+
+def _sim_to_tf32(x):
+    return np.float32(round_tf32(np.float32(x)))
+
+
+def _sim_pack_bf16(lo, hi):
+    bits = _bf16_bits(np.array([lo, hi], dtype=np.float32)).astype(np.uint32)
+    return np.uint32(bits[0] | (bits[1] << np.uint32(16)))
+
+
+# ---------------------------------------------------------------- the intrinsics (a GPU)
+
+def _intrinsics():
+    """(mma_tf32, mma_bf16, to_tf32, pack_bf16) as numba intrinsics emitting inline PTX."""
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    i32, f32 = ir.IntType(32), ir.FloatType()
+    quad = types.UniTuple(types.float32, 4)
+
+    def mma_codegen(ptx, cast_ab):
+        def codegen(context, builder, sig, args):
+            ab = [builder.bitcast(v, i32) if cast_ab else v for v in args[:6]]
+            fnty = ir.FunctionType(ir.LiteralStructType([f32] * 4), [i32] * 6 + [f32] * 4)
+            asm = ir.InlineAsm(fnty, ptx + " {$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};",
+                               "=f,=f,=f,=f," + ",".join(["r"] * 6 + ["f"] * 4))
+            out = builder.call(asm, ab + list(args[6:]))
+            return context.make_tuple(builder, quad, [builder.extract_value(out, i) for i in range(4)])
+        return codegen
+
+    @intrinsic
+    def mma_tf32(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        sig = quad(*([types.float32] * 10))
+        return sig, mma_codegen("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", True)
+
+    @intrinsic
+    def mma_bf16(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        sig = quad(*([types.uint32] * 6 + [types.float32] * 4))
+        return sig, mma_codegen("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", False)
+
+    @intrinsic
+    def to_tf32(typingctx, x):
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(i32, [f32]), "cvt.rna.tf32.f32 $0, $1;", "=r,f")
+            return builder.bitcast(builder.call(asm, [args[0]]), f32)
+        return types.float32(types.float32), codegen
+
+    @intrinsic
+    def pack_bf16(typingctx, lo, hi):
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(i32, [f32, f32]), "cvt.rn.bf16x2.f32 $0, $1, $2;", "=r,f,f")
+            return builder.call(asm, [args[1], args[0]])  # the first source goes to the high half
+        return types.uint32(types.float32, types.float32), codegen
+
+    return mma_tf32, mma_bf16, to_tf32, pack_bf16
+
+
+if device.simulator_enabled():
+    mma_tf32, mma_bf16, to_tf32, pack_bf16 = _sim_mma_tf32, _sim_mma_bf16, _sim_to_tf32, _sim_pack_bf16
+else:
+    mma_tf32, mma_bf16, to_tf32, pack_bf16 = _intrinsics()
