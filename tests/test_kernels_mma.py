@@ -49,6 +49,12 @@ def test_round_bf16_is_nearest_even():
     assert np.isnan(M.round_bf16(np.float32([np.nan]))[0])
 
 
+def _pair(lo, hi) -> int:
+    """Two float32 as one register of two BF16 (lo in the low half), through the host rounding."""
+    bits = M._bf16_bits(np.float32([lo, hi])).astype(np.uint32)
+    return int(bits[0] | (bits[1] << np.uint32(16)))
+
+
 def _fragments(fmt, a, b, c):
     """Lane-by-lane fragments of A (16 x K), B (K x 8), C (16 x 8), as the PTX ISA's fragment tables give them."""
     a_frag = np.zeros((32, 4), np.float32 if fmt == "tf32" else np.uint32)
@@ -60,11 +66,9 @@ def _fragments(fmt, a, b, c):
             a_frag[lane] = [a[g, t], a[g + 8, t], a[g, t + 4], a[g + 8, t + 4]]
             b_frag[lane] = [b[t, g], b[t + 4, g]]
         else:
-            bits = lambda v: int(M._bf16_bits(np.float32([v]))[0])  # noqa: E731
-            pair = lambda lo, hi: bits(lo) | (bits(hi) << 16)  # noqa: E731
-            a_frag[lane] = [pair(a[g, 2 * t], a[g, 2 * t + 1]), pair(a[g + 8, 2 * t], a[g + 8, 2 * t + 1]),
-                            pair(a[g, 2 * t + 8], a[g, 2 * t + 9]), pair(a[g + 8, 2 * t + 8], a[g + 8, 2 * t + 9])]
-            b_frag[lane] = [pair(b[2 * t, g], b[2 * t + 1, g]), pair(b[2 * t + 8, g], b[2 * t + 9, g])]
+            a_frag[lane] = [_pair(a[g, 2 * t], a[g, 2 * t + 1]), _pair(a[g + 8, 2 * t], a[g + 8, 2 * t + 1]),
+                            _pair(a[g, 2 * t + 8], a[g, 2 * t + 9]), _pair(a[g + 8, 2 * t + 8], a[g + 8, 2 * t + 9])]
+            b_frag[lane] = [_pair(b[2 * t, g], b[2 * t + 1, g]), _pair(b[2 * t + 8, g], b[2 * t + 9, g])]
         c_frag[lane] = [c[g, 2 * t], c[g, 2 * t + 1], c[g + 8, 2 * t], c[g + 8, 2 * t + 1]]
     return a_frag, b_frag, c_frag
 

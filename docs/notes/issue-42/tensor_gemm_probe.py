@@ -1,5 +1,7 @@
 """Issue 42 probe (device): the tensor-core GEMM versions beside coalesced128 and cuBLAS in the same format, on the
-bench's GEMM cases, plus each kernel's registers and local memory. Run: python docs/notes/issue-42/tensor_gemm_probe.py OUT"""
+bench's GEMM cases, plus each kernel's registers and local memory.
+
+    python docs/notes/issue-42/tensor_gemm_probe.py OUT [VERSION,...]"""
 import sys
 
 from gpunn.bench import gemm as BG
