@@ -94,6 +94,8 @@ def test_gemm_every_version_transpose_epilogue(version, trans_a, trans_b, epilog
     ("coalesced128", True, True, 3, 131, 10),    # (transposed A, transposed B)
     ("tensor_tf32", False, False, 130, 5, 40),  # 2 blocks along M, 2 K steps of 32 (the second partly empty)
     ("tensor_bf16", True, True, 3, 131, 40),    # 2 blocks along N
+    ("wgmma_tf32", True, False, 130, 5, 40),    # 2 blocks along M; A through the outer path
+    ("wgmma_bf16", False, True, 3, 131, 40),    # 2 blocks along N; both operands through the K-row path
 ])
 def test_gemm_across_tiles(version, trans_a, trans_b, m, n, k):
     assert _run(version, m, n, k, trans_a, trans_b, "bias_relu") < TOL
@@ -504,3 +506,21 @@ def test_coalesced128_is_regblock128_bit_for_bit(trans_a, trans_b):
     assert np.isfinite(got["coalesced128"]).all()
     assert np.array_equal(got["regblock128"], got["coalesced128"])
     assert _rel_err(got["coalesced128"], G.gemm_reference(a, b, trans_a, trans_b)) < TOL
+
+
+def test_a_version_for_other_gpus_is_refused_with_one_line(monkeypatch):
+    """wgmma exists on compute capability 9.0 only: elsewhere its versions say so before compiling anything."""
+    from numba import cuda as numba_cuda
+
+    from gpunn import device
+    from gpunn.kernels.gemm import versions
+
+    class Ampere:
+        compute_capability = (8, 0)
+
+    monkeypatch.setattr(device, "simulator_enabled", lambda: False)
+    monkeypatch.setattr(numba_cuda, "get_current_device", lambda: Ampere)
+    with pytest.raises(ValueError, match=r"gemm_wgmma_bf16: version 'wgmma_bf16' needs a GPU of compute capability "
+                                         r"9.0 \(this one is 8.0\); choose another version, e.g. 'tensor_bf16'"):
+        versions.check_device(G.VERSIONS["wgmma_bf16"], "gemm_wgmma_bf16")
+    versions.check_device(G.VERSIONS["tensor_bf16"], "gemm_tensor_bf16")  # runs anywhere

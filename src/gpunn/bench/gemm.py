@@ -68,7 +68,8 @@ QUICK_GEMM_CASES = (
 )
 
 
-SPLIT_K_VERSIONS = ("regblock", "regblock128", "coalesced128")
+SPLIT_K_VERSIONS = ("regblock", "regblock128", "coalesced128", "tensor_tf32", "tensor_bf16", "wgmma_tf32",
+                    "wgmma_bf16")
 
 
 def _versions(case: GemmCase) -> dict:

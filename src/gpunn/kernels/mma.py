@@ -22,6 +22,8 @@ warps. Why an intrinsic and not the foreign-function route, with its measured co
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from gpunn import device
@@ -115,6 +117,7 @@ def _operands(fmt, a_frags, b_frags):
     return a_mat, b_mat
 
 
+_LOCK = threading.Lock()
 _exchange: dict = {}  # (launch, block, warp, call) -> the warp's fragments, filled lane by lane between two barriers
 
 
@@ -136,12 +139,13 @@ def _warp_mma(fmt, a, b, c):
     slot = _exchange.setdefault(key, [None] * WARP)
     slot[lane] = (a, b, c)
     thread.syncthreads()
-    frags = _exchange[key]
-    if isinstance(frags, list):  # the warp's first lane past the barrier computes D for all 32
-        if any(f is None for f in frags):
-            raise RuntimeError(f"mma_{fmt}: not every lane of warp {flat // WARP} reached this MMA")
-        frags = _exchange[key] = emulate_mma(fmt, [f[0] for f in frags], [f[1] for f in frags],
-                                             [f[2] for f in frags])
+    with _LOCK:  # the warp's first lane past the barrier computes D for all 32 (under OS threads too)
+        frags = _exchange[key]
+        if isinstance(frags, list):
+            if any(f is None for f in frags):
+                raise RuntimeError(f"mma_{fmt}: not every lane of warp {flat // WARP} reached this MMA")
+            frags = _exchange[key] = emulate_mma(fmt, [f[0] for f in frags], [f[1] for f in frags],
+                                                 [f[2] for f in frags])
     d = frags[lane]
     thread.syncthreads()  # every lane has read the warp's D
     if lane == 0:
@@ -215,6 +219,9 @@ def _intrinsics():
 
 
 if device.simulator_enabled():
+    from .simulator import patch
+
+    patch()  # gpunn's block runner: the emulation's barriers are its
     mma_tf32, mma_bf16, to_tf32, pack_bf16 = _sim_mma_tf32, _sim_mma_bf16, _sim_to_tf32, _sim_pack_bf16
 else:
     mma_tf32, mma_bf16, to_tf32, pack_bf16 = _intrinsics()

@@ -14,6 +14,8 @@ Versions (``VERSIONS``, one ``GemmVersion`` record each; a module each, but ``de
                  (``deep``: one DeepTile factory for these four; mapped problems only)
     tensor_tf32, tensor_bf16   tensor cores (mma.sync m16n8k8 / m16n8k16), 128x128 tile, inputs rounded to TF32 /
                  BF16 on their way to shared memory, float32 accumulation (``tensor``: one body for both)
+    wgmma_tf32, wgmma_bf16   Hopper's warpgroup MMA (wgmma.mma_async, sm_90a only) on swizzled shared tiles, the
+                 same tile, loads and rounding (``warpgroup``)
 
 Operands are float32 numba device arrays, C-contiguous or strided views; transposed operands are read in place.
 Epilogues (``EPILOGUES``): none, bias, bias_relu, relu, mask (C = acc where mask > 0: the ReLU backward).
@@ -39,6 +41,8 @@ from .dense import (
     gemm_tensor_bf16,
     gemm_tensor_tf32,
     gemm_tiled16,
+    gemm_wgmma_bf16,
+    gemm_wgmma_tf32,
 )
 from .mappings import A_MAPS, B_MAPS, STORES
 from .problem import (
@@ -88,6 +92,8 @@ __all__ = [
     "gemm_tensor_bf16",
     "gemm_tensor_tf32",
     "gemm_tiled16",
+    "gemm_wgmma_bf16",
+    "gemm_wgmma_tf32",
     "lookup",
     "multiprocessors",
     "output_tiles",

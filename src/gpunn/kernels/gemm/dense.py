@@ -18,7 +18,7 @@ from .split_k import gemm_split_k
 from .versions import VERSIONS, gemm_mapped, lookup
 
 __all__ = ["DENSE_LAUNCHERS", "gemm", "gemm_coalesced128", "gemm_naive", "gemm_regblock", "gemm_regblock128",
-           "gemm_tensor_bf16", "gemm_tensor_tf32", "gemm_tiled16"]
+           "gemm_tensor_bf16", "gemm_tensor_tf32", "gemm_tiled16", "gemm_wgmma_bf16", "gemm_wgmma_tf32"]
 
 
 FLAT_VERSIONS = frozenset({"coalesced128"})  # versions that read K-contiguous operands flat (32-bit offsets)
@@ -100,10 +100,25 @@ def gemm_tensor_bf16(a, b, out, trans_a=False, trans_b=False, bias=None, relu=Fa
                   splits)
 
 
+def gemm_wgmma_tf32(a, b, out, trans_a=False, trans_b=False, bias=None, relu=False, relu_mask=None,
+                    block=VERSIONS["wgmma_tf32"].block, stream=0, launch=True, splits=1) -> Launch | LaunchGroup:
+    """Hopper warpgroup-MMA GEMM, inputs rounded to TF32, float32 accumulation (128x128 tile, compute capability
+    9.0 only); the block is fixed to 256 threads."""
+    return _dense("wgmma_tf32", a, b, out, trans_a, trans_b, bias, relu, relu_mask, block, stream, launch, splits)
+
+
+def gemm_wgmma_bf16(a, b, out, trans_a=False, trans_b=False, bias=None, relu=False, relu_mask=None,
+                    block=VERSIONS["wgmma_bf16"].block, stream=0, launch=True, splits=1) -> Launch | LaunchGroup:
+    """Hopper warpgroup-MMA GEMM, inputs rounded to BF16, float32 accumulation (128x128 tile, compute capability
+    9.0 only); the block is fixed to 256 threads."""
+    return _dense("wgmma_bf16", a, b, out, trans_a, trans_b, bias, relu, relu_mask, block, stream, launch, splits)
+
+
 # The versions with a dense launcher (the benchmark times each; its block default is in its signature).
 DENSE_LAUNCHERS = {"naive": gemm_naive, "tiled16": gemm_tiled16, "regblock": gemm_regblock,
                    "regblock128": gemm_regblock128, "coalesced128": gemm_coalesced128,
-                   "tensor_tf32": gemm_tensor_tf32, "tensor_bf16": gemm_tensor_bf16}
+                   "tensor_tf32": gemm_tensor_tf32, "tensor_bf16": gemm_tensor_bf16,
+                   "wgmma_tf32": gemm_wgmma_tf32, "wgmma_bf16": gemm_wgmma_bf16}
 
 
 def gemm(a, b, out, version="tiled16", **kw) -> Launch | LaunchGroup:

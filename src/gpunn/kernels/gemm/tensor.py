@@ -5,7 +5,7 @@ Inputs are rounded once, when a tile goes from registers to shared memory: TF32 
 or BF16 (``pack_bf16``, two K-consecutive numbers in one uint32 word). 8 warps in 2 x 4, each a 64x32 warp tile of
 4 x 4 MMAs (m16n8), 64 accumulators a thread; a K step is 4 TF32 (k8) or 2 BF16 (k16) slices of 16 MMAs.
 
-Each operand takes one of two paths (compile-time, by its mapping):
+Each operand takes one of two load paths (compile-time, by its mapping: ``operand_tiles``) and its tile layout:
 * a dense operand contiguous along K with a plain outer index (``DENSE_K_A`` / ``DENSE_K_B``): a warp request
   reads whole K rows (TF32: a row of 32 K a request, lane = K; BF16: two rows, a lane two consecutive K); the tile
   is stored in rows of K words (an M index of A, an N index of B), 32 TF32 or 16 BF16 words plus 4 of padding;
@@ -27,7 +27,8 @@ from numba import cuda, float32, uint32
 from ..common import cdiv, check_fixed_block
 from ..jit import jit
 from ..mma import mma_bf16, mma_tf32, pack_bf16, to_tf32
-from .mappings import DENSE_K_A, DENSE_K_B, U0, U1, U2, U4, U32, k_range_fn, kernel_parts
+from .mappings import U0, U1, U2, U4, U32, k_range_fn, kernel_parts
+from .operand_tiles import OperandTile
 from .problem import D_M, D_N
 
 BM = 128
@@ -47,8 +48,6 @@ _BM = np.uint32(BM)
 _BN = np.uint32(BN)
 _BK = np.uint32(BK)
 _U8 = np.uint32(8)
-_U16 = np.uint32(16)
-_U127 = np.uint32(127)
 
 
 def kernel(fmt):
@@ -60,8 +59,7 @@ def kernel(fmt):
 
 @functools.cache
 def _kernel(fmt, a_map, b_map, store, ksize, epilogue, split_k=False):
-    (_, a_outer, a_inner, a_get, _, b_outer, b_inner, b_get, out_row,
-     finish) = kernel_parts(a_map, b_map, store, ksize, epilogue)
+    (*_, out_row, finish) = kernel_parts(a_map, b_map, store, ksize, epilogue)
     k_range = k_range_fn(split_k)
     bf16 = fmt == "bf16"
     word = uint32 if bf16 else float32  # a shared-memory word: two BF16, or one TF32 held in a float32
@@ -69,13 +67,14 @@ def _kernel(fmt, a_map, b_map, store, ksize, epilogue, split_k=False):
     k_words = BK // kp
     slices = k_words // 8  # MMA K slices of a K step; each is 8 words of a row
     mma = mma_bf16 if bf16 else mma_tf32
-    a_rows = a_map in DENSE_K_A  # the load path and shared layout of each operand (module docstring)
-    b_rows = b_map in DENSE_K_B
+    a_tile = OperandTile("a", a_map, ksize, fmt, BM, THREADS)  # the load path and shared layout of each operand
+    b_tile = OperandTile("b", b_map, ksize, fmt, BN, THREADS)
+    a_rows, b_rows = a_tile.k_rows, b_tile.k_rows
     a_shape = (BM, k_words + 4) if a_rows else (k_words, ROW_OUTER)
     b_shape = (BN, k_words + 4) if b_rows else (k_words, ROW_OUTER)
-    lanes_per_row = np.uint32(32 // kp)  # the K-row path: a warp request reads kp rows of 32 // kp lanes
-    row_step = np.uint32(8 * kp)  # rows between one thread's loads (8 warps x kp rows a request)
-    loads = LD // kp  # requests a thread makes per operand and K step (kp K each)
+    words = a_tile.words  # words a thread stores per operand and K step (the same for B: BM = BN)
+    a_first, a_start, a_load, a_place = a_tile.functions()
+    b_first, b_start, b_load, b_place = b_tile.functions()
 
     @jit
     def gemm_tensor_kernel(a, b, c, aux, dims):
@@ -102,36 +101,18 @@ def _kernel(fmt, a_map, b_map, store, ksize, epilogue, split_k=False):
         for i in range(ACC):
             acc[i] = float32(0.0)
 
-        # Load coordinates, fixed for the whole K loop. K-row path: first row and K of the thread's requests;
-        # outer path: its outer index (state computed once) and first of 16 K.
-        row_first = uint32(w * uint32(kp) + lane // lanes_per_row)
-        row_k = uint32(lane % lanes_per_row * uint32(kp))
-        outer_i = uint32(t & _U127)
-        outer_k = uint32(t // uint32(128) * _U16)
-        ao = a_outer(dims, uint32(m0 + outer_i))
-        bo = b_outer(dims, uint32(n0 + outer_i))
+        a0, a1 = a_first(t)
+        b0, b1 = b_first(t)
+        a_state = a_start(dims, m0, a0)
+        b_state = b_start(dims, n0, b0)
 
         # Pipeline: iteration s loads tile s into registers (if any), multiplies tile s-1 (if any) from
         # shared memory, then stores tile s to shared memory.
         k0 = k_begin
         while True:
             if k0 < k:
-                if a_rows:
-                    for u in range(loads):
-                        ar = a_outer(dims, uint32(m0 + row_first + uint32(u) * row_step))
-                        for e in range(kp):
-                            la[kp * u + e] = a_get(a, dims, ar, a_inner(dims, uint32(k0 + row_k + uint32(e))))
-                else:
-                    for u in range(LD):
-                        la[u] = a_get(a, dims, ao, a_inner(dims, uint32(k0 + outer_k + uint32(u))))
-                if b_rows:
-                    for u in range(loads):
-                        br = b_outer(dims, uint32(n0 + row_first + uint32(u) * row_step))
-                        for e in range(kp):
-                            lb[kp * u + e] = b_get(b, dims, br, b_inner(dims, uint32(k0 + row_k + uint32(e))))
-                else:
-                    for u in range(LD):
-                        lb[u] = b_get(b, dims, bo, b_inner(dims, uint32(k0 + outer_k + uint32(u))))
+                a_load(a, dims, k0, m0, a0, a1, a_state, la)
+                b_load(b, dims, k0, n0, b0, b1, b_state, lb)
             if k0 > k_begin:
                 s = U0
                 while s < uint32(slices):
@@ -166,32 +147,23 @@ def _kernel(fmt, a_map, b_map, store, ksize, epilogue, split_k=False):
                 cuda.syncthreads()
             if k0 >= k:
                 break
-            if a_rows:
-                for u in range(loads):
-                    ar = uint32(row_first + uint32(u) * row_step)
-                    if bf16:
-                        As[ar, row_k // U2] = pack_bf16(la[2 * u], la[2 * u + 1])
-                    else:
-                        As[ar, row_k] = to_tf32(la[u])
-            else:
-                for v in range(loads):
-                    if bf16:
-                        As[outer_k // U2 + uint32(v), outer_i] = pack_bf16(la[2 * v], la[2 * v + 1])
-                    else:
-                        As[outer_k + uint32(v), outer_i] = to_tf32(la[v])
-            if b_rows:
-                for u in range(loads):
-                    br = uint32(row_first + uint32(u) * row_step)
-                    if bf16:
-                        Bs[br, row_k // U2] = pack_bf16(lb[2 * u], lb[2 * u + 1])
-                    else:
-                        Bs[br, row_k] = to_tf32(lb[u])
-            else:
-                for v in range(loads):
-                    if bf16:
-                        Bs[outer_k // U2 + uint32(v), outer_i] = pack_bf16(lb[2 * v], lb[2 * v + 1])
-                    else:
-                        Bs[outer_k + uint32(v), outer_i] = to_tf32(lb[v])
+            for v in range(words):
+                ar, aw = a_place(a0, a1, uint32(v))
+                br, bw = b_place(b0, b1, uint32(v))
+                if bf16:
+                    xa = pack_bf16(la[2 * v], la[2 * v + 1])
+                    xb = pack_bf16(lb[2 * v], lb[2 * v + 1])
+                else:
+                    xa = to_tf32(la[v])
+                    xb = to_tf32(lb[v])
+                if a_rows:
+                    As[ar, aw] = xa
+                else:
+                    As[aw, ar] = xa
+                if b_rows:
+                    Bs[br, bw] = xb
+                else:
+                    Bs[bw, br] = xb
             cuda.syncthreads()
             k0 = uint32(k0 + _BK)
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpunn import device
+
 from ..common import cdiv
 from ..launch import Launch, bind
-from . import naive, regblock, regblock128, skinny, tensor, tiled16
+from . import naive, regblock, regblock128, skinny, tensor, tiled16, warpgroup
 from .deep import TILES as DEEP_TILES
 from .problem import GemmProblem
 
@@ -21,7 +23,7 @@ class GemmVersion:
     launch configuration ``config(op, block, M, N, kernel) -> (grid, block)``, its default block, the K of one
     step of its K loop (split-K chunks are multiples of it), the (rows, columns) of C one block computes and the
     format its inputs are rounded to before they are multiplied (``fp32``: not rounded; ``tf32``, ``bf16``: the
-    tensor-core versions, float32 accumulation)."""
+    tensor-core versions, float32 accumulation) and the compute capabilities it runs on (empty: every one)."""
 
     name: str
     kernel: Callable
@@ -30,6 +32,7 @@ class GemmVersion:
     k_step: int
     tile: tuple
     inputs: str = "fp32"
+    devices: tuple = ()
 
     @property
     def op(self) -> str:
@@ -56,6 +59,8 @@ VERSIONS = {v.name: v for v in (
     *(GemmVersion(d.name, d.kernel, d.config, d.threads, d.bk, (d.bm, d.bn)) for d in DEEP_TILES),
     *(GemmVersion(f"tensor_{fmt}", tensor.kernel(fmt), tensor.config, tensor.THREADS, tensor.BK,
                   (tensor.BM, tensor.BN), fmt) for fmt in tensor.FORMATS),
+    *(GemmVersion(f"wgmma_{fmt}", warpgroup.kernel(fmt), warpgroup.config, warpgroup.THREADS, warpgroup.BK,
+                  (warpgroup.BM, warpgroup.BN), fmt, warpgroup.DEVICES) for fmt in warpgroup.FORMATS),
 )}
 
 
@@ -64,6 +69,20 @@ def lookup(version: str, op: str = "gemm", choices=VERSIONS) -> GemmVersion:
     if version not in choices:
         raise ValueError(f"{op}: unknown version {version!r}; choose from {sorted(choices)}")
     return VERSIONS[version]
+
+
+def check_device(spec: GemmVersion, op: str) -> None:
+    """ValueError naming the version and the device when the version cannot run on this GPU (the simulator runs
+    every version)."""
+    if not spec.devices or device.simulator_enabled():
+        return
+    from numba import cuda
+
+    cc = tuple(cuda.get_current_device().compute_capability)
+    if cc not in spec.devices:
+        wanted = " or ".join(f"{major}.{minor}" for major, minor in spec.devices)
+        raise ValueError(f"{op}: version {spec.name!r} needs a GPU of compute capability {wanted} (this one is "
+                         f"{cc[0]}.{cc[1]}); choose another version, e.g. 'tensor_{spec.inputs}'")
 
 
 def output_tiles(version: str, m: int, n: int) -> int:
@@ -81,6 +100,7 @@ def gemm_mapped(version, problem: GemmProblem, a, b, out, aux, epilogue="none", 
     the store) or any float32 device array (the other epilogues)."""
     spec = lookup(version)
     op = op or spec.op
+    check_device(spec, op)
     kernel = spec.kernel(a_map, b_map, store, int(ksize), epilogue)
     grid, block = spec.config(op, spec.block if block is None else block, problem.m, problem.n, kernel)
     name = name or f"{op}[{a_map},{b_map}->{store},k{ksize},{epilogue}]"

@@ -1,0 +1,213 @@
+"""Hopper's warpgroup MMA (``wgmma.mma_async``, sm_90a) for numba.cuda kernels: numba intrinsics emitting inline PTX,
+and under numba's CUDA simulator a NumPy emulation with the same shared-memory layout and register fragments.
+
+A warpgroup (4 consecutive warps, the first a multiple of 4) multiplies a 64 x K slice of A by a 128 x K slice of B,
+both K-major tiles in shared memory, into 64 float32 accumulators a thread (D = A B^T + D, 64 x 128):
+
+* ``wgmma_tf32(acc, a_tile, a_byte, b_tile, b_byte)``: K = 8 TF32; ``wgmma_bf16(...)``: K = 16 BF16 (uint32 words
+  of two). ``acc`` is the thread's local float32 array of 64; ``a_tile`` / ``b_tile`` shared arrays; ``a_byte`` /
+  ``b_byte`` the byte offset of the slice's first row and K in its tile (a multiple of 32 within a row).
+* ``wgmma_fence()`` before the first MMA of a batch, ``wgmma_commit()`` after its last, ``wgmma_wait(acc)`` for the
+  batch to finish (the accumulators are the MMAs' only after it); ``fence_proxy_async()`` in every thread that
+  stored to a tile the MMAs read next, before the barrier.
+
+Tiles (``LAYOUTS[fmt]``): rows of ``row_bytes`` (an M index of A, an N index of B: TF32 32 K = 128 B, BF16 32 K =
+64 B), row r at byte r x row_bytes from a 1024-byte aligned base, each 16-byte chunk swizzled by the row: byte x is
+stored at ``swizzle(fmt, x)`` = x XOR ((x >> 7) & mask) << 4 (the 128-byte or 64-byte swizzle of the descriptor).
+Fragments of D: thread t of the warpgroup (warp w = t // 32, g = t % 32 // 4, q = t % 4) holds acc[4j + 2h + e] =
+D[16w + g + 8h, 8j + 2q + e], j = 0..15. Under the simulator every thread of the block must reach each MMA (the
+warpgroup's fragments meet at a block barrier, as in ``gpunn.kernels.mma``).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from gpunn import device
+
+from .mma import WARP, emulate_mma  # noqa: F401  (emulate_mma: the same rounding rules for one warp)
+
+__all__ = ["ACC", "LAYOUTS", "N", "fence_proxy_async", "swizzle", "wgmma_bf16", "wgmma_commit", "wgmma_fence",
+           "wgmma_tf32", "wgmma_wait"]
+
+N = 128  # the MMAs' N (m64n128)
+ACC = 64  # accumulators a thread: 64 x 128 / 128 threads
+WARPGROUP = 4 * WARP
+LAYOUTS = {  # format: (row bytes, swizzle mask, descriptor swizzle mode, stride byte offset of 8 rows, K an MMA)
+    "tf32": (128, 7, 1, 1024, 8),
+    "bf16": (64, 3, 2, 512, 16),
+}
+
+
+def swizzle(fmt: str, byte: int) -> int:
+    """Where logical byte ``byte`` of a tile (row x row_bytes + offset in the row) is stored."""
+    mask = LAYOUTS[fmt][1]
+    return byte ^ (((byte >> 7) & mask) << 4)
+
+
+# ---------------------------------------------------------------- the emulation (simulator)
+
+def _tile_matrix(fmt, tile, byte0, rows):
+    """rows x K of a swizzled K-major tile from byte ``byte0`` (float64): what one wgmma reads."""
+    row_bytes, _, _, _, k = LAYOUTS[fmt]
+    raw = np.ascontiguousarray(tile).reshape(-1).view(np.uint8)
+    width = 4 if fmt == "tf32" else 2
+    logical = byte0 + np.arange(rows)[:, None] * row_bytes + np.arange(k)[None, :] * width
+    mask = LAYOUTS[fmt][1]
+    physical = logical ^ (((logical >> 7) & mask) << 4)
+    if fmt == "tf32":
+        words = np.stack([raw[physical + i] for i in range(4)], -1).copy().view(np.uint32)[..., 0]
+        return (words & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)  # the 19 high bits
+    halves = np.stack([raw[physical + i] for i in range(2)], -1).copy().view(np.uint16)[..., 0]
+    return (halves.astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
+
+
+def _fragment_index():
+    """(rows, cols), each (128, 64): where thread t's acc[i] sits in the 64 x 128 D."""
+    t = np.arange(WARPGROUP)[:, None]
+    i = np.arange(ACC)[None, :]
+    w, g, q = t // WARP, t % WARP // 4, t % 4
+    j, h, e = i // 4, i % 4 // 2, i % 2
+    return 16 * w + g + 8 * h, 8 * j + 2 * q + e
+
+
+_exchange: dict = {}
+_LOCK = threading.Lock()  # the first thread past the barrier computes, under OS threads too
+
+
+def _warpgroup_call(what, acc, fn):
+    """Run fn(accs) once for the calling thread's warpgroup, accs the 128 threads' acc arrays in thread order."""
+    from .simulator import current_thread
+
+    thread = current_thread()
+    bx, by, bz = thread._manager._block_dim
+    flat = thread.threadIdx.x + bx * (thread.threadIdx.y + by * thread.threadIdx.z)
+    if (bx * by * bz) % WARPGROUP:
+        raise ValueError(f"{what}: a block of {bx * by * bz} threads is not whole warpgroups")
+    call = getattr(thread, "_gpunn_wgmma_calls", 0)
+    thread._gpunn_wgmma_calls = call + 1
+    blk = thread.blockIdx
+    key = (id(thread._manager), blk.x, blk.y, blk.z, flat // WARPGROUP, call)
+    slot = _exchange.setdefault(key, [None] * WARPGROUP)
+    slot[flat % WARPGROUP] = acc
+    thread.syncthreads()
+    with _LOCK:
+        slot = _exchange[key]
+        if isinstance(slot, list):
+            _exchange[key] = "done"
+            if any(a is None for a in slot):
+                raise RuntimeError(f"{what}: not every thread of warpgroup {flat // WARPGROUP} reached this MMA")
+            fn(slot)
+    thread.syncthreads()
+    if flat % WARPGROUP == 0:
+        _exchange.pop(key, None)
+
+
+def _sim_wgmma(fmt):
+    def wgmma(acc, a_tile, a_byte, b_tile, b_byte):
+        def run(accs):
+            a = _tile_matrix(fmt, a_tile, int(a_byte), 64)
+            b = _tile_matrix(fmt, b_tile, int(b_byte), N)
+            rows, cols = _fragment_index()
+            d = np.stack([np.asarray(x, dtype=np.float64) for x in accs])
+            d = d + (a @ b.T)[rows, cols]
+            for x, values in zip(accs, d):
+                x[:] = values.astype(np.float32)
+
+        _warpgroup_call(f"wgmma_{fmt}", acc, run)
+
+    return wgmma
+
+
+def _noop(*args):
+    return None
+
+
+# ---------------------------------------------------------------- the intrinsics (a Hopper GPU)
+
+def _intrinsics():
+    """(wgmma_tf32, wgmma_bf16, wgmma_fence, wgmma_commit, wgmma_wait, fence_proxy_async) as numba intrinsics."""
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
+    regs = ", ".join(f"${i}" for i in range(ACC))
+
+    def load_acc(context, builder, arr_type, arr):
+        ptr = context.make_array(arr_type)(context, builder, arr).data
+        slots = [builder.gep(ptr, [ir.Constant(i32, i)]) for i in range(ACC)]
+        return slots, [builder.load(s) for s in slots]
+
+    def descriptor(context, builder, tile_type, tile, byte, fmt):
+        """The 64-bit matrix descriptor of the tile slice starting at byte ``byte``."""
+        _, _, mode, sbo, _ = LAYOUTS[fmt]
+        data = context.make_array(tile_type)(context, builder, tile).data
+        shared = builder.addrspacecast(builder.bitcast(data, ir.IntType(8).as_pointer()),
+                                       ir.PointerType(ir.IntType(8), 3))
+        addr = builder.add(builder.ptrtoint(shared, i32), builder.trunc(byte, i32) if byte.type.width > 32
+                           else builder.zext(byte, i32) if byte.type.width < 32 else byte)
+        start = builder.zext(builder.and_(builder.lshr(addr, ir.Constant(i32, 4)), ir.Constant(i32, 0x3FFF)), i64)
+        fixed = (1 << 16) | ((sbo >> 4) << 32) | (mode << 62)
+        return builder.or_(start, ir.Constant(i64, fixed))
+
+    def mma(fmt):
+        k = LAYOUTS[fmt][4]
+        tail = "p, 1, 1;" if fmt == "tf32" else "p, 1, 1, 0, 0;"
+        descriptors = f"${2 * ACC}, ${2 * ACC + 1}"  # after the 64 outputs and their 64 tied inputs
+        ptx = ("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+               f"wgmma.mma_async.sync.aligned.m64n{N}k{k}.f32.{fmt}.{fmt} {{{regs}}}, {descriptors}, {tail}\n}}")
+        constraints = ",".join(["=f"] * ACC + [str(i) for i in range(ACC)] + ["l", "l"])
+
+        @intrinsic
+        def wgmma(typingctx, acc, a_tile, a_byte, b_tile, b_byte):
+            def codegen(context, builder, sig, args):
+                slots, values = load_acc(context, builder, sig.args[0], args[0])
+                da = descriptor(context, builder, sig.args[1], args[1], args[2], fmt)
+                db = descriptor(context, builder, sig.args[3], args[3], args[4], fmt)
+                fnty = ir.FunctionType(ir.LiteralStructType([f32] * ACC), [f32] * ACC + [i64, i64])
+                out = builder.call(ir.InlineAsm(fnty, ptx, constraints, side_effect=True), values + [da, db])
+                for i, slot in enumerate(slots):
+                    builder.store(builder.extract_value(out, i), slot)
+                return context.get_dummy_value()
+            return types.void(acc, a_tile, a_byte, b_tile, b_byte), codegen
+
+        return wgmma
+
+    def statement(ptx):
+        @intrinsic
+        def emit(typingctx):
+            def codegen(context, builder, sig, args):
+                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), ptx, "~{memory}", side_effect=True)
+                builder.call(asm, [])
+                return context.get_dummy_value()
+            return types.void(), codegen
+        return emit
+
+    @intrinsic
+    def wgmma_wait(typingctx, acc):
+        def codegen(context, builder, sig, args):
+            slots, values = load_acc(context, builder, sig.args[0], args[0])
+            fnty = ir.FunctionType(ir.LiteralStructType([f32] * ACC), [f32] * ACC)
+            constraints = ",".join(["=f"] * ACC + [str(i) for i in range(ACC)] + ["~{memory}"])
+            out = builder.call(ir.InlineAsm(fnty, "wgmma.wait_group.sync.aligned 0;", constraints, side_effect=True),
+                               values)
+            for i, slot in enumerate(slots):
+                builder.store(builder.extract_value(out, i), slot)
+            return context.get_dummy_value()
+        return types.void(acc), codegen
+
+    return (mma("tf32"), mma("bf16"), statement("wgmma.fence.sync.aligned;"),
+            statement("wgmma.commit_group.sync.aligned;"), wgmma_wait, statement("fence.proxy.async.shared::cta;"))
+
+
+if device.simulator_enabled():
+    from .simulator import patch
+
+    patch()  # gpunn's block runner: the emulation's barriers are its
+    wgmma_tf32, wgmma_bf16 = _sim_wgmma("tf32"), _sim_wgmma("bf16")
+    wgmma_fence = wgmma_commit = wgmma_wait = fence_proxy_async = _noop
+else:
+    wgmma_tf32, wgmma_bf16, wgmma_fence, wgmma_commit, wgmma_wait, fence_proxy_async = _intrinsics()
