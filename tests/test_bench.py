@@ -377,9 +377,9 @@ def test_time_epochs_scales_partial_epochs_and_ratios_per_batch(monkeypatch):
         seen.append((variant, batch, len(x), lr))
         return timing.EpochTiming([99.0, 2.0, 4.0], 0.5, float("nan"), "")
 
-    def fake_torch(model, x, y, batch, lr, epochs, seed=0, graph=False):
-        return timing.EpochTiming([99.0, 1.0, 1.0] if graph else [99.0, 6.0, 6.0], float("nan"), 12.0,
-                                  "torch_max_allocated")
+    def fake_torch(model, x, y, batch, lr, epochs, seed=0, graph=False, setting="fp32"):
+        seconds = {"fp32": 6.0, "default": 5.0, "tf32": 4.0, "bf16": 1.5}[setting] / (6.0 if graph else 1.0)
+        return timing.EpochTiming([99.0, seconds, seconds], float("nan"), 12.0, "torch_max_allocated")
 
     monkeypatch.setattr(timing, "gpunn_epoch_seconds", fake_gpunn)
     monkeypatch.setattr(timing, "torch_epoch_seconds", fake_torch)
@@ -396,6 +396,14 @@ def test_time_epochs_scales_partial_epochs_and_ratios_per_batch(monkeypatch):
     assert by["gpu-im2col", 5].ratio_to_torch_eager == pytest.approx(0.5)
     assert by["gpu-im2col", 1].ratio_to_torch_eager == pytest.approx(0.5)
     assert by["torch-cuda-graph", 5].ratio_to_torch_eager == pytest.approx(1 / 6)
+    # PyTorch in all four settings, eager and graph; the fastest (bf16 as a graph, 0.25 s) named and divided by
+    assert {row.variant for row in frame.itertuples() if row.batch == 5} == {
+        "gpu-im2col", "torch-eager", "torch-cuda-graph", "torch-eager-default", "torch-cuda-graph-default",
+        "torch-eager-tf32", "torch-cuda-graph-tf32", "torch-eager-bf16", "torch-cuda-graph-bf16"}
+    assert (frame["torch_fastest"] == "torch-cuda-graph-bf16").all()
+    assert by["gpu-im2col", 5].ratio_to_torch_fastest == pytest.approx(3.0 / 0.25)
+    assert by["torch-cuda-graph-bf16", 1].ratio_to_torch_fastest == 1.0
+    assert any("x fastest: over torch-cuda-graph-bf16, PyTorch's fastest row at batch 5" in line for line in lines)
     assert by["torch-eager", 1].samples_per_s == pytest.approx(10 / 15)
     assert by["torch-eager", 1].gpu_mem_mib == 12.0
     assert any("torch_max_allocated: torch.cuda.max_memory_allocated" in line for line in lines)
@@ -486,9 +494,22 @@ def test_gpu_bench_autoencoder_rows_and_memory(tmp_path):
     assert set(frame["batch"]) == {64, 1} and list(frame["extrapolated"]) == list(frame["batch"] == 1)
     assert (gpu["gpu_mem_measure"] == "device_in_use_delta").all() and (gpu["gpu_mem_mib"] > 0).all()
     torch_rows = frame[frame["variant"].str.startswith("torch-")]
-    if len(torch_rows):
-        assert len(torch_rows) == 4 and (torch_rows["gpu_mem_mib"] > 0).all()
+    if len(torch_rows):  # 2 batch sizes x 4 settings x eager and graph
+        assert len(torch_rows) == 16 and (torch_rows["gpu_mem_mib"] > 0).all()
         assert (frame.loc[frame["variant"] == "torch-eager", "ratio_to_torch_eager"] == 1).all()
     # every GPU variant's loss after the same epochs from the same start agrees with the others'
     for _, rows in gpu.groupby("batch"):
         assert rows["epoch_loss"].max() == pytest.approx(rows["epoch_loss"].min(), rel=1e-3)
+
+
+def test_bench_torch_settings_option(capsys):
+    from gpunn.bench.__main__ import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["cnn"]).torch_settings == ("fp32", "default", "tf32", "bf16")
+    assert parser.parse_args(["cnn", "--torch-settings", "bf16, fp32"]).torch_settings == ("bf16", "fp32")
+    with pytest.raises(SystemExit) as exc:
+        parser.parse_args(["cnn", "--torch-settings", "fp32,fp16"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown setting(s) fp16; choose from fp32, default, tf32, bf16" in err[0]

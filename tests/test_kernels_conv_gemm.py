@@ -56,6 +56,13 @@ def _rel_err(got, ref):
     return float(np.abs(got - ref).max() / np.abs(ref).max())
 
 
+def _rounded(version, *arrays):
+    """The arrays as `version` multiplies them: rounded to TF32 or BF16 for a tensor-core version (the float64
+    references are then those of the rounded inputs), as they are for the others."""
+    inputs = G.VERSIONS[version or "regblock"].inputs
+    return tuple(G.round_inputs(x, inputs) for x in arrays)
+
+
 def _out_hw(p, k, h=H, w=W):
     return h + 2 * p - k + 1, w + 2 * p - k + 1
 
@@ -71,7 +78,7 @@ def _forward(version, p, k=3, bias=True, relu=True, shape=SHAPE, splits=None):
                                           None if b is None else cuda.to_device(b), out, p, relu=relu,
                                           version=version, splits=splits)
     assert isinstance(launch, Launch if splits in (None, 1) else LaunchGroup)
-    return _rel_err(out.copy_to_host(), R.conv_forward_ref(x, w, b, p, relu))
+    return _rel_err(out.copy_to_host(), R.conv_forward_ref(*_rounded(version, x, w), b, p, relu))
 
 
 def _backward_data(version, p, k=3, mask=True, shape=SHAPE, splits=None):
@@ -84,7 +91,7 @@ def _backward_data(version, p, k=3, mask=True, shape=SHAPE, splits=None):
     C.conv_backward_data_implicit_gemm(cuda.to_device(dy), cuda.to_device(w), dx, p,
                                        relu_mask=None if m is None else cuda.to_device(m), version=version,
                                        splits=splits)
-    return _rel_err(dx.copy_to_host(), R.conv_backward_data_ref(dy, w, (n, cin, h, wd), p, m))
+    return _rel_err(dx.copy_to_host(), R.conv_backward_data_ref(*_rounded(version, dy, w), (n, cin, h, wd), p, m))
 
 
 def _backward_weight(version, p, k=3, shape=SHAPE, splits=None):
@@ -98,7 +105,7 @@ def _backward_weight(version, p, k=3, shape=SHAPE, splits=None):
     if splits is None and config.ENABLE_CUDASIM:  # the automatic count there: SIMULATOR_SPLITS, K permitting
         used, _ = G.split_k_chunks(n * oh * ow, G.SIMULATOR_SPLITS, G.VERSIONS[version or "regblock"].k_step)
         assert _splits_of(launch) == used
-    return _rel_err(dw.copy_to_host(), R.conv_backward_weight_ref(x, dy, k, p))
+    return _rel_err(dw.copy_to_host(), R.conv_backward_weight_ref(*_rounded(version, x, dy), k, p))
 
 
 def _splits_of(launch):
@@ -111,8 +118,9 @@ def _splits_of(launch):
 
 
 # --------------------------------------------------------------------------------------------- correctness
-# Every version with padding 1 (the border windows), and padding 0 once per op (the simulator's budget).
-CASES = [("naive", 1), ("tiled16", 1), ("regblock", 1), ("regblock", 0)]
+# Every version with padding 1 (the border windows), and padding 0 once per op (the simulator's budget); the
+# tensor-core versions once per format and MMA (their tiles and loads: tests/test_kernels_gemm.py).
+CASES = [("naive", 1), ("tiled16", 1), ("regblock", 1), ("regblock", 0), ("tensor_tf32", 1), ("wgmma_bf16", 1)]
 CASE_IDS = [f"{v}-p{p}" for v, p in CASES]
 
 
@@ -406,12 +414,13 @@ def test_gpu_sizes(version):
         out = _nan((n, cout, oh, ow))
         C.conv_forward_implicit_gemm(cuda.to_device(x), cuda.to_device(wt), cuda.to_device(b), out, p, relu=True,
                                      version=version)
-        assert _rel_err(out.copy_to_host(), R.conv_forward_ref(x, wt, b, p, True)) < TOL
+        rx, rw, rdy = _rounded(version, x, wt, dy)
+        assert _rel_err(out.copy_to_host(), R.conv_forward_ref(rx, rw, b, p, True)) < TOL
         dx = _nan((n, cin, h, w))
         C.conv_backward_data_implicit_gemm(cuda.to_device(dy), cuda.to_device(wt), dx, p,
                                            relu_mask=cuda.to_device(mask), version=version)
-        assert _rel_err(dx.copy_to_host(), R.conv_backward_data_ref(dy, wt, x.shape, p, mask)) < TOL
-        dw_ref = R.conv_backward_weight_ref(x, dy, k, p)
+        assert _rel_err(dx.copy_to_host(), R.conv_backward_data_ref(rdy, rw, x.shape, p, mask)) < TOL
+        dw_ref = R.conv_backward_weight_ref(rx, rdy, k, p)
         for splits in (1, None):  # the single launch; the device's automatic split-K
             dw = _nan((cout, cin, k, k))
             launch = C.conv_backward_weight_implicit_gemm(cuda.to_device(x), cuda.to_device(dy), dw, p, version=version,

@@ -30,7 +30,23 @@ def provenance_columns(variant: str) -> dict:
 
 EPOCH_COLUMNS = ["model", "variant", "sizes", "n", "batch", "epoch_s", "extrapolated", "timed_samples",
                  "samples_per_s", "ratio_to_torch_eager", "epoch_tflop", "tflops", "fp32_peak_pct", "fp32_peak_tflops",
-                 "epochs", "epoch_loss", "gpu_mem_mib", "gpu_mem_measure", *provenance.CSV_COLUMNS]
+                 "epochs", "epoch_loss", "gpu_mem_mib", "gpu_mem_measure", "ratio_to_torch_fastest", "torch_fastest",
+                 *provenance.CSV_COLUMNS]
+# PyTorch in each setting its users run: name -> (TF32 matmuls, TF32 cuDNN convolutions, autocast dtype). "fp32" is
+# strict FP32 (its rows keep the names torch-eager and torch-cuda-graph); "default" PyTorch's own defaults (cuDNN
+# convolutions in TF32, matmuls in FP32); "tf32" TF32 everywhere; "bf16" torch.autocast(bfloat16) over the defaults.
+TORCH_SETTINGS = {
+    "fp32": (False, False, None),
+    "default": (False, True, None),
+    "tf32": (True, True, None),
+    "bf16": (False, True, "bfloat16"),
+}
+
+
+def torch_variant(setting: str, graph: bool) -> str:
+    """The row name of PyTorch in `setting`, eager or as a CUDA graph: torch-eager, torch-cuda-graph-bf16, ..."""
+    base = "torch-cuda-graph" if graph else "torch-eager"
+    return base if setting == "fp32" else f"{base}-{setting}"
 
 
 class EpochModel(NamedTuple):
@@ -148,18 +164,29 @@ def torch_flat_parameters(net, torch) -> np.ndarray:
     return np.concatenate([np.ascontiguousarray(p, dtype=np.float32).ravel() for p in parts])
 
 
-def torch_trainer(model, torch, lr, device="cpu"):
+def torch_trainer(model, torch, lr, device="cpu", autocast=None):
     """(net, step): the ``torch_mirror`` of `model` on `device`, and step(xb, target), one plain-SGD step at `lr`
     on a batch with gpunn's loss, so the update is cpu-numpy's: the autoencoder's MSE is the mean over every
     element of the batch (torch.nn.MSELoss's default reduction; its target is its input), a classifier's
-    softmax cross-entropy the mean over the batch. step returns the loss tensor (no wait for the device)."""
+    softmax cross-entropy the mean over the batch. step returns the loss tensor (no wait for the device).
+    `autocast` ("bfloat16"): the forward pass and the loss under torch.autocast in that type (its cast cache off,
+    as CUDA graph capture requires); the weights and their update stay float32."""
+    import contextlib
+
     net = torch_mirror(model, torch).to(device)
     optimizer = torch.optim.SGD(net.parameters(), lr=lr)
     loss_fn = torch.nn.CrossEntropyLoss() if model_spec(model.name).classifier else torch.nn.MSELoss()
 
+    def mixed():
+        if autocast is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=torch.device(device).type, dtype=getattr(torch, autocast),
+                              cache_enabled=False)
+
     def step(xb, target):
         optimizer.zero_grad(set_to_none=False)
-        loss = loss_fn(net(xb), target)
+        with mixed():
+            loss = loss_fn(net(xb), target)
         loss.backward()
         optimizer.step()
         return loss
@@ -167,24 +194,36 @@ def torch_trainer(model, torch, lr, device="cpu"):
     return net, step
 
 
-def torch_epoch_seconds(model, x, y, batch, lr, epochs, seed=0, graph=False) -> EpochTiming:
+def torch_epoch_seconds(model, x, y, batch, lr, epochs, seed=0, graph=False, setting="fp32") -> EpochTiming:
     """The same model (``torch_trainer``: same initial weights and loss), data and batch order in PyTorch on the GPU
-    (fp32: TF32 off for matmuls and cuDNN): eager, or with the training step captured once in a CUDA graph
-    and replayed (the partial last batch then runs eagerly). Peak tensor memory from before the data upload."""
+    in `setting` (TORCH_SETTINGS; fp32: TF32 off for matmuls and cuDNN): eager, or with the training step captured
+    once in a CUDA graph and replayed (the partial last batch then runs eagerly). Peak tensor memory from before
+    the data upload. The TF32 switches are put back to fp32's afterwards."""
+    import torch
+
+    matmul_tf32, cudnn_tf32, autocast = TORCH_SETTINGS[setting]
+    torch.backends.cuda.matmul.allow_tf32 = matmul_tf32
+    torch.backends.cudnn.allow_tf32 = cudnn_tf32
+    try:
+        return _torch_epochs(model, x, y, batch, lr, epochs, seed, graph, autocast)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+
+
+def _torch_epochs(model, x, y, batch, lr, epochs, seed, graph, autocast) -> EpochTiming:
     import time
 
     import torch
 
     from gpunn.seeding import batch_order
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
     dev = torch.device("cuda")
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     data = torch.from_numpy(x).to(dev)
     labels = torch.from_numpy(np.asarray(y, dtype=np.int64)).to(dev)
-    _, train_step = torch_trainer(model, torch, lr, dev)
+    _, train_step = torch_trainer(model, torch, lr, dev, autocast)
     classifier = model_spec(model.name).classifier
 
     def step(index):
@@ -243,12 +282,13 @@ def _torch_on_gpu(wanted: bool, log):
 
 
 def time_epochs(model_name, variants, n=None, batch=64, lr=None, epochs=3, seed=0, torch_reference=True,
-                max_steps=None, log=print, **sizes) -> pd.DataFrame:
+                max_steps=None, log=print, torch_settings=tuple(TORCH_SETTINGS), **sizes) -> pd.DataFrame:
     """Median epoch time (epochs after the first) per variant of `model_name` (EPOCH_MODELS, `sizes` overriding
     its sizes) and batch size (`batch`: one or a list) on random data of the model's input shape (n samples,
-    default the model's training-set size; lr default the model's), plus PyTorch eager and CUDA-graph rows when
-    torch and a GPU are there; ratios to PyTorch eager at the same batch size from this same run. Same data, init
-    and batch order for every variant.
+    default the model's training-set size; lr default the model's), plus PyTorch eager and CUDA-graph rows in each
+    of `torch_settings` (TORCH_SETTINGS) when torch and a GPU are there; ratios to PyTorch eager in fp32 and to
+    PyTorch's fastest row (named in torch_fastest) at the same batch size from this same run. Same data, init and
+    batch order for every variant.
 
     `max_steps`: an epoch of more steps than that (batch 1: n steps) is timed over the first max_steps * batch
     samples only (the same prefix and its own permutation for every variant) and its time scaled by
@@ -274,10 +314,12 @@ def time_epochs(model_name, variants, n=None, batch=64, lr=None, epochs=3, seed=
             timed[variant] = gpunn_epoch_seconds(variant, model_name, sizes, xs, ys, size, lr, epochs, seed)
         if torch is not None:
             model = build_model(model_name, **sizes, seed=seed)
-            log(f"{model_name} PyTorch eager and CUDA graph: {epochs} epochs each of {timed_n} samples, "
-                f"batch {size} ...")
-            timed["torch-eager"] = torch_epoch_seconds(model, xs, ys, size, lr, epochs, seed)
-            timed["torch-cuda-graph"] = torch_epoch_seconds(model, xs, ys, size, lr, epochs, seed, graph=True)
+            for setting in torch_settings:
+                log(f"{model_name} PyTorch {setting}, eager and CUDA graph: {epochs} epochs each of {timed_n} "
+                    f"samples, batch {size} ...")
+                for graph in (False, True):
+                    timed[torch_variant(setting, graph)] = torch_epoch_seconds(model, xs, ys, size, lr, epochs,
+                                                                               seed, graph=graph, setting=setting)
             torch.cuda.empty_cache()  # the next variants' memory figures start from an empty cache
         for variant, timing in timed.items():
             seconds = timing.seconds[1:] if len(timing.seconds) > 1 else timing.seconds
@@ -289,11 +331,18 @@ def time_epochs(model_name, variants, n=None, batch=64, lr=None, epochs=3, seed=
                          **provenance_columns(variant)})
     frame = pd.DataFrame(rows)
     frame["ratio_to_torch_eager"] = np.nan
+    frame["ratio_to_torch_fastest"] = np.nan
+    frame["torch_fastest"] = ""
     for size in batches:
         at = frame["batch"] == size
         eager = frame.loc[at & (frame["variant"] == "torch-eager"), "epoch_s"]
         if len(eager):
             frame.loc[at, "ratio_to_torch_eager"] = frame.loc[at, "epoch_s"] / float(eager.iloc[0])
+        torch_rows = frame[at & frame["variant"].str.startswith("torch-")]
+        if len(torch_rows):
+            fastest = torch_rows.loc[torch_rows["epoch_s"].idxmin()]
+            frame.loc[at, "ratio_to_torch_fastest"] = frame.loc[at, "epoch_s"] / float(fastest["epoch_s"])
+            frame.loc[at, "torch_fastest"] = fastest["variant"]
     frame = with_arithmetic(frame, shaped, n)[EPOCH_COLUMNS]
     log(epoch_table(frame))
     return frame
@@ -322,15 +371,19 @@ def _on_gpu(variant: str) -> bool:
 def epoch_table(frame: pd.DataFrame) -> str:
     """The printed summary of ``time_epochs``: variant, batch, s/epoch (marked when extrapolated), ratio to PyTorch
     eager, images/s, GPU memory and what it measures, then the legend."""
-    lines = [f"{'variant':>16} {'batch':>5} {'s/epoch':>11} {'x eager':>8} {'images/s':>10} {'TFLOP/s':>8} "
-             f"{'% peak':>7} {'GPU MiB':>8}  memory measure"]
+    lines = [f"{'variant':>24} {'batch':>5} {'s/epoch':>11} {'x eager':>8} {'x fastest':>9} {'images/s':>10} "
+             f"{'TFLOP/s':>8} {'% peak':>7} {'GPU MiB':>8}  memory measure"]
     for row in frame.itertuples():
         mark = "*" if row.extrapolated else " "
         ratio = "" if np.isnan(row.ratio_to_torch_eager) else f"{row.ratio_to_torch_eager:.3f}"
+        fastest = "" if np.isnan(row.ratio_to_torch_fastest) else f"{row.ratio_to_torch_fastest:.3f}"
         memory = "" if np.isnan(row.gpu_mem_mib) else f"{row.gpu_mem_mib:.0f}"
         peak = "" if np.isnan(row.fp32_peak_pct) else f"{row.fp32_peak_pct:.1f}"
-        lines.append(f"{row.variant:>16} {row.batch:>5} {row.epoch_s:10.4f}{mark} {ratio:>8} {row.samples_per_s:10.0f}"
-                     f" {row.tflops:8.3f} {peak:>7} {memory:>8}  {row.gpu_mem_measure}")
+        lines.append(f"{row.variant:>24} {row.batch:>5} {row.epoch_s:10.4f}{mark} {ratio:>8} {fastest:>9} "
+                     f"{row.samples_per_s:10.0f} {row.tflops:8.3f} {peak:>7} {memory:>8}  {row.gpu_mem_measure}")
+    for row in frame[frame["torch_fastest"] != ""].drop_duplicates("batch").itertuples():
+        lines.append(f"x eager: over torch-eager (PyTorch in strict FP32); x fastest: over {row.torch_fastest}, "
+                     f"PyTorch's fastest row at batch {row.batch} in this run")
     for row in frame[frame["extrapolated"]].drop_duplicates("batch").itertuples():
         lines.append(f"* extrapolated: at batch {row.batch}, {row.timed_samples} of {row.n} samples timed per epoch, "
                      f"the time scaled by the epoch's steps")

@@ -50,16 +50,17 @@ How
     counts, versions, commit).
 
 ``mlp``, ``cnn`` and ``autoencoder`` time whole training epochs of the model per variant and batch size
-(gpunn.timing.time_epochs: same random data of the real set's shapes, init and batch order for every variant:
-60 000 MNIST-shaped samples at batch 64; 50 000 CIFAR-shaped images at batches 64 and 1 for the autoencoder, whose
-MSE target is its input; PyTorch eager and CUDA-graph epochs of the same network, loss and initial weights
-(gpunn.timing.torch_trainer, fp32, TF32 off for matmuls and cuDNN) in the same run when torch has a GPU, and each
-variant's ratio to PyTorch eager at that batch size; GPU memory per variant, labelled with what it measures). A
-warm-up compiles first; the median epoch after the first is kept. Without --variants: every registered variant
-that trains the model, but the single-threaded serial baseline, and for the autoencoder only the GPU ones (cpu-numpy
-takes hours per 50 000-image epoch: ask for it with --variants and a small --samples). ``--max-steps N`` times
-at most N steps of an epoch (batch 1 of the autoencoder is 50 000 steps) and scales the time by the epoch's
-steps: those rows say ``extrapolated`` in the CSV and carry a ``*`` in the printed table.
+(gpunn.timing.time_epochs: same random data of the real set's shapes, init and batch order for every variant: 60 000
+MNIST-shaped samples at batch 64; 50 000 CIFAR-shaped images at batches 64 and 1 for the autoencoder, whose MSE
+target is its input; PyTorch eager and CUDA-graph epochs of the same network, loss and initial weights
+(gpunn.timing.torch_trainer) in the same run when torch has a GPU, in each setting of --torch-settings (fp32: TF32
+off; default: PyTorch's defaults, cuDNN convolutions in TF32; tf32; bf16: torch.autocast), and each variant's ratio
+to PyTorch eager in fp32 and to PyTorch's fastest row (named) at that batch size; GPU memory per variant, labelled
+with what it measures). A warm-up compiles first; the median epoch after the first is kept. Without --variants:
+every registered variant that trains the model, but the single-threaded serial baseline, and for the autoencoder
+only the GPU ones (cpu-numpy takes hours per 50 000-image epoch: ask for it with --variants and a small --samples).
+``--max-steps N`` times at most N steps of an epoch (batch 1 of the autoencoder is 50 000 steps) and scales the time
+by the epoch's steps: those rows say ``extrapolated`` in the CSV and carry a ``*`` in the printed table.
 
 ``block_sweep`` is the E3 block-size sweep of the memory-bound kernels (``gpunn sweep-blocks``).
 

@@ -25,7 +25,7 @@ from gpunn.bench import (
 from gpunn.cli import OneLineErrorParser, int_at_least, positive_float, positive_int_list
 from gpunn.errors import GpunnError
 from gpunn.nn import build_model, model_spec
-from gpunn.timing import EPOCH_MODELS
+from gpunn.timing import EPOCH_MODELS, TORCH_SETTINGS
 from gpunn.timing_lock import timing_lock
 
 
@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     epochs = parser.add_argument_group(
         "mlp, cnn, autoencoder: training epochs of the model on random data of its real shapes (MNIST's 60 000 x 784 "
         "or 1x28x28; CIFAR-10's 50 000 x 3x32x32 for the autoencoder, whose target is its input), PyTorch eager and "
-        "CUDA graph too (fp32, TF32 off), from the same weights, data and batch order")
+        "CUDA graph too (in each --torch-settings), from the same weights, data and batch order")
     epochs.add_argument("--variants", help="training variants (gpunn.backends.registry), comma-separated (default: "
                                            "every variant that trains the model, but the single-threaded ones; for "
                                            "the autoencoder only the GPU ones: cpu-numpy takes hours per epoch)")
@@ -71,10 +71,24 @@ def build_parser() -> argparse.ArgumentParser:
                              "config: it diverges at 0.01, and a diverged epoch is an error, not a timing)")
     epochs.add_argument("--epochs", type=int_at_least(1), default=3,
                         help="epochs per variant and batch size; the median after the first is kept")
+    epochs.add_argument("--torch-settings", type=torch_settings, default=tuple(TORCH_SETTINGS),
+                        help="PyTorch's rows, eager and CUDA graph, in each of these settings, comma-separated: fp32 "
+                             "(TF32 off everywhere), default (PyTorch's defaults: cuDNN convolutions in TF32), tf32 "
+                             "(TF32 everywhere), bf16 (torch.autocast(bfloat16)); default all four")
     epochs.add_argument("--profile", action="store_true",
                         help="instead of epochs: each launch of one training step of every GPU variant timed alone "
                              "(GPU time, median of --repeats), written to results/bench/<model>_step.csv")
     return parser
+
+
+def torch_settings(text: str) -> tuple:
+    """--torch-settings: names of gpunn.timing.TORCH_SETTINGS, comma-separated."""
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in TORCH_SETTINGS]
+    if unknown or not names:
+        bad = ", ".join(unknown) if unknown else repr(text)
+        raise argparse.ArgumentTypeError(f"unknown setting(s) {bad}; choose from {', '.join(TORCH_SETTINGS)}")
+    return names
 
 
 def epoch_variants(args) -> list[str]:
@@ -123,7 +137,7 @@ def bench_epochs(args, variants) -> pd.DataFrame:
 
     return time_epochs(args.op, variants, n=args.samples, batch=epoch_batches(args), lr=args.lr, epochs=args.epochs,
                        seed=args.seed, torch_reference=not device.simulator_enabled(), max_steps=args.max_steps,
-                       **model_sizes(args))
+                       torch_settings=args.torch_settings, **model_sizes(args))
 
 
 def profile_table(frame: pd.DataFrame) -> str:

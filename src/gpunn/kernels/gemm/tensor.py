@@ -41,6 +41,7 @@ FA = 16  # A fragment registers a slice: 4 MMA rows x 4
 FB = 8  # B fragment registers a slice: 4 MMA columns x 2
 ROW_TF32 = 36  # a K row's words: 32 TF32 + 4 of padding (36 = 4 mod 32: fragment reads conflict-free)
 ROW_BF16 = 20  # 16 words of BF16 pairs + 4 (20 * g mod 32 = 0, 20, 8, 28, ...: conflict-free too)
+MAX_REGISTERS = 128  # two blocks of 256 threads an SM (no spills: NOTES.md)
 ROW_OUTER = 136  # a K-major row: 128 outer indices + 8 (136 = 8 mod 32: word t, index g -> bank 8t + g)
 FORMATS = ("tf32", "bf16")
 assert LD * THREADS == BM * BK == BN * BK
@@ -76,7 +77,7 @@ def _kernel(fmt, a_map, b_map, store, ksize, epilogue, split_k=False):
     a_first, a_start, a_load, a_place = a_tile.functions()
     b_first, b_start, b_load, b_place = b_tile.functions()
 
-    @jit
+    @jit(max_registers=MAX_REGISTERS)
     def gemm_tensor_kernel(a, b, c, aux, dims):
         As = cuda.shared.array(a_shape, word)
         Bs = cuda.shared.array(b_shape, word)
