@@ -63,6 +63,18 @@ def _rounded(version, *arrays):
     return tuple(G.round_inputs(x, inputs) for x in arrays)
 
 
+def _wgrad_tolerance(version, k):
+    """The weight gradient's limit on a GPU, K = N x OH x OW deep: 2e-5 for the FP32 versions; for the tensor-core
+    ones the bench's sqrt(K) limit (gpunn.bench.gemm.gemm_tolerance, 7.1e-5 at K = 8192): their float32
+    accumulation inside the MMA is not IEEE round-to-nearest, and its error grows faster with K (tensor_tf32 measured
+    2.27e-5 at K = 8192 on an H200, over the FP32 limit)."""
+    if G.VERSIONS[version].inputs == "fp32":
+        return 2 * TOL
+    from gpunn.bench.gemm import gemm_tolerance
+
+    return gemm_tolerance(k)
+
+
 def _out_hw(p, k, h=H, w=W):
     return h + 2 * p - k + 1, w + 2 * p - k + 1
 
@@ -426,7 +438,7 @@ def test_gpu_sizes(version):
             launch = C.conv_backward_weight_implicit_gemm(cuda.to_device(x), cuda.to_device(dy), dw, p, version=version,
                                                           splits=splits)
             first = dw.copy_to_host()
-            assert _rel_err(first, dw_ref) < 2 * TOL
+            assert _rel_err(first, dw_ref) < _wgrad_tolerance(version, n * oh * ow)
             launch()
             assert dw.copy_to_host().tobytes() == first.tobytes(), "split-K must be deterministic"
 
