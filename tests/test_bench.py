@@ -404,6 +404,10 @@ def test_time_epochs_scales_partial_epochs_and_ratios_per_batch(monkeypatch):
     assert by["gpu-im2col", 5].ratio_to_torch_fastest == pytest.approx(3.0 / 0.25)
     assert by["torch-cuda-graph-bf16", 1].ratio_to_torch_fastest == 1.0
     assert any("x fastest: over torch-cuda-graph-bf16, PyTorch's fastest row at batch 5" in line for line in lines)
+    # each row's number format, whose peak its "% peak" is of (the autoencoder has convolutions: default is TF32)
+    assert by["gpu-im2col", 5].peak_format == "fp32" and by["torch-eager", 5].peak_format == "fp32"
+    assert by["torch-cuda-graph-default", 5].peak_format == "tf32" and by["torch-eager-bf16", 1].peak_format == "bf16"
+    assert timing.row_format("torch-eager-default", convolutional=False) == "fp32"  # the MLP: matmuls stay FP32
     assert by["torch-eager", 1].samples_per_s == pytest.approx(10 / 15)
     assert by["torch-eager", 1].gpu_mem_mib == 12.0
     assert any("torch_max_allocated: torch.cuda.max_memory_allocated" in line for line in lines)

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from gpunn import flops
-from gpunn.device import fp32_lanes, fp32_peak_tflops
+from gpunn.device import fp32_lanes, fp32_peak_tflops, tensor_peak_tflops
 from gpunn.nn import build_model
 
 
@@ -30,6 +30,18 @@ def test_cnn_and_autoencoder_count_each_conv_at_its_output_size():
     assert [m for _, m in flops.layer_macs(auto)] == convs
     assert flops.forward_flops(auto) == 2 * sum(convs) == 349_175_808  # the issue's "about 330 MFLOP per image"
     assert flops.training_flops(auto) * 50_000 / 1e12 == pytest.approx(51.67, abs=0.01)  # TFLOP per epoch
+
+
+def test_tensor_peaks_of_known_gpus():
+    """The data sheets' dense figures at their clocks: H100 SXM5 989.4 BF16 and 494.7 TF32 (1.83 GHz), A100 312 and
+    156 (1.41 GHz); an architecture not listed has none; a format not known is refused."""
+    assert tensor_peak_tflops(132, (9, 0), 1_830_000, "bf16") == pytest.approx(989.4, abs=0.5)
+    assert tensor_peak_tflops(132, (9, 0), 1_830_000, "tf32") == pytest.approx(494.7, abs=0.5)
+    assert tensor_peak_tflops(108, (8, 0), 1_410_000, "bf16") == pytest.approx(312, abs=0.5)
+    assert tensor_peak_tflops(108, (8, 0), 1_410_000, "tf32") == pytest.approx(156, abs=0.5)
+    assert tensor_peak_tflops(84, (8, 6), 1_700_000, "bf16") is None
+    with pytest.raises(ValueError, match="unknown format 'fp16'"):
+        tensor_peak_tflops(132, (9, 0), 1_830_000, "fp16")
 
 
 def test_fp32_peak_of_known_gpus():

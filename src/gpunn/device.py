@@ -36,6 +36,24 @@ def fp32_peak_tflops(multiprocessors: int, compute_capability: tuple[int, int], 
     return multiprocessors * fp32_lanes(compute_capability) * 2 * clock_khz * 1e3 / 1e12
 
 
+# Dense tensor-core FLOP per SM per clock by input format (float32 accumulation), from NVIDIA's architecture
+# whitepapers: A100 312 TFLOP/s BF16 and 156 TF32 (108 SMs, 1.41 GHz); H100 SXM5 989.4 BF16 and 494.7 TF32 (132 SMs,
+# quoted at 1.83 GHz). Architectures not listed: no tensor peak (None).
+TENSOR_FLOPS = {(8, 0): {"tf32": 1024, "bf16": 2048}, (9, 0): {"tf32": 2048, "bf16": 4096}}
+TENSOR_FORMATS = ("tf32", "bf16")
+
+
+def tensor_peak_tflops(multiprocessors: int, compute_capability: tuple[int, int], clock_khz: int,
+                       fmt: str) -> float | None:
+    """The dense tensor-core peak in `fmt` ("tf32", "bf16") in TFLOP/s at `clock_khz`, None for an architecture
+    TENSOR_FLOPS does not list: SMs x FLOP per SM per clock x clock. At the boost clock a device reports (an H100 or
+    H200 SXM: 1.98 GHz) that is 1070 TFLOP/s BF16; the data sheets quote 989.4 at 1.83 GHz."""
+    if fmt not in TENSOR_FORMATS:
+        raise ValueError(f"tensor_peak_tflops: unknown format {fmt!r}; choose from {TENSOR_FORMATS}")
+    per_clock = TENSOR_FLOPS.get(tuple(compute_capability), {}).get(fmt)
+    return None if per_clock is None else multiprocessors * per_clock * clock_khz * 1e3 / 1e12
+
+
 def simulator_enabled() -> bool:
     from numba import config
 
@@ -55,8 +73,8 @@ def require_gpu(what: str) -> None:
 
 
 def device_info() -> dict:
-    """Name, compute capability, SM count, per-block limits, memory, boost clock and FP32 peak (gpunn.flops) of the
-    current device."""
+    """Name, compute capability, SM count, per-block limits, memory, boost clock, FP32 peak (gpunn.flops) and the
+    TF32 and BF16 tensor-core peaks (None where unknown) of the current device."""
     from numba import cuda
 
     require_gpu("device_info")
@@ -64,7 +82,7 @@ def device_info() -> dict:
         return {"name": "numba CUDA simulator", "simulator": True, "compute_capability": "sim",
                 "multiprocessors": 1, "max_threads_per_block": DEFAULT_MAX_THREADS_PER_BLOCK,
                 "max_shared_memory_per_block": 48 * 1024, "memory_total_gib": None, "clock_khz": None,
-                "fp32_peak_tflops": None}
+                "fp32_peak_tflops": None, "tf32_peak_tflops": None, "bf16_peak_tflops": None}
     device = cuda.get_current_device()
     _, total = cuda.current_context().get_memory_info()
     major, minor = device.compute_capability
@@ -78,6 +96,8 @@ def device_info() -> dict:
         "memory_total_gib": round(total / 2**30, 1),
         "clock_khz": int(device.CLOCK_RATE),
         "fp32_peak_tflops": fp32_peak_tflops(int(device.MULTIPROCESSOR_COUNT), (major, minor), int(device.CLOCK_RATE)),
+        **{f"{fmt}_peak_tflops": tensor_peak_tflops(int(device.MULTIPROCESSOR_COUNT), (major, minor),
+                                                    int(device.CLOCK_RATE), fmt) for fmt in TENSOR_FORMATS},
     }
 
 

@@ -15,8 +15,8 @@ import pandas as pd
 from gpunn import provenance
 from gpunn.backends.registry import VARIANTS, make_backend, uses_gpu
 from gpunn.errors import GpunnError
-from gpunn.flops import training_flops
-from gpunn.nn import build_model, model_spec
+from gpunn.flops import layer_macs, training_flops
+from gpunn.nn import Conv2d, build_model, model_spec
 
 
 def provenance_columns(variant: str) -> dict:
@@ -31,7 +31,7 @@ def provenance_columns(variant: str) -> dict:
 EPOCH_COLUMNS = ["model", "variant", "sizes", "n", "batch", "epoch_s", "extrapolated", "timed_samples",
                  "samples_per_s", "ratio_to_torch_eager", "epoch_tflop", "tflops", "fp32_peak_pct", "fp32_peak_tflops",
                  "epochs", "epoch_loss", "gpu_mem_mib", "gpu_mem_measure", "ratio_to_torch_fastest", "torch_fastest",
-                 *provenance.CSV_COLUMNS]
+                 "peak_format", "peak_pct", "peak_tflops", *provenance.CSV_COLUMNS]
 # PyTorch in each setting its users run: name -> (TF32 matmuls, TF32 cuDNN convolutions, autocast dtype). "fp32" is
 # strict FP32 (its rows keep the names torch-eager and torch-cuda-graph); "default" PyTorch's own defaults (cuDNN
 # convolutions in TF32, matmuls in FP32); "tf32" TF32 everywhere; "bf16" torch.autocast(bfloat16) over the defaults.
@@ -351,16 +351,34 @@ def time_epochs(model_name, variants, n=None, batch=64, lr=None, epochs=3, seed=
 def with_arithmetic(frame: pd.DataFrame, model, n: int) -> pd.DataFrame:
     """`frame` with each row's arithmetic: the epoch's TFLOP (gpunn.flops.training_flops x n samples), the TFLOP/s
     that its epoch_s achieves, and, for GPU rows on a real GPU, that as % of the device's FP32 peak (no tensor
-    cores, gpunn.device.fp32_peak_tflops)."""
+    cores, gpunn.device.fp32_peak_tflops) and as % of the peak in the row's own format (``row_format``: FP32, or
+    the TF32 or BF16 tensor-core peak, gpunn.device.tensor_peak_tflops; NaN where the device's is unknown)."""
     from gpunn.device import device_info, simulator_enabled
 
     epoch_tflop = training_flops(model) * n / 1e12
     on_gpu = frame["variant"].map(_on_gpu)
-    peak = None if simulator_enabled() or not on_gpu.any() else device_info()["fp32_peak_tflops"]
+    info = None if simulator_enabled() or not on_gpu.any() else device_info()
+    peak = None if info is None else info["fp32_peak_tflops"]
     tflops = epoch_tflop / frame["epoch_s"]
+    convolutional = any(isinstance(layer, Conv2d) for layer, _ in layer_macs(model))
+    formats = frame["variant"].map(lambda variant: row_format(variant, convolutional))
+    peaks = formats.map(lambda fmt: np.nan if info is None or info[f"{fmt}_peak_tflops"] is None
+                        else info[f"{fmt}_peak_tflops"]).astype(float)
     return frame.assign(epoch_tflop=epoch_tflop, tflops=tflops,
                         fp32_peak_pct=(100.0 * tflops / peak).where(on_gpu) if peak else np.nan,
-                        fp32_peak_tflops=peak if peak else np.nan)
+                        fp32_peak_tflops=peak if peak else np.nan, peak_format=formats,
+                        peak_pct=(100.0 * tflops / peaks).where(on_gpu), peak_tflops=peaks.where(on_gpu))
+
+
+def row_format(variant: str, convolutional: bool) -> str:
+    """The number format a row's multiplications run in: fp32 for gpunn's variants; PyTorch's from its setting
+    (TORCH_SETTINGS): fp32, tf32, bf16, and default: tf32 where the model has convolutions (cuDNN's), else fp32."""
+    for setting in TORCH_SETTINGS:
+        if variant in (torch_variant(setting, False), torch_variant(setting, True)):
+            if setting == "default":
+                return "tf32" if convolutional else "fp32"
+            return setting
+    return "fp32"
 
 
 def _on_gpu(variant: str) -> bool:
@@ -369,18 +387,19 @@ def _on_gpu(variant: str) -> bool:
 
 
 def epoch_table(frame: pd.DataFrame) -> str:
-    """The printed summary of ``time_epochs``: variant, batch, s/epoch (marked when extrapolated), ratio to PyTorch
-    eager, images/s, GPU memory and what it measures, then the legend."""
+    """The printed summary of ``time_epochs``: variant, batch, s/epoch (marked when extrapolated), ratios to PyTorch
+    eager and to PyTorch's fastest, images/s, TFLOP/s and % of the peak in the row's format, GPU memory and what it
+    measures, then the legend."""
     lines = [f"{'variant':>24} {'batch':>5} {'s/epoch':>11} {'x eager':>8} {'x fastest':>9} {'images/s':>10} "
-             f"{'TFLOP/s':>8} {'% peak':>7} {'GPU MiB':>8}  memory measure"]
+             f"{'TFLOP/s':>8} {'% peak':>12} {'GPU MiB':>8}  memory measure"]
     for row in frame.itertuples():
         mark = "*" if row.extrapolated else " "
         ratio = "" if np.isnan(row.ratio_to_torch_eager) else f"{row.ratio_to_torch_eager:.3f}"
         fastest = "" if np.isnan(row.ratio_to_torch_fastest) else f"{row.ratio_to_torch_fastest:.3f}"
         memory = "" if np.isnan(row.gpu_mem_mib) else f"{row.gpu_mem_mib:.0f}"
-        peak = "" if np.isnan(row.fp32_peak_pct) else f"{row.fp32_peak_pct:.1f}"
+        peak = "" if np.isnan(row.peak_pct) else f"{row.peak_pct:.1f} {row.peak_format}"
         lines.append(f"{row.variant:>24} {row.batch:>5} {row.epoch_s:10.4f}{mark} {ratio:>8} {fastest:>9} "
-                     f"{row.samples_per_s:10.0f} {row.tflops:8.3f} {peak:>7} {memory:>8}  {row.gpu_mem_measure}")
+                     f"{row.samples_per_s:10.0f} {row.tflops:8.3f} {peak:>12} {memory:>8}  {row.gpu_mem_measure}")
     for row in frame[frame["torch_fastest"] != ""].drop_duplicates("batch").itertuples():
         lines.append(f"x eager: over torch-eager (PyTorch in strict FP32); x fastest: over {row.torch_fastest}, "
                      f"PyTorch's fastest row at batch {row.batch} in this run")
@@ -390,8 +409,10 @@ def epoch_table(frame: pd.DataFrame) -> str:
     for measure in dict.fromkeys(m for m in frame["gpu_mem_measure"] if m):
         lines.append(f"{measure}: {MEMORY_MEASURES[measure]}")
     first = frame.iloc[0]
-    peak = "" if np.isnan(first.fp32_peak_tflops) else (f"; % peak: of the GPU's FP32 peak without tensor cores, "
-                                                         f"{first.fp32_peak_tflops:.1f} TFLOP/s")
+    peaks = {row.peak_format: row.peak_tflops for row in frame.itertuples() if not np.isnan(row.peak_tflops)}
+    peak = "" if not peaks else ("; % peak: of the GPU's peak in the row's format (" + ", ".join(
+        f"{fmt}: {value:.1f} TFLOP/s" + (" without tensor cores" if fmt == "fp32" else " dense tensor cores")
+        for fmt, value in peaks.items()) + ")")
     lines.append(f"TFLOP/s: {first.epoch_tflop:.4g} TFLOP per epoch (the Linear and Conv2d multiply-adds of forward, "
                  f"weight and input gradients, gpunn.flops) / s per epoch{peak}; counted as direct convolutions for "
                  f"every variant: one whose convolutions do fewer multiplications (gpu-graph's Winograd passes) is "
