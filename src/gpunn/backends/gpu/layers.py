@@ -42,6 +42,7 @@ from .policy import (
     head_fused,
     pool_bias_with_weight,
     pool_fused,
+    precision_gemm,
 )
 
 # a conv whose forward and weight gradient both run Winograd transforms x once: the forward keeps V for the weight
@@ -291,6 +292,9 @@ class Conv2dStage(Stage):
                              f"that makes the bias gradient (conv.ConvVersion.with_bias); {name!r} does not: "
                              f"choose another bias_grad or backward_weight version")
         threads = binder.threads if version.takes_threads else {}
+        tensor = precision_gemm(binder.policy)
+        if tensor is not None and name == "implicit_gemm":  # the pass's GEMM on the tensor cores
+            threads = {**threads, "version": tensor}
         return functools.partial(launcher, launch=False, **threads)
 
     def _shares_winograd_input(self, binder, x) -> bool:

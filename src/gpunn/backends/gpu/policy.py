@@ -99,6 +99,10 @@ class Policy:
     head: str = "layers"  # a final Linear under the softmax_ce loss: "layers", its stage then the loss head (GEMMs,
                           # softmax_ce_grad, column sums: six launches); "fused", one stage whose forward launch is
                           # the loss head too and whose backward is one launch (gpunn.kernels.linear_head; head_fused)
+    precision: str = "fp32"  # "fp32"; or "tf32" / "bf16": every GEMM and every Conv2d pass but the bias gradient
+                             # multiplies on the tensor cores (precision_gemm), its inputs rounded to that format,
+                             # float32 accumulation; weights, their update, the loss and softmax stay float32.
+                             # Needs the per-layer stages: step and head "layers", upsample "separate", no pool fusion
 
     def __post_init__(self):
         for name, value, choices in (("sgd", self.sgd, SGD_MODES), ("copy", self.copy, COPY_MODES),
@@ -106,6 +110,12 @@ class Policy:
                                      ("step", self.step, STEP_MODES), ("head", self.head, HEAD_MODES)):
             if value not in choices:
                 raise ValueError(f"policy {self.name}: {name} must be one of {choices}, got {value!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"policy {self.name}: precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if self.precision != "fp32" and (self.step, self.head, self.upsample, self.pool) != (
+                "layers", "layers", "separate", "separate"):
+            raise ValueError(f"policy {self.name}: precision {self.precision!r} runs per-layer stages only: step and "
+                             f"head 'layers', upsample and pool 'separate' (their fused kernels are float32)")
         if sorted(self.pool_conv) != sorted(POOL_GEMM) or not set(self.pool_conv.values()) <= set(POOL_CONV_MODES):
             raise ValueError(f"policy {self.name}: pool_conv must map {tuple(POOL_GEMM)} to one of {POOL_CONV_MODES}, "
                              f"got {self.pool_conv!r}")
@@ -184,6 +194,7 @@ POOL_DIRECT = {"forward": "direct", "backward_data": "direct"}  # ... as direct 
 AUTO_POOL_MAX_COUT = 32  # pool "auto": fused where the fused forward's 128x32 window tiles fit the conv (the CNN)
 AUTO_POOL_MAX_K = 32     # ... or where its GEMM depth Cin*k*k is at most this (a first layer: the autoencoder's)
 STEP_MODES = ("layers", "persistent", "phased")
+PRECISIONS = ("fp32", "tf32", "bf16")
 HEAD_MODES = ("layers", "fused")
 FUSED_HEAD_MAX_CLASSES = 32  # = gpunn.kernels.linear_head.MAX_CLASSES (a test checks): classes held in registers
 PIPELINE_DEPTH = 3  # host batch buffers of the pipelined copy: one being filled, one in flight, one in use
@@ -238,6 +249,8 @@ def conv_version(policy: Policy, step: str, in_channels: int, out_channels: int,
     Before these: 3x3 kernels with padding 1 and in * out channels >= AUTO_WINOGRAD_MIN_PRODUCT run the passes of
     AUTO_WINOGRAD_STEPS as ``winograd`` (ae 256->128, 128->128, and 128->256 on its upsampled input: conv.UP_VERSIONS'
     twin reads through the upsample)."""
+    if policy.precision != "fp32":  # every multiplying pass on the tensor cores; the bias gradient sums in float32
+        return "split" if step == "bias_grad" else "implicit_gemm"
     name = policy.conv[step]
     if name != "auto":
         return name
@@ -300,8 +313,17 @@ def head_fused(policy: Policy, loss: str | None, classes: int) -> bool:
             and 2 <= classes <= FUSED_HEAD_MAX_CLASSES)
 
 
+def precision_gemm(policy: Policy) -> str | None:
+    """The GEMM version every GEMM and implicit-GEMM conv pass of a tf32 or bf16 policy runs (None for fp32): the
+    warp-MMA tensor_<format> (gpunn.kernels.gemm.tensor), on every GPU from compute capability 8.0. Hopper's
+    wgmma_<format> measured no faster at the autoencoder's shapes on an H200 (gemm/NOTES.md), so it is not chosen."""
+    return None if policy.precision == "fp32" else f"tensor_{policy.precision}"
+
+
 def gemm_version(policy: Policy, rows: int, cols: int) -> str:
     """The GEMM version a layer uses for an output of rows x cols under `policy`."""
+    if policy.precision != "fp32":
+        return precision_gemm(policy)
     if policy.gemm != "auto":
         return policy.gemm
     return "regblock" if rows * cols >= 64 * 64 * AUTO_MIN_BLOCKS else "tiled16"
