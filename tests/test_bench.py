@@ -517,3 +517,30 @@ def test_bench_torch_settings_option(capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unknown setting(s) fp16; choose from fp32, default, tf32, bf16" in err[0]
+
+
+def test_bench_mma_refuses_the_simulator_in_one_line(tmp_path):
+    """`bench mma` times the tensor cores: under the simulator it stops with one line and exit 2, writing nothing."""
+    if ON_GPU:
+        pytest.skip("a GPU is here: the GPU test runs it")
+    out = tmp_path / "never.csv"
+    done = subprocess.run([sys.executable, "-m", "gpunn.bench", "mma", "--out", str(out)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("gpunn.bench: error: bench mma times the tensor cores: it needs a real GPU, not "
+                                   "numba's CUDA simulator")
+    assert not out.exists()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not ON_GPU, reason="needs a real GPU, not the CUDA simulator")
+def test_gpu_bench_mma_rows(tmp_path):
+    """On a GPU: our intrinsics' TF32 and BF16 rows (no local memory in their PTX), and cuBLAS's where torch is."""
+    out = tmp_path / "mma.csv"
+    done = subprocess.run([sys.executable, "-m", "gpunn.bench", "mma", "--repeats", "3", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    frame = pd.read_csv(out)
+    ours = frame[frame["route"].str.startswith("numba")]
+    assert list(ours["format"]) == ["tf32", "bf16"] and (ours["tflops"] > 0).all()
+    assert not ours["local_memory"].astype(bool).any()

@@ -37,9 +37,10 @@ class BenchParser(OneLineErrorParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = BenchParser(prog="python -m gpunn.bench", description=bench.__doc__.split("\n\n")[0])
-    parser.add_argument("op", choices=(*OPS, "all", *EPOCH_MODELS),
-                        help="an op family, all of them, or a model (mlp, cnn, autoencoder): whole training epochs "
-                             "per variant")
+    parser.add_argument("op", choices=(*OPS, "all", *EPOCH_MODELS, "mma"),
+                        help="an op family, all of them, a model (mlp, cnn, autoencoder): whole training epochs per "
+                             "variant, or mma: the tensor cores' MMA rate through gpunn's intrinsics against CUDA C "
+                             "and cuBLAS (gpunn.bench.mma_rate)")
     parser.add_argument("--out", help="output CSV (default results/bench/<op>.csv, one per op with 'all')")
     parser.add_argument("--quick", action="store_true", help="tiny shapes, 2 repeats, blocks 32,64 (simulator tests)")
     parser.add_argument("--repeats", type=int_at_least(1),
@@ -168,6 +169,12 @@ def main(argv=None) -> int:
             model_sizes(args)  # a bad size stops here, before the timing lock
         log_device_header()
         with timing_lock(f"python -m gpunn.bench {args.op}"):  # one timed job at a time on this machine
+            if args.op == "mma":
+                from gpunn.bench import mma_rate
+
+                frame = mma_rate.rate_frame(repeats if args.repeats is not None else mma_rate.REPEATS)
+                io.write_csv(args.out or "results/bench/mma.csv", frame)
+                return 0
             if variants is not None and args.profile:
                 from gpunn.timing import step_profile
 

@@ -5,11 +5,11 @@ TF32 and BF16 for scale.
 Each kernel: every warp of a full grid runs ``iters`` rounds of CHAINS independent MMAs on register fragments (no
 memory traffic in the loop), then stores its accumulators so nothing is dead code. Times: CUDA events around one
 launch after a warm-up launch, median of ``repeats``; TFLOP/s = 2 M N K x MMAs / time.
-``python -m gpunn.bench.mma_rate [--out CSV]``; needs a GPU (compute capability 8.0 or newer)."""
+``python -m gpunn.bench mma [--repeats N] [--out CSV]`` (default results/bench/mma.csv); needs a GPU of compute
+capability 8.0 or newer, and refuses the simulator (its timings would be meaningless)."""
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 
@@ -19,6 +19,7 @@ CHAINS = 8  # independent accumulators per warp: enough MMAs in flight to hide t
 THREADS = 128  # 4 warps a block
 BLOCKS_PER_SM = 8
 ITERS = 4096
+REPEATS = 9
 ACC = 32  # 4 x CHAINS accumulator registers (a local array's size must be a plain constant)
 assert ACC == 4 * CHAINS
 
@@ -205,22 +206,21 @@ def _cublas_rows(repeats, log) -> list[dict]:
     return rows
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gpunn.bench.mma_rate", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", help="CSV of the rows")
-    parser.add_argument("--repeats", type=int, default=9)
-    args = parser.parse_args(argv)
-    from gpunn.device import require_gpu
-
-    require_gpu("gpunn.bench.mma_rate")
+def rate_frame(repeats: int = REPEATS, iters: int = ITERS, log=None):
+    """The rows of ``measure`` as a frame, printed; GpunnError (one line) under the simulator or on a GPU older
+    than compute capability 8.0."""
     import pandas as pd
+    from numba import cuda
 
-    frame = pd.DataFrame(measure(args.repeats, log=lambda s: print(s, file=sys.stderr)))
-    print(frame.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    if args.out:
-        frame.to_csv(args.out, index=False)
-    return 0
+    from gpunn.device import simulator_enabled
+    from gpunn.errors import GpunnError
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    if simulator_enabled():
+        raise GpunnError("bench mma times the tensor cores: it needs a real GPU, not numba's CUDA simulator")
+    cc = tuple(cuda.get_current_device().compute_capability)
+    if cc < (8, 0):
+        raise GpunnError(f"bench mma: mma.sync with TF32 and BF16 needs compute capability 8.0 or newer, this GPU "
+                         f"has {cc[0]}.{cc[1]}")
+    frame = pd.DataFrame(measure(repeats, iters, log=log or (lambda line: print(line, file=sys.stderr))))
+    print(frame.to_string(index=False, float_format=lambda v: f"{v:.3f}"), flush=True)
+    return frame
