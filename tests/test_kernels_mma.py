@@ -179,5 +179,5 @@ def test_a_warp_missing_from_an_mma_is_an_error():
 
     if not simulator_enabled():
         pytest.skip("on a GPU a diverged mma.sync is undefined behaviour, not an error")
-    with pytest.raises(RuntimeError, match="not every lane"):
+    with pytest.raises(RuntimeError, match="mma_tf32: not every thread of group 0 reached it"):
         kernel[1, 32](cuda.to_device(np.zeros(32, np.float32)))

@@ -118,38 +118,45 @@ def _operands(fmt, a_frags, b_frags):
 
 
 _LOCK = threading.Lock()
-_exchange: dict = {}  # (launch, block, warp, call) -> the warp's fragments, filled lane by lane between two barriers
+_exchange: dict = {}  # (launch, block, group, call, what) -> the group's values, then what compute made of them
 
 
-def _warp_mma(fmt, a, b, c):
-    """One lane's part of an emulated MMA: deposit its fragments, wait at the block barrier, compute its D."""
+def collective(size: int, what: str, value, compute):
+    """Under the simulator, one thread's part in an operation of a group of `size` consecutive threads (a warp, a
+    warpgroup): every thread deposits `value`, waits at the block barrier, the first one past it calls
+    `compute(values)` (the group's values in thread order) once for all, and each gets (that result, its own
+    place in the group); a second barrier lets the group's slot go. Every thread of the block must take part (the
+    barrier is the block's); a group member that did not is an error naming `what`."""
     from .simulator import current_thread
 
     thread = current_thread()
     bx, by, bz = thread._manager._block_dim
-    x, y, z = thread.threadIdx.x, thread.threadIdx.y, thread.threadIdx.z
-    flat = x + bx * (y + by * z)
-    if (bx * by * bz) % WARP:
-        raise ValueError(f"mma_{fmt}: a block of {bx * by * bz} threads is not whole warps")
+    if (bx * by * bz) % size:
+        raise ValueError(f"{what}: a block of {bx * by * bz} threads is not whole groups of {size}")
+    flat = thread.threadIdx.x + bx * (thread.threadIdx.y + by * thread.threadIdx.z)
+    calls = getattr(thread, "_gpunn_collectives", 0)
+    thread._gpunn_collectives = calls + 1
     blk = thread.blockIdx
-    call = getattr(thread, "_gpunn_mma_calls", 0)
-    thread._gpunn_mma_calls = call + 1
-    key = (id(thread._manager), blk.x, blk.y, blk.z, flat // WARP, call)
-    lane = flat % WARP
-    slot = _exchange.setdefault(key, [None] * WARP)
-    slot[lane] = (a, b, c)
+    key = (id(thread._manager), blk.x, blk.y, blk.z, flat // size, calls, what)
+    _exchange.setdefault(key, [None] * size)[flat % size] = value
     thread.syncthreads()
-    with _LOCK:  # the warp's first lane past the barrier computes D for all 32 (under OS threads too)
-        frags = _exchange[key]
-        if isinstance(frags, list):
-            if any(f is None for f in frags):
-                raise RuntimeError(f"mma_{fmt}: not every lane of warp {flat // WARP} reached this MMA")
-            frags = _exchange[key] = emulate_mma(fmt, [f[0] for f in frags], [f[1] for f in frags],
-                                                 [f[2] for f in frags])
-    d = frags[lane]
-    thread.syncthreads()  # every lane has read the warp's D
-    if lane == 0:
+    with _LOCK:  # the first thread past the barrier computes (under OS threads too)
+        slot = _exchange[key]
+        if isinstance(slot, list):
+            if any(v is None for v in slot):
+                raise RuntimeError(f"{what}: not every thread of group {flat // size} reached it")
+            slot = _exchange[key] = (compute(slot),)
+    thread.syncthreads()  # every member has its result
+    if flat % size == 0:
         _exchange.pop(key, None)
+    return slot[0], flat % size
+
+
+def _warp_mma(fmt, a, b, c):
+    """One lane's part of an emulated MMA: its row of the warp's D."""
+    warp_d, lane = collective(WARP, f"mma_{fmt}", (a, b, c), lambda frags: emulate_mma(
+        fmt, [f[0] for f in frags], [f[1] for f in frags], [f[2] for f in frags]))
+    d = warp_d[lane]
     return np.float32(d[0]), np.float32(d[1]), np.float32(d[2]), np.float32(d[3])
 
 

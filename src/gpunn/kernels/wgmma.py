@@ -21,13 +21,11 @@ warpgroup's fragments meet at a block barrier, as in ``gpunn.kernels.mma``).
 
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 
 from gpunn import device
 
-from .mma import WARP, emulate_mma  # noqa: F401  (emulate_mma: the same rounding rules for one warp)
+from .mma import WARP, collective
 
 __all__ = ["ACC", "LAYOUTS", "N", "fence_proxy_async", "swizzle", "wgmma_bf16", "wgmma_commit", "wgmma_fence",
            "wgmma_tf32", "wgmma_wait"]
@@ -73,38 +71,6 @@ def _fragment_index():
     return 16 * w + g + 8 * h, 8 * j + 2 * q + e
 
 
-_exchange: dict = {}
-_LOCK = threading.Lock()  # the first thread past the barrier computes, under OS threads too
-
-
-def _warpgroup_call(what, acc, fn):
-    """Run fn(accs) once for the calling thread's warpgroup, accs the 128 threads' acc arrays in thread order."""
-    from .simulator import current_thread
-
-    thread = current_thread()
-    bx, by, bz = thread._manager._block_dim
-    flat = thread.threadIdx.x + bx * (thread.threadIdx.y + by * thread.threadIdx.z)
-    if (bx * by * bz) % WARPGROUP:
-        raise ValueError(f"{what}: a block of {bx * by * bz} threads is not whole warpgroups")
-    call = getattr(thread, "_gpunn_wgmma_calls", 0)
-    thread._gpunn_wgmma_calls = call + 1
-    blk = thread.blockIdx
-    key = (id(thread._manager), blk.x, blk.y, blk.z, flat // WARPGROUP, call)
-    slot = _exchange.setdefault(key, [None] * WARPGROUP)
-    slot[flat % WARPGROUP] = acc
-    thread.syncthreads()
-    with _LOCK:
-        slot = _exchange[key]
-        if isinstance(slot, list):
-            _exchange[key] = "done"
-            if any(a is None for a in slot):
-                raise RuntimeError(f"{what}: not every thread of warpgroup {flat // WARPGROUP} reached this MMA")
-            fn(slot)
-    thread.syncthreads()
-    if flat % WARPGROUP == 0:
-        _exchange.pop(key, None)
-
-
 def _sim_wgmma(fmt):
     def wgmma(acc, a_tile, a_byte, b_tile, b_byte):
         def run(accs):
@@ -116,7 +82,7 @@ def _sim_wgmma(fmt):
             for x, values in zip(accs, d):
                 x[:] = values.astype(np.float32)
 
-        _warpgroup_call(f"wgmma_{fmt}", acc, run)
+        collective(WARPGROUP, f"wgmma_{fmt}", acc, run)
 
     return wgmma
 
