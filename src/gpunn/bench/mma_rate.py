@@ -26,44 +26,34 @@ assert ACC == 4 * CHAINS
 
 def numba_kernels():
     """{format: kernel(out, iters)} through gpunn.kernels.mma."""
-    from numba import cuda, float32, uint32
+    from numba import cuda, float32
 
     from gpunn.kernels.mma import mma_bf16, mma_tf32, pack_bf16, to_tf32
 
-    @cuda.jit
-    def loop_tf32(out, iters):
-        t = cuda.grid(1)
-        x = to_tf32(float32(t % 7) * float32(1e-3))
-        acc = cuda.local.array(ACC, float32)
-        for j in range(ACC):
-            acc[j] = float32(0.0)
-        for _ in range(iters):
-            for j in range(CHAINS):
-                d = mma_tf32(x, x, x, x, x, x, acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3])
-                acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3] = d
-        total = float32(0.0)
-        for j in range(ACC):
-            total += acc[j]
-        out[t] = total
+    @cuda.jit(device=True)
+    def bf16_pair(v):
+        return pack_bf16(v, v)
 
-    @cuda.jit
-    def loop_bf16(out, iters):
-        t = cuda.grid(1)
-        v = float32(t % 7) * float32(1e-3)
-        x = uint32(pack_bf16(v, v))
-        acc = cuda.local.array(ACC, float32)
-        for j in range(ACC):
-            acc[j] = float32(0.0)
-        for _ in range(iters):
-            for j in range(CHAINS):
-                d = mma_bf16(x, x, x, x, x, x, acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3])
-                acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3] = d
-        total = float32(0.0)
-        for j in range(ACC):
-            total += acc[j]
-        out[t] = total
+    def loop_kernel(mma, operand):
+        @cuda.jit
+        def loop(out, iters):
+            t = cuda.grid(1)
+            x = operand(float32(t % 7) * float32(1e-3))
+            acc = cuda.local.array(ACC, float32)
+            for j in range(ACC):
+                acc[j] = float32(0.0)
+            for _ in range(iters):
+                for j in range(CHAINS):
+                    d = mma(x, x, x, x, x, x, acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3])
+                    acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3] = d
+            total = float32(0.0)
+            for j in range(ACC):
+                total += acc[j]
+            out[t] = total
 
-    return {"tf32": loop_tf32, "bf16": loop_bf16}
+        return loop
+
+    return {"tf32": loop_kernel(mma_tf32, to_tf32), "bf16": loop_kernel(mma_bf16, bf16_pair)}
 
 
 CUDA_C = r"""

@@ -14,7 +14,8 @@ Two paths, by the operand's mapping (compile time):
 Every thread holds ``per_thread`` = rows x 32 / threads values, ``per_thread / kp`` words, word v at (row, word) of
 the tile given by ``place``. ``OperandTile(...).functions()`` -> (first, start, load, place), device functions:
 ``first(t) -> (c0, c1)`` the thread's coordinates; ``start(dims, base, c0)`` the outer state of the outer path;
-``load(x, dims, k0, base, c0, c1, state, regs)``; ``place(c0, c1, v) -> (row, word)``."""
+``load(x, dims, k0, base, c0, c1, state, regs)``; ``place(c0, c1, v) -> (row, word)``. Also the formats'
+facts both families share: ``FORMATS``, ``shared_word``, ``format_factory``."""
 
 from __future__ import annotations
 
@@ -22,11 +23,26 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-from numba import uint32
+from numba import float32, uint32
 
 from .mappings import DENSE_K_A, DENSE_K_B, U0, U32, device_function, kernel_parts
 
 BK = 32  # K of a tile
+FORMATS = ("tf32", "bf16")  # the input formats of the tensor-core versions
+
+
+def shared_word(fmt: str):
+    """(numba type of a shared-memory word, K indices it holds): one TF32 held in a float32, or two BF16 in a
+    uint32."""
+    return (uint32, 2) if fmt == "bf16" else (float32, 1)
+
+
+def format_factory(family: str, fmt: str, build):
+    """``build`` for one input format: ``(a_map, b_map, store, ksize, epilogue, split_k=False) -> kernel``;
+    ValueError naming the formats otherwise."""
+    if fmt not in FORMATS:
+        raise ValueError(f"{family} GEMM: unknown format {fmt!r}; choose from {FORMATS}")
+    return functools.partial(build, fmt)
 
 
 @dataclass(frozen=True)
@@ -40,7 +56,7 @@ class OperandTile:
 
     @property
     def kp(self) -> int:
-        return 2 if self.fmt == "bf16" else 1
+        return shared_word(self.fmt)[1]
 
     @property
     def k_rows(self) -> bool:

@@ -28,7 +28,7 @@ from ..common import cdiv, check_fixed_block
 from ..jit import jit
 from ..mma import mma_bf16, mma_tf32, pack_bf16, to_tf32
 from .mappings import U0, U1, U2, U4, U32, k_range_fn, kernel_parts
-from .operand_tiles import OperandTile
+from .operand_tiles import OperandTile, format_factory, shared_word
 from .problem import D_M, D_N
 
 BM = 128
@@ -39,11 +39,10 @@ ACC = 64  # 4 x 4 MMAs x 4 accumulators a thread (local-array sizes: plain const
 LD = 16  # elements of A (and of B) each thread loads per K step: 128 * 32 / 256
 FA = 16  # A fragment registers a slice: 4 MMA rows x 4
 FB = 8  # B fragment registers a slice: 4 MMA columns x 2
-ROW_TF32 = 36  # a K row's words: 32 TF32 + 4 of padding (36 = 4 mod 32: fragment reads conflict-free)
-ROW_BF16 = 20  # 16 words of BF16 pairs + 4 (20 * g mod 32 = 0, 20, 8, 28, ...: conflict-free too)
+ROW_PAD = 4  # words after a K row (32 TF32: 36 = 4 mod 32; 16 BF16 pairs: 20 g mod 32 = 0, 20, 8, 28, ...): the
+             # fragment reads of a warp hit 32 banks
 MAX_REGISTERS = 128  # two blocks of 256 threads an SM (no spills: NOTES.md)
 ROW_OUTER = 136  # a K-major row: 128 outer indices + 8 (136 = 8 mod 32: word t, index g -> bank 8t + g)
-FORMATS = ("tf32", "bf16")
 assert LD * THREADS == BM * BK == BN * BK
 _BM = np.uint32(BM)
 _BN = np.uint32(BN)
@@ -53,9 +52,7 @@ _U8 = np.uint32(8)
 
 def kernel(fmt):
     """The kernel factory of one format: ``(a_map, b_map, store, ksize, epilogue, split_k=False) -> kernel``."""
-    if fmt not in FORMATS:
-        raise ValueError(f"tensor GEMM: unknown format {fmt!r}; choose from {FORMATS}")
-    return functools.partial(_kernel, fmt)
+    return format_factory("tensor", fmt, _kernel)
 
 
 @functools.cache
@@ -63,16 +60,15 @@ def _kernel(fmt, a_map, b_map, store, ksize, epilogue, split_k=False):
     (*_, out_row, finish) = kernel_parts(a_map, b_map, store, ksize, epilogue)
     k_range = k_range_fn(split_k)
     bf16 = fmt == "bf16"
-    word = uint32 if bf16 else float32  # a shared-memory word: two BF16, or one TF32 held in a float32
-    kp = 2 if bf16 else 1  # K indices a word holds
+    word, kp = shared_word(fmt)
     k_words = BK // kp
     slices = k_words // 8  # MMA K slices of a K step; each is 8 words of a row
     mma = mma_bf16 if bf16 else mma_tf32
     a_tile = OperandTile("a", a_map, ksize, fmt, BM, THREADS)  # the load path and shared layout of each operand
     b_tile = OperandTile("b", b_map, ksize, fmt, BN, THREADS)
     a_rows, b_rows = a_tile.k_rows, b_tile.k_rows
-    a_shape = (BM, k_words + 4) if a_rows else (k_words, ROW_OUTER)
-    b_shape = (BN, k_words + 4) if b_rows else (k_words, ROW_OUTER)
+    a_shape = (BM, k_words + ROW_PAD) if a_rows else (k_words, ROW_OUTER)
+    b_shape = (BN, k_words + ROW_PAD) if b_rows else (k_words, ROW_OUTER)
     words = a_tile.words  # words a thread stores per operand and K step (the same for B: BM = BN)
     a_first, a_start, a_load, a_place = a_tile.functions()
     b_first, b_start, b_load, b_place = b_tile.functions()

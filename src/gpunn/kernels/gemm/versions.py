@@ -12,6 +12,7 @@ from ..common import cdiv
 from ..launch import Launch, bind
 from . import naive, regblock, regblock128, skinny, tensor, tiled16, warpgroup
 from .deep import TILES as DEEP_TILES
+from .operand_tiles import FORMATS
 from .problem import GemmProblem
 
 __all__ = ["VERSIONS", "GemmVersion", "gemm_mapped", "lookup", "output_tiles"]
@@ -58,9 +59,9 @@ VERSIONS = {v.name: v for v in (
                 (skinny.SK_THREADS, skinny.SK_N)),
     *(GemmVersion(d.name, d.kernel, d.config, d.threads, d.bk, (d.bm, d.bn)) for d in DEEP_TILES),
     *(GemmVersion(f"tensor_{fmt}", tensor.kernel(fmt), tensor.config, tensor.THREADS, tensor.BK,
-                  (tensor.BM, tensor.BN), fmt) for fmt in tensor.FORMATS),
+                  (tensor.BM, tensor.BN), fmt) for fmt in FORMATS),
     *(GemmVersion(f"wgmma_{fmt}", warpgroup.kernel(fmt), warpgroup.config, warpgroup.THREADS, warpgroup.BK,
-                  (warpgroup.BM, warpgroup.BN), fmt, warpgroup.DEVICES) for fmt in warpgroup.FORMATS),
+                  (warpgroup.BM, warpgroup.BN), fmt, warpgroup.DEVICES) for fmt in FORMATS),
 )}
 
 

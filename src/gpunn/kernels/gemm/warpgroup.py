@@ -25,7 +25,7 @@ from ..jit import jit
 from ..mma import pack_bf16, to_tf32
 from ..wgmma import ACC, LAYOUTS, fence_proxy_async, wgmma_bf16, wgmma_commit, wgmma_fence, wgmma_tf32, wgmma_wait
 from .mappings import U2, U4, U32, device_function, k_range_fn, kernel_parts
-from .operand_tiles import OperandTile
+from .operand_tiles import OperandTile, format_factory, shared_word
 from .problem import D_M, D_N
 
 WARPGROUPS = 2  # each the 64 x 128 MMA of its rows of A (4, a 256 x 128 tile: NOTES.md)
@@ -36,7 +36,6 @@ THREADS = 128 * WARPGROUPS
 LA = BM * BK // THREADS  # elements of A (of B) a thread loads per K step
 LB = BN * BK // THREADS
 MAX_REGISTERS = 65536 // (2 * THREADS)  # two blocks an SM: one's MMAs run while the other waits for its loads
-FORMATS = ("tf32", "bf16")
 DEVICES = ((9, 0),)  # compute capabilities with wgmma (sm_90a: Hopper only)
 TILE_ALIGN = None if device.simulator_enabled() else 1024  # the swizzle's period: its base must be aligned to it
 assert LA * THREADS == BM * BK and LB * THREADS == BN * BK
@@ -51,9 +50,7 @@ _U128 = np.uint32(128)
 
 def kernel(fmt):
     """The kernel factory of one format: ``(a_map, b_map, store, ksize, epilogue, split_k=False) -> kernel``."""
-    if fmt not in FORMATS:
-        raise ValueError(f"wgmma GEMM: unknown format {fmt!r}; choose from {FORMATS}")
-    return functools.partial(_kernel, fmt)
+    return format_factory("wgmma", fmt, _kernel)
 
 
 @functools.cache
@@ -61,8 +58,7 @@ def _kernel(fmt, a_map, b_map, store, ksize, epilogue, split_k=False):
     (*_, out_row, finish) = kernel_parts(a_map, b_map, store, ksize, epilogue)
     k_range = k_range_fn(split_k)
     bf16 = fmt == "bf16"
-    word = uint32 if bf16 else float32  # a shared-memory word: two BF16, or one TF32 held in a float32
-    kp = 2 if bf16 else 1  # K indices a word holds
+    word, kp = shared_word(fmt)
     row_bytes, mask, _, _, mma_k = LAYOUTS[fmt]
     row_shift = np.uint32(row_bytes.bit_length() - 1)
     swizzle_mask = np.uint32(mask)
