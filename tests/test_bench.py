@@ -408,6 +408,7 @@ def test_time_epochs_scales_partial_epochs_and_ratios_per_batch(monkeypatch):
     assert by["gpu-im2col", 5].peak_format == "fp32" and by["torch-eager", 5].peak_format == "fp32"
     assert by["torch-cuda-graph-default", 5].peak_format == "tf32" and by["torch-eager-bf16", 1].peak_format == "bf16"
     assert timing.row_format("torch-eager-default", convolutional=False) == "fp32"  # the MLP: matmuls stay FP32
+    assert [timing.row_format(v, True) for v in ("gpu-graph", "gpu-tf32", "gpu-bf16")] == ["fp32", "tf32", "bf16"]
     assert by["torch-eager", 1].samples_per_s == pytest.approx(10 / 15)
     assert by["torch-eager", 1].gpu_mem_mib == 12.0
     assert any("torch_max_allocated: torch.cuda.max_memory_allocated" in line for line in lines)

@@ -54,7 +54,7 @@ def images(n, sizes=TINY, seed=1):
 
 
 def test_autoencoder_variants_are_registered_with_the_seeds_designs():
-    assert variants_for("autoencoder", gpu=True) == list(AE_VARIANTS)
+    assert variants_for("autoencoder", gpu=True) == [*AE_VARIANTS, "gpu-tf32", "gpu-bf16"]
     assert variants_for("autoencoder", simulator=True) == ["cpu-numpy", *AE_VARIANTS[:3]]
     assert fastest_gpu_variant("autoencoder", simulator=False) == "gpu-graph"
     assert fastest_gpu_variant("autoencoder", simulator=True) == "gpu-im2col"

@@ -58,9 +58,9 @@ def eager_graph_policy():
 
 def test_cnn_variants_are_registered_with_their_facts():
     cnn = [name for name, entry in VARIANTS.items() if entry.gpu and "cnn" in entry.models]
-    assert cnn == ["gpu-naive", "gpu-optimized", "gpu-im2col", "gpu-graph"]
+    assert cnn == ["gpu-naive", "gpu-optimized", "gpu-im2col", "gpu-graph", "gpu-tf32", "gpu-bf16"]
     assert [name for name in cnn if takes_block(name)] == ["gpu-naive", "gpu-optimized"]
-    assert [name for name in cnn if not VARIANTS[name].simulator] == ["gpu-graph"]
+    assert [name for name in cnn if not VARIANTS[name].simulator] == ["gpu-graph", "gpu-tf32", "gpu-bf16"]
     naive, optimized, im2col = POLICIES["gpu-naive"], POLICIES["gpu-optimized"], POLICIES["gpu-im2col"]
     assert naive.sgd == "per_layer" and not naive.fuse and naive.copy == "sync" and naive.pool_backward == "atomic"
     # paper 001's ConvLayerBackward: a layer's weight and bias gradients in one naive launch

@@ -27,8 +27,21 @@ SHAPES = {"cnn": (3, 1, 8, 8), "mlp": (3, 20), "autoencoder": (3, 3, 8, 8)}
 
 
 def _policy(model, precision):
-    base = POLICIES["gpu-fused" if model == "mlp" else "gpu-im2col"]
-    return dataclasses.replace(base, name=f"{base.name}-{precision}", precision=precision, pool="separate")
+    """The registered variant gpu-<precision> without the capture (the simulator has no CUDA graphs)."""
+    return dataclasses.replace(POLICIES[f"gpu-{precision}"], graphs=False)
+
+
+def test_the_variants_are_gpu_graphs_design_on_the_tensor_cores():
+    """gpu-tf32 and gpu-bf16: gpu-graph's resident, captured, deterministic design for all three models, with
+    the per-layer stages precision needs; real GPU only (graphs)."""
+    from gpunn.backends.registry import VARIANTS
+
+    graph = POLICIES["gpu-graph"]
+    for fmt in ("tf32", "bf16"):
+        policy, entry = POLICIES[f"gpu-{fmt}"], VARIANTS[f"gpu-{fmt}"]
+        assert policy.precision == fmt and policy.graphs and policy.resident and policy.fuse
+        assert (policy.conv, policy.gemm, policy.pool_backward) == (graph.conv, graph.gemm, graph.pool_backward)
+        assert entry.models == ("mlp", "cnn", "autoencoder") and entry.deterministic and not entry.simulator
 
 
 def _rel_err(out, ref):
@@ -79,6 +92,28 @@ def test_one_step_within_the_formats_bound_of_cpu(model, precision):
     assert all("implicit_gemm" in name or "bias_grad" in name for name in names if name.startswith("conv_")), names
 
 
+def test_a_short_epoch_stays_within_the_bound_of_cpu():
+    """Two steps of the CNN (batches of 4 and a partial 3) in the shared order: the loss and the parameters after
+    them within BF16's bound of cpu-numpy's, and the parameters moved by more than that (the check is not
+    vacuous)."""
+    from gpunn.backends.cpu_numpy import CpuNumpyBackend
+    from gpunn.backends.gpu.engine import GpuEngine
+    from gpunn.seeding import batch_order
+
+    init = build_model("cnn", seed=3, **SIZES["cnn"]).flat.copy()
+    ref = CpuNumpyBackend(build_model("cnn", seed=3, **SIZES["cnn"]), "cnn", 0.5)
+    gpu = GpuEngine(build_model("cnn", seed=3, **SIZES["cnn"]), "cnn", 0.5, _policy("cnn", "bf16"))
+    rng = np.random.default_rng(4)
+    x, y = rng.random((7, 1, 8, 8), dtype=np.float32), rng.integers(0, 4, 7)
+    for backend in (ref, gpu):
+        backend.load_train_data(x, y)
+    order = batch_order(3, 0, len(x))
+    ref_loss, gpu_loss = (backend.train_epoch(order, 4).loss for backend in (ref, gpu))
+    assert gpu_loss == pytest.approx(ref_loss, rel=BOUND["bf16"])
+    assert _rel_err(ref.parameters(), init) > 4 * BOUND["bf16"]
+    assert FP32_BOUND < _rel_err(gpu.parameters(), ref.parameters()) < BOUND["bf16"]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("precision", ["tf32", "bf16"])
 @pytest.mark.parametrize("model", ["mlp", "cnn", "autoencoder"])
@@ -97,3 +132,53 @@ def test_gpu_one_step_at_the_real_shapes(model, precision):
     x = rng.random((64, *ref.model.input_shape), dtype=np.float32)
     y = x if model == "autoencoder" else rng.integers(0, 10, len(x))
     assert FP32_BOUND < _rel_err(gpu.gradients(x, y), ref.gradients(x, y)) < BOUND[precision]
+
+
+_CPU_RUNS = {}
+
+
+def _real_run(model):
+    """Random data at `model`'s real shapes and cpu-numpy's two epochs on it (per-epoch losses, final parameters),
+    computed once per model: the MLP on 3 000 samples, the CNN on 209, the autoencoder on 1 000 (partial last
+    batches), batch 64, the experiments' learning rates."""
+    from gpunn.backends.cpu_numpy import CpuNumpyBackend
+    from gpunn.seeding import batch_order
+
+    if model not in _CPU_RUNS:
+        rng = np.random.default_rng(7)
+        n, lr, sizes = {"mlp": (3000, 0.01, {}), "cnn": (209, 0.01, {"in_channels": 1, "image_size": 28}),
+                        "autoencoder": (1000, 0.002, {})}[model]
+        ref = CpuNumpyBackend(build_model(model, seed=0, **sizes), model, lr)
+        x = rng.random((n, *ref.model.input_shape), dtype=np.float32)
+        y = None if model == "autoencoder" else rng.integers(0, 10, n)
+        ref.load_train_data(x, y)
+        losses = [ref.train_epoch(batch_order(0, epoch, n), 64).loss for epoch in range(2)]
+        _CPU_RUNS[model] = (x, y, lr, sizes, losses, ref.parameters().copy())
+    return _CPU_RUNS[model]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", ["tf32", "bf16"])
+@pytest.mark.parametrize("model", ["mlp", "cnn", "autoencoder"])
+def test_gpu_variant_trains_like_cpu_and_repeats_bit_for_bit(model, precision):
+    """The registered gpu-<precision> (CUDA graphs) at the real shapes, two epochs from cpu-numpy's init in its
+    order: each epoch's loss and the final parameters within the format's bound; a second run gives the same
+    bits (no float atomics)."""
+    from gpunn.backends.registry import make_backend
+    from gpunn.device import simulator_enabled
+    from gpunn.seeding import batch_order
+
+    if simulator_enabled():
+        pytest.skip("needs a real GPU")
+    x, y, lr, sizes, expected, expected_params = _real_run(model)
+    runs = []
+    for _ in range(2):
+        gpu = make_backend(f"gpu-{precision}", build_model(model, seed=0, **sizes), model, lr)
+        gpu.load_train_data(x, y)
+        gpu.warm_up({64, len(x) % 64})
+        losses = [gpu.train_epoch(batch_order(0, epoch, len(x)), 64).loss for epoch in range(2)]
+        for got, want in zip(losses, expected):
+            assert got == pytest.approx(want, rel=BOUND[precision])
+        assert _rel_err(gpu.parameters(), expected_params) < BOUND[precision]
+        runs.append(gpu.parameters().copy())
+    assert np.array_equal(runs[0], runs[1])

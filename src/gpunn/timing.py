@@ -371,8 +371,13 @@ def with_arithmetic(frame: pd.DataFrame, model, n: int) -> pd.DataFrame:
 
 
 def row_format(variant: str, convolutional: bool) -> str:
-    """The number format a row's multiplications run in: fp32 for gpunn's variants; PyTorch's from its setting
-    (TORCH_SETTINGS): fp32, tf32, bf16, and default: tf32 where the model has convolutions (cuDNN's), else fp32."""
+    """The number format a row's multiplications run in: a gpunn variant's policy precision (fp32, tf32, bf16);
+    PyTorch's from its setting (TORCH_SETTINGS): fp32, tf32, bf16, and default: tf32 where the model has
+    convolutions (cuDNN's), else fp32."""
+    from gpunn.backends.gpu.policy import POLICIES  # plain data
+
+    if variant in POLICIES:
+        return POLICIES[variant].precision
     for setting in TORCH_SETTINGS:
         if variant in (torch_variant(setting, False), torch_variant(setting, True)):
             if setting == "default":

@@ -15,6 +15,9 @@ same init and batch order (gpunn.seeding).
     gpu-im2col     the convolutions as implicit-im2col GEMMs, data resident, deterministic reductions (CNN, autoencoder)
     gpu-graph      the fastest of these with each step captured in CUDA graphs and replayed (real GPU only) (MLP, CNN,
                    autoencoder)
+    gpu-tf32       gpu-graph's design on the tensor cores: each product's inputs rounded to TF32 (or BF16), float32
+    gpu-bf16       accumulation, weights and loss in float32, one stage per layer (real GPU only) (MLP, CNN,
+                   autoencoder)
 
 The GPU variants are one engine (gpunn.backends.gpu.engine) run under different policies
 (gpunn.backends.gpu.policy): a variant is data, not code. Every variant takes a run's loss reduction
@@ -66,7 +69,7 @@ def _gpu(name: str) -> Callable:
     return factory
 
 
-GPU_VARIANTS = tuple(POLICIES)  # gpu-naive, gpu-tiled, gpu-optimized, gpu-fused, gpu-im2col, gpu-graph
+GPU_VARIANTS = tuple(POLICIES)  # gpu-naive, gpu-tiled, gpu-optimized, gpu-fused, gpu-im2col, gpu-graph, gpu-tf32, ...
 GPU_MLP_VARIANTS = tuple(name for name in GPU_VARIANTS if "mlp" in POLICY_MODELS[name])
 VARIANTS: dict[str, Variant] = {
     "cpu-numpy": Variant(_cpu_numpy, tuple(MODELS), gpu=False),

@@ -19,6 +19,10 @@ CUDA graphs or not. The engine (gpunn.backends.gpu.engine) reads nothing else to
                layer's shape (conv "auto": conv_version), its forward and backward launches captured once into two
                CUDA graphs and replayed (real GPU only: the simulator has no graphs); a final Linear under the
                softmax-CE loss, outside the persistent step, fused with its head (`head: fused`: two launches)
+    gpu-tf32   gpu-graph's resident, captured design on the tensor cores (`precision`, all three models): every
+    gpu-bf16   GEMM and Conv2d pass but the bias gradient multiplies inputs rounded to TF32 or BF16 with float32
+               accumulation (gpunn.kernels.gemm.tensor); weights, update, loss and softmax in float32; one stage
+               per layer (the fused step, head, upsample and pool kernels are float32 ones)
 
 The CNN's variants (paper 001's naive and optimized CUDA versions, and ours):
 
@@ -216,6 +220,10 @@ POLICIES = {
     "gpu-graph": Policy("gpu-graph", gemm="auto", fuse=True, resident=True, graphs=True, conv=AUTO_CONV,
                         pool_backward="gather", upsample="fused", pool="auto", pool_conv=dict(POOL_DIRECT),
                         step="persistent", head="fused"),
+    # gpu-graph's resident, graph-captured design with every product on the tensor cores (precision), its stages
+    # per layer (the fused step, head, upsample and pool kernels are float32 ones)
+    **{f"gpu-{fmt}": Policy(f"gpu-{fmt}", gemm="auto", fuse=True, resident=True, graphs=True, conv=AUTO_CONV,
+                            pool_backward="gather", precision=fmt) for fmt in ("tf32", "bf16")},
 }
 # which models each GPU variant trains (the registry's `models`): E1-E3's MLP variants, E4's CNN variants and E5's
 # autoencoder variants (paper 004's naive, "optimized v1" = gpu-tiled and "optimized v2" = gpu-im2col, and ours)
@@ -226,6 +234,8 @@ POLICY_MODELS = {
     "gpu-fused": ("mlp",),
     "gpu-im2col": ("cnn", "autoencoder"),
     "gpu-graph": ("mlp", "cnn", "autoencoder"),
+    "gpu-tf32": ("mlp", "cnn", "autoencoder"),
+    "gpu-bf16": ("mlp", "cnn", "autoencoder"),
 }
 
 
