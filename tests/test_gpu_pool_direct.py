@@ -51,8 +51,9 @@ def launch_names(eng, rows=3):
 
 
 def test_policies_choose_the_direct_passes_by_data():
-    assert POLICIES["gpu-graph"].pool_conv == POOL_DIRECT
-    assert all(POLICIES[name].pool_conv == POOL_GEMM for name in POLICIES if name != "gpu-graph")
+    graph_design = ("gpu-graph", "gpu-tf32", "gpu-bf16")  # (the last two: gpu-graph on the tensor cores)
+    assert all(POLICIES[name].pool_conv == POOL_DIRECT for name in graph_design)
+    assert all(POLICIES[name].pool_conv == POOL_GEMM for name in POLICIES if name not in graph_design)
     for bad in ({"forward": "sometimes", "backward_data": "gemm"}, {"forward": "direct"}):
         with pytest.raises(ValueError, match="pool_conv must map"):
             Policy("bad", gemm="auto", fuse=True, resident=True, pool_conv=bad)

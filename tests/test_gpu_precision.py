@@ -1,5 +1,7 @@
-"""Policy.precision (tf32, bf16): every GEMM and every Conv2d pass but the bias gradient on the tensor-core GEMM
-versions, inputs rounded to the format, float32 accumulation, weights and loss in float32.
+"""Policy.precision (tf32, bf16) and the variants gpu-tf32, gpu-bf16: every GEMM and Conv2d pass at least
+TENSOR_MIN_SIDE on each GEMM side on the tensor-core GEMM versions, inputs rounded to the format, float32
+accumulation; smaller products, weights and loss in float32. The simulator tests lower TENSOR_MIN_SIDE to 1 (the
+`everywhere` fixture) so that tiny nets reach the tensor-core paths; the GPU tests run the real rule.
 
 The bound on one step's gradients (and the predictions) against cpu-numpy from the same init: a few units of the
 format's rounding, u = 2^-11 (TF32: 10 mantissa bits, to nearest) and 2^-8 (BF16: 7 bits), against 1e-5 for FP32.
@@ -12,6 +14,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from gpunn.backends.gpu import policy as P
 from gpunn.backends.gpu.policy import POLICIES, Policy, conv_version, gemm_version, pool_fused, precision_gemm
 from gpunn.nn import build_model
 
@@ -26,21 +29,25 @@ SIZES = {
 SHAPES = {"cnn": (3, 1, 8, 8), "mlp": (3, 20), "autoencoder": (3, 3, 8, 8)}
 
 
+@pytest.fixture
+def everywhere(monkeypatch):
+    """Every product on the tensor cores, however small (the tiny nets' sides are 2 to 20)."""
+    monkeypatch.setattr(P, "TENSOR_MIN_SIDE", 1)
+
+
 def _policy(model, precision):
     """The registered variant gpu-<precision> without the capture (the simulator has no CUDA graphs)."""
     return dataclasses.replace(POLICIES[f"gpu-{precision}"], graphs=False)
 
 
 def test_the_variants_are_gpu_graphs_design_on_the_tensor_cores():
-    """gpu-tf32 and gpu-bf16: gpu-graph's resident, captured, deterministic design for all three models, with
-    the per-layer stages precision needs; real GPU only (graphs)."""
+    """gpu-tf32 and gpu-bf16: gpu-graph's policy but for the precision and the MLP's per-layer step, for all
+    three models, deterministic; real GPU only (graphs)."""
     from gpunn.backends.registry import VARIANTS
 
-    graph = POLICIES["gpu-graph"]
     for fmt in ("tf32", "bf16"):
         policy, entry = POLICIES[f"gpu-{fmt}"], VARIANTS[f"gpu-{fmt}"]
-        assert policy.precision == fmt and policy.graphs and policy.resident and policy.fuse
-        assert (policy.conv, policy.gemm, policy.pool_backward) == (graph.conv, graph.gemm, graph.pool_backward)
+        assert policy == dataclasses.replace(POLICIES["gpu-graph"], name=f"gpu-{fmt}", precision=fmt, step="layers")
         assert entry.models == ("mlp", "cnn", "autoencoder") and entry.deterministic and not entry.simulator
 
 
@@ -50,28 +57,41 @@ def _rel_err(out, ref):
     return float(np.max(np.abs(out - ref)) / np.max(np.abs(ref)))
 
 
-def test_precision_routes_every_multiplying_pass_to_the_tensor_cores():
-    policy = _policy("cnn", "bf16")
-    assert precision_gemm(policy) == "tensor_bf16" and precision_gemm(POLICIES["gpu-graph"]) is None
-    assert gemm_version(policy, 64, 10) == "tensor_bf16" == gemm_version(policy, 4096, 4096)
-    for step in ("forward", "backward_data", "backward_weight"):  # Winograd, tiled, staged: float32 kernels
-        assert conv_version(policy, step, 256, 128, 3, 1, (16, 16)) == "implicit_gemm"
-        assert conv_version(policy, step, 1, 16, 3, 1, (28, 28)) == "implicit_gemm"
+def test_the_products_that_fill_the_tiles_go_to_the_tensor_cores():
+    """The real rule at the real models' shapes: each GEMM side at least TENSOR_MIN_SIDE (32)."""
+    policy, graph = POLICIES["gpu-bf16"], POLICIES["gpu-graph"]
+    assert precision_gemm(policy) == "tensor_bf16" and precision_gemm(graph) is None
+    # the MLP: fc1's forward (64 x 256 over 785) and weight gradient on the tensor cores, fc2 (10 wide) not
+    assert gemm_version(policy, 64, 256, 785) == "tensor_bf16" == gemm_version(policy, 785, 256, 64)
+    assert gemm_version(policy, 64, 10, 257) == gemm_version(graph, 64, 10) == "tiled16"
+    assert gemm_version(policy, 64, 256) == gemm_version(graph, 64, 256)  # no K given: the float32 rule
+    # the autoencoder's 256 -> 128 conv: every pass; Winograd's where gpu-graph runs it, its batched GEMM tensor
+    for step in ("forward", "backward_data", "backward_weight"):
+        assert P.tensor_pass(policy, step, 256, 128, 3) and not P.tensor_pass(graph, step, 256, 128, 3)
+        assert conv_version(policy, step, 256, 128, 3, 1, (16, 16)) == "winograd"
+    # its first conv (K = 27) and last (3 outputs): float32 kernels, the fused pool stage where gpu-graph has one
+    assert not any(P.tensor_pass(policy, step, 3, 256, 3) for step in ("forward", "backward_weight"))
+    assert not any(P.tensor_pass(policy, step, 256, 3, 3) for step in ("forward", "backward_data", "backward_weight"))
+    assert conv_version(policy, "backward_weight", 256, 3, 3, 1, (32, 32)) == "staged"
+    assert pool_fused(policy, 3, 256, 3) and pool_fused(graph, 3, 256, 3)
+    # the CNN's 16 -> 32 conv: forward and weight gradient tensor (so no fused pool), input gradient (16 wide) not
+    assert [P.tensor_pass(policy, s, 16, 32, 3) for s in ("forward", "backward_data", "backward_weight")] == [
+        True, False, True]
+    assert conv_version(policy, "forward", 16, 32, 3, 0, (14, 14)) == "implicit_gemm"
+    assert not pool_fused(policy, 16, 32, 3) and pool_fused(graph, 16, 32, 3)
     assert conv_version(policy, "bias_grad", 256, 128, 3, 1) == "split"  # a sum, not a product: float32
-    assert not pool_fused(policy, 3, 256, 3)
 
 
-def test_precision_needs_the_per_layer_stages():
+def test_precision_needs_the_per_layer_step():
     with pytest.raises(ValueError, match="precision must be one of .*'fp32', 'tf32', 'bf16'.*got 'fp16'"):
         Policy("p", gemm="auto", fuse=True, resident=True, precision="fp16")
-    for fused in ({"step": "persistent"}, {"head": "fused"}, {"upsample": "fused"}, {"pool": "auto"}):
-        with pytest.raises(ValueError, match="precision 'tf32' runs per-layer stages only"):
-            Policy("p", gemm="auto", fuse=True, resident=True, precision="tf32", **fused)
+    with pytest.raises(ValueError, match="precision 'tf32' needs step 'layers'"):
+        Policy("p", gemm="auto", fuse=True, resident=True, precision="tf32", step="persistent")
 
 
 @pytest.mark.parametrize("model,precision", [("cnn", "tf32"), ("cnn", "bf16"), ("mlp", "tf32"),
                                              ("autoencoder", "bf16")])
-def test_one_step_within_the_formats_bound_of_cpu(model, precision):
+def test_one_step_within_the_formats_bound_of_cpu(model, precision, everywhere):
     """One batch's gradients and the predictions against cpu-numpy from the same init: within BOUND, beyond FP32's
     agreement; the launches are the tensor-core GEMMs'."""
     from gpunn.backends.cpu_numpy import CpuNumpyBackend
@@ -87,12 +107,28 @@ def test_one_step_within_the_formats_bound_of_cpu(model, precision):
     assert FP32_BOUND < _rel_err(gpu.predict(x), ref.predict(x)) < BOUND[precision]
     program = gpu._step_program(len(x), x.shape[1:])
     names = [launch.name for launch in _launches(program.forward + program.backward)]
-    products = [name for name in names if "gemm" in name]  # dense GEMMs and implicit-GEMM conv passes
+    products = [name for name in names if "gemm" in name and "summed_kernel" not in name]  # (not: a weight sum)
     assert products and all(f"tensor_{precision}" in name for name in products), names
     assert all("implicit_gemm" in name or "bias_grad" in name for name in names if name.startswith("conv_")), names
 
 
-def test_a_short_epoch_stays_within_the_bound_of_cpu():
+def test_winograd_passes_run_their_batched_gemms_on_the_tensor_cores(everywhere, monkeypatch):
+    """The autoencoder's Winograd passes (the channel threshold lowered to the tiny net's), the upsampled twins
+    included, bind their batched GEMMs to tensor_bf16 (their numbers: tests/test_kernels_conv_winograd.py; the
+    whole step at the real shapes: the GPU tests below)."""
+    from gpunn.backends.gpu.engine import GpuEngine, _launches
+
+    monkeypatch.setattr(P, "AUTO_WINOGRAD_MIN_PRODUCT", 1)
+    sizes = {"in_channels": 2, "channels": (3, 2), "image_size": 4}
+    gpu = GpuEngine(build_model("autoencoder", seed=3, **sizes), "autoencoder", 0.1, _policy("autoencoder", "bf16"))
+    program = gpu._step_program(2, (2, 4, 4))
+    names = [launch.name for launch in _launches(program.forward + program.backward)]
+    products = [name for name in names if "winograd" in name and "transform" not in name and "sum" not in name]
+    assert len(products) == 14 and all("tensor_bf16" in name for name in products), names  # 5 + 4 + 5 passes
+    assert sum("_up[" in name for name in products) == 6
+
+
+def test_a_short_epoch_stays_within_the_bound_of_cpu(everywhere):
     """Two steps of the CNN (batches of 4 and a partial 3) in the shared order: the loss and the parameters after
     them within BF16's bound of cpu-numpy's, and the parameters moved by more than that (the check is not
     vacuous)."""

@@ -233,6 +233,33 @@ def test_registered():
     assert "winograd" not in C.runnable_versions("forward", (5, 6, 1, 0, 7, 9))
 
 
+# the batched GEMM on the tensor cores (gpu-tf32 / gpu-bf16): the transforms stay float32, the transformed input
+# and weights are rounded to the format as the GEMM loads them. Against the exact convolution the error is a few
+# units u of the format's rounding (simulator, these shapes: TF32 0.8u-1.6u, BF16 0.8u-2.2u); the limit is 8u, as
+# tests/test_gpu_precision.py's, and above FP32's TOL (the rounding happened).
+TENSOR_BOUND = {"tensor_tf32": 8 * 2.0**-11, "tensor_bf16": 8 * 2.0**-8}
+
+
+@pytest.mark.parametrize("pass_, version", [("forward", "tensor_tf32"), ("backward_data", "tensor_bf16"),
+                                            ("backward_weight", "tensor_bf16"), ("up_forward", "tensor_bf16")])
+def test_tensor_core_batched_gemm(pass_, version):
+    run = {"forward": lambda: _forward(1, version=version),
+           "backward_data": lambda: _backward_data(1, version=version),
+           "backward_weight": lambda: _backward_weight(1, splits=2, version=version),
+           "up_forward": lambda: _forward(1, shape=UP_SHAPE, up=True, version=version)}[pass_]
+    assert TOL < run() < TENSOR_BOUND[version]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") == "1", reason="needs a real GPU")
+@pytest.mark.parametrize("version", ["tensor_tf32", "tensor_bf16"])
+@pytest.mark.parametrize("shape, up", [((64, 256, 128, 16, 16), False), ((64, 128, 256, 8, 8), True),
+                                       ((5, 33, 65, 7, 9), True)])
+def test_gpu_tensor_core_shapes(shape, up, version):
+    for run in (_forward, _backward_data, _backward_weight):
+        assert TOL < run(1, shape=shape, up=up, version=version, repeat=True) < TENSOR_BOUND[version]
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") == "1", reason="needs a real GPU")
 @pytest.mark.parametrize("shape", [(64, 256, 128, 16, 16), (64, 128, 256, 16, 16), (64, 128, 128, 8, 8),

@@ -43,6 +43,7 @@ from .policy import (
     pool_bias_with_weight,
     pool_fused,
     precision_gemm,
+    tensor_pass,
 )
 
 # a conv whose forward and weight gradient both run Winograd transforms x once: the forward keeps V for the weight
@@ -76,7 +77,7 @@ class Binder:
         from gpunn.kernels import gemm
 
         rows, cols = out.shape
-        version = gemm_version(self.policy, rows, cols)
+        version = gemm_version(self.policy, rows, cols, int(a.shape[0] if kw.get("trans_a") else a.shape[1]))
         if version == "naive" and self.policy.block:  # the naive GEMM's 2-D block: a warp along C's columns
             bx = min(self.policy.block, 32)
             kw["block"] = (bx, self.policy.block // bx)
@@ -292,9 +293,8 @@ class Conv2dStage(Stage):
                              f"that makes the bias gradient (conv.ConvVersion.with_bias); {name!r} does not: "
                              f"choose another bias_grad or backward_weight version")
         threads = binder.threads if version.takes_threads else {}
-        tensor = precision_gemm(binder.policy)
-        if tensor is not None and name == "implicit_gemm":  # the pass's GEMM on the tensor cores
-            threads = {**threads, "version": tensor}
+        if step != "bias_grad" and tensor_pass(binder.policy, step, self.cin, self.cout, self.k):
+            threads = {**threads, "version": precision_gemm(binder.policy)}  # its GEMM on the tensor cores
         return functools.partial(launcher, launch=False, **threads)
 
     def _shares_winograd_input(self, binder, x) -> bool:

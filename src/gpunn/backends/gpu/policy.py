@@ -19,10 +19,10 @@ CUDA graphs or not. The engine (gpunn.backends.gpu.engine) reads nothing else to
                layer's shape (conv "auto": conv_version), its forward and backward launches captured once into two
                CUDA graphs and replayed (real GPU only: the simulator has no graphs); a final Linear under the
                softmax-CE loss, outside the persistent step, fused with its head (`head: fused`: two launches)
-    gpu-tf32   gpu-graph's resident, captured design on the tensor cores (`precision`, all three models): every
-    gpu-bf16   GEMM and Conv2d pass but the bias gradient multiplies inputs rounded to TF32 or BF16 with float32
-               accumulation (gpunn.kernels.gemm.tensor); weights, update, loss and softmax in float32; one stage
-               per layer (the fused step, head, upsample and pool kernels are float32 ones)
+    gpu-tf32   gpu-graph on the tensor cores (`precision`, all three models): every GEMM and Conv2d pass at least
+    gpu-bf16   TENSOR_MIN_SIDE on each GEMM side multiplies inputs rounded to TF32 or BF16 with float32
+               accumulation (gpunn.kernels.gemm.tensor, Winograd's batched GEMMs included); smaller products, the
+               bias gradients, weights, update, loss and softmax in float32; the MLP's step per layer
 
 The CNN's variants (paper 001's naive and optimized CUDA versions, and ours):
 
@@ -103,10 +103,11 @@ class Policy:
     head: str = "layers"  # a final Linear under the softmax_ce loss: "layers", its stage then the loss head (GEMMs,
                           # softmax_ce_grad, column sums: six launches); "fused", one stage whose forward launch is
                           # the loss head too and whose backward is one launch (gpunn.kernels.linear_head; head_fused)
-    precision: str = "fp32"  # "fp32"; or "tf32" / "bf16": every GEMM and every Conv2d pass but the bias gradient
-                             # multiplies on the tensor cores (precision_gemm), its inputs rounded to that format,
-                             # float32 accumulation; weights, their update, the loss and softmax stay float32.
-                             # Needs the per-layer stages: step and head "layers", upsample "separate", no pool fusion
+    precision: str = "fp32"  # "fp32"; or "tf32" / "bf16": every product that fills the tensor cores' tiles
+                             # (tensor_pass: at least TENSOR_MIN_SIDE on each GEMM side) multiplies there, its
+                             # inputs rounded to that format, float32 accumulation (precision_gemm); the smaller
+                             # products keep their float32 kernels; weights, their update, the loss and softmax stay
+                             # float32. Needs step "layers" (the persistent MLP step is float32 throughout)
 
     def __post_init__(self):
         for name, value, choices in (("sgd", self.sgd, SGD_MODES), ("copy", self.copy, COPY_MODES),
@@ -116,10 +117,9 @@ class Policy:
                 raise ValueError(f"policy {self.name}: {name} must be one of {choices}, got {value!r}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"policy {self.name}: precision must be one of {PRECISIONS}, got {self.precision!r}")
-        if self.precision != "fp32" and (self.step, self.head, self.upsample, self.pool) != (
-                "layers", "layers", "separate", "separate"):
-            raise ValueError(f"policy {self.name}: precision {self.precision!r} runs per-layer stages only: step and "
-                             f"head 'layers', upsample and pool 'separate' (their fused kernels are float32)")
+        if self.precision != "fp32" and self.step != "layers":
+            raise ValueError(f"policy {self.name}: precision {self.precision!r} needs step 'layers' (the persistent "
+                             f"step's products are float32)")
         if sorted(self.pool_conv) != sorted(POOL_GEMM) or not set(self.pool_conv.values()) <= set(POOL_CONV_MODES):
             raise ValueError(f"policy {self.name}: pool_conv must map {tuple(POOL_GEMM)} to one of {POOL_CONV_MODES}, "
                              f"got {self.pool_conv!r}")
@@ -199,6 +199,11 @@ AUTO_POOL_MAX_COUT = 32  # pool "auto": fused where the fused forward's 128x32 w
 AUTO_POOL_MAX_K = 32     # ... or where its GEMM depth Cin*k*k is at most this (a first layer: the autoencoder's)
 STEP_MODES = ("layers", "persistent", "phased")
 PRECISIONS = ("fp32", "tf32", "bf16")
+# a precision policy's products on the tensor cores: those at least this on each GEMM side (one MMA K step of 32;
+# a quarter of a 128-wide tile). Smaller ones (first layers' K of 9 or 27, outputs of 3 or 10 channels) keep their
+# float32 kernels: most of a tensor tile would be padding (the autoencoder's 256 -> 3 conv on the tensor tiles took
+# 0.42 ms forward and 0.54 ms weight gradient on an H200, its float32 kernels 0.20 and 0.13)
+TENSOR_MIN_SIDE = 32
 HEAD_MODES = ("layers", "fused")
 FUSED_HEAD_MAX_CLASSES = 32  # = gpunn.kernels.linear_head.MAX_CLASSES (a test checks): classes held in registers
 PIPELINE_DEPTH = 3  # host batch buffers of the pipelined copy: one being filled, one in flight, one in use
@@ -220,10 +225,10 @@ POLICIES = {
     "gpu-graph": Policy("gpu-graph", gemm="auto", fuse=True, resident=True, graphs=True, conv=AUTO_CONV,
                         pool_backward="gather", upsample="fused", pool="auto", pool_conv=dict(POOL_DIRECT),
                         step="persistent", head="fused"),
-    # gpu-graph's resident, graph-captured design with every product on the tensor cores (precision), its stages
-    # per layer (the fused step, head, upsample and pool kernels are float32 ones)
+    # gpu-graph's design with every product that fills the tensor tiles on them (precision), per-layer stages
     **{f"gpu-{fmt}": Policy(f"gpu-{fmt}", gemm="auto", fuse=True, resident=True, graphs=True, conv=AUTO_CONV,
-                            pool_backward="gather", precision=fmt) for fmt in ("tf32", "bf16")},
+                            pool_backward="gather", upsample="fused", pool="auto", pool_conv=dict(POOL_DIRECT),
+                            head="fused", precision=fmt) for fmt in ("tf32", "bf16")},
 }
 # which models each GPU variant trains (the registry's `models`): E1-E3's MLP variants, E4's CNN variants and E5's
 # autoencoder variants (paper 004's naive, "optimized v1" = gpu-tiled and "optimized v2" = gpu-im2col, and ours)
@@ -259,8 +264,10 @@ def conv_version(policy: Policy, step: str, in_channels: int, out_channels: int,
     Before these: 3x3 kernels with padding 1 and in * out channels >= AUTO_WINOGRAD_MIN_PRODUCT run the passes of
     AUTO_WINOGRAD_STEPS as ``winograd`` (ae 256->128, 128->128, and 128->256 on its upsampled input: conv.UP_VERSIONS'
     twin reads through the upsample)."""
-    if policy.precision != "fp32":  # every multiplying pass on the tensor cores; the bias gradient sums in float32
-        return "split" if step == "bias_grad" else "implicit_gemm"
+    if tensor_pass(policy, step, in_channels, out_channels, k):  # a product on the tensor cores' tiles
+        winograd = (policy.conv[step] == "auto" and step in AUTO_WINOGRAD_STEPS and k == 3 and padding == 1
+                    and in_channels * out_channels >= AUTO_WINOGRAD_MIN_PRODUCT)
+        return "winograd" if winograd else "implicit_gemm"
     name = policy.conv[step]
     if name != "auto":
         return name
@@ -309,8 +316,9 @@ def pool_fused(policy: Policy, in_channels: int, out_channels: int, k: int) -> b
     AUTO_POOL_MAX_K (the autoencoder's conv1, 3 -> 256: K = 27, one or two K steps; H100, batch 64: the epoch
     2.55 -> 2.39 s). The autoencoder's 256 -> 128 conv keeps the separate pool: fused on the 128x32 window tiles it
     took 547 us against the 128x128 tiles' 353 + 37 us plus the pool's 6 us."""
-    if not policy.fuse or policy.pool == "separate":
-        return False
+    if not policy.fuse or policy.pool == "separate" or any(
+            tensor_pass(policy, step, in_channels, out_channels, k) for step in ("forward", "backward_weight")):
+        return False  # (a conv with a tensor-core pass keeps it: the fused stage's kernels are float32)
     return (policy.pool == "fused" or out_channels <= AUTO_POOL_MAX_COUT
             or in_channels * k * k <= AUTO_POOL_MAX_K)
 
@@ -324,15 +332,32 @@ def head_fused(policy: Policy, loss: str | None, classes: int) -> bool:
 
 
 def precision_gemm(policy: Policy) -> str | None:
-    """The GEMM version every GEMM and implicit-GEMM conv pass of a tf32 or bf16 policy runs (None for fp32): the
-    warp-MMA tensor_<format> (gpunn.kernels.gemm.tensor), on every GPU from compute capability 8.0. Hopper's
-    wgmma_<format> measured no faster at the autoencoder's shapes on an H200 (gemm/NOTES.md), so it is not chosen."""
+    """The GEMM version a tf32 or bf16 policy's tensor-core products run (None for fp32): the warp-MMA
+    tensor_<format> (gpunn.kernels.gemm.tensor), on every GPU from compute capability 8.0. Hopper's wgmma_<format>
+    measured no faster at the autoencoder's shapes on an H200 (gemm/NOTES.md), so it is not chosen."""
     return None if policy.precision == "fp32" else f"tensor_{policy.precision}"
 
 
-def gemm_version(policy: Policy, rows: int, cols: int) -> str:
-    """The GEMM version a layer uses for an output of rows x cols under `policy`."""
-    if policy.precision != "fp32":
+def tensor_side(m: int, n: int, k: int) -> bool:
+    """Whether a GEMM of m x n over k fills the tensor cores' tiles: each side at least TENSOR_MIN_SIDE."""
+    return min(m, n, k) >= TENSOR_MIN_SIDE
+
+
+def tensor_pass(policy: Policy, step: str, in_channels: int, out_channels: int, k: int) -> bool:
+    """Whether a Conv2d pass (forward, backward_data, backward_weight) runs on the tensor cores under `policy`: a
+    tf32 / bf16 policy and both channel sides of its GEMM at least TENSOR_MIN_SIDE (the pixel side always is):
+    forward N = out, K = in k k; input gradient N = in, K = out k k; weight gradient M = out, N = in k k. The bias
+    gradient is a sum: float32."""
+    if policy.precision == "fp32" or step == "bias_grad":
+        return False
+    ci, co = (out_channels, in_channels) if step == "backward_data" else (in_channels, out_channels)
+    return tensor_side(TENSOR_MIN_SIDE, co, ci * k * k)
+
+
+def gemm_version(policy: Policy, rows: int, cols: int, k: int | None = None) -> str:
+    """The GEMM version a layer uses for an output of rows x cols over `k` (given under a precision policy) under
+    `policy`."""
+    if policy.precision != "fp32" and k is not None and tensor_side(rows, cols, k):
         return precision_gemm(policy)
     if policy.gemm != "auto":
         return policy.gemm

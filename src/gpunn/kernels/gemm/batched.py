@@ -16,7 +16,7 @@ from .versions import lookup
 __all__ = ["BATCH_VERSIONS", "MAX_BATCH", "batch_chunks", "gemm_batched"]
 
 # the versions whose kernels leave grid z to the mappings (split-K's chunks come from k_range_fn, not used here)
-BATCH_VERSIONS = ("naive", "tiled16", "regblock", "regblock128", "coalesced128")
+BATCH_VERSIONS = ("naive", "tiled16", "regblock", "regblock128", "coalesced128", "tensor_tf32", "tensor_bf16")
 MAX_BATCH = 65535  # grid z limit: batches * splits
 _STORES = ("batch_t", "partial")
 
