@@ -176,7 +176,8 @@ def test_report_constants_come_from_the_papers():
     assert e5.E5_PAPER_EPOCH_S == {"cpu-numpy": 29678.0, "gpu-naive": 991.63, "gpu-tiled": 517.18,
                                            "gpu-im2col": 117.97}
     assert [e5.E5_PHASES[e.ours[0]] for e in epochs] == [e.phase for e in epochs]
-    assert list(e5.E5_PHASES) == ["cpu-numpy", "gpu-naive", "gpu-tiled", "gpu-im2col", "gpu-graph"]
+    assert list(e5.E5_PHASES) == ["cpu-numpy", "gpu-naive", "gpu-tiled", "gpu-im2col", "gpu-graph", "gpu-tf32",
+                                  "gpu-bf16"]
     table_3 = papers.column_labels(e4.PAPER_VALUES, "Table 3")
     assert [e4.E4_PAPER_HEADERS[c] for c in ("train_time_s", "test_time_s", "test_accuracy")] == list(table_3)
     assert table_3 == ("Training Time [s]", "Testing Time [s]", "Test Accuracy")

@@ -57,10 +57,10 @@ def test_default_dry_run_lists_every_stage(workflow_copy):
     assert "python -m gpunn evaluate --run results/runs/gpu-box/cifar10/standard/autoencoder/gpu-graph/" in text
     assert "python -m gpunn evaluate --run results/runs/gpu-box/cifar10/standard/autoencoder/cpu-numpy/" not in text
     assert "python -m gpunn train mnist/standard/mlp/gpu-graph/w256_b64_lr0.01_e10_s0_rsum " in text  # E1's sums
-    # 6 x 2 E1 (mean and sum) + 48 E2 + (10 + 8) E4 + 5 E5 training runs, and the spread's repeats (spread_runs 3):
+    # 8 x 2 E1 (mean and sum) + 48 E2 + (14 + 8) E4 + 7 E5 training runs, and the spread's repeats (spread_runs 3):
     # 2 more runs of each non-deterministic variant's spec, E1's gpu-naive and gpu-tiled (x 2 reductions), E4's
     # gpu-naive and gpu-optimized (x 2 datasets)
-    assert text.count("python -m gpunn train ") == 83 + 2 * (2 * 2 + 2 * 2)
+    assert text.count("python -m gpunn train ") == 93 + 2 * (2 * 2 + 2 * 2)
     assert "python -m gpunn train mnist/standard/mlp/gpu-naive/w256_b64_lr0.01_e10_s0_rsum_x2 " in text
     assert "/gpu-fused/w256_b64_lr0.01_e10_s0_x1" not in text  # deterministic: no repeats
 
@@ -168,10 +168,10 @@ def test_default_config_has_the_papers_settings():
     e1 = experiment_runs(config, "e1")
     # every variant with the batch-mean and the batch-sum gradient (paper 000's CPU-GPU accuracy gap)
     assert [(r.variant, r.reduction) for r in e1 if not r.repeat] == [
-        (v, reduction) for v in ("cpu-numpy", "cpu-serial", "gpu-naive", "gpu-tiled", "gpu-fused", "gpu-graph")
-        for reduction in ("mean", "sum")]
+        (v, reduction) for v in ("cpu-numpy", "cpu-serial", "gpu-naive", "gpu-tiled", "gpu-fused", "gpu-graph",
+                                 "gpu-tf32", "gpu-bf16") for reduction in ("mean", "sum")]
     # then the spread's repeats, runs 1 and 2 of each non-deterministic variant's spec (after every run itself)
-    assert [(r.variant, r.reduction, r.repeat) for r in e1[12:]] == [
+    assert [(r.variant, r.reduction, r.repeat) for r in e1[16:]] == [
         (v, reduction, k) for k in (1, 2) for v in ("gpu-naive", "gpu-tiled") for reduction in ("mean", "sum")]
     assert all((r.widths, r.batch, r.lr, r.epochs) == ((256,), 64, 0.01, 10) for r in e1)
     e2 = experiment_runs(config, "e2")
@@ -180,7 +180,7 @@ def test_default_config_has_the_papers_settings():
     assert {(r.widths[0], r.batch) for r in e2} == {(h, b) for h in (32, 64, 128, 256) for b in (32, 64, 128)}
     assert {r.dataset for r in experiment_runs(config, "e4")} == {"mnist", "fashion_mnist"}
     e5 = {r.variant: r for r in experiment_runs(config, "e5")}
-    assert list(e5) == ["cpu-numpy", "gpu-naive", "gpu-tiled", "gpu-im2col", "gpu-graph"]
+    assert list(e5) == ["cpu-numpy", "gpu-naive", "gpu-tiled", "gpu-im2col", "gpu-graph", "gpu-tf32", "gpu-bf16"]
     assert all(r.widths == (256, 128) and r.epochs == 20 and r.batch == 64 for r in e5.values())
     # the paper's CPU trained on 1 000 images, its GPU versions on all 50 000
     assert e5["cpu-numpy"].subset == 1000 and {r.subset for v, r in e5.items() if v != "cpu-numpy"} == {0}

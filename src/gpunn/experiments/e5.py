@@ -178,7 +178,8 @@ E5_SUMMARY_COLUMNS = ("variant", "device", "dataset", "n_train", "n_test", "batc
 _E5_PAPER_EPOCHS = select(PAPER_VALUES, "e5", "epoch_time", source=E5_EPOCH_TABLE)
 # paper 004's phases 2.1-2.4 by the variant that reproduces each, in its tables' order; gpu-graph is ours
 E5_PHASES = {**{entry.ours[0]: entry.phase for entry in _E5_PAPER_EPOCHS},
-             "gpu-graph": "GPU graph (ours, not in the paper)"}
+             "gpu-graph": "GPU graph (ours, not in the paper)",
+             "gpu-tf32": "GPU graph, tensor cores in TF32 (ours)", "gpu-bf16": "GPU graph, tensor cores in BF16 (ours)"}
 # paper 004's own epoch times, by the variant that reproduces each phase
 E5_PAPER_EPOCH_S = {entry.ours[0]: entry.value for entry in _E5_PAPER_EPOCHS}
 E5_EPOCH_HEADERS = {"implementation": "Implementation", "variant": "Variant", "full_epoch_s": "Epoch time (s)",

@@ -38,7 +38,7 @@ _TIME_SUFFIXES = ("_s", "_ms", "_us")
 # Baselines first, then the GPU variants from the plainest to the most optimised (the MLP's and the CNN's
 # interleaved, so that each experiment lists its own in that order); unknown names follow, sorted.
 KNOWN_VARIANTS = ("cpu-serial", "cpu-numpy", "gpu-naive", "gpu-tiled", "gpu-optimized", "gpu-fused", "gpu-im2col",
-                  "gpu-graph")
+                  "gpu-graph", "gpu-tf32", "gpu-bf16")
 
 
 def variant_rank(variant: str) -> int:
