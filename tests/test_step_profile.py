@@ -196,9 +196,10 @@ def _config(overrides=None):
 
 def test_profiles_are_report_inputs_and_outputs_of_e1_e4_e5():
     config = _config()
-    for experiment, variants in {"e1": ["gpu-naive", "gpu-tiled", "gpu-fused", "gpu-graph"],
-                                 "e4": ["gpu-naive", "gpu-optimized", "gpu-im2col", "gpu-graph"],
-                                 "e5": ["gpu-naive", "gpu-tiled", "gpu-im2col", "gpu-graph"]}.items():
+    tensor = ["gpu-tf32", "gpu-bf16"]
+    for experiment, variants in {"e1": ["gpu-naive", "gpu-tiled", "gpu-fused", "gpu-graph", *tensor],
+                                 "e4": ["gpu-naive", "gpu-optimized", "gpu-im2col", "gpu-graph", *tensor],
+                                 "e5": ["gpu-naive", "gpu-tiled", "gpu-im2col", "gpu-graph", *tensor]}.items():
         assert profiled_variants(config, experiment) == variants
         assert report_inputs(config, experiment)["profiles"] == [
             f"results/profile/nvidia-h100/{experiment}/{v}.csv" for v in variants]
