@@ -85,6 +85,35 @@ def test_the_products_that_fill_the_tiles_go_to_the_tensor_cores():
     assert conv_version(policy, "bias_grad", 256, 128, 3, 1) == "split"  # a sum, not a product: float32
 
 
+def test_a_gpu_without_tf32_and_bf16_tensor_cores_is_refused_in_one_line(monkeypatch):
+    """On a T4 (compute capability 7.5, the papers' GPU) the variants stop before building anything, naming the
+    GPU and an FP32 variant; under the simulator the graphs' refusal names the model's eager twin."""
+    from numba import cuda as numba_cuda
+
+    from gpunn import device
+    from gpunn.backends.registry import make_backend
+    from gpunn.errors import GpunnError
+
+    model = build_model("cnn", seed=3, **SIZES["cnn"])
+    with pytest.raises(GpunnError, match=r"^variant gpu-bf16 captures CUDA graphs, which numba's CUDA simulator "
+                                         r"lacks; under the simulator use gpu-im2col \(no graphs\) for the cnn$"):
+        make_backend("gpu-bf16", model, "cnn", 0.1)
+
+    class T4:
+        compute_capability = (7, 5)
+        name = b"Tesla T4"
+
+    from gpunn.backends.gpu import engine
+
+    for module in (device, engine):
+        monkeypatch.setattr(module, "simulator_enabled", lambda: False)
+    monkeypatch.setattr(numba_cuda, "get_current_device", lambda: T4)
+    with pytest.raises(GpunnError, match=r"^variant gpu-tf32 multiplies in TF32 or BF16 on the tensor cores, which "
+                                         r"need a GPU of compute capability 8.0 or newer \(Tesla T4 is 7.5\); "
+                                         r"choose a float32 variant such as gpu-graph$"):
+        make_backend("gpu-tf32", model, "cnn", 0.1)
+
+
 def test_precision_needs_the_per_layer_step():
     with pytest.raises(ValueError, match="precision must be one of .*'fp32', 'tf32', 'bf16'.*got 'fp16'"):
         Policy("p", gemm="auto", fuse=True, resident=True, precision="fp16")

@@ -523,4 +523,14 @@ def test_a_version_for_other_gpus_is_refused_with_one_line(monkeypatch):
     with pytest.raises(ValueError, match=r"gemm_wgmma_bf16: version 'wgmma_bf16' needs a GPU of compute capability "
                                          r"9.0 \(this one is 8.0\); choose another version, e.g. 'tensor_bf16'"):
         versions.check_device(G.VERSIONS["wgmma_bf16"], "gemm_wgmma_bf16")
-    versions.check_device(G.VERSIONS["tensor_bf16"], "gemm_tensor_bf16")  # runs anywhere
+    versions.check_device(G.VERSIONS["tensor_bf16"], "gemm_tensor_bf16")  # runs from 8.0 on
+
+    class Turing:  # a T4, the papers' GPU: no TF32 or BF16 MMA
+        compute_capability = (7, 5)
+
+    monkeypatch.setattr(numba_cuda, "get_current_device", lambda: Turing)
+    with pytest.raises(ValueError, match=r"gemm_tensor_tf32: version 'tensor_tf32' needs a GPU of compute capability "
+                                         r"8.0 or newer for its tensor-core MMAs \(this one is 7.5\); choose a "
+                                         r"float32 version, e.g. 'regblock'"):
+        versions.check_device(G.VERSIONS["tensor_tf32"], "gemm_tensor_tf32")
+    versions.check_device(G.VERSIONS["regblock"], "gemm_regblock")  # the float32 versions run everywhere

@@ -41,6 +41,7 @@ def fp32_peak_tflops(multiprocessors: int, compute_capability: tuple[int, int], 
 # quoted at 1.83 GHz). Architectures not listed: no tensor peak (None).
 TENSOR_FLOPS = {(8, 0): {"tf32": 1024, "bf16": 2048}, (9, 0): {"tf32": 2048, "bf16": 4096}}
 TENSOR_FORMATS = ("tf32", "bf16")
+TENSOR_CORE_MIN_CC = (8, 0)  # mma.sync with TF32 and BF16 inputs: Ampere and newer
 
 
 def tensor_peak_tflops(multiprocessors: int, compute_capability: tuple[int, int], clock_khz: int,
@@ -70,6 +71,22 @@ def require_gpu(what: str) -> None:
             "machine, or for tiny shapes only, under numba's CUDA simulator: config key `gpu.simulator: true` "
             "in the pipeline, NUMBA_ENABLE_CUDASIM=1 by hand (about 1e5 times slower, timings meaningless)"
         )
+
+
+def require_tensor_cores(what: str) -> None:
+    """Raise a one-line GpunnError unless the GPU has TF32 and BF16 tensor cores (compute capability
+    TENSOR_CORE_MIN_CC or newer; the simulator emulates them)."""
+    if simulator_enabled():
+        return
+    from numba import cuda
+
+    gpu = cuda.get_current_device()
+    cc = tuple(gpu.compute_capability)
+    if cc < TENSOR_CORE_MIN_CC:
+        name = gpu.name.decode() if isinstance(gpu.name, bytes) else gpu.name
+        raise GpunnError(f"{what} multiplies in TF32 or BF16 on the tensor cores, which need a GPU of compute "
+                         f"capability {TENSOR_CORE_MIN_CC[0]}.{TENSOR_CORE_MIN_CC[1]} or newer ({name} is "
+                         f"{cc[0]}.{cc[1]}); choose a float32 variant such as gpu-graph")
 
 
 def device_info() -> dict:

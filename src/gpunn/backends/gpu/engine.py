@@ -31,7 +31,7 @@ import math
 
 import numpy as np
 
-from gpunn.device import require_gpu, simulator_enabled
+from gpunn.device import require_gpu, require_tensor_cores, simulator_enabled
 from gpunn.errors import GpunnError
 from gpunn.kernels import transfers
 from gpunn.nn.functional import DEFAULT_REDUCTION
@@ -78,9 +78,15 @@ class GpuEngine(Backend):
     def __init__(self, model, model_name: str, lr: float, policy: Policy, reduction: str = DEFAULT_REDUCTION):
         check_reduction_setting(model_name, reduction)
         require_gpu(f"variant {policy.name}")
+        if policy.precision != "fp32":
+            require_tensor_cores(f"variant {policy.name}")
         if policy.graphs and simulator_enabled():
+            from gpunn.nn.models import MODELS
+
+            spec = MODELS.get(model_name)
+            twin = spec.cuda_variants[1] if spec is not None else "gpu-fused"
             raise GpunnError(f"variant {policy.name} captures CUDA graphs, which numba's CUDA simulator lacks; "
-                             "use gpu-fused (the same kernels, launched one by one) under the simulator")
+                             f"under the simulator use {twin} (no graphs) for the {model_name}")
         super().__init__(model, model_name, lr)
         from numba import cuda
 

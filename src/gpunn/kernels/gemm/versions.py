@@ -24,7 +24,8 @@ class GemmVersion:
     launch configuration ``config(op, block, M, N, kernel) -> (grid, block)``, its default block, the K of one
     step of its K loop (split-K chunks are multiples of it), the (rows, columns) of C one block computes and the
     format its inputs are rounded to before they are multiplied (``fp32``: not rounded; ``tf32``, ``bf16``: the
-    tensor-core versions, float32 accumulation) and the compute capabilities it runs on (empty: every one)."""
+    tensor-core versions, float32 accumulation) and the compute capabilities it runs on (`devices`, empty: every
+    one; `min_cc`: that capability or newer, the tensor cores' TF32 and BF16 MMAs from 8.0)."""
 
     name: str
     kernel: Callable
@@ -34,6 +35,7 @@ class GemmVersion:
     tile: tuple
     inputs: str = "fp32"
     devices: tuple = ()
+    min_cc: tuple = ()
 
     @property
     def op(self) -> str:
@@ -59,7 +61,7 @@ VERSIONS = {v.name: v for v in (
                 (skinny.SK_THREADS, skinny.SK_N)),
     *(GemmVersion(d.name, d.kernel, d.config, d.threads, d.bk, (d.bm, d.bn)) for d in DEEP_TILES),
     *(GemmVersion(f"tensor_{fmt}", tensor.kernel(fmt), tensor.config, tensor.THREADS, tensor.BK,
-                  (tensor.BM, tensor.BN), fmt) for fmt in FORMATS),
+                  (tensor.BM, tensor.BN), fmt, min_cc=device.TENSOR_CORE_MIN_CC) for fmt in FORMATS),
     *(GemmVersion(f"wgmma_{fmt}", warpgroup.kernel(fmt), warpgroup.config, warpgroup.THREADS, warpgroup.BK,
                   (warpgroup.BM, warpgroup.BN), fmt, warpgroup.DEVICES) for fmt in FORMATS),
 )}
@@ -75,12 +77,16 @@ def lookup(version: str, op: str = "gemm", choices=VERSIONS) -> GemmVersion:
 def check_device(spec: GemmVersion, op: str) -> None:
     """ValueError naming the version and the device when the version cannot run on this GPU (the simulator runs
     every version)."""
-    if not spec.devices or device.simulator_enabled():
+    if not (spec.devices or spec.min_cc) or device.simulator_enabled():
         return
     from numba import cuda
 
     cc = tuple(cuda.get_current_device().compute_capability)
-    if cc not in spec.devices:
+    if spec.min_cc and cc < tuple(spec.min_cc):
+        raise ValueError(f"{op}: version {spec.name!r} needs a GPU of compute capability {spec.min_cc[0]}."
+                         f"{spec.min_cc[1]} or newer for its tensor-core MMAs (this one is {cc[0]}.{cc[1]}); choose "
+                         f"a float32 version, e.g. 'regblock'")
+    if spec.devices and cc not in spec.devices:
         wanted = " or ".join(f"{major}.{minor}" for major, minor in spec.devices)
         raise ValueError(f"{op}: version {spec.name!r} needs a GPU of compute capability {wanted} (this one is "
                          f"{cc[0]}.{cc[1]}); choose another version, e.g. 'tensor_{spec.inputs}'")
