@@ -15,9 +15,9 @@ same init and batch order (gpunn.seeding).
     gpu-im2col     the convolutions as implicit-im2col GEMMs, data resident, deterministic reductions (CNN, autoencoder)
     gpu-graph      the fastest of these with each step captured in CUDA graphs and replayed (real GPU only) (MLP, CNN,
                    autoencoder)
-    gpu-tf32       gpu-graph's design on the tensor cores: each product's inputs rounded to TF32 (or BF16), float32
-    gpu-bf16       accumulation, weights and loss in float32, one stage per layer (real GPU only) (MLP, CNN,
-                   autoencoder)
+    gpu-tf32       gpu-graph on the tensor cores: each product that fills their tiles multiplies inputs rounded to
+    gpu-bf16       TF32 (or BF16) with float32 accumulation; smaller products, weights and loss in float32; the MLP's
+                   step per layer (real GPU of compute capability 8.0 or newer) (MLP, CNN, autoencoder)
 
 The GPU variants are one engine (gpunn.backends.gpu.engine) run under different policies
 (gpunn.backends.gpu.policy): a variant is data, not code. Every variant takes a run's loss reduction
