@@ -208,6 +208,28 @@ def test_errors():
 _ON_GPU = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") != "1" and cuda.is_available()
 
 
+# the tensor-core versions (gpu-tf32 / gpu-bf16) read through the upsample as every version does: within 8 units of
+# their format's rounding of the exact result (as tests/test_gpu_precision.py's bound) and above TOL (it rounded)
+TENSOR_BOUND = {"tensor_tf32": 8 * 2.0**-11, "tensor_bf16": 8 * 2.0**-8}
+
+
+@pytest.mark.parametrize("op, version", [("forward", "tensor_bf16"), ("backward_data", "tensor_tf32"),
+                                         ("backward_weight", "tensor_bf16")])
+def test_tensor_core_versions(op, version):
+    run = {"forward": _forward, "backward_data": _backward_data, "backward_weight": _backward_weight}[op]
+    assert TOL < run(version, 3, 1) < TENSOR_BOUND[version]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _ON_GPU, reason="needs a real CUDA GPU")
+@pytest.mark.parametrize("version", ["tensor_tf32", "tensor_bf16"])
+def test_gpu_decoder_shapes_on_the_tensor_cores(version):
+    """The decoder's 128 -> 256 conv on its upsampled 8x8 map at batch 8, and an odd case, each pass."""
+    for n, cin, cout, h, wd in ((8, 128, 256, 8, 8), (5, 33, 65, 7, 9)):
+        for run in (_forward, _backward_data, _backward_weight):
+            assert TOL < run(version, 3, 1, shape=(n, cin, cout, h, wd)) < TENSOR_BOUND[version]
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not _ON_GPU, reason="needs a real CUDA GPU")
 @pytest.mark.parametrize("version", [None, "regblock", "skinny"])
