@@ -77,12 +77,12 @@ class Binder:
         from gpunn.kernels import gemm
 
         rows, cols = out.shape
-        version = gemm_version(self.policy, rows, cols, int(a.shape[0] if kw.get("trans_a") else a.shape[1]))
+        k = int(a.shape[0] if kw.get("trans_a") else a.shape[1])
+        version = gemm_version(self.policy, rows, cols, k)
         if version == "naive" and self.policy.block:  # the naive GEMM's 2-D block: a warp along C's columns
             bx = min(self.policy.block, 32)
             kw["block"] = (bx, self.policy.block // bx)
         if self.policy.gemm == "auto":  # split-K where few tiles loop over a long K (policy.gemm_splits)
-            k = int(a.shape[0] if kw.get("trans_a") else a.shape[1])
             tiles = gemm.output_tiles(version, rows, cols)
             if gemm_splits(self.policy, tiles, k, gemm.multiprocessors()) != 1:
                 kw["splits"] = None  # gemm_split_k's automatic count
@@ -293,7 +293,7 @@ class Conv2dStage(Stage):
                              f"that makes the bias gradient (conv.ConvVersion.with_bias); {name!r} does not: "
                              f"choose another bias_grad or backward_weight version")
         threads = binder.threads if version.takes_threads else {}
-        if step != "bias_grad" and tensor_pass(binder.policy, step, self.cin, self.cout, self.k):
+        if tensor_pass(binder.policy, step, self.cin, self.cout, self.k):
             threads = {**threads, "version": precision_gemm(binder.policy)}  # its GEMM on the tensor cores
         return functools.partial(launcher, launch=False, **threads)
 

@@ -264,15 +264,14 @@ def conv_version(policy: Policy, step: str, in_channels: int, out_channels: int,
     Before these: 3x3 kernels with padding 1 and in * out channels >= AUTO_WINOGRAD_MIN_PRODUCT run the passes of
     AUTO_WINOGRAD_STEPS as ``winograd`` (ae 256->128, 128->128, and 128->256 on its upsampled input: conv.UP_VERSIONS'
     twin reads through the upsample)."""
-    if tensor_pass(policy, step, in_channels, out_channels, k):  # a product on the tensor cores' tiles
-        winograd = (policy.conv[step] == "auto" and step in AUTO_WINOGRAD_STEPS and k == 3 and padding == 1
-                    and in_channels * out_channels >= AUTO_WINOGRAD_MIN_PRODUCT)
-        return "winograd" if winograd else "implicit_gemm"
     name = policy.conv[step]
+    winograd = (name == "auto" and step in AUTO_WINOGRAD_STEPS and k == 3 and padding == 1
+                and in_channels * out_channels >= AUTO_WINOGRAD_MIN_PRODUCT)
+    if tensor_pass(policy, step, in_channels, out_channels, k):  # a product on the tensor cores' tiles
+        return "winograd" if winograd else "implicit_gemm"
     if name != "auto":
         return name
-    if (step in AUTO_WINOGRAD_STEPS and k == 3 and padding == 1
-            and in_channels * out_channels >= AUTO_WINOGRAD_MIN_PRODUCT):
+    if winograd:
         return "winograd"
     if step in ("forward", "backward_data"):
         ci, co = (in_channels, out_channels) if step == "forward" else (out_channels, in_channels)
