@@ -253,6 +253,19 @@ def test_gemm_splits_rule():
     # what the automatic count makes of the FC forward on an H100: 18 chunks of 256, 72 blocks
     assert G.auto_splits(4608, G.output_tiles("tiled16", 64, 10), 132) == 18
     assert G.split_k_chunks(4608, 18, G.VERSIONS["tiled16"].k_step) == (18, 256)
+    # a tensor-core variant's products (128x128 tiles): the MLP's fc1 forward in chunks of 64 (13), at most one per
+    # SM; its weight gradient (14 tiles over K = 64) whole; few SMs or many tiles: whole
+    for fmt in ("tf32", "bf16"):
+        tensor = POLICIES[f"gpu-{fmt}"]
+
+        def tensor_rule(rows, cols, k, sms=132, tensor=tensor):
+            version = gemm_version(tensor, rows, cols, k)
+            return gemm_splits(tensor, G.output_tiles(version, rows, cols), k, sms, version)
+
+        assert gemm_version(tensor, 64, 256, 785) == f"tensor_{fmt}"
+        assert tensor_rule(64, 256, 785) == 13 and tensor_rule(64, 256, 785, sms=20) == 10
+        assert tensor_rule(785, 256, 64) == 1
+        assert tensor_rule(64, 256, 785, sms=4) == 1 and tensor_rule(1024, 1024, 785) == 1
 
 
 def test_binder_splits_only_where_the_rule_says(monkeypatch):
@@ -269,6 +282,10 @@ def test_binder_splits_only_where_the_rule_says(monkeypatch):
     assert isinstance(auto.gemm(_dev(64, 4608), _dev(64, 10), _dev(4608, 10), trans_a=True), Launch)  # K = 64
     fixed = Binder(POLICIES["gpu-optimized"], None, None, 0.01)
     assert isinstance(fixed.gemm(_dev(64, 4608), _dev(4608, 10), _dev(64, 10), bias=_dev(10)), Launch)
+    tensor = Binder(POLICIES["gpu-bf16"], None, None, 0.01)  # the MLP's fc1 forward: its rule's 13 chunks of 64
+    group = tensor.gemm(_dev(64, 785), _dev(785, 256), _dev(64, 256))
+    assert isinstance(group, LaunchGroup) and "tensor_bf16" in group.launches[0].name
+    assert "[split 13 x 64]" in group.launches[0].name
 
 
 # --------------------------------------------------------------------------------------------- deep-K versions

@@ -84,8 +84,9 @@ class Binder:
             kw["block"] = (bx, self.policy.block // bx)
         if self.policy.gemm == "auto":  # split-K where few tiles loop over a long K (policy.gemm_splits)
             tiles = gemm.output_tiles(version, rows, cols)
-            if gemm_splits(self.policy, tiles, k, gemm.multiprocessors()) != 1:
-                kw["splits"] = None  # gemm_split_k's automatic count
+            splits = gemm_splits(self.policy, tiles, k, gemm.multiprocessors(), version)
+            if splits != 1:
+                kw["splits"] = splits  # None: gemm_split_k's automatic count
         return gemm.gemm(a, b, out, version=version, launch=False, **kw)
 
     @property
@@ -317,8 +318,8 @@ class Conv2dStage(Stage):
 
             y.aux = cuda.device_array(winograd.input_transform_size(x.view.shape, self.padding, self.up), np.float32)
             kw["v"] = y.aux  # x transformed, for this program's weight gradient
-        return [self._version(binder, "forward")(x.view, self.weight(p), self.bias(p), y.view, self.padding,
-                                                 relu=self.relu, **kw)]
+        forward = self._version(binder, "forward", x.view)
+        return [forward(x.view, self.weight(p), self.bias(p), y.view, self.padding, relu=self.relu, **kw)]
 
     def backward(self, binder, x, y, dy, dx, mask):
         p, g = binder.params, binder.grads

@@ -251,7 +251,9 @@ def conv_version(policy: Policy, step: str, in_channels: int, out_channels: int,
     batch 64, CNN and autoencoder shapes), all deterministic:
       forward / backward-data (a pass from ci to co channels: backward-data runs out -> in): shared-memory tiles
         while ci * co <= AUTO_TILED_MAX_PRODUCT and co > AUTO_SKINNY_MAX (cnn 1->16, 16->32, 32->16; ae 3->256),
-        else the implicit GEMM (ae 256->128, and 256->3 on its skinny thread-per-row GEMM);
+        else the implicit GEMM (ae 256->128, and 256->3 on its skinny thread-per-row GEMM); a forward on an
+        upsampled input (`up`, `size` given) with at most AUTO_SKINNY_MAX outputs runs ``phase`` where it fits (ae
+        256->3: a direct convolution on the small map, conv.upsampled_phase);
       weight gradient: for a narrow output (<= AUTO_SKINNY_MAX channels) from a wide input (>= AUTO_STAGED_MIN_WIDE)
         whose staged planes fit in shared memory (`size`, the input's height and width, given), the staged version
         (ae 256->3: 0.158 ms against the block reduction's 0.472 on the H100, batch 64; for a narrow INPUT, ae
@@ -275,6 +277,11 @@ def conv_version(policy: Policy, step: str, in_channels: int, out_channels: int,
         return "winograd"
     if step in ("forward", "backward_data"):
         ci, co = (in_channels, out_channels) if step == "forward" else (out_channels, in_channels)
+        if up and step == "forward" and size is not None and co <= AUTO_SKINNY_MAX:
+            from gpunn.kernels.conv import phase_forward_fits  # (numba: the policy module itself stays plain data)
+
+            if phase_forward_fits(ci, co, k, padding, *size):
+                return "phase"
         return "tiled" if ci * co <= AUTO_TILED_MAX_PRODUCT and co > AUTO_SKINNY_MAX else "implicit_gemm"
     if step == "backward_weight":
         if size is not None and out_channels <= AUTO_SKINNY_MAX and in_channels >= AUTO_STAGED_MIN_WIDE:
@@ -367,9 +374,13 @@ def gemm_version(policy: Policy, rows: int, cols: int, k: int | None = None) -> 
 # SMs idle AND each tile's K loop is long, so that splitting clearly pays for the second (sum) launch.
 AUTO_SPLIT_SM_SHARE = 4  # split only when the tiles fill at most 1/4 of the SMs ...
 AUTO_SPLIT_MIN_K = 1024  # ... and K is at least this (4 chunks of gemm.split_k.SPLIT_MIN_K = 256)
+# ... a tensor-core GEMM's (128x128 tiles) also over a shorter K: in chunks of this many K indices (two of its K
+# steps), at most one split per SM. The MLP's fc1 forward (64 x 256 over K = 785: 2 tiles) on an H200 (the probe
+# in docs/notes/issue-42/h200-s54): bf16 0.036 ms whole, 0.026 / 0.018 / 0.014 / 0.012 in 2 / 4 / 7 / 13 splits
+TENSOR_SPLIT_K = 64
 
 
-def gemm_splits(policy: Policy, tiles: int, k: int, multiprocessors: int) -> int | None:
+def gemm_splits(policy: Policy, tiles: int, k: int, multiprocessors: int, version: str | None = None) -> int | None:
     """The ``splits`` a layer passes to its dense GEMM launcher: None (gpunn.kernels.gemm.gemm_split_k's
     automatic count) when `policy`'s gemm is "auto", the output's `tiles` (blocks of the version gemm_version
     chose) fill at most 1/AUTO_SPLIT_SM_SHARE of the `multiprocessors`, and K >= AUTO_SPLIT_MIN_K; else 1 (one
@@ -377,7 +388,12 @@ def gemm_splits(policy: Policy, tiles: int, k: int, multiprocessors: int) -> int
     4 tiles, each looping over all of K), splits (18 chunks of 256: 72 blocks); the MLP keeps single launches:
     fc1 64 x 256 over K = 785 (64 tiles, about half the SMs, a short K) and fc2 64 x 10 over K = 257 (4 tiles,
     but one chunk's worth of K); backward GEMMs have K = batch or K = 10. Under the simulator (1 SM) nothing
-    splits."""
+    splits. The `version` on the tensor cores (precision_gemm) with so few tiles splits in
+    min(SMs / tiles, K / TENSOR_SPLIT_K) rounded up (an int; the MLP's fc1 forward: 13 on an H200)."""
     if policy.gemm != "auto":
         return 1
+    if version is not None and version == precision_gemm(policy):
+        if AUTO_SPLIT_SM_SHARE * tiles > multiprocessors:
+            return 1
+        return max(1, min(-(-multiprocessors // tiles), -(-k // TENSOR_SPLIT_K)))
     return None if AUTO_SPLIT_SM_SHARE * tiles <= multiprocessors and k >= AUTO_SPLIT_MIN_K else 1

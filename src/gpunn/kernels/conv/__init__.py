@@ -35,7 +35,8 @@ pass are ``POOL_WGRAD_BIAS``: "gemm" (its weight-gradient GEMM with a ones colum
 (``wgrad_direct``).
 
 Convolutions on a 2x nearest-upsampled input read through the upsample (``upsampled``): ``UP_VERSIONS[pass]``
-holds their ``ConvVersion`` records (forward and backward_data ``implicit_gemm`` and ``winograd``, backward_weight
+holds their ``ConvVersion`` records (forward and backward_data ``implicit_gemm`` and ``winograd``, forward also
+``phase``: a direct kernel on the small map for few output channels, ``upsampled_phase``; backward_weight
 ``implicit_gemm``, ``staged`` and ``winograd``), launchers ``conv_<pass>_<version>_up`` taking the map before the
 upsample; ``upsampled_version`` gives a plain version's twin. A table of its own: their inputs differ from
 ``VERSIONS``' (x, not up(x)).
@@ -97,6 +98,7 @@ from .upsampled import (
     conv_forward_up_ref,
     upsampled_shape,
 )
+from .upsampled_phase import conv_forward_phase_up, phase_forward_fits
 from .weight_grad import (
     conv_backward_weight_block,
     conv_backward_weight_deterministic,
@@ -139,6 +141,7 @@ __all__ = [
     "conv_backward_weight_staged_up",
     "conv_backward_weight_up_ref",
     "conv_forward_implicit_gemm_up",
+    "conv_forward_phase_up",
     "conv_forward_up_ref",
     "conv_backward_weight_atomic",
     "conv_backward_weight_bias_atomic",
@@ -174,6 +177,7 @@ __all__ = [
     "direct_layout",
     "fitted_threads",
     "runnable_versions",
+    "phase_forward_fits",
     "staged_fits",
     "tile_shape",
     "upsampled_shape",
@@ -249,6 +253,7 @@ UP_VERSIONS = {
     "forward": _table(
         ConvVersion("implicit_gemm", conv_forward_implicit_gemm_up, takes_threads=False),
         ConvVersion("winograd", conv_forward_winograd_up, applies=winograd_fits, takes_threads=False),
+        ConvVersion("phase", conv_forward_phase_up, applies=phase_forward_fits, takes_threads=False),
     ),
     "backward_data": _table(
         ConvVersion("implicit_gemm", conv_backward_data_implicit_gemm_up, takes_threads=False),

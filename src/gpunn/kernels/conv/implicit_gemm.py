@@ -132,19 +132,26 @@ def conv_forward_implicit_gemm(x, w, bias, out, padding, relu=False, version=Non
                         launch, splits, "im2col", shape(x))
 
 
+def forward_checks(op, x, w, bias, out, padding, seen_shape) -> tuple:
+    """(k, OH, OW) of a conv forward reading x as an input of `seen_shape`, its arrays checked (one ValueError
+    line naming the argument)."""
+    _activation(op, "x", x)
+    k, oh, ow = _geometry(op, seen_shape, w, padding)
+    _activation(op, "out", out)
+    _expect(op, "out", out, (shape(x)[0], int(w.shape[0]), oh, ow))
+    if bias is not None:
+        check_device_array(op, "bias", bias, 1)
+        _expect(op, "bias", bias, (int(w.shape[0]),))
+    return k, oh, ow
+
+
 def forward_gemm(op, x, w, bias, out, padding, relu, version, block, stream, launch, splits, a_map,
                  seen_shape) -> Launch | LaunchGroup:
     """The forward GEMM of a conv whose input, of `seen_shape` (N, Cin, H', W'), is read from x through the A
     mapping `a_map` (``im2col``: x itself; ``im2col_up2``: its 2x upsample, ``conv.upsampled``)."""
-    _activation(op, "x", x)
-    k, oh, ow = _geometry(op, seen_shape, w, padding)
+    k, oh, ow = forward_checks(op, x, w, bias, out, padding, seen_shape)
     n, cin, h, wd = shape(x)
     cout = int(w.shape[0])
-    _activation(op, "out", out)
-    _expect(op, "out", out, (n, cout, oh, ow))
-    if bias is not None:
-        check_device_array(op, "bias", bias, 1)
-        _expect(op, "bias", bias, (cout,))
     epilogue, aux = epilogue_args(op, bias, relu, None)
     problem = conv_problem(n * oh * ow, cout, cin * k * k, (cin, h, wd), (oh, ow), padding, cout)
     version = _version(op, version, problem.m, problem.n, problem.k)

@@ -1,0 +1,91 @@
+"""Issue 42 probe (device): the autoencoder's float32 first and last convolutions at batch 64, each candidate timed
+alone with CUDA events (warm-up, median of 50) and checked against the float64 reference where it is new:
+  conv5 forward, 256 -> 3 on up(16x16): the implicit GEMM on the upsampled map (today) against ``phase``;
+  conv1 weight + bias gradient, 3 -> 256 + ReLU + pool on 32x32: the pooled GEMM and the bias launch (today)
+  against the GEMM with a ones column (``conv_backward_weight_bias_pool``) at several versions and split counts.
+
+    python docs/notes/issue-42/ae_small_convs_probe.py OUT"""
+import statistics
+import sys
+
+import numpy as np
+from numba import cuda
+
+from gpunn.kernels import conv as C
+from gpunn.kernels.conv import upsampled as U
+from gpunn.kernels.conv import upsampled_phase as P
+from gpunn.kernels.conv import wgrad_bias as WB
+
+out_dir = sys.argv[1]
+rng = np.random.default_rng(0)
+rows = []
+
+
+def timed(name, launch, reps=50):
+    launch()
+    cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = cuda.event(), cuda.event()
+        start.record()
+        launch()
+        end.record()
+        end.synchronize()
+        times.append(cuda.event_elapsed_time(start, end))
+    ms = statistics.median(times)
+    rows.append((name, ms))
+    print(f"{name:70s} {ms:8.4f} ms", flush=True)
+
+
+def dev(*shape):
+    return cuda.to_device(rng.standard_normal(shape).astype(np.float32))
+
+
+# conv5 forward
+x5 = rng.standard_normal((64, 256, 16, 16)).astype(np.float32)
+w5 = (rng.standard_normal((3, 256, 3, 3)) * 0.05).astype(np.float32)
+b5 = rng.standard_normal(3).astype(np.float32)
+ref = U.conv_forward_up_ref(x5, w5, b5, 1)
+dx5, dw5, db5 = cuda.to_device(x5), cuda.to_device(w5), cuda.to_device(b5)
+for name, make in (("implicit_gemm_up (auto)", lambda o: U.conv_forward_implicit_gemm_up(dx5, dw5, db5, o, 1,
+                                                                                         launch=False)),
+                   ("phase", lambda o: P.conv_forward_phase_up(dx5, dw5, db5, o, 1, launch=False))):
+    out = cuda.to_device(np.full((64, 3, 32, 32), np.nan, np.float32))
+    launch = make(out)
+    timed(f"conv5 forward {name}", launch)
+    got = out.copy_to_host()
+    print(f"   rel err {np.abs(got - ref).max() / np.abs(ref).max():.2e}  finite {np.isfinite(got).all()}")
+k5 = P._kernel(3, 16, P._chunk(256, 3, 16), "bias")[0]
+for sig in k5.overloads:
+    print("phase kernel regs", k5.get_regs_per_thread(sig), "local", k5.get_local_mem_per_thread(sig))
+
+# conv1 weight + bias gradient (pooled)
+x1 = dev(64, 3, 32, 32)
+w1 = dev(256, 3, 3, 3)
+b1 = dev(256)
+pooled = cuda.device_array((64, 256, 16, 16), np.float32)
+route = cuda.device_array((64, 256, 16, 16), np.int8)
+C.conv_forward_pool_direct(x1, w1, b1, pooled, route, 1)
+dpool = dev(64, 256, 16, 16)
+dw1 = cuda.device_array((256, 3, 3, 3), np.float32)
+db1 = cuda.device_array(256, np.float32)
+wg = C.conv_backward_weight_pool_implicit_gemm(x1, dpool, route, dw1, 1, launch=False)
+bg = C.conv_bias_grad_pool(dpool, route, db1, launch=False)
+timed(f"conv1 wgrad today: {wg.launches[0].name if hasattr(wg, 'launches') else wg.name}", wg)
+timed("conv1 bias today: conv_bias_grad_pool", bg)
+want_w, want_b = dw1.copy_to_host(), db1.copy_to_host()
+for version in (None, "regblock", "regblock128", "coalesced128"):
+    for splits in (None, 64, 128, 256, 512):
+        try:
+            g = WB.conv_backward_weight_bias_pool(x1, dpool, route, dw1, db1, 1, version=version, splits=splits,
+                                                  launch=False)
+        except ValueError as e:
+            print(version, splits, "refused:", e)
+            continue
+        timed(f"conv1 wgrad+bias ones column: {g.launches[0].name}", g)
+        gw, gb = dw1.copy_to_host(), db1.copy_to_host()
+        print(f"   vs today's: dw {np.abs(gw - want_w).max() / np.abs(want_w).max():.2e}"
+              f" db {np.abs(gb - want_b).max() / np.abs(want_b).max():.2e}")
+
+with open(f"{out_dir}/ae_small_convs_probe.csv", "w") as f:
+    f.write("launch,ms\n" + "".join(f"\"{n}\",{ms:.5f}\n" for n, ms in rows))
