@@ -105,6 +105,18 @@ def test_pooled_weight_and_bias_gradients_by_direct_convolution(case, rows, per)
     assert _rel_err(db, R.conv_bias_grad_ref(dy)) < TOL
 
 
+def test_direct_pass_in_output_channel_groups(monkeypatch):
+    """Output channels whose gradient band does not fit GRAD_SMEM go to blocks of their own (grid z): 9 channels in
+    groups of 4, 4 and 1 (GRAD_SMEM shrunk to one group's band of a row), the same sums."""
+    n, cin, cout, h, w, k, p = case = (2, 2, 9, 5, 6, 3, 1)
+    monkeypatch.setattr(WD, "GRAD_SMEM", WD.CO_T * (w // 2))
+    assert WD.direct_layout(cin, cout, h // 2, w // 2, k) == 1 and WD.cout_block(cout, h // 2, w // 2, 1) == WD.CO_T
+    x, dpool, route, dy, w_shape = _pooled_inputs(case, "groups")
+    dw, db = _pool_pass(x, dpool, route, w_shape, p, WD.conv_backward_weight_bias_pool_direct)
+    assert _rel_err(dw, R.conv_backward_weight_ref(x, dy, k, p)) < TOL
+    assert _rel_err(db, R.conv_bias_grad_ref(dy)) < TOL
+
+
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("block,splits", [(32, 1), (64, 2), (32, 5)])
 def test_block_reduction_weight_and_bias_gradients(case, block, splits):

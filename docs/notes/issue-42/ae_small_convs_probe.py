@@ -2,7 +2,8 @@
 alone with CUDA events (warm-up, median of 50) and checked against the float64 reference where it is new:
   conv5 forward, 256 -> 3 on up(16x16): the implicit GEMM on the upsampled map (today) against ``phase``;
   conv1 weight + bias gradient, 3 -> 256 + ReLU + pool on 32x32: the pooled GEMM and the bias launch (today)
-  against the GEMM with a ones column (``conv_backward_weight_bias_pool``) at several versions and split counts.
+  against the GEMM with a ones column (``conv_backward_weight_bias_pool``) at several versions and split counts,
+  and the direct pass (``wgrad_direct``, in output-channel groups) at several band and split layouts.
 
     python docs/notes/issue-42/ae_small_convs_probe.py OUT"""
 import statistics
@@ -83,6 +84,16 @@ for version in (None, "regblock", "regblock128", "coalesced128"):
             print(version, splits, "refused:", e)
             continue
         timed(f"conv1 wgrad+bias ones column: {g.launches[0].name}", g)
+        gw, gb = dw1.copy_to_host(), db1.copy_to_host()
+        print(f"   vs today's: dw {np.abs(gw - want_w).max() / np.abs(want_w).max():.2e}"
+              f" db {np.abs(gb - want_b).max() / np.abs(want_b).max():.2e}")
+
+from gpunn.kernels.conv import wgrad_direct as WD  # noqa: E402
+
+for rows in (None, 1):
+    for per in (None, 1, 2, 4, 8):
+        g = WD.conv_backward_weight_bias_pool_direct(x1, dpool, route, dw1, db1, 1, rows=rows, per=per, launch=False)
+        timed(f"conv1 wgrad+bias direct: {g.launches[0].name} + sum", g)
         gw, gb = dw1.copy_to_host(), db1.copy_to_host()
         print(f"   vs today's: dw {np.abs(gw - want_w).max() / np.abs(want_w).max():.2e}"
               f" db {np.abs(gb - want_b).max() / np.abs(want_b).max():.2e}")

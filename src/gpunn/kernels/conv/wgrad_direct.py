@@ -1,7 +1,9 @@
 """Weight and bias gradients of the fused conv + ReLU + 2x2 max pool stage by a direct convolution (version
 ``direct``): the input band in shared memory, the pooled gradient read through the route, no im2col arithmetic.
 
-Block (band, split) takes pooled rows [band * rows, (band + 1) * rows) of images [split * per, (split + 1) * per).
+Block (band, split, group) takes pooled rows [band * rows, (band + 1) * rows) of images [split * per, (split + 1) *
+per) and one group of output channels (``cout_block``: all of them where their gradient band fits, else as many
+whole CO_T groups as do; the autoencoder's 3 -> 256 conv: 64 channels a block).
 Per image it stages in shared memory the input rows that band's windows read (Cin x (2*rows + k - 1) x
 (2*PW + k - 1), zero in the padding; channel planes at an odd stride: the 16 channels of a warp hit distinct
 banks; STAGE_UNROLL loads in flight per thread) and the band's pooled gradient: per (output channel, window) d,
@@ -58,12 +60,19 @@ def _plane(rows, pw, k):
 
 def direct_layout(cin, cout, ph, pw, k, rows=None):
     """The pooled rows per band: ``rows`` (None: DIRECT_ROWS, fewer where the band does not fit), checked against
-    DIRECT_SMEM (the input band) and GRAD_SMEM (the pooled gradient's band); None where not even one row fits."""
-    cout4 = -(-cout // CO_T) * CO_T
+    DIRECT_SMEM (the input band) and GRAD_SMEM (one group of CO_T output channels' pooled gradient band: more
+    channels go to blocks of their own, ``cout_block``); None where not even one row fits."""
     for r in ([rows] if rows is not None else range(min(DIRECT_ROWS, ph), 0, -1)):
-        if cin * _plane(r, pw, k)[2] <= DIRECT_SMEM and cout4 * min(r, ph) * pw <= GRAD_SMEM:
+        if cin * _plane(r, pw, k)[2] <= DIRECT_SMEM and CO_T * min(r, ph) * pw <= GRAD_SMEM:
             return r
     return None
+
+
+def cout_block(cout, ph, pw, rows):
+    """Output channels per block: all of them (rounded up to CO_T) where their gradient band fits GRAD_SMEM, else
+    the most whole groups of CO_T that do (the rest on more blocks along the grid's z)."""
+    cout4 = -(-cout // CO_T) * CO_T
+    return min(cout4, GRAD_SMEM // (min(rows, ph) * pw) // CO_T * CO_T)
 
 
 @functools.cache
@@ -75,8 +84,9 @@ def _kernel(k, pad):
     P = np.uint32(pad)
 
     @jit_for(DIRECT_THREADS)
-    def wgrad_pool_direct(x, dpool, route, partials, dims, rows, per):
-        # flat C-contiguous x (N, Cin, H, W), dpool and route (N, Cout, PH, PW); dims (N, Cin, H, W, Cout, PH, PW)
+    def wgrad_pool_direct(x, dpool, route, partials, dims, rows, per, cob):
+        # flat C-contiguous x (N, Cin, H, W), dpool and route (N, Cout, PH, PW); dims (N, Cin, H, W, Cout, PH, PW);
+        # the block's output channels [co_lo, co_lo + cob) (z: their group)
         xs = cuda.shared.array(DIRECT_SMEM, float32)
         gs = cuda.shared.array(GRAD_SMEM, float32)
         os_ = cuda.shared.array(GRAD_SMEM, uint32)
@@ -101,7 +111,9 @@ def _kernel(k, pad):
         out0 = uint32(z * cout * row_len)
         n0 = uint32(cuda.blockIdx.y * per)
         n1 = uint32(min(n_img, uint32(n0 + per)))
-        cout4 = uint32(uint32(uint32(cout + _U3) // _CO_T) * _CO_T)
+        co_lo = uint32(cuda.blockIdx.z * cob)
+        co_n = uint32(min(cob, uint32(cout - co_lo)))  # this block's output channels
+        cout4 = uint32(uint32(uint32(co_n + _U3) // _CO_T) * _CO_T)
         bw = uint32(bh * pw_n)  # the band's windows
         items = uint32(uint32(cout4 // _CO_T) * cin)
         passes = uint32(uint32(items + _T - U1) // _T)
@@ -144,14 +156,14 @@ def _kernel(k, pad):
                     e0 = uint32(e0 + _T * _UNROLL)
                 # ... and of the pooled gradient: per (channel, window) d (0 where the route is none) and the offset
                 # of the routed pixel in the band, channels padded to whole groups with zeros
-                co = warp
+                co = warp  # (the block's channel co_lo + co)
                 while co < cout4:
-                    gsrc = uint32(uint32(n * cout + co) * pp + ph0 * pw_n)  # the band's windows are contiguous
+                    gsrc = uint32(uint32(n * cout + co_lo + co) * pp + ph0 * pw_n)  # the band's windows: contiguous
                     w = lane
                     while w < bw:
                         d = float32(0.0)
                         off = U0
-                        if co < cout:
+                        if co < co_n:
                             d = dpool[uint32(gsrc + w)]
                             sel = uint32(route[uint32(gsrc + w)])
                             if sel >= _U4:  # no gradient reached the conv (the ReLU or the pool)
@@ -186,8 +198,8 @@ def _kernel(k, pad):
             if live:
                 for j in range(CO_T):
                     co = uint32(co0 + uint32(j))
-                    if co < cout:
-                        o = uint32(out0 + co * row_len)
+                    if co < co_n:
+                        o = uint32(out0 + uint32(co_lo + co) * row_len)
                         for kk in range(KK):
                             partials[uint32(o + ci * _KK + uint32(kk))] = acc[j * KK + kk]
                         if ci == U0:
@@ -220,6 +232,9 @@ def conv_backward_weight_bias_pool_direct(x, dpool, route, dw, db, padding, rows
                          f"{'' if rows is None else f' at {rows} rows'}; use fewer rows or "
                          f"conv_backward_weight_bias_pool (the GEMM)")
     bands = math.ceil(ph / fitted)
+    cob = cout_block(cout, ph, pw, fitted)
+    groups = math.ceil(cout / cob)
+    check_grid_y(op, groups)
     if per is None:
         per = 1 if device.simulator_enabled() else max(1, math.ceil(n * bands / (DIRECT_BLOCKS_PER_SM
                                                                                   * multiprocessors())))
@@ -229,10 +244,10 @@ def conv_backward_weight_bias_pool_direct(x, dpool, route, dw, db, padding, rows
     total = bands * splits
     partials = cuda.to_device(np.full(total * cout * (cin * k * k + 1), np.nan, np.float32))  # NaN: unwritten
     group = LaunchGroup([
-        bind(_kernel(k, int(padding)), (bands, splits), DIRECT_THREADS,
+        bind(_kernel(k, int(padding)), (bands, splits, groups), DIRECT_THREADS,
              (flat(x), d, r, partials, tuple(np.uint32(v) for v in (n, cin, h, wd, cout, ph, pw)), np.uint32(fitted),
-              np.uint32(per)),
-             stream, False, f"{op}[k{k},p{padding},rows{fitted},per{per}]"),
+              np.uint32(per), np.uint32(cob)),
+             stream, False, f"{op}[k{k},p{padding},rows{fitted},per{per},cob{cob}]"),
         sum_launch(k, partials, dw, db, total, stream, f"{op}.sum[{total}]"),
     ])
     if launch:
