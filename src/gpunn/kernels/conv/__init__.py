@@ -36,9 +36,10 @@ pass are ``POOL_WGRAD_BIAS``: "gemm" (its weight-gradient GEMM with a ones colum
 
 Convolutions on a 2x nearest-upsampled input read through the upsample (``upsampled``): ``UP_VERSIONS[pass]``
 holds their ``ConvVersion`` records (forward and backward_data ``implicit_gemm`` and ``winograd``, backward_weight
-``implicit_gemm``, ``staged`` and ``winograd``), launchers ``conv_<pass>_<version>_up`` taking the map before the
-upsample; ``upsampled_version`` gives a plain version's twin. A table of its own: their inputs differ from
-``VERSIONS``' (x, not up(x)).
+``implicit_gemm``, ``staged``, ``winograd`` and ``phase``: the 3x3, padding-1 weight gradient of few output channels
+summed on the small grid by the upsample's phase decomposition, ``phase_up``), launchers ``conv_<pass>_<version>_up``
+taking the map before the upsample; ``upsampled_version`` gives a plain version's twin. A table of its own: their
+inputs differ from ``VERSIONS``' (x, not up(x)).
 
 The float64 NumPy references are ``conv_forward_ref``, ``conv_backward_data_ref``, ``conv_backward_weight_ref``
 and ``conv_bias_grad_ref``. Index arithmetic is uint32 (see ``gpunn.kernels.gemm.mappings``). History (PTX
@@ -71,6 +72,7 @@ from .naive import (
     conv_bias_grad_naive,
     conv_forward_naive,
 )
+from .phase_up import conv_backward_weight_phase_up, phase_fits
 from .reference import (
     conv_backward_data_ref,
     conv_backward_weight_ref,
@@ -150,6 +152,7 @@ __all__ = [
     "conv_backward_weight_deterministic",
     "conv_backward_weight_implicit_gemm",
     "conv_backward_weight_naive",
+    "conv_backward_weight_phase_up",
     "conv_backward_weight_ref",
     "conv_backward_weight_shuffle",
     "conv_backward_weight_staged",
@@ -173,6 +176,7 @@ __all__ = [
     "conv_output_size",
     "direct_layout",
     "fitted_threads",
+    "phase_fits",
     "runnable_versions",
     "staged_fits",
     "tile_shape",
@@ -258,6 +262,7 @@ UP_VERSIONS = {
         ConvVersion("implicit_gemm", conv_backward_weight_implicit_gemm_up, takes_threads=False),
         ConvVersion("staged", conv_backward_weight_staged_up, applies=staged_fits),
         ConvVersion("winograd", conv_backward_weight_winograd_up, applies=winograd_fits, takes_threads=False),
+        ConvVersion("phase", conv_backward_weight_phase_up, applies=phase_fits, takes_threads=False),
     ),
 }
 UP_DEFAULT = "implicit_gemm"  # the twin of a plain version that has none of its own
