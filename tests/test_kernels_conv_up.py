@@ -3,7 +3,8 @@ of kernels/gemm/mappings_up.py) against float64 references composed of the plain
 
 Under the simulator the shapes are tiny and odd (batch 3, 3 -> 5 channels, 5x7 maps before the upsample), kernel
 sizes 3 and 1 with paddings 0, 1 (and 2 > k - 1); outputs poisoned with NaN, fresh random inputs per test. The
-``gpu``-marked test runs the autoencoder decoder's shapes on a real GPU, every GEMM version.
+``gpu``-marked test runs the autoencoder decoder's shapes on a real GPU, every GEMM version. The phase weight
+gradient (kernels/conv/phase_up.py) on the same tiny shapes with small blocks and channel groups.
 """
 
 import os
@@ -15,6 +16,7 @@ from numba import cuda
 
 from gpunn.kernels import conv as C
 from gpunn.kernels import pool
+from gpunn.kernels.conv import phase_up as PH
 from gpunn.kernels.conv import reference as R
 from gpunn.kernels.conv import upsampled as U
 from gpunn.kernels.launch import Launch, LaunchGroup
@@ -82,12 +84,17 @@ def _backward_data(version, k, p, shape=SHAPE, mask=True, splits=None):
     return _rel_err(got, U.conv_backward_data_up_ref(dy, w, (n, cin, h, wd), p, relu_mask))
 
 
-def _backward_weight(version, k, p, shape=SHAPE, splits=None, staged=False):
+def _backward_weight(version, k, p, shape=SHAPE, splits=None, staged=False, phase=None):
+    """phase: (block, group) of the phase version, {} for its defaults."""
     n, cin, cout, h, wd = shape
-    rng = _rng("bwd-weight-up", version, k, p, shape, splits, staged)
+    rng = _rng("bwd-weight-up", version, k, p, shape, splits, staged, phase)
     x, dy = _rand(rng, n, cin, h, wd), _rand(rng, n, cout, *_out_hw(h, wd, k, p))
     dw = _nan((cout, cin, k, k))
-    if staged:
+    if phase is not None:
+        group = PH.conv_backward_weight_phase_up(cuda.to_device(x), cuda.to_device(dy), dw, p, splits=splits,
+                                                 **dict(zip(("block", "group"), phase)))
+        assert isinstance(group, LaunchGroup)
+    elif staged:
         U.conv_backward_weight_staged_up(cuda.to_device(x), cuda.to_device(dy), dw, p, block=32, splits=splits)
     else:
         U.conv_backward_weight_implicit_gemm_up(cuda.to_device(x), cuda.to_device(dy), dw, p, version=version,
@@ -161,6 +168,60 @@ def test_128x128_tiles_all_three_ops(version):
 def test_staged_weight_gradient(cin, cout, p):
     """The staged version staging the upsampled planes from x: a narrow output (5 -> 2) and a narrow input."""
     assert _backward_weight(None, 3, p, shape=(3, cin, cout, 5, 7), splits=2, staged=True) < TOL
+
+
+# N, Cin, Cout, H, W; (block, group); splits: Cin 5 not a multiple of the group (a last group of 1 or 2 channels);
+# lanes (block // group) above H (idle threads) and below it (threads walking two rows)
+PHASE_CASES = [((3, 5, 3, 3, 5), (8, 2), 2), ((3, 5, 1, 3, 5), (4, 2), 1), ((4, 5, 4, 2, 3), (6, 3), 3),
+               ((2, 2, 2, 4, 1), (2, 1), None)]
+
+
+@pytest.mark.parametrize("shape,phase,splits", PHASE_CASES, ids=[f"cout{c[0][2]}-s{c[2]}" for c in PHASE_CASES])
+def test_phase_weight_gradient(shape, phase, splits):
+    """The phase decomposition on the small grid, every dw element written (poisoned with NaN before)."""
+    assert _backward_weight(None, 3, 1, shape=shape, splits=splits, phase=phase) < TOL
+
+
+def test_phase_weight_gradient_reruns_bit_for_bit():
+    n, cin, cout, h, wd = 5, 3, 2, 3, 4
+    rng = _rng("phase-det")
+    x, dy = _rand(rng, n, cin, h, wd), _rand(rng, n, cout, 2 * h, 2 * wd)
+    dw = _nan((cout, cin, 3, 3))
+    group = PH.conv_backward_weight_phase_up(cuda.to_device(x), cuda.to_device(dy), dw, 1, block=4, group=2,
+                                             splits=3, launch=False)
+    group()
+    first = dw.copy_to_host()
+    assert _rel_err(first, U.conv_backward_weight_up_ref(x, dy, 3, 1)) < TOL
+    dw.copy_to_device(np.full(first.shape, np.nan, np.float32))
+    group()
+    assert dw.copy_to_host().tobytes() == first.tobytes()
+
+
+def test_phase_fits_and_refusals():
+    """phase_fits takes the upsampled (conv input) size, as the other UP_VERSIONS' applies= callbacks."""
+    assert PH.phase_fits(256, 3, 3, 1, 32, 32)
+    assert not PH.phase_fits(256, 5, 3, 1, 32, 32)  # Cout > 4
+    assert not PH.phase_fits(256, 3, 5, 2, 32, 32)
+    assert not PH.phase_fits(256, 3, 3, 0, 32, 32)
+    assert not PH.phase_fits(256, 3, 3, 1, 31, 32)  # not an upsampled size
+    assert not PH.phase_fits(256, 3, 3, 1, 512, 512)  # the group's planes exceed shared memory
+    assert C.UP_VERSIONS["backward_weight"]["phase"].launcher is PH.conv_backward_weight_phase_up
+    x = cuda.to_device(np.zeros((2, 3, 4, 5), np.float32))
+    launch = PH.conv_backward_weight_phase_up
+    for dy_c, w_shape, p, match in ((2, (2, 3, 5, 5), 2, "needs k = 3, padding 1"),
+                                    (2, (2, 3, 1, 1), 0, "needs k = 3, padding 1"),
+                                    (5, (5, 3, 3, 3), 1, "at most 4 output channels")):
+        size = _out_hw(4, 5, w_shape[2], p)
+        with pytest.raises(ValueError, match=match):
+            launch(x, _nan((2, dy_c, *size)), _nan(w_shape), p)
+    dy, dw = _nan((2, 2, 8, 10)), _nan((2, 3, 3, 3))
+    with pytest.raises(ValueError, match="group must be a positive int dividing block"):
+        launch(x, dy, dw, 1, block=8, group=3)
+    with pytest.raises(ValueError, match="exceed shared memory"):
+        launch(cuda.to_device(np.zeros((1, 1, 60, 60), np.float32)), _nan((1, 2, 120, 120)), _nan((2, 1, 3, 3)), 1,
+               block=64, group=4)
+    with pytest.raises(ValueError, match="dy must be"):
+        launch(x, _nan((2, 2, 4, 5)), dw, 1)
 
 
 def test_default_versions_and_split_sums_are_deterministic():
@@ -242,3 +303,13 @@ def test_gpu_decoder_shapes(version):
         assert _backward_data(version, k, p, shape=(n, cin, cout, h, wd)) < TOL
         assert _backward_weight(version, k, p, shape=(n, cin, cout, h, wd)) < 2 * TOL
     assert _backward_weight(None, 3, 1, shape=(8, 256, 3, 16, 16), staged=True) < 2 * TOL
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _ON_GPU, reason="needs a real CUDA GPU")
+def test_gpu_phase_weight_gradient_decoder_shape():
+    """The phase weight gradient of the decoder's last conv (Upsample(2), 256 -> 3 at 16x16 -> 32x32) at batch 64,
+    its default block, group and split count, and odd cases (Cin not a multiple of the group, Cout 1 and 4)."""
+    assert _backward_weight(None, 3, 1, shape=(64, 256, 3, 16, 16), phase={}) < 2 * TOL
+    for shape, phase in (((5, 37, 1, 7, 9), {}), ((9, 20, 4, 16, 16), (128, 8)), ((3, 16, 3, 16, 16), (64, 4))):
+        assert _backward_weight(None, 3, 1, shape=shape, phase=phase) < 2 * TOL

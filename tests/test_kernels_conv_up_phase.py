@@ -1,4 +1,4 @@
-"""The ``phase`` forward of a conv on a 2x upsampled map (gpunn.kernels.conv.upsampled_phase) against the float64
+"""The ``phase`` forward of a conv on a 2x upsampled map (gpunn.kernels.conv.phase_up) against the float64
 reference: tails of its row bands and channel chunks, the epilogues, determinism, refusals, and on a GPU the
 autoencoder's last layer."""
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from numba import cuda
 
+from gpunn.kernels.conv import phase_up as P
 from gpunn.kernels.conv import upsampled as U
-from gpunn.kernels.conv import upsampled_phase as P
 
 TOL = 1e-5
 
@@ -46,7 +46,7 @@ def test_forward_matches_the_reference(n, cin, cout, h, w, bias, relu):
 
 def test_channel_chunks_and_determinism(monkeypatch):
     """Channels staged two at a time (a tail chunk of one): the same result, bit for bit on a rerun."""
-    monkeypatch.setattr(P, "CIC", 2)
+    monkeypatch.setattr(P, "FWD_CIC", 2)
     err, first = _run(1, 5, 3, 4, 3)
     assert err < TOL
     assert np.array_equal(first, _run(1, 5, 3, 4, 3)[1])
@@ -56,7 +56,7 @@ def test_fits_and_refusals():
     assert P.phase_forward_fits(256, 3, 3, 1, 32, 32)  # (the upsampled map's size, as every version's limits)
     assert not P.phase_forward_fits(256, 5, 3, 1, 32, 32)  # too many output channels
     assert not P.phase_forward_fits(256, 3, 1, 0, 32, 32)  # not 3x3, padding 1
-    assert not P.phase_forward_fits(256, 3, 3, 1, 32, 2 * P.MAX_WIDTH + 2)
+    assert not P.phase_forward_fits(256, 3, 3, 1, 32, 2 * P.FWD_MAX_WIDTH + 2)
     assert not P.phase_forward_fits(256, 3, 3, 1, 31, 32)  # not an upsampled map
     x = cuda.to_device(np.zeros((1, 2, 3, 4), np.float32))
     with pytest.raises(ValueError, match="Cout <= 4"):

@@ -1,6 +1,7 @@
 """Issue 42 probe (device): the autoencoder's float32 first and last convolutions at batch 64, each candidate timed
 alone with CUDA events (warm-up, median of 50) and checked against the float64 reference where it is new:
   conv5 forward, 256 -> 3 on up(16x16): the implicit GEMM on the upsampled map (today) against ``phase``;
+  conv1 forward (3 -> 256 + ReLU + pool, direct_pooled) at several tunings;
   conv1 weight + bias gradient, 3 -> 256 + ReLU + pool on 32x32: the pooled GEMM and the bias launch (today)
   against the GEMM with a ones column (``conv_backward_weight_bias_pool``) at several versions and split counts,
   and the direct pass (``wgrad_direct``, in output-channel groups) at several band and split layouts.
@@ -12,17 +13,20 @@ import sys
 import numpy as np
 from numba import cuda
 
-from gpunn.kernels import conv as C
+from gpunn.kernels.conv import direct_pooled as D
+from gpunn.kernels.conv import phase_up as P
+from gpunn.kernels.conv import pooled as PL
 from gpunn.kernels.conv import upsampled as U
-from gpunn.kernels.conv import upsampled_phase as P
 from gpunn.kernels.conv import wgrad_bias as WB
 
 out_dir = sys.argv[1]
+SMALL = sys.argv[2:] == ["small"]  # a smoke run of the script under the simulator: 2 images, 8 channels
+N, WIDE, REPS = (2, 8, 2) if SMALL else (64, 256, 50)
 rng = np.random.default_rng(0)
 rows = []
 
 
-def timed(name, launch, reps=50):
+def timed(name, launch, reps=REPS):
     launch()
     cuda.synchronize()
     times = []
@@ -32,7 +36,7 @@ def timed(name, launch, reps=50):
         launch()
         end.record()
         end.synchronize()
-        times.append(cuda.event_elapsed_time(start, end))
+        times.append(start.elapsed_time(end))
     ms = statistics.median(times)
     rows.append((name, ms))
     print(f"{name:70s} {ms:8.4f} ms", flush=True)
@@ -43,35 +47,44 @@ def dev(*shape):
 
 
 # conv5 forward
-x5 = rng.standard_normal((64, 256, 16, 16)).astype(np.float32)
-w5 = (rng.standard_normal((3, 256, 3, 3)) * 0.05).astype(np.float32)
+x5 = rng.standard_normal((N, WIDE, 16, 16)).astype(np.float32)
+w5 = (rng.standard_normal((3, WIDE, 3, 3)) * 0.05).astype(np.float32)
 b5 = rng.standard_normal(3).astype(np.float32)
 ref = U.conv_forward_up_ref(x5, w5, b5, 1)
 dx5, dw5, db5 = cuda.to_device(x5), cuda.to_device(w5), cuda.to_device(b5)
 for name, make in (("implicit_gemm_up (auto)", lambda o: U.conv_forward_implicit_gemm_up(dx5, dw5, db5, o, 1,
                                                                                          launch=False)),
                    ("phase", lambda o: P.conv_forward_phase_up(dx5, dw5, db5, o, 1, launch=False))):
-    out = cuda.to_device(np.full((64, 3, 32, 32), np.nan, np.float32))
+    out = cuda.to_device(np.full((N, 3, 32, 32), np.nan, np.float32))
     launch = make(out)
     timed(f"conv5 forward {name}", launch)
     got = out.copy_to_host()
     print(f"   rel err {np.abs(got - ref).max() / np.abs(ref).max():.2e}  finite {np.isfinite(got).all()}")
-k5 = P._kernel(3, 16, P._chunk(256, 3, 16), "bias")[0]
-for sig in k5.overloads:
+k5 = P._forward_kernel(3, 16, P._fwd_chunk(WIDE, 3, 16), "bias")[0]
+for sig in getattr(k5, "overloads", {}):  # (none under the simulator)
     print("phase kernel regs", k5.get_regs_per_thread(sig), "local", k5.get_local_mem_per_thread(sig))
 
 # conv1 weight + bias gradient (pooled)
-x1 = dev(64, 3, 32, 32)
-w1 = dev(256, 3, 3, 3)
-b1 = dev(256)
-pooled = cuda.device_array((64, 256, 16, 16), np.float32)
-route = cuda.device_array((64, 256, 16, 16), np.int8)
-C.conv_forward_pool_direct(x1, w1, b1, pooled, route, 1)
-dpool = dev(64, 256, 16, 16)
-dw1 = cuda.device_array((256, 3, 3, 3), np.float32)
-db1 = cuda.device_array(256, np.float32)
-wg = C.conv_backward_weight_pool_implicit_gemm(x1, dpool, route, dw1, 1, launch=False)
-bg = C.conv_bias_grad_pool(dpool, route, db1, launch=False)
+x1 = dev(N, 3, 32, 32)
+w1 = dev(WIDE, 3, 3, 3)
+b1 = dev(WIDE)
+pooled = cuda.device_array((N, WIDE, 16, 16), np.float32)
+route = cuda.device_array((N, WIDE, 16, 16), np.int8)
+D.conv_forward_pool_direct(x1, w1, b1, pooled, route, 1)
+want_pooled = pooled.copy_to_host()
+for tuning in ({}, {"cot": 16}, {"cot": 32}, {"threads": 128}, {"cot": 16, "threads": 128}, {"cot": 4}):
+    try:
+        f = D.conv_forward_pool_direct(x1, w1, b1, pooled, route, 1, launch=False, **tuning)
+    except ValueError as e:
+        print(tuning, "refused:", e)
+        continue
+    timed(f"conv1 forward {f.name} {tuning}", f)
+    print(f"   same as the default's: {np.array_equal(pooled.copy_to_host(), want_pooled)}")
+dpool = dev(N, WIDE, 16, 16)
+dw1 = cuda.device_array((WIDE, 3, 3, 3), np.float32)
+db1 = cuda.device_array(WIDE, np.float32)
+wg = PL.conv_backward_weight_pool_implicit_gemm(x1, dpool, route, dw1, 1, launch=False)
+bg = PL.conv_bias_grad_pool(dpool, route, db1, launch=False)
 timed(f"conv1 wgrad today: {wg.launches[0].name if hasattr(wg, 'launches') else wg.name}", wg)
 timed("conv1 bias today: conv_bias_grad_pool", bg)
 want_w, want_b = dw1.copy_to_host(), db1.copy_to_host()

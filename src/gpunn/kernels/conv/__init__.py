@@ -35,11 +35,11 @@ pass are ``POOL_WGRAD_BIAS``: "gemm" (its weight-gradient GEMM with a ones colum
 (``wgrad_direct``).
 
 Convolutions on a 2x nearest-upsampled input read through the upsample (``upsampled``): ``UP_VERSIONS[pass]``
-holds their ``ConvVersion`` records (forward and backward_data ``implicit_gemm`` and ``winograd``, forward also
-``phase``: a direct kernel on the small map for few output channels, ``upsampled_phase``; backward_weight
-``implicit_gemm``, ``staged`` and ``winograd``), launchers ``conv_<pass>_<version>_up`` taking the map before the
-upsample; ``upsampled_version`` gives a plain version's twin. A table of its own: their inputs differ from
-``VERSIONS``' (x, not up(x)).
+holds their ``ConvVersion`` records (forward and backward_data ``implicit_gemm`` and ``winograd``, backward_weight
+``implicit_gemm``, ``staged`` and ``winograd``; forward and backward_weight ``phase``: 3x3, padding-1 passes of few
+output channels on the small grid of x by the upsample's phase decomposition, ``phase_up``), launchers
+``conv_<pass>_<version>_up`` taking the map before the upsample; ``upsampled_version`` gives a plain version's
+twin. A table of its own: their inputs differ from ``VERSIONS``' (x, not up(x)).
 
 The float64 NumPy references are ``conv_forward_ref``, ``conv_backward_data_ref``, ``conv_backward_weight_ref``
 and ``conv_bias_grad_ref``. Index arithmetic is uint32 (see ``gpunn.kernels.gemm.mappings``). History (PTX
@@ -72,6 +72,7 @@ from .naive import (
     conv_bias_grad_naive,
     conv_forward_naive,
 )
+from .phase_up import conv_backward_weight_phase_up, conv_forward_phase_up, phase_fits, phase_forward_fits
 from .reference import (
     conv_backward_data_ref,
     conv_backward_weight_ref,
@@ -98,7 +99,6 @@ from .upsampled import (
     conv_forward_up_ref,
     upsampled_shape,
 )
-from .upsampled_phase import conv_forward_phase_up, phase_forward_fits
 from .weight_grad import (
     conv_backward_weight_block,
     conv_backward_weight_deterministic,
@@ -153,6 +153,7 @@ __all__ = [
     "conv_backward_weight_deterministic",
     "conv_backward_weight_implicit_gemm",
     "conv_backward_weight_naive",
+    "conv_backward_weight_phase_up",
     "conv_backward_weight_ref",
     "conv_backward_weight_shuffle",
     "conv_backward_weight_staged",
@@ -176,6 +177,7 @@ __all__ = [
     "conv_output_size",
     "direct_layout",
     "fitted_threads",
+    "phase_fits",
     "runnable_versions",
     "phase_forward_fits",
     "staged_fits",
@@ -263,6 +265,7 @@ UP_VERSIONS = {
         ConvVersion("implicit_gemm", conv_backward_weight_implicit_gemm_up, takes_threads=False),
         ConvVersion("staged", conv_backward_weight_staged_up, applies=staged_fits),
         ConvVersion("winograd", conv_backward_weight_winograd_up, applies=winograd_fits, takes_threads=False),
+        ConvVersion("phase", conv_backward_weight_phase_up, applies=phase_fits, takes_threads=False),
     ),
 }
 UP_DEFAULT = "implicit_gemm"  # the twin of a plain version that has none of its own
