@@ -1,7 +1,7 @@
 #!/bin/bash
 # Issue 42, stop 54, second call: the probe of the autoencoder's small convolutions (conv5's phase forward, conv1's
-# weight + bias gradient candidates), the MLP epochs with the tensor-core split-K rule, and the AE epochs with the
-# phase forward, each beside PyTorch in its four settings; GPU tests of the new kernels.   $1: output folder
+# weight + bias gradient candidates, its forward tunings), the MLP epochs with the tensor-core split-K rule, and the AE epochs with the
+# phase forward and weight gradient, each beside PyTorch in its four settings; GPU tests of the new kernels.   $1: output folder
 out=$1; mkdir -p "$out"
 exec > "$out/run.log" 2>&1
 set -x
@@ -14,6 +14,6 @@ python -m gpunn.bench autoencoder --batch 64 --variants gpu-graph,gpu-tf32,gpu-b
   > "$out/bench-autoencoder.log" 2>&1
 python -m gpunn.bench autoencoder --batch 64 --variants gpu-bf16 --profile --repeats 10 --out "$out/ae_step.csv" \
   > "$out/ae_step.log" 2>&1
-python -m pytest -m gpu -q -p no:cacheprovider tests/test_kernels_conv_up_phase.py tests/test_kernels_wgrad_bias.py \
+python -m pytest -m gpu -q -p no:cacheprovider tests/test_kernels_conv_up_phase.py tests/test_kernels_conv_up.py tests/test_kernels_wgrad_bias.py \
   > "$out/test-gpu.log" 2>&1
 echo DONE
