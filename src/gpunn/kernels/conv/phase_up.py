@@ -95,6 +95,7 @@ def _forward_kernel(cout, width, cic, epilogue):
     band_rows, band_w = FWD_ROWS + 2, width + 2
     band_n = cic * band_rows * band_w
     sw_n = cic * 16 * cout
+    acc_n = 2 * cout  # (array sizes: constants of the closure, not expressions in the kernel)
     T = np.uint32(threads)
     W = np.uint32(width)
     BW = np.uint32(band_w)
@@ -109,7 +110,7 @@ def _forward_kernel(cout, width, cic, epilogue):
         # Separate lines: the simulator aliases static shared arrays declared on one line.
         s_in = cuda.shared.array(band_n, float32, alignment=SMEM_ALIGN)
         s_w = cuda.shared.array(sw_n, float32, alignment=SMEM_ALIGN)
-        acc = cuda.local.array(2 * cout, float32)
+        acc = cuda.local.array(acc_n, float32)
         win = cuda.local.array(6, float32)
         t = uint32(cuda.threadIdx.x)
         n = uint32(cuda.blockIdx.y)
