@@ -16,8 +16,9 @@ convolution of x with its own summed taps (the forward: 16 x Cin FMAs per output
 Forward (``conv_forward_phase_up``): a block owns FWD_ROWS small rows of one image (grid (row bands, N)); a thread
 owns one phase and a vertical pair of small pixels (i0, i0 + 1) in column j: its 3x2 window per channel, 2 x Cout
 accumulators in registers. Per chunk of FWD_CIC channels the block stages the band (FWD_ROWS + 2 rows x W + 2
-columns, zero outside x) and the chunk's summed weights s_w[channel, phase, tap, co] (made while staging: up to
-four taps of w each). Each output is one thread's fixed-order sum.
+columns, zero outside x; a thread per column, FWD_UNROLL loads in flight) and the chunk's slice of the summed taps
+ws[channel, phase, tap, co], made by a small launch before it (up to four taps of w each). Each output is one
+thread's fixed-order sum.
 
 Weight gradient (``conv_backward_weight_phase_up``): a block owns `group` input channels (ci0 = blockIdx.x * group)
 and a split of the images (blockIdx.y). Per image it stages in shared memory its channels' small planes with a zero
@@ -48,7 +49,7 @@ from gpunn import device
 from ..common import cdiv, epilogue_args, epilogue_flags, shape
 from ..gemm import multiprocessors
 from ..gemm.indexing import SMEM_ALIGN
-from ..launch import Launch, LaunchGroup, bind, check_block, flat, grid_for
+from ..launch import LaunchGroup, bind, check_block, flat, grid_for
 from .checks import SMEM_LIMIT, U0, U1, WARP, _padding, _weight, check_grid_y, check_splits, jit_for
 from .checks import _geometry as _direct_geometry
 from .implicit_gemm import _activation, forward_checks
@@ -70,6 +71,8 @@ _U2 = np.uint32(2)
 FWD_ROWS = 4  # the forward's small rows per block: 2 x W threads per phase, 4 phases (the AE's W = 16: 128 threads)
 FWD_CIC = 32  # the forward's channels staged per barrier pair (fewer where the band would not fit)
 FWD_MAX_WIDTH = 64  # the forward's small columns: a block's 4 x (FWD_ROWS / 2) x W threads stay within 512
+FWD_UNROLL = 8  # loads in flight per thread while staging (few warps per SM: the staging is latency-bound)
+SUMMED_THREADS = 256
 F0 = float32(0.0)
 
 
@@ -88,6 +91,37 @@ def phase_forward_fits(cin: int, cout: int, k: int, padding: int, height: int, w
 
 
 @functools.cache
+def _summed_kernel(cout):
+    """ws[ci, phase, (di, dj), co] = the sum of w[co, ci, kh, kw] over the taps of phase (a, b) = (phase >> 1,
+    phase & 1) falling on (di, dj): kh in [di (1 + a), a + di (2 - a)], kw alike (module docstring)."""
+    per_ci = np.uint32(16 * cout)
+    per_phase = np.uint32(4 * cout)
+    COUT = np.uint32(cout)
+
+    @jit_for(SUMMED_THREADS)
+    def summed_phase_kernel(w, ws, total):
+        i = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
+        if i < total:
+            ci = uint32(i // per_ci)
+            rest = uint32(i - ci * per_ci)
+            ph = uint32(rest // per_phase)
+            rest = uint32(rest - ph * per_phase)
+            tap = uint32(rest // COUT)
+            co = uint32(rest - tap * COUT)
+            pa = ph >> U1
+            pb = ph & U1
+            di = tap >> U1
+            dj = tap & U1
+            s = F0
+            for kh in range(uint32(di * uint32(U1 + pa)), uint32(uint32(pa + di * uint32(_U2 - pa)) + U1)):
+                for kw in range(uint32(dj * uint32(U1 + pb)), uint32(uint32(pb + dj * uint32(_U2 - pb)) + U1)):
+                    s += w[co, ci, kh, kw]
+            ws[i] = s
+
+    return summed_phase_kernel
+
+
+@functools.cache
 def _forward_kernel(cout, width, cic, epilogue):
     has_bias, relu, _ = epilogue_flags(epilogue)
     pairs = (FWD_ROWS // 2) * width  # thread slots per phase
@@ -96,22 +130,28 @@ def _forward_kernel(cout, width, cic, epilogue):
     band_n = cic * band_rows * band_w
     sw_n = cic * 16 * cout
     acc_n = 2 * cout  # (array sizes: constants of the closure, not expressions in the kernel)
+    lps = threads // band_w  # band lines (channel, row) staged per step: a thread per column
     T = np.uint32(threads)
     W = np.uint32(width)
     BW = np.uint32(band_w)
+    BR = np.uint32(band_rows)
     BAND = np.uint32(band_rows * band_w)
     PAIRS = np.uint32(pairs)
     UROWS = np.uint32(FWD_ROWS)
     COUT = np.uint32(cout)
     SWC = np.uint32(16 * cout)  # summed weights per channel
+    LPS = np.uint32(lps)
+    SU_LPS = np.uint32(FWD_UNROLL * lps)
+    SU_T = np.uint32(FWD_UNROLL * threads)
 
     @jit_for(threads)
-    def conv_forward_phase_up_kernel(x, w, bias, out):
+    def conv_forward_phase_up_kernel(x, ws, bias, out):
         # Separate lines: the simulator aliases static shared arrays declared on one line.
         s_in = cuda.shared.array(band_n, float32, alignment=SMEM_ALIGN)
         s_w = cuda.shared.array(sw_n, float32, alignment=SMEM_ALIGN)
         acc = cuda.local.array(acc_n, float32)
         win = cuda.local.array(6, float32)
+        vals = cuda.local.array(FWD_UNROLL, float32)
         t = uint32(cuda.threadIdx.x)
         n = uint32(cuda.blockIdx.y)
         r0 = uint32(uint32(cuda.blockIdx.x) * UROWS)  # the band's first output (small) row; band row 0 = r0 - 1
@@ -127,42 +167,43 @@ def _forward_kernel(cout, width, cic, epilogue):
         i0 = uint32(r0 + pr * _U2)
         base = uint32(uint32(uint32(pr * _U2) + a) * BW + j + b)  # the window's first band cell (row, column)
         wbase = uint32(phase * uint32(4) * COUT)
-        for e in range(2 * cout):
+        s_line = uint32(t // BW)  # staging: the thread's column of the band and first line
+        s_col = uint32(t - s_line * BW)
+        xc = uint32(s_col - U1)  # its x column (wraps at the left edge)
+        col_ok = s_line < LPS and xc < W
+        for e in range(acc_n):
             acc[e] = F0
         c0 = U0
         while c0 < cin:
             chunk = uint32(min(uint32(cic), uint32(cin - c0)))
-            i = t
-            while i < uint32(chunk * BAND):  # the band, zero outside x
-                cl = uint32(i // BAND)
-                rest = uint32(i - cl * BAND)
-                row = uint32(rest // BW)
-                col = uint32(rest - row * BW)
-                y = uint32(uint32(r0 + row) - U1)  # wraps above h at the top edge
-                xc = uint32(col - U1)
-                v = F0
-                if y < h and xc < W:
-                    v = x[n, uint32(c0 + cl), y, xc]
-                s_in[i] = v
-                i = uint32(i + T)
-            i = t
-            while i < uint32(chunk * SWC):  # s_w[cl, phase, (di, dj), co]: the taps of w falling on each
-                cl = uint32(i // SWC)
-                rest = uint32(i - cl * SWC)
-                ph = uint32(rest // uint32(4 * cout))
-                rest = uint32(rest - ph * uint32(4 * cout))
-                tap = uint32(rest // COUT)
-                co = uint32(rest - tap * COUT)
-                pa = ph >> U1
-                pb = ph & U1
-                di = tap >> U1
-                dj = tap & U1
-                s = F0
-                for kh in range(uint32(di * uint32(U1 + pa)), uint32(uint32(pa + di * uint32(_U2 - pa)) + U1)):
-                    for kw in range(uint32(dj * uint32(U1 + pb)), uint32(uint32(pb + dj * uint32(_U2 - pb)) + U1)):
-                        s += w[co, uint32(c0 + cl), kh, kw]
-                s_w[i] = s
-                i = uint32(i + T)
+            lines = uint32(chunk * BR)
+            line0 = s_line
+            while line0 < lines:  # the band, zero outside x: FWD_UNROLL loads in flight per thread
+                for u in range(FWD_UNROLL):
+                    line = uint32(line0 + uint32(u) * LPS)
+                    cl = uint32(line // BR)
+                    y = uint32(uint32(r0 + uint32(line - cl * BR)) - U1)  # wraps above h at the top edge
+                    v = F0
+                    if col_ok and line < lines and y < h:
+                        v = x[n, uint32(c0 + cl), y, xc]
+                    vals[u] = v
+                for u in range(FWD_UNROLL):
+                    line = uint32(line0 + uint32(u) * LPS)
+                    if s_line < LPS and line < lines:
+                        s_in[uint32(line * BW + s_col)] = vals[u]
+                line0 = uint32(line0 + SU_LPS)
+            n_w = uint32(chunk * SWC)
+            w0 = uint32(c0 * SWC)
+            i0w = t
+            while i0w < n_w:  # the chunk's summed weights: one contiguous slice of ws
+                for u in range(FWD_UNROLL):
+                    i = uint32(i0w + uint32(u) * T)
+                    vals[u] = ws[uint32(w0 + i)] if i < n_w else F0
+                for u in range(FWD_UNROLL):
+                    i = uint32(i0w + uint32(u) * T)
+                    if i < n_w:
+                        s_w[i] = vals[u]
+                i0w = uint32(i0w + SU_T)
             cuda.syncthreads()
             if live:
                 for cl in range(chunk):
@@ -195,9 +236,9 @@ def _forward_kernel(cout, width, cic, epilogue):
     return conv_forward_phase_up_kernel, threads
 
 
-def conv_forward_phase_up(x, w, bias, out, padding, relu=False, stream=0, launch=True) -> Launch:
+def conv_forward_phase_up(x, w, bias, out, padding, relu=False, stream=0, launch=True) -> LaunchGroup:
     """out = conv(up(x), w) (+ bias) (ReLU): x (N, Cin, H, W), w (Cout, Cin, 3, 3), out (N, Cout, 2H, 2W), padding 1;
-    one launch (module docstring)."""
+    two launches: the summed taps into a scratch buffer the group owns, then the convolution (module docstring)."""
     op = "conv_forward_phase_up"
     k = forward_checks(op, x, w, bias, out, padding, upsampled_shape(shape(x)))[0]
     n, cin, h, width = shape(x)
@@ -208,8 +249,16 @@ def conv_forward_phase_up(x, w, bias, out, padding, relu=False, stream=0, launch
                          f"implicit GEMM")
     epilogue, aux = epilogue_args(op, bias, relu, None)
     kernel, threads = _forward_kernel(cout, width, _fwd_chunk(cin, cout, width), epilogue)
-    return bind(kernel, (cdiv(h, FWD_ROWS), n), threads, (x, w, aux, out), stream, launch,
-                f"{op}[cout{cout},w{width},{epilogue}]")
+    summed = cuda.device_array(cin * 16 * cout, np.float32)  # the summed taps, made once per launch of the group
+    group = LaunchGroup([
+        bind(_summed_kernel(cout), cdiv(summed.size, SUMMED_THREADS), SUMMED_THREADS,
+             (w, summed, np.uint32(summed.size)), stream, False, f"{op}.summed_taps"),
+        bind(kernel, (cdiv(h, FWD_ROWS), n), threads, (x, summed, aux, out), stream, False,
+             f"{op}[cout{cout},w{width},{epilogue}]"),
+    ])
+    if launch:
+        group()
+    return group
 
 
 # -------------------------------------------------------------------------------------------- weight gradient
