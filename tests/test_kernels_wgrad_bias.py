@@ -211,7 +211,9 @@ def test_the_policy_chooses_the_bias_with_the_weight_gradient():
     assert pool_bias_with_weight(graph, 16, 32, 3, (12, 12)) == "direct"  # cnn conv2
     assert pool_bias_with_weight(graph, 16, 32, 3) == "gemm"  # no pooled size given
     assert pool_bias_with_weight(graph, 600, 32, 3, (12, 12)) == "gemm"  # the band does not fit
-    assert pool_bias_with_weight(graph, 3, 256, 3, (16, 16)) is None  # ae conv1: its own bias launches
+    assert pool_bias_with_weight(graph, 3, 256, 3, (16, 16)) == "direct"  # ae conv1: in output-channel groups
+    assert pool_bias_with_weight(graph, 3, 256, 3) is None  # ... its own bias launches where the size is unknown
+    assert pool_bias_with_weight(graph, 600, 256, 3, (12, 12)) is None  # ... or the band does not fit
     assert pool_bias_with_weight(im2col, 16, 32, 3, (12, 12)) is None
     for name in WGRAD_WITH_BIAS:  # the policy's list is what the version table says
         assert conv.VERSIONS["backward_weight"][name].with_bias is not None

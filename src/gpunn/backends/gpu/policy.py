@@ -308,18 +308,19 @@ def pool_bias_with_weight(policy: Policy, in_channels: int, out_channels: int, k
                           pooled: tuple[int, int] | None = None) -> str | None:
     """The version (gpunn.kernels.conv.POOL_WGRAD_BIAS) of a fused conv + ReLU + pool stage's weight-gradient pass
     that also makes its bias gradient under `policy`, or None: the stage's own weight and bias launches. Made by
-    that pass where the bias_grad version is BIAS_WITH_WEIGHT, or "auto" with at most AUTO_POOL_BIAS_MAX_COUT
-    output channels; then AUTO_POOL_WGRAD_BIAS ("direct") where its staged input band fits (`pooled`: the pooled
-    output's height and width, given; conv.direct_layout), else "gemm"."""
+    that pass where the bias_grad version is BIAS_WITH_WEIGHT or "auto": AUTO_POOL_WGRAD_BIAS ("direct") where its
+    staged input band fits (`pooled`: the pooled output's height and width, given; conv.direct_layout; wide outputs
+    in channel groups, the autoencoder's 3 -> 256), else "gemm" (its ones column) up to AUTO_POOL_BIAS_MAX_COUT
+    output channels under "auto"."""
     name = policy.conv["bias_grad"]
-    if not (name == BIAS_WITH_WEIGHT or (name == "auto" and out_channels <= AUTO_POOL_BIAS_MAX_COUT)):
+    if name not in (BIAS_WITH_WEIGHT, "auto"):
         return None
     if AUTO_POOL_WGRAD_BIAS == "direct" and pooled is not None:
         from gpunn.kernels.conv import direct_layout  # (numba: the policy module itself stays plain data)
 
         if direct_layout(in_channels, out_channels, *pooled, k) is not None:
             return "direct"
-    return "gemm"
+    return "gemm" if name == BIAS_WITH_WEIGHT or out_channels <= AUTO_POOL_BIAS_MAX_COUT else None
 
 
 def pool_fused(policy: Policy, in_channels: int, out_channels: int, k: int) -> bool:
