@@ -23,7 +23,7 @@ out_dir = sys.argv[1]
 SMALL = sys.argv[2:] == ["small"]  # a smoke run of the script under the simulator: 2 images, 8 channels
 N, WIDE, REPS = (2, 8, 2) if SMALL else (64, 256, 50)
 rng = np.random.default_rng(0)
-rows = []
+timings = []
 
 
 def timed(name, launch, reps=REPS):
@@ -38,7 +38,7 @@ def timed(name, launch, reps=REPS):
         end.synchronize()
         times.append(start.elapsed_time(end))
     ms = statistics.median(times)
-    rows.append((name, ms))
+    timings.append((name, ms))
     print(f"{name:70s} {ms:8.4f} ms", flush=True)
 
 
@@ -103,13 +103,14 @@ for version in (None, "coalesced128"):
 
 from gpunn.kernels.conv import wgrad_direct as WD  # noqa: E402
 
-for rows in (None, 1):
-    for per in ((None, 1, 2, 4) if rows is None else (None,)):
-        g = WD.conv_backward_weight_bias_pool_direct(x1, dpool, route, dw1, db1, 1, rows=rows, per=per, launch=False)
+for band_rows in (None, 1):
+    for per in ((None, 1, 2, 4) if band_rows is None else (None,)):
+        g = WD.conv_backward_weight_bias_pool_direct(x1, dpool, route, dw1, db1, 1, rows=band_rows, per=per,
+                                                     launch=False)
         timed(f"conv1 wgrad+bias direct: {g.launches[0].name} + sum", g)
         gw, gb = dw1.copy_to_host(), db1.copy_to_host()
         print(f"   vs today's: dw {np.abs(gw - want_w).max() / np.abs(want_w).max():.2e}"
               f" db {np.abs(gb - want_b).max() / np.abs(want_b).max():.2e}")
 
 with open(f"{out_dir}/ae_small_convs_probe.csv", "w") as f:
-    f.write("launch,ms\n" + "".join(f"\"{n}\",{ms:.5f}\n" for n, ms in rows))
+    f.write("launch,ms\n" + "".join(f"\"{n}\",{ms:.5f}\n" for n, ms in timings))
