@@ -99,6 +99,22 @@ def test_short_epoch_matches_cpu_and_is_deterministic():
     assert again_result.loss == fused_result.loss
 
 
+def test_the_step_runs_the_phase_kernels_on_narrow_upsampled_convs():
+    """Both decoder convs (2 -> 3 and 3 -> 2 outputs on upsampled maps) run their forward and weight gradient as
+    ``phase`` (conv.phase_up) under gpu-graph's policy; gpu-im2col's twin keeps its implicit GEMMs."""
+    from gpunn.backends.gpu.engine import _launches
+
+    def names(policy):
+        program = _engine(policy)._step_program(2, (2, 4, 4))
+        return [launch.name for part in (program.forward, program.backward) for launch in _launches(part)]
+
+    fused = names(FUSED)
+    assert sum(n.startswith("conv_forward_phase_up[") for n in fused) == 2, fused
+    assert sum(n.startswith("conv_backward_weight_phase_up[") for n in fused) == 2, fused
+    assert not any("_up[" in n and "implicit_gemm" in n and "forward" in n for n in fused), fused
+    assert not any("phase" in n for n in names(IM2COL_FUSED))
+
+
 def test_predict_with_the_fusion():
     from gpunn.backends.cpu_numpy import CpuNumpyBackend
 
