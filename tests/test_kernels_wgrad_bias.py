@@ -105,6 +105,20 @@ def test_pooled_weight_and_bias_gradients_by_direct_convolution(case, rows, per)
     assert _rel_err(db, R.conv_bias_grad_ref(dy)) < TOL
 
 
+@pytest.mark.parametrize("co_t", [1, 3, 8])
+def test_direct_pass_with_other_channels_per_thread(co_t):
+    """co_t output channels per thread (5 outputs: a partial last group each time), the same sums; out of range
+    refused in one line."""
+    n, cin, cout, h, w, k, p = case = CASES[1]
+    x, dpool, route, dy, w_shape = _pooled_inputs(case, "co_t")
+    dw, db = _pool_pass(x, dpool, route, w_shape, p, WD.conv_backward_weight_bias_pool_direct, co_t=co_t)
+    assert _rel_err(dw, R.conv_backward_weight_ref(x, dy, k, p)) < TOL
+    assert _rel_err(db, R.conv_bias_grad_ref(dy)) < TOL
+    if co_t == 8:
+        with pytest.raises(ValueError, match="co_t must be an int in"):
+            _pool_pass(x, dpool, route, w_shape, p, WD.conv_backward_weight_bias_pool_direct, co_t=9)
+
+
 def test_direct_pass_in_output_channel_groups(monkeypatch):
     """Output channels whose gradient band does not fit GRAD_SMEM go to blocks of their own (grid z): 9 channels in
     groups of 4, 4 and 1 (GRAD_SMEM shrunk to one group's band of a row), the same sums."""

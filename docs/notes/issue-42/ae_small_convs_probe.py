@@ -4,7 +4,7 @@ alone with CUDA events (warm-up, median of 50) and checked against the float64 r
   conv1 forward (3 -> 256 + ReLU + pool, direct_pooled) at several tunings;
   conv1 weight + bias gradient, 3 -> 256 + ReLU + pool on 32x32: the pooled GEMM and the bias launch (today)
   against the GEMM with a ones column (``conv_backward_weight_bias_pool``) at several versions and split counts,
-  and the direct pass (``wgrad_direct``, in output-channel groups) at several band and split layouts.
+  and the direct pass (``wgrad_direct``, in output-channel groups) at several band, split and co_t layouts.
 
     python docs/notes/issue-42/ae_small_convs_probe.py OUT"""
 import statistics
@@ -103,14 +103,14 @@ for version in (None, "coalesced128"):
 
 from gpunn.kernels.conv import wgrad_direct as WD  # noqa: E402
 
-for band_rows in (None, 1):
-    for per in ((None, 1, 2, 4) if band_rows is None else (None,)):
-        g = WD.conv_backward_weight_bias_pool_direct(x1, dpool, route, dw1, db1, 1, rows=band_rows, per=per,
-                                                     launch=False)
-        timed(f"conv1 wgrad+bias direct: {g.launches[0].name} + sum", g)
-        gw, gb = dw1.copy_to_host(), db1.copy_to_host()
-        print(f"   vs today's: dw {np.abs(gw - want_w).max() / np.abs(want_w).max():.2e}"
-              f" db {np.abs(gb - want_b).max() / np.abs(want_b).max():.2e}")
+for band_rows, per, co_t in ((None, None, None), (None, 2, None), (None, 4, None), (1, None, None),
+                             (None, 4, 2), (None, 4, 8), (None, 2, 8)):
+    g = WD.conv_backward_weight_bias_pool_direct(x1, dpool, route, dw1, db1, 1, rows=band_rows, per=per, co_t=co_t,
+                                                 launch=False)
+    timed(f"conv1 wgrad+bias direct: {g.launches[0].name} + sum", g)
+    gw, gb = dw1.copy_to_host(), db1.copy_to_host()
+    print(f"   vs today's: dw {np.abs(gw - want_w).max() / np.abs(want_w).max():.2e}"
+          f" db {np.abs(gb - want_b).max() / np.abs(want_b).max():.2e}")
 
 with open(f"{out_dir}/ae_small_convs_probe.csv", "w") as f:
     f.write("launch,ms\n" + "".join(f"\"{n}\",{ms:.5f}\n" for n, ms in timings))

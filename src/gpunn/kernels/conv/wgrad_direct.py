@@ -35,14 +35,14 @@ from .wgrad_bias import check_db, sum_launch
 
 __all__ = ["CO_T", "DIRECT_SMEM", "DIRECT_THREADS", "conv_backward_weight_bias_pool_direct", "direct_layout"]
 
-CO_T = 4  # output channels per thread
+CO_T = 4  # output channels per thread (the default: a launch may ask for up to MAX_CO_T)
+MAX_CO_T = 8
 DIRECT_THREADS = 128
 DIRECT_SMEM = 6144  # floats of the staged input band (24 KiB)
 GRAD_SMEM = 2048  # (channel, window) entries of the staged pooled gradient (8 + 8 KiB)
 STAGE_UNROLL = 4  # loads in flight per thread while staging
 DIRECT_ROWS = 2  # pooled rows per band (fewer where the band does not fit)
 DIRECT_BLOCKS_PER_SM = 3  # image splits: about this many blocks per SM (whole images, at least one per split)
-_CO_T = np.uint32(CO_T)
 _T = np.uint32(DIRECT_THREADS)
 _UNROLL = np.uint32(STAGE_UNROLL)
 _WARPS = np.uint32(DIRECT_THREADS // 32)
@@ -58,27 +58,29 @@ def _plane(rows, pw, k):
     return th, tw, th * tw | 1
 
 
-def direct_layout(cin, cout, ph, pw, k, rows=None):
+def direct_layout(cin, cout, ph, pw, k, rows=None, co_t=CO_T):
     """The pooled rows per band: ``rows`` (None: DIRECT_ROWS, fewer where the band does not fit), checked against
     DIRECT_SMEM (the input band) and GRAD_SMEM (one group of CO_T output channels' pooled gradient band: more
     channels go to blocks of their own, ``cout_block``); None where not even one row fits."""
     for r in ([rows] if rows is not None else range(min(DIRECT_ROWS, ph), 0, -1)):
-        if cin * _plane(r, pw, k)[2] <= DIRECT_SMEM and CO_T * min(r, ph) * pw <= GRAD_SMEM:
+        if cin * _plane(r, pw, k)[2] <= DIRECT_SMEM and co_t * min(r, ph) * pw <= GRAD_SMEM:
             return r
     return None
 
 
-def cout_block(cout, ph, pw, rows):
+def cout_block(cout, ph, pw, rows, co_t=CO_T):
     """Output channels per block: all of them (rounded up to CO_T) where their gradient band fits GRAD_SMEM, else
     the most whole groups of CO_T that do (the rest on more blocks along the grid's z)."""
-    cout4 = -(-cout // CO_T) * CO_T
-    return min(cout4, GRAD_SMEM // (min(rows, ph) * pw) // CO_T * CO_T)
+    cout4 = -(-cout // co_t) * co_t
+    return min(cout4, GRAD_SMEM // (min(rows, ph) * pw) // co_t * co_t)
 
 
 @functools.cache
-def _kernel(k, pad):
+def _kernel(k, pad, co_t=CO_T):
     KK = k * k
-    ACC = CO_T * KK
+    ACC = co_t * KK
+    UCT = np.uint32(co_t)
+    UCT1 = np.uint32(co_t - 1)
     _K1 = np.uint32(k - 1)
     _KK = np.uint32(KK)
     P = np.uint32(pad)
@@ -93,7 +95,7 @@ def _kernel(k, pad):
         vals = cuda.local.array(STAGE_UNROLL, float32)
         dsts = cuda.local.array(STAGE_UNROLL, uint32)
         acc = cuda.local.array(ACC, float32)
-        bacc = cuda.local.array(CO_T, float32)
+        bacc = cuda.local.array(co_t, float32)
         n_img, cin, h, wd, cout, ph_n, pw_n = dims
         hw = uint32(h * wd)
         pp = uint32(ph_n * pw_n)
@@ -113,9 +115,9 @@ def _kernel(k, pad):
         n1 = uint32(min(n_img, uint32(n0 + per)))
         co_lo = uint32(cuda.blockIdx.z * cob)
         co_n = uint32(min(cob, uint32(cout - co_lo)))  # this block's output channels
-        cout4 = uint32(uint32(uint32(co_n + _U3) // _CO_T) * _CO_T)
+        cout4 = uint32(uint32(uint32(co_n + UCT1) // UCT) * UCT)
         bw = uint32(bh * pw_n)  # the band's windows
-        items = uint32(uint32(cout4 // _CO_T) * cin)
+        items = uint32(uint32(cout4 // UCT) * cin)
         passes = uint32(uint32(items + _T - U1) // _T)
         p = U0
         while p < passes:
@@ -123,10 +125,10 @@ def _kernel(k, pad):
             live = item < items
             cg = uint32(item // cin)
             ci = uint32(item - cg * cin)
-            co0 = uint32(cg * _CO_T)
+            co0 = uint32(cg * UCT)
             for i in range(ACC):
                 acc[i] = float32(0.0)
-            for j in range(CO_T):
+            for j in range(co_t):
                 bacc[j] = float32(0.0)
             n = n0
             while n < n1:
@@ -183,7 +185,7 @@ def _kernel(k, pad):
                         while pw < pw_n:
                             wbase = uint32(xbase + q * _U2 * tw + pw * _U2)
                             gi = uint32(co0 * bw + q * pw_n + pw)
-                            for j in range(CO_T):
+                            for j in range(co_t):
                                 d = gs[uint32(gi + uint32(j) * bw)]
                                 base = uint32(wbase + os_[uint32(gi + uint32(j) * bw)])
                                 for kh in range(k):
@@ -196,7 +198,7 @@ def _kernel(k, pad):
                 cuda.syncthreads()  # the next image overwrites the band
                 n = uint32(n + U1)
             if live:
-                for j in range(CO_T):
+                for j in range(co_t):
                     co = uint32(co0 + uint32(j))
                     if co < co_n:
                         o = uint32(out0 + uint32(co_lo + co) * row_len)
@@ -209,11 +211,12 @@ def _kernel(k, pad):
     return wgrad_pool_direct
 
 
-def conv_backward_weight_bias_pool_direct(x, dpool, route, dw, db, padding, rows=None, per=None, stream=0,
+def conv_backward_weight_bias_pool_direct(x, dpool, route, dw, db, padding, rows=None, per=None, co_t=None, stream=0,
                                           launch=True) -> LaunchGroup:
     """dw (Cout, Cin, k, k) and db (Cout,) (overwritten) of the fused conv + ReLU + pool given dpool and its route;
     x (N, Cin, H, W). ``rows``: pooled rows per band (None: ``direct_layout``); ``per``: images per block (None:
-    about DIRECT_BLOCKS_PER_SM blocks per SM; 1 under the simulator). Two launches: the direct pass, the sum."""
+    about DIRECT_BLOCKS_PER_SM blocks per SM; 1 under the simulator); ``co_t``: output channels per thread (None:
+    CO_T; at most MAX_CO_T). Two launches: the direct pass, the sum."""
     op = "conv_backward_weight_bias_pool_direct"
     _activation(op, "x", x)
     k, oh, ow = _geometry(op, shape(x), dw, padding, "dw")
@@ -225,14 +228,17 @@ def conv_backward_weight_bias_pool_direct(x, dpool, route, dw, db, padding, rows
     if rows is not None and (isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 1):
         raise ValueError(f"{op}: rows must be a positive int or None, got {rows!r}")
     check_splits(op, per)
-    fitted = direct_layout(cin, cout, ph, pw, k, rows)
+    co_t = CO_T if co_t is None else co_t
+    if isinstance(co_t, bool) or not isinstance(co_t, (int, np.integer)) or not 1 <= co_t <= MAX_CO_T:
+        raise ValueError(f"{op}: co_t must be an int in [1, {MAX_CO_T}] or None, got {co_t!r}")
+    fitted = direct_layout(cin, cout, ph, pw, k, rows, int(co_t))
     if fitted is None:
         raise ValueError(f"{op}: {cin} input channels (or {cout} output channels) x {pw} pooled columns do not fit "
                          f"the {DIRECT_SMEM}-float staged band (or {GRAD_SMEM} gradient entries)"
                          f"{'' if rows is None else f' at {rows} rows'}; use fewer rows or "
                          f"conv_backward_weight_bias_pool (the GEMM)")
     bands = math.ceil(ph / fitted)
-    cob = cout_block(cout, ph, pw, fitted)
+    cob = cout_block(cout, ph, pw, fitted, int(co_t))
     groups = math.ceil(cout / cob)
     check_grid_y(op, groups)
     if per is None:
@@ -244,10 +250,10 @@ def conv_backward_weight_bias_pool_direct(x, dpool, route, dw, db, padding, rows
     total = bands * splits
     partials = cuda.to_device(np.full(total * cout * (cin * k * k + 1), np.nan, np.float32))  # NaN: unwritten
     group = LaunchGroup([
-        bind(_kernel(k, int(padding)), (bands, splits, groups), DIRECT_THREADS,
+        bind(_kernel(k, int(padding), int(co_t)), (bands, splits, groups), DIRECT_THREADS,
              (flat(x), d, r, partials, tuple(np.uint32(v) for v in (n, cin, h, wd, cout, ph, pw)), np.uint32(fitted),
               np.uint32(per), np.uint32(cob)),
-             stream, False, f"{op}[k{k},p{padding},rows{fitted},per{per},cob{cob}]"),
+             stream, False, f"{op}[k{k},p{padding},rows{fitted},per{per},cob{cob},cot{co_t}]"),
         sum_launch(k, partials, dw, db, total, stream, f"{op}.sum[{total}]"),
     ])
     if launch:
