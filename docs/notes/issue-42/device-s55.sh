@@ -16,4 +16,7 @@ python -m gpunn.bench autoencoder --batch 64 --variants gpu-graph,gpu-tf32,gpu-b
   > "$out/bench-autoencoder.log" 2>&1
 python -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_precision.py tests/test_gpu_upsample_fusion.py \
   tests/test_kernels_wgrad_bias.py > "$out/test-gpu.log" 2>&1
+echo DONE-FIRST
+# then the whole GPU suite (the "pytest -m gpu passes on the GPU"), in what is left of the lease
+timeout 900 python -m pytest -m gpu -q -p no:cacheprovider tests > "$out/test-gpu-all.log" 2>&1
 echo DONE
