@@ -4,9 +4,10 @@ gemm/mappings_batched.py) against float64 references.
 Under the simulator the shapes are tiny and odd (batch 3, 5 -> 6 channels, 7x9 maps: the last row and column of
 tiles partial), paddings 1, 0 and 2; outputs poisoned with NaN, fresh random inputs per test; one case of each pass
 (``repeat=True``) runs twice and compares the two bit for bit (every output has one writer and the split sum a fixed
-order, so one case per pass shows it; a second run of every case doubled the file's time). The simulated cost is
-the batched GEMM's: 16 positions x splits blocks of 256 threads whatever the map size. The ``gpu``-marked test runs
-the autoencoder's shapes on a real GPU.
+order, so one case per pass shows it; a second run of every case doubled the file's time). With ``bf16=True`` the
+two runs are the pass with float32 and with BF16 transform storage (``storage``), compared bit for bit. The
+simulated cost is the batched GEMM's: 16 positions x splits blocks of 256 threads whatever the map size. The
+``gpu``-marked tests run the autoencoder's shapes on a real GPU.
 """
 
 import os
@@ -17,6 +18,7 @@ import pytest
 from numba import cuda
 
 from gpunn.kernels import conv as C
+from gpunn.kernels import mma as M
 from gpunn.kernels.conv import reference as R
 from gpunn.kernels.conv import upsampled as UP
 from gpunn.kernels.conv import winograd as WG
@@ -51,7 +53,13 @@ def _out_hw(h, wd, p, up):
     return (2 * h + 2 * p - 2, 2 * wd + 2 * p - 2) if up else (h + 2 * p - 2, wd + 2 * p - 2)
 
 
-def _forward(p, shape=SHAPE, bias=True, relu=True, version=None, w_view=False, up=False, repeat=False):
+def _storages(repeat, bf16):
+    """The transform storage of each run: float32 then BF16 (bit for bit the same result), or float32 once or
+    twice."""
+    return ("fp32", "bf16") if bf16 else ("fp32",) * (2 if repeat else 1)
+
+
+def _forward(p, shape=SHAPE, bias=True, relu=True, version=None, w_view=False, up=False, repeat=False, bf16=False):
     n, cin, cout, h, wd = shape
     rng = _rng("wino-fwd", p, shape, bias, relu, version, w_view, up)
     x = _rand(rng, n, cin, h, wd)
@@ -64,17 +72,17 @@ def _forward(p, shape=SHAPE, bias=True, relu=True, version=None, w_view=False, u
         buf = cuda.to_device(np.concatenate([np.zeros(7, np.float32), w.ravel()]))
         wd_dev = buf[7:].reshape(w.shape)
     outs = []
-    for _ in range(2 if repeat else 1):
+    for storage in _storages(repeat, bf16):
         out = _nan((n, cout, oh, ow))
         launch = launcher(cuda.to_device(x), wd_dev, None if b is None else cuda.to_device(b), out, p, relu=relu,
-                          version=version)
+                          version=version, storage=storage)
         assert isinstance(launch, LaunchGroup)
         outs.append(out.copy_to_host())
-    assert np.array_equal(outs[0], outs[-1], equal_nan=True), "two runs differ"
+    assert np.array_equal(outs[0], outs[-1], equal_nan=True), f"two runs differ {_storages(repeat, bf16)}"
     return _rel_err(outs[0], (UP.conv_forward_up_ref if up else R.conv_forward_ref)(x, w, b, p, relu))
 
 
-def _backward_data(p, shape=SHAPE, mask=True, version=None, up=False, repeat=False):
+def _backward_data(p, shape=SHAPE, mask=True, version=None, up=False, repeat=False, bf16=False):
     n, cin, cout, h, wd = shape
     rng = _rng("wino-bwd-data", p, shape, mask, version, up)
     oh, ow = _out_hw(h, wd, p, up)
@@ -82,12 +90,12 @@ def _backward_data(p, shape=SHAPE, mask=True, version=None, up=False, repeat=Fal
     dy, w = _rand(rng, n, cout, oh, ow), _rand(rng, cout, cin, 3, 3)
     relu_mask = np.maximum(rng.standard_normal((n, cin, h, wd)), 0).astype(np.float32) if mask else None
     outs = []
-    for _ in range(2 if repeat else 1):
+    for storage in _storages(repeat, bf16):
         dx = _nan((n, cin, h, wd))
         launcher(cuda.to_device(dy), cuda.to_device(w), dx, p,
-                 relu_mask=None if relu_mask is None else cuda.to_device(relu_mask), version=version)
+                 relu_mask=None if relu_mask is None else cuda.to_device(relu_mask), version=version, storage=storage)
         outs.append(dx.copy_to_host())
-    assert np.array_equal(outs[0], outs[-1], equal_nan=True), "two runs differ"
+    assert np.array_equal(outs[0], outs[-1], equal_nan=True), f"two runs differ {_storages(repeat, bf16)}"
     got = outs[0]
     if mask:
         assert np.all(got[relu_mask <= 0] == 0), "the ReLU mask must zero dx"
@@ -95,18 +103,18 @@ def _backward_data(p, shape=SHAPE, mask=True, version=None, up=False, repeat=Fal
     return _rel_err(got, ref(dy, w, (n, cin, h, wd), p, relu_mask))
 
 
-def _backward_weight(p, shape=SHAPE, splits=None, version=None, up=False, repeat=False):
+def _backward_weight(p, shape=SHAPE, splits=None, version=None, up=False, repeat=False, bf16=False):
     n, cin, cout, h, wd = shape
     rng = _rng("wino-bwd-weight", p, shape, splits, version, up)
     oh, ow = _out_hw(h, wd, p, up)
     launcher = WG.conv_backward_weight_winograd_up if up else WG.conv_backward_weight_winograd
     x, dy = _rand(rng, n, cin, h, wd), _rand(rng, n, cout, oh, ow)
     outs = []
-    for _ in range(2 if repeat else 1):
+    for storage in _storages(repeat, bf16):
         dw = _nan((cout, cin, 3, 3))
-        launcher(cuda.to_device(x), cuda.to_device(dy), dw, p, splits=splits, version=version)
+        launcher(cuda.to_device(x), cuda.to_device(dy), dw, p, splits=splits, version=version, storage=storage)
         outs.append(dw.copy_to_host())
-    assert np.array_equal(outs[0], outs[-1], equal_nan=True), "two runs differ"
+    assert np.array_equal(outs[0], outs[-1], equal_nan=True), f"two runs differ {_storages(repeat, bf16)}"
     return _rel_err(outs[0], (UP.conv_backward_weight_up_ref if up else R.conv_backward_weight_ref)(x, dy, 3, p))
 
 
@@ -250,6 +258,106 @@ def test_tensor_core_batched_gemm(pass_, version):
     assert TOL < run() < TENSOR_BOUND[version]
 
 
+# BF16 transform storage (storage="bf16", tensor_bf16 only): the transforms round V and dM to BF16 as the GEMM's
+# tile store would, the GEMM reads the bits back exactly, so each pass is bit for bit its float32-storage result
+# (and so within TENSOR_BOUND of the exact convolution). Each case runs the pass twice (two batched GEMMs).
+BF16_PASSES = {"forward": lambda: _forward(1, version="tensor_bf16", bf16=True),
+               "backward_data": lambda: _backward_data(1, version="tensor_bf16", bf16=True),
+               "backward_weight": lambda: _backward_weight(1, splits=1, version="tensor_bf16", bf16=True),
+               "up_forward": lambda: _forward(0, shape=UP_SHAPE, up=True, version="tensor_bf16", bf16=True),
+               "up_backward_data": lambda: _backward_data(1, shape=UP_SHAPE, up=True, version="tensor_bf16",
+                                                          bf16=True),
+               "up_backward_weight": lambda: _backward_weight(1, shape=UP_SHAPE, splits=2, up=True,
+                                                              version="tensor_bf16", bf16=True)}
+
+
+@pytest.mark.parametrize("pass_", list(BF16_PASSES))
+def test_bf16_storage_same_bits(pass_):
+    assert TOL < BF16_PASSES[pass_]() < TENSOR_BOUND["tensor_bf16"]
+
+
+def test_bf16_storage_transforms_round_as_the_gemm():
+    """The transforms' BF16 bits are their float32 outputs rounded to nearest even (mma.round_bf16's rule), NaN
+    kept a NaN; the scratch of the BF16 storage is BF16 NaN."""
+    n, cin, cout, h, wd = SHAPE
+    rng = _rng("bf16-transforms")
+    x = _rand(rng, n, cin, h, wd)
+    x[0, 0, 0, 0] = np.nan
+    dy = _rand(rng, n, cout, h, wd)
+    dy[0, 0, 0, 0] = np.nan
+    for up, kernel, src, c in ((False, lambda st: WG._input_kernel(False, st), x, cin),
+                               (True, lambda st: WG._input_kernel(True, st), x, cin),
+                               (False, WG._dy_kernel, dy, cout)):
+        oh, ow = _out_hw(h, wd, 1, up)
+        dims = WG._tdims(n, c, h, wd, oh, ow, 1)
+        size = WG.POSITIONS * c * int(dims[WG._T])
+        got = {}
+        for storage in WG.STORAGES:
+            buf = WG._scratch(size, storage)
+            assert buf.dtype == WG.transform_dtype(storage)
+            kernel(storage)[4, 32](cuda.to_device(src.ravel()), buf, dims)
+            got[storage] = buf.copy_to_host()
+        assert np.isnan(got["fp32"]).any() and not np.isnan(got["fp32"]).all()
+        assert np.array_equal(got["bf16"], M._bf16_bits(got["fp32"]))
+    assert np.isnan(M.round_bf16(np.float32(np.nan)))
+
+
+def test_bf16_storage_batched_gemm_same_bits():
+    """gemm_batched on tensor_bf16 with uint16 (BF16 bits) operands: bit for bit the product of the float32 operands
+    they were rounded from, every mapping, K = 40 (a second, partly zero-filled K step), one operand of each
+    storage too."""
+    rng = _rng("bf16-batched")
+    z, m, n, k = 1, 9, 7, 40
+    a_km, a_mk, b_kn, b_nk = _rand(rng, z, k, m), _rand(rng, z, m, k), _rand(rng, z, k, n), _rand(rng, z, n, k)
+    for a_map, a, b_map, b in (("batch_t", a_km, "batch_t_k", b_nk), ("batch_k", a_mk, "batch", b_kn)):
+        outs = []
+        for a_dev, b_dev in ((a.ravel(), b.ravel()), (M._bf16_bits(a.ravel()), M._bf16_bits(b.ravel())),
+                             (M._bf16_bits(a.ravel()), b.ravel())):
+            out = _nan(z * m * n)
+            B.gemm_batched("tensor_bf16", m, n, k, z, cuda.to_device(a_dev), cuda.to_device(b_dev), out,
+                           a_map=a_map, b_map=b_map, store="partial")
+            outs.append(out.copy_to_host())
+        assert np.isfinite(outs[0]).all()
+        assert all(np.array_equal(outs[0], o) for o in outs[1:]), (a_map, b_map)
+
+
+def test_bf16_storage_shared_v():
+    """A forward's BF16 V (uint16, ``transform_dtype``) serves the weight gradient of BF16 storage: the bits of the
+    float32-storage weight gradient; a float32 v is refused there."""
+    n, cin, cout, h, wd = SHAPE
+    rng = _rng("bf16-shared-v")
+    x, w, dy = _rand(rng, n, cin, h, wd), _rand(rng, cout, cin, 3, 3), _rand(rng, n, cout, h, wd)
+    d_x, d_dy = cuda.to_device(x), cuda.to_device(dy)
+    v = cuda.to_device(np.zeros(WG.input_transform_size(x.shape, 1), WG.transform_dtype("bf16")))
+    fwd = WG.conv_forward_winograd(d_x, cuda.to_device(w), None, _nan((n, cout, h, wd)), 1, version="tensor_bf16",
+                                   launch=False, v=v, storage="bf16")
+    fwd.launches[1]()  # its input transform only (the GEMM's bits are the pass tests')
+    shared, own = _nan((cout, cin, 3, 3)), _nan((cout, cin, 3, 3))
+    group = WG.conv_backward_weight_winograd(d_x, d_dy, shared, 1, version="tensor_bf16", splits=1, v=v,
+                                             storage="bf16")
+    assert len(group.launches) == 3  # no input transform
+    WG.conv_backward_weight_winograd(d_x, d_dy, own, 1, version="tensor_bf16", splits=1)
+    assert np.isfinite(own.copy_to_host()).all()
+    assert np.array_equal(shared.copy_to_host(), own.copy_to_host())
+    with pytest.raises(ValueError, match="v must be uint16"):
+        WG.conv_backward_weight_winograd(d_x, d_dy, own, 1, version="tensor_bf16", v=_nan(v.size), storage="bf16")
+
+
+def test_bf16_storage_refused():
+    x = cuda.to_device(np.zeros((1, 2, 5, 5), np.float32))
+    w = cuda.to_device(np.zeros((2, 2, 3, 3), np.float32))
+    for version in (None, "regblock", "tensor_tf32"):
+        with pytest.raises(ValueError, match="storage 'bf16' needs version 'tensor_bf16'"):
+            WG.conv_forward_winograd(x, w, None, _nan((1, 2, 5, 5)), 1, version=version, storage="bf16")
+    with pytest.raises(ValueError, match="storage 'bf16' needs version 'tensor_bf16'"):
+        WG.conv_backward_data_winograd_up(_nan((1, 2, 10, 10)), w, _nan((1, 2, 5, 5)), 1, storage="bf16")
+    with pytest.raises(ValueError, match="unknown storage 'fp16'"):
+        WG.conv_backward_weight_winograd(x, x, _nan((2, 2, 3, 3)), 1, version="tensor_bf16", storage="fp16")
+    bits = cuda.to_device(np.zeros(8, np.uint16))
+    with pytest.raises(ValueError, match="operand a holds BF16 bits"):
+        B.gemm_batched("regblock", 2, 2, 2, 1, bits, x, x, a_map="batch_t", b_map="batch", store="partial")
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") == "1", reason="needs a real GPU")
 @pytest.mark.parametrize("version", ["tensor_tf32", "tensor_bf16"])
@@ -277,3 +385,13 @@ def test_gpu_upsampled_shapes(shape):
     assert _forward(1, shape=shape, up=True, repeat=True) <= TOL
     assert _backward_data(1, shape=shape, up=True, repeat=True) <= TOL
     assert _backward_weight(1, shape=shape, up=True, repeat=True) <= TOL
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") == "1", reason="needs a real GPU")
+@pytest.mark.parametrize("shape, up", [((64, 256, 128, 16, 16), False), ((64, 128, 256, 8, 8), True),
+                                       ((5, 33, 65, 7, 9), True)])
+def test_gpu_bf16_storage_same_bits(shape, up):
+    """The autoencoder's Winograd passes with BF16 transform storage: bit for bit their float32-storage results."""
+    for run in (_forward, _backward_data, _backward_weight):
+        assert TOL < run(1, shape=shape, up=up, version="tensor_bf16", bf16=True) < TENSOR_BOUND["tensor_bf16"]

@@ -9,6 +9,9 @@ PTX), and under numba's CUDA simulator a NumPy emulation with the same fragment 
 * ``to_tf32(x)``: x rounded to TF32 (10-bit mantissa, to nearest, ties away from zero: ``cvt.rna.tf32.f32``), as a
   float32. ``pack_bf16(lo, hi)``: two float32 rounded to BF16 (7-bit mantissa, to nearest even:
   ``cvt.rn.bf16x2.f32``) in one uint32, ``lo`` in the low half.
+* ``bf16_bits(x) -> uint16``: x rounded to BF16 as ``pack_bf16`` rounds it (the same instruction: the low half of
+  ``pack_bf16(x, 0)``), its 16 bits, for a buffer stored in BF16. ``bf16_float(bits) -> float32``: the inverse, the
+  bits in the high half of a float32 (exact); a float32 passes unchanged (a loader reads either storage).
 
 Fragments (PTX ISA, "Matrix fragments for mma.m16n8k8 / m16n8k16"): lane = 4 g + t (g = lane // 4, t = lane % 4).
 TF32 A: a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4); B: b0 (k=t, n=g), b1 (t+4, g). BF16 A: register r holds
@@ -28,8 +31,8 @@ import numpy as np
 
 from gpunn import device
 
-__all__ = ["MMA_SHAPES", "emulate_mma", "mma_bf16", "mma_tf32", "pack_bf16", "round_bf16", "round_tf32",
-           "to_tf32"]
+__all__ = ["MMA_SHAPES", "bf16_bits", "bf16_float", "emulate_mma", "mma_bf16", "mma_tf32", "pack_bf16", "round_bf16",
+           "round_tf32", "to_tf32"]
 
 MMA_SHAPES = {"tf32": (16, 8, 8), "bf16": (16, 8, 16)}  # (M, N, K) of one MMA per input format
 WARP = 32
@@ -177,15 +180,25 @@ def _sim_pack_bf16(lo, hi):
     return np.uint32(bits[0] | (bits[1] << np.uint32(16)))
 
 
+def _sim_bf16_bits(x):
+    return np.uint16(_bf16_bits(np.float32(x)))
+
+
+def _sim_bf16_float(x):
+    x = np.asarray(x)
+    return np.float32(_bf16_values(x) if x.dtype == np.uint16 else x)
+
+
 # ---------------------------------------------------------------- the intrinsics (a GPU)
 
 def _intrinsics():
-    """(mma_tf32, mma_bf16, to_tf32, pack_bf16) as numba intrinsics emitting inline PTX."""
+    """(mma_tf32, mma_bf16, to_tf32, pack_bf16, bf16_bits, bf16_float) as numba intrinsics (inline PTX, or LLVM
+    bit operations)."""
     from llvmlite import ir
     from numba import types
     from numba.cuda.extending import intrinsic
 
-    i32, f32 = ir.IntType(32), ir.FloatType()
+    i16, i32, f32 = ir.IntType(16), ir.IntType(32), ir.FloatType()
     quad = types.UniTuple(types.float32, 4)
 
     def mma_codegen(ptx, cast_ab):
@@ -215,14 +228,33 @@ def _intrinsics():
             return builder.bitcast(builder.call(asm, [args[0]]), f32)
         return types.float32(types.float32), codegen
 
+    def cvt_bf16x2(builder, lo, hi):
+        asm = ir.InlineAsm(ir.FunctionType(i32, [f32, f32]), "cvt.rn.bf16x2.f32 $0, $1, $2;", "=r,f,f")
+        return builder.call(asm, [hi, lo])  # the first source goes to the high half
+
     @intrinsic
     def pack_bf16(typingctx, lo, hi):
         def codegen(context, builder, sig, args):
-            asm = ir.InlineAsm(ir.FunctionType(i32, [f32, f32]), "cvt.rn.bf16x2.f32 $0, $1, $2;", "=r,f,f")
-            return builder.call(asm, [args[1], args[0]])  # the first source goes to the high half
+            return cvt_bf16x2(builder, args[0], args[1])
         return types.uint32(types.float32, types.float32), codegen
 
-    return mma_tf32, mma_bf16, to_tf32, pack_bf16
+    @intrinsic
+    def bf16_bits(typingctx, x):
+        def codegen(context, builder, sig, args):
+            return builder.trunc(cvt_bf16x2(builder, args[0], ir.Constant(f32, 0.0)), i16)
+        return types.uint16(types.float32), codegen
+
+    @intrinsic
+    def bf16_float(typingctx, x):
+        if x == types.float32:
+            return types.float32(x), lambda context, builder, sig, args: args[0]
+        if x != types.uint16:
+            return None
+        def codegen(context, builder, sig, args):
+            return builder.bitcast(builder.shl(builder.zext(args[0], i32), ir.Constant(i32, 16)), f32)
+        return types.float32(x), codegen
+
+    return mma_tf32, mma_bf16, to_tf32, pack_bf16, bf16_bits, bf16_float
 
 
 if device.simulator_enabled():
@@ -230,5 +262,6 @@ if device.simulator_enabled():
 
     patch()  # gpunn's block runner: the emulation's barriers are its
     mma_tf32, mma_bf16, to_tf32, pack_bf16 = _sim_mma_tf32, _sim_mma_bf16, _sim_to_tf32, _sim_pack_bf16
+    bf16_bits, bf16_float = _sim_bf16_bits, _sim_bf16_float
 else:
-    mma_tf32, mma_bf16, to_tf32, pack_bf16 = _intrinsics()
+    mma_tf32, mma_bf16, to_tf32, pack_bf16, bf16_bits, bf16_float = _intrinsics()

@@ -18,6 +18,14 @@ transform reads through the upsample; the input gradient's output transform sums
 x). Transforms are elementwise kernels, one thread per (channel, tile), consecutive threads on consecutive tiles (the
 scratch buffers' writes coalesced). The scratch buffers are allocated when a launch is bound (NaN-filled) and held by
 its ``LaunchGroup``. Padding 0..2 (the input gradient's is 2 - p). Measurements: NOTES.md.
+
+Storage (``storage``, compile time): the buffers the batched GEMM reads as A or B and a transform writes (V, the
+weight gradient's dM; not U, M or the partials) are float32 (``fp32``) or, with the GEMM version ``tensor_bf16``
+only, BF16 bits in uint16 (``bf16``, half the bytes): the transform rounds each value as that GEMM rounds it when it
+stores a tile to shared memory (``mma.bf16_bits``, the same instruction, to nearest even) and the GEMM reads the
+bits back exactly and rounds them to themselves, so every pass gives bit for bit the result of its ``fp32`` storage
+on tensor_bf16. The forward's kept ``v`` then holds uint16 (``transform_dtype``); the training engine still
+allocates float32 (backends/gpu/layers.py's y.aux: ``transform_dtype(storage)`` is the hook).
 """
 
 from __future__ import annotations
@@ -36,19 +44,22 @@ from ..gemm.indexing import device_function
 from ..gemm.versions import lookup
 from ..jit import jit
 from ..launch import LaunchGroup, bind, check_device_array, flat, grid_for
+from ..mma import bf16_bits
 from .implicit_gemm import _activation, _expect, _geometry
 from .upsampled import upsampled_shape
 
-__all__ = ["TRANSFORM_THREADS", "WINOGRAD_MIN_K", "WINOGRAD_WGRAD_WAVES", "conv_backward_data_winograd",
+__all__ = ["STORAGES", "TRANSFORM_THREADS", "WINOGRAD_MIN_K", "WINOGRAD_WGRAD_WAVES", "conv_backward_data_winograd",
            "conv_backward_data_winograd_up", "conv_backward_weight_winograd", "conv_backward_weight_winograd_up",
-           "conv_forward_winograd", "conv_forward_winograd_up", "input_transform_size", "wgrad_splits", "winograd_fits",
-           "winograd_version"]
+           "conv_forward_winograd", "conv_forward_winograd_up", "input_transform_size", "transform_dtype",
+           "wgrad_splits", "winograd_fits", "winograd_version"]
 
 TRANSFORM_THREADS = 256
 WINOGRAD_WGRAD_WAVES = 2  # the weight gradient's automatic split count: at most this many blocks per SM ...
 WINOGRAD_MIN_K = 128  # ... and at least this many tiles per chunk (wgrad_splits)
 SIMULATOR_WGRAD_SPLITS = 2
 POSITIONS = 16  # the 4x4 transformed tile
+STORAGES = {"fp32": np.float32, "bf16": np.uint16}  # a transform buffer's storage -> its dtype
+BF16_NAN = np.uint16(0x7FC0)
 _HALF = float32(0.5)
 _F0 = float32(0.0)
 _U2 = np.uint32(2)
@@ -76,9 +87,34 @@ def _threads():
     return 32 if device.simulator_enabled() else TRANSFORM_THREADS  # the simulator runs a thread per block slot
 
 
-def _scratch(size):
-    """A NaN-filled float32 buffer (an element no kernel wrote would poison the result)."""
+def _scratch(size, storage="fp32"):
+    """A NaN-filled buffer of the storage's dtype (an element no kernel wrote would poison the result)."""
+    if storage == "bf16":
+        return cuda.to_device(np.full(int(size), BF16_NAN, dtype=np.uint16))
     return cuda.to_device(np.full(int(size), np.nan, dtype=np.float32))
+
+
+def transform_dtype(storage: str):
+    """The dtype of a transform buffer (V, dM) in `storage`: float32, or uint16 holding BF16 bits."""
+    return STORAGES[storage]
+
+
+@functools.cache
+def _put(storage):
+    """put(buf, i, x): buf[i] = x as `storage` holds it (float32, or its BF16 bits)."""
+    if storage == "bf16":
+
+        @device_function
+        def put(buf, i, x):
+            buf[i] = bf16_bits(x)
+
+        return put
+
+    @device_function
+    def put(buf, i, x):
+        buf[i] = x
+
+    return put
 
 
 @device_function
@@ -93,9 +129,11 @@ def _tile(e, t_all, tt, dims):
 
 
 @functools.cache
-def _input_kernel(up):
-    """The input transform; with `up` it reads the 2x nearest upsample of x (the window's bounds (2H, 2W))."""
+def _input_kernel(up, storage="fp32"):
+    """The input transform; with `up` it reads the 2x nearest upsample of x (the window's bounds (2H, 2W)); v in
+    `storage`."""
     shift = np.uint32(1 if up else 0)
+    put = _put(storage)
 
     @jit
     def input_transform(x, v, dims):
@@ -132,7 +170,7 @@ def _input_kernel(up):
                 d[4 * i + 2] = a2 - a1
                 d[4 * i + 3] = a1 - a3
             for pos in range(POSITIONS):
-                v[uint32(uint32(pos) * ct + e)] = d[pos]
+                put(v, uint32(uint32(pos) * ct + e), d[pos])
             e = uint32(e + stride)
 
     return input_transform
@@ -168,39 +206,46 @@ def _weight_transform(w, u, rows, cols, flip):
         e = uint32(e + stride)
 
 
-@jit
-def _dy_transform(dy, dm, dims):
-    """dm[pos, c, t] = (A g A^T)[pos] of the 2x2 block g of tile t in channel c of dy (flat NCHW on the output
-    grid, zero outside it)."""
-    h = cuda.local.array(8, float32)
-    t_all = dims[_T]
-    ct = uint32(dims[_C] * t_all)
-    tt = uint32(dims[_TH] * dims[_TW])
-    e = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
-    stride = uint32(cuda.gridDim.x * cuda.blockDim.x)
-    while e < ct:
-        c, n, ty, tx = _tile(e, t_all, tt, dims)
-        base = uint32(uint32(n * dims[_C] + c) * dims[_OH] * dims[_OW])
-        oh = uint32(ty * _U2)
-        ow = uint32(tx * _U2)
-        for j in range(2):  # A g (4x2): A = [[1, 0], [1, 1], [1, -1], [0, -1]]
-            w_ = uint32(ow + uint32(j))
-            inside = w_ < dims[_OW]
-            g0 = dy[uint32(base + oh * dims[_OW] + w_)] if inside and oh < dims[_OH] else _F0
-            g1 = dy[uint32(base + (oh + np.uint32(1)) * dims[_OW] + w_)] if (
-                inside and uint32(oh + np.uint32(1)) < dims[_OH]) else _F0
-            h[j] = g0
-            h[2 + j] = g0 + g1
-            h[4 + j] = g0 - g1
-            h[6 + j] = -g1
-        for i in range(4):  # (A g) A^T
-            h0, h1 = h[2 * i], h[2 * i + 1]
-            base_out = uint32(uint32(4 * i) * ct + e)
-            dm[base_out] = h0
-            dm[uint32(base_out + ct)] = h0 + h1
-            dm[uint32(base_out + _U2 * ct)] = h0 - h1
-            dm[uint32(base_out + np.uint32(3) * ct)] = -h1
-        e = uint32(e + stride)
+@functools.cache
+def _dy_kernel(storage="fp32"):
+    """The weight gradient's dy transform, dm in `storage`."""
+    put = _put(storage)
+
+    @jit
+    def dy_transform(dy, dm, dims):
+        """dm[pos, c, t] = (A g A^T)[pos] of the 2x2 block g of tile t in channel c of dy (flat NCHW on the output
+        grid, zero outside it)."""
+        h = cuda.local.array(8, float32)
+        t_all = dims[_T]
+        ct = uint32(dims[_C] * t_all)
+        tt = uint32(dims[_TH] * dims[_TW])
+        e = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
+        stride = uint32(cuda.gridDim.x * cuda.blockDim.x)
+        while e < ct:
+            c, n, ty, tx = _tile(e, t_all, tt, dims)
+            base = uint32(uint32(n * dims[_C] + c) * dims[_OH] * dims[_OW])
+            oh = uint32(ty * _U2)
+            ow = uint32(tx * _U2)
+            for j in range(2):  # A g (4x2): A = [[1, 0], [1, 1], [1, -1], [0, -1]]
+                w_ = uint32(ow + uint32(j))
+                inside = w_ < dims[_OW]
+                g0 = dy[uint32(base + oh * dims[_OW] + w_)] if inside and oh < dims[_OH] else _F0
+                g1 = dy[uint32(base + (oh + np.uint32(1)) * dims[_OW] + w_)] if (
+                    inside and uint32(oh + np.uint32(1)) < dims[_OH]) else _F0
+                h[j] = g0
+                h[2 + j] = g0 + g1
+                h[4 + j] = g0 - g1
+                h[6 + j] = -g1
+            for i in range(4):  # (A g) A^T
+                h0, h1 = h[2 * i], h[2 * i + 1]
+                base_out = uint32(uint32(4 * i) * ct + e)
+                put(dm, base_out, h0)
+                put(dm, uint32(base_out + ct), h0 + h1)
+                put(dm, uint32(base_out + _U2 * ct), h0 - h1)
+                put(dm, uint32(base_out + np.uint32(3) * ct), -h1)
+            e = uint32(e + stride)
+
+    return dy_transform
 
 
 @functools.cache
@@ -323,17 +368,27 @@ def _version(op, version, m, n):
     return version
 
 
+def _storage(op, storage, version):
+    if storage not in STORAGES:
+        raise ValueError(f"{op}: unknown storage {storage!r}; choose from {tuple(STORAGES)}")
+    if storage == "bf16" and version != "tensor_bf16":
+        raise ValueError(f"{op}: storage 'bf16' needs version 'tensor_bf16' (the GEMM that rounds to BF16 anyway), "
+                         f"got {version!r}")
+    return storage
+
+
 def input_transform_size(x_shape, padding, up=False) -> int:
     """Elements of the transformed input V (16, C, T) of a forward or weight-gradient pass on x of `x_shape`
-    (N, C, H, W) (`up`: on its 2x upsample) with 3x3 kernels and `padding`: the ``v`` buffer they can share."""
+    (N, C, H, W) (`up`: on its 2x upsample) with 3x3 kernels and `padding`: the ``v`` buffer they can share (its
+    dtype ``transform_dtype(storage)``)."""
     n, c, h, w = (int(d) for d in x_shape)
     if up:
         h, w = 2 * h, 2 * w
     return POSITIONS * c * n * (-(-(h + 2 * int(padding) - 2) // 2)) * (-(-(w + 2 * int(padding) - 2) // 2))
 
 
-def _v_buffer(op, v, size):
-    check_device_array(op, "v", v, 1)
+def _v_buffer(op, v, size, storage):
+    check_device_array(op, "v", v, 1, transform_dtype(storage))
     if v.size != size:
         raise ValueError(f"{op}: v must hold the transformed input, {size} elements (input_transform_size), got "
                          f"{v.size}")
@@ -346,11 +401,11 @@ def _bind(kernel, n, args, stream, name):
 
 
 def _winograd_conv(op, src, w, out, epilogue, aux, padding, flip, version, block, stream, launch, up=False,
-                   down=False, v=None):
+                   down=False, v=None, storage="fp32"):
     """out = the Winograd convolution of src (N, C, H', W') by the 3x3 kernel u made from w (``_weight_transform``,
     `flip` for the input gradient's), padding p, with the epilogue: the forward and input-gradient passes. `up`:
     src is read through its 2x upsample; `down`: the output grid is twice out's size, each 2x2 block summed; `v`:
-    the buffer the input transform writes (None: a scratch buffer of its own)."""
+    the buffer the input transform writes (None: a scratch buffer of its own), in `storage`."""
     n, c_in, h, wd = shape(src)
     c_out = shape(out)[1]
     oh, ow = ((2 if down else 1) * int(v) for v in shape(out)[2:])
@@ -358,12 +413,14 @@ def _winograd_conv(op, src, w, out, epilogue, aux, padding, flip, version, block
     td_out = _tdims(n, c_out, h, wd, oh, ow, padding)
     tiles = int(td_in[_T])
     version = _version(op, version, tiles, c_out)
-    v = _scratch(POSITIONS * c_in * tiles) if v is None else _v_buffer(op, v, POSITIONS * c_in * tiles)
+    storage = _storage(op, storage, version)
+    size = POSITIONS * c_in * tiles
+    v = _scratch(size, storage) if v is None else _v_buffer(op, v, size, storage)
     u, m = _scratch(POSITIONS * c_in * c_out), _scratch(POSITIONS * c_out * tiles)
     group = LaunchGroup([
         _bind(_weight_transform, c_in * c_out, (w, u, np.uint32(c_in), np.uint32(c_out), bool(flip)), stream,
               f"{op}[weight transform]"),
-        _bind(_input_kernel(up), c_in * tiles, (flat(src), v, td_in), stream, f"{op}[input transform]"),
+        _bind(_input_kernel(up, storage), c_in * tiles, (flat(src), v, td_in), stream, f"{op}[input transform]"),
         gemm_batched(version, tiles, c_out, c_in, POSITIONS, v, u, m, a_map="batch_t", b_map="batch",
                      store="batch_t", block=block, stream=stream, launch=False, op=op),
         _bind(_output_kernel(epilogue, down), c_out * tiles, (m, flat(out), aux, td_out), stream,
@@ -375,11 +432,13 @@ def _winograd_conv(op, src, w, out, epilogue, aux, padding, flip, version, block
 
 
 def conv_forward_winograd(x, w, bias, out, padding, relu=False, version=None, block=None, stream=0,
-                          launch=True, v=None) -> LaunchGroup:
+                          launch=True, v=None, storage="fp32") -> LaunchGroup:
     """out = conv(x, w) (+ bias) (ReLU): x (N, Cin, H, W), w (Cout, Cin, 3, 3) (any strides), bias (Cout,) or
     None, out (N, Cout, OH, OW). ``version``, ``block``: the batched GEMM's (None: ``winograd_version``, its
-    block). ``v``: a float32 buffer of ``input_transform_size`` elements to keep the transformed input in (the
-    weight gradient of the same step can then take it instead of transforming x again)."""
+    block). ``v``: a buffer of ``input_transform_size`` elements (dtype ``transform_dtype(storage)``) to keep the
+    transformed input in (the weight gradient of the same step can then take it instead of transforming x again).
+    ``storage``: the transformed input's, ``fp32`` or ``bf16`` (version tensor_bf16 only: the same result, V in half
+    the bytes; module docstring)."""
     op = "conv_forward_winograd"
     _activation(op, "x", x)
     k, oh, ow = _geometry(op, shape(x), w, padding)
@@ -391,13 +450,15 @@ def conv_forward_winograd(x, w, bias, out, padding, relu=False, version=None, bl
         check_device_array(op, "bias", bias, 1)
         _expect(op, "bias", bias, (cout,))
     epilogue, aux = epilogue_args(op, bias, relu, None)
-    return _winograd_conv(op, x, w, out, epilogue, aux, padding, False, version, block, stream, launch, v=v)
+    return _winograd_conv(op, x, w, out, epilogue, aux, padding, False, version, block, stream, launch, v=v,
+                          storage=storage)
 
 
 def conv_backward_data_winograd(dy, w, dx, padding, relu_mask=None, version=None, block=None, stream=0,
-                                launch=True) -> LaunchGroup:
+                                launch=True, storage="fp32") -> LaunchGroup:
     """dx = dL/dx of out = conv(x, w): dy (N, Cout, OH, OW), w (Cout, Cin, 3, 3), dx (N, Cin, H, W); dx = 0
-    where ``relu_mask`` (dx's shape) <= 0. The forward machinery on dy with the rotated kernel, padding 2 - p."""
+    where ``relu_mask`` (dx's shape) <= 0. The forward machinery on dy with the rotated kernel, padding 2 - p;
+    ``storage``: the transformed dy's (as the forward's)."""
     op = "conv_backward_data_winograd"
     _activation(op, "dy", dy)
     _activation(op, "dx", dx)
@@ -409,24 +470,28 @@ def conv_backward_data_winograd(dy, w, dx, padding, relu_mask=None, version=None
         _activation(op, "relu_mask", relu_mask)
         _expect(op, "relu_mask", relu_mask, shape(dx))
     epilogue, aux = epilogue_args(op, None, False, None if relu_mask is None else flat(relu_mask))
-    return _winograd_conv(op, dy, w, dx, epilogue, aux, 2 - int(padding), True, version, block, stream, launch)
+    return _winograd_conv(op, dy, w, dx, epilogue, aux, 2 - int(padding), True, version, block, stream, launch,
+                          storage=storage)
 
 
 def conv_backward_weight_winograd(x, dy, dw, padding, version=None, block=None, stream=0, launch=True,
-                                  splits=None, v=None) -> LaunchGroup:
+                                  splits=None, v=None, storage="fp32") -> LaunchGroup:
     """dw = dL/dw of out = conv(x, w) (overwritten): x (N, Cin, H, W), dy (N, Cout, OH, OW), dw (Cout, Cin, 3, 3)
     (any strides). ``splits``: the chunks of the tile sum (K of the batched GEMM) per position (None:
     ``wgrad_splits``; SIMULATOR_WGRAD_SPLITS under the simulator), summed in a fixed order. ``v``: the transformed
-    x kept by this step's forward (its ``v``; written before this group runs): no input transform here."""
+    x kept by this step's forward (its ``v``, of the same ``storage``; written before this group runs): no input
+    transform here. ``storage``: V's and dM's (as the forward's)."""
     op = "conv_backward_weight_winograd"
     _activation(op, "x", x)
     k, oh, ow = _geometry(op, shape(x), dw, padding, "dw")
-    return _winograd_wgrad(op, x, dy, dw, padding, k, oh, ow, version, block, stream, launch, splits, False, v)
+    return _winograd_wgrad(op, x, dy, dw, padding, k, oh, ow, version, block, stream, launch, splits, False, v,
+                           storage)
 
 
-def _winograd_wgrad(op, x, dy, dw, padding, k, oh, ow, version, block, stream, launch, splits, up, v=None):
+def _winograd_wgrad(op, x, dy, dw, padding, k, oh, ow, version, block, stream, launch, splits, up, v=None,
+                    storage="fp32"):
     """The weight gradient on the (oh, ow) grid of dy; `up`: x read through its 2x upsample; `v`: x transformed
-    by the forward (None: transformed here)."""
+    by the forward (None: transformed here); V and dM in `storage`."""
     _activation(op, "dy", dy)
     _check(op, k, padding)
     n, cin, h, wd = shape(x)
@@ -436,23 +501,25 @@ def _winograd_wgrad(op, x, dy, dw, padding, k, oh, ow, version, block, stream, l
     td_dy = _tdims(n, cout, h, wd, oh, ow, padding)
     tiles = int(td_x[_T])
     version = _version(op, version, cin, cout)
+    storage = _storage(op, storage, version)
     if splits is None:
         splits = (SIMULATOR_WGRAD_SPLITS if device.simulator_enabled() else
                   wgrad_splits(tiles, output_tiles(version, cin, cout), multiprocessors()))
     if isinstance(splits, bool) or not isinstance(splits, (int, np.integer)) or splits < 1:
         raise ValueError(f"{op}: splits must be None or a positive int, got {splits!r}")
     splits = batch_chunks(tiles, int(splits), lookup(version).k_step)[0]
-    dm = _scratch(POSITIONS * cout * tiles)
+    dm = _scratch(POSITIONS * cout * tiles, storage)
     partials = _scratch(POSITIONS * splits * cin * cout)
     transform = []
     if v is None:
-        v = _scratch(POSITIONS * cin * tiles)
-        transform = [_bind(_input_kernel(up), cin * tiles, (flat(x), v, td_x), stream, f"{op}[input transform]")]
+        v = _scratch(POSITIONS * cin * tiles, storage)
+        transform = [_bind(_input_kernel(up, storage), cin * tiles, (flat(x), v, td_x), stream,
+                           f"{op}[input transform]")]
     else:
-        _v_buffer(op, v, POSITIONS * cin * tiles)
+        _v_buffer(op, v, POSITIONS * cin * tiles, storage)
     group = LaunchGroup([
         *transform,
-        _bind(_dy_transform, cout * tiles, (flat(dy), dm, td_dy), stream, f"{op}[dy transform]"),
+        _bind(_dy_kernel(storage), cout * tiles, (flat(dy), dm, td_dy), stream, f"{op}[dy transform]"),
         gemm_batched(version, cin, cout, tiles, POSITIONS, v, dm, partials, a_map="batch_k", b_map="batch_t_k",
                      store="partial", splits=splits, block=block, stream=stream, launch=False, op=op),
         _bind(_wgrad_finish, cin * cout, (partials, dw, np.uint32(cin), np.uint32(cout), np.uint32(splits)), stream,
@@ -470,8 +537,9 @@ def _winograd_wgrad(op, x, dy, dw, padding, k, oh, ow, version, block, stream, l
 
 
 def conv_forward_winograd_up(x, w, bias, out, padding, relu=False, version=None, block=None, stream=0,
-                             launch=True, v=None) -> LaunchGroup:
-    """out = conv(up(x), w) (+ bias) (ReLU): x (N, Cin, H, W), out (N, Cout, OH, OW) with OH = 2H + 2p - 2."""
+                             launch=True, v=None, storage="fp32") -> LaunchGroup:
+    """out = conv(up(x), w) (+ bias) (ReLU): x (N, Cin, H, W), out (N, Cout, OH, OW) with OH = 2H + 2p - 2; ``v``
+    and ``storage`` as in ``conv_forward_winograd``."""
     op = "conv_forward_winograd_up"
     _activation(op, "x", x)
     k, oh, ow = _geometry(op, upsampled_shape(shape(x)), w, padding)
@@ -484,13 +552,14 @@ def conv_forward_winograd_up(x, w, bias, out, padding, relu=False, version=None,
         _expect(op, "bias", bias, (cout,))
     epilogue, aux = epilogue_args(op, bias, relu, None)
     return _winograd_conv(op, x, w, out, epilogue, aux, padding, False, version, block, stream, launch, up=True,
-                          v=v)
+                          v=v, storage=storage)
 
 
 def conv_backward_data_winograd_up(dy, w, dx, padding, relu_mask=None, version=None, block=None, stream=0,
-                                   launch=True) -> LaunchGroup:
+                                   launch=True, storage="fp32") -> LaunchGroup:
     """dx = dL/dx of out = conv(up(x), w): dy (N, Cout, OH, OW), dx and ``relu_mask`` (N, Cin, H, W): the input
-    gradient at the upsampled size, each 2x2 block summed by the output transform."""
+    gradient at the upsampled size, each 2x2 block summed by the output transform; ``storage`` as in
+    ``conv_backward_data_winograd``."""
     op = "conv_backward_data_winograd_up"
     _activation(op, "dy", dy)
     _activation(op, "dx", dx)
@@ -503,14 +572,15 @@ def conv_backward_data_winograd_up(dy, w, dx, padding, relu_mask=None, version=N
         _expect(op, "relu_mask", relu_mask, shape(dx))
     epilogue, aux = epilogue_args(op, None, False, None if relu_mask is None else flat(relu_mask))
     return _winograd_conv(op, dy, w, dx, epilogue, aux, 2 - int(padding), True, version, block, stream, launch,
-                          down=True)
+                          down=True, storage=storage)
 
 
 def conv_backward_weight_winograd_up(x, dy, dw, padding, version=None, block=None, stream=0, launch=True,
-                                     splits=None, v=None) -> LaunchGroup:
-    """dw = dL/dw of out = conv(up(x), w) (overwritten): x (N, Cin, H, W), dy (N, Cout, OH, OW); ``splits`` and
-    ``v`` as in ``conv_backward_weight_winograd``."""
+                                     splits=None, v=None, storage="fp32") -> LaunchGroup:
+    """dw = dL/dw of out = conv(up(x), w) (overwritten): x (N, Cin, H, W), dy (N, Cout, OH, OW); ``splits``, ``v``
+    and ``storage`` as in ``conv_backward_weight_winograd``."""
     op = "conv_backward_weight_winograd_up"
     _activation(op, "x", x)
     k, oh, ow = _geometry(op, upsampled_shape(shape(x)), dw, padding, "dw")
-    return _winograd_wgrad(op, x, dy, dw, padding, k, oh, ow, version, block, stream, launch, splits, True, v)
+    return _winograd_wgrad(op, x, dy, dw, padding, k, oh, ow, version, block, stream, launch, splits, True, v,
+                           storage)

@@ -1,7 +1,12 @@
 """``gemm_batched``: Z independent GEMMs of one shape in one launch, grid (x, y, Z), through the batched operand
 mappings of ``mappings_batched`` (the GEMM kernels unchanged: the mappings pick the GEMM by ``cuda.blockIdx.z``).
 An explicit K split composes with the batch: grid z = b * S + s, chunk s of pair b, partial products stored
-apart (``partial`` or ``batch_t``) for the caller's fixed-order sum."""
+apart (``partial`` or ``batch_t``) for the caller's fixed-order sum.
+
+An operand may be stored as BF16 bits (uint16) for the version that rounds its inputs to BF16 anyway
+(``tensor_bf16``): it reads the bits back as the float32 they stand for and rounds them again to the same bits, so
+the product is bit for bit the one of the float32 operand the bits were rounded from (``conv.winograd``'s
+``storage="bf16"``)."""
 
 from __future__ import annotations
 
@@ -31,9 +36,10 @@ def batch_chunks(k_total: int, splits: int, k_step: int) -> tuple[int, int]:
 def gemm_batched(version, m, n, k_total, batches, a, b, out, *, a_map, b_map, store, splits=1, aux=None,
                  epilogue="none", block=None, stream=0, launch=True, op=None, name=None) -> Launch:
     """C_z = A_z @ B_z for z < batches * S (S the splits used, ``batch_chunks``): A_z (m, k_len), B_z (k_len, n)
-    read through the batched mappings from flat float32 buffers a and b (shapes: ``mappings_batched``), C_z stored
-    through `store` (``batch_t``: out (Z, n, m); ``partial``: out (Z, m, n)). The caller sizes out for
-    ``batch_chunks(k_total, splits, k_step)[0]`` splits. ``block``: the version's (None: its default)."""
+    read through the batched mappings from flat float32 (tensor_bf16: or BF16-bit uint16) buffers a and b (shapes:
+    ``mappings_batched``), C_z stored through `store` (``batch_t``: out (Z, n, m); ``partial``: out (Z, m, n)).
+    The caller sizes out for ``batch_chunks(k_total, splits, k_step)[0]`` splits. ``block``: the version's (None: its
+    default)."""
     op = op or "gemm_batched"
     if version not in BATCH_VERSIONS:
         raise ValueError(f"{op}: version {version!r} cannot run batched; choose from {BATCH_VERSIONS}")
@@ -43,6 +49,10 @@ def gemm_batched(version, m, n, k_total, batches, a, b, out, *, a_map, b_map, st
                          f"{a_map!r}, {b_map!r}, {store!r}")
     if isinstance(splits, bool) or not isinstance(splits, (int, np.integer)) or splits < 1:
         raise ValueError(f"{op}: splits must be a positive int, got {splits!r}")
+    for what, x in (("a", a), ("b", b)):
+        if getattr(x, "dtype", None) == np.uint16 and spec.inputs != "bf16":
+            raise ValueError(f"{op}: operand {what} holds BF16 bits (uint16); only a version rounding to BF16 "
+                             f"(tensor_bf16) reads them, got {version!r}")
     splits, k_len = batch_chunks(int(k_total), int(splits), spec.k_step)
     z = int(batches) * splits
     if not 1 <= z <= MAX_BATCH:

@@ -5,7 +5,9 @@ The problem's dims are (M, N, K, S, S_mul, S_shift, K_total) (``batched_problem`
 numbers of a division by S): each of the Z / S stored operands is K_total deep, and its K is split into S chunks of
 K = k_len indices (S = 1: no split), grid z = b * S + s running chunk s of operand pair b (a fixed order:
 ``conv.winograd`` sums the S partial products of each b in s order afterwards).
-Operands are flat C-contiguous float32 buffers (32-bit element offsets):
+Operands are flat C-contiguous buffers (32-bit element offsets) of float32, or of BF16 bits (uint16, a Winograd
+transform's BF16 storage: ``mma.bf16_float`` widens each element to the float32 it stands for, exactly; the
+kernel is specialised on the buffer's dtype):
 
 * ``batch_t`` (A): a (Z/S, K_total, M), A_z[i, p] = a[b, s*k_len + p, i] (contiguous along M);
 * ``batch_k`` (A): a (Z/S, M, K_total), A_z[i, p] = a[b, i, s*k_len + p] (contiguous along K: coalesced128's
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 from numba import cuda, uint32
 
+from ..mma import bf16_float
 from .indexing import F0, Loader, _divmod, _index1, device_function
 from .problem import D_K, D_M, D_N, GemmProblem, fast_divmod_constants
 
@@ -62,7 +65,7 @@ def batch_a_loader(kind):
         @device_function
         def get(a, dims, o, p):
             if o[0] < dims[D_M] and p < dims[D_K] and uint32(o[2] + p) < dims[D_KTOT]:
-                return a[uint32(o[1] + p * dims[D_M])]
+                return bf16_float(a[uint32(o[1] + p * dims[D_M])])
             return F0
 
         return Loader(False, outer, _index1, get)
@@ -76,7 +79,7 @@ def batch_a_loader(kind):
         @device_function
         def get(a, dims, o, p):
             if o[0] < dims[D_M] and p < dims[D_K] and uint32(o[2] + p) < dims[D_KTOT]:
-                return a[uint32(o[1] + p)]
+                return bf16_float(a[uint32(o[1] + p)])
             return F0
 
         return Loader(True, outer, _index1, get)
@@ -95,7 +98,7 @@ def batch_b_loader(kind):
         @device_function
         def get(b, dims, o, p):
             if o[0] < dims[D_N] and p < dims[D_K] and uint32(o[2] + p) < dims[D_KTOT]:
-                return b[uint32(o[1] + p * dims[D_N])]
+                return bf16_float(b[uint32(o[1] + p * dims[D_N])])
             return F0
 
         return Loader(False, outer, _index1, get)
@@ -109,7 +112,7 @@ def batch_b_loader(kind):
         @device_function
         def get(b, dims, o, p):
             if o[0] < dims[D_N] and p < dims[D_K] and uint32(o[2] + p) < dims[D_KTOT]:
-                return b[uint32(o[1] + p)]
+                return bf16_float(b[uint32(o[1] + p)])
             return F0
 
         return Loader(True, outer, _index1, get)
