@@ -260,14 +260,17 @@ def test_tensor_core_batched_gemm(pass_, version):
 
 # BF16 transform storage (storage="bf16", tensor_bf16 only): the transforms round V and dM to BF16 as the GEMM's
 # tile store would, the GEMM reads the bits back exactly, so each pass is bit for bit its float32-storage result
-# (and so within TENSOR_BOUND of the exact convolution). Each case runs the pass twice (two batched GEMMs).
+# (and so within TENSOR_BOUND of the exact convolution). Each case runs the pass twice (two batched GEMMs); the
+# weight gradients on one image (20 and 15 tiles: one K step, partly zero-filled, one split).
+WGRAD_SHAPE, UP_WGRAD_SHAPE = (1, *SHAPE[1:]), (1, *UP_SHAPE[1:])
 BF16_PASSES = {"forward": lambda: _forward(1, version="tensor_bf16", bf16=True),
                "backward_data": lambda: _backward_data(1, version="tensor_bf16", bf16=True),
-               "backward_weight": lambda: _backward_weight(1, splits=1, version="tensor_bf16", bf16=True),
+               "backward_weight": lambda: _backward_weight(1, shape=WGRAD_SHAPE, splits=1, version="tensor_bf16",
+                                                           bf16=True),
                "up_forward": lambda: _forward(0, shape=UP_SHAPE, up=True, version="tensor_bf16", bf16=True),
                "up_backward_data": lambda: _backward_data(1, shape=UP_SHAPE, up=True, version="tensor_bf16",
                                                           bf16=True),
-               "up_backward_weight": lambda: _backward_weight(1, shape=UP_SHAPE, splits=2, up=True,
+               "up_backward_weight": lambda: _backward_weight(1, shape=UP_WGRAD_SHAPE, splits=1, up=True,
                                                               version="tensor_bf16", bf16=True)}
 
 
@@ -324,7 +327,7 @@ def test_bf16_storage_batched_gemm_same_bits():
 def test_bf16_storage_shared_v():
     """A forward's BF16 V (uint16, ``transform_dtype``) serves the weight gradient of BF16 storage: the bits of the
     float32-storage weight gradient; a float32 v is refused there."""
-    n, cin, cout, h, wd = SHAPE
+    n, cin, cout, h, wd = WGRAD_SHAPE
     rng = _rng("bf16-shared-v")
     x, w, dy = _rand(rng, n, cin, h, wd), _rand(rng, cout, cin, 3, 3), _rand(rng, n, cout, h, wd)
     d_x, d_dy = cuda.to_device(x), cuda.to_device(dy)

@@ -316,6 +316,8 @@ class Conv2dStage(Stage):
 
             from gpunn.kernels.conv import winograd
 
+            # BF16 transform storage (winograd's storage="bf16", tensor_bf16 only) would allocate
+            # winograd.transform_dtype("bf16") here and pass storage to the forward and the weight gradient; not on
             y.aux = cuda.device_array(winograd.input_transform_size(x.view.shape, self.padding, self.up), np.float32)
             kw["v"] = y.aux  # x transformed, for this program's weight gradient
         forward = self._version(binder, "forward", x.view)
