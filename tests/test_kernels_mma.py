@@ -164,6 +164,34 @@ def test_roundings_in_a_kernel_equal_the_host_ones():
     assert np.array_equal((packed & np.uint32(0xFFFF0000)).view(np.float32), M.round_bf16(-x))
 
 
+def test_bf16_bits_are_pack_bf16s_low_half_and_bf16_float_their_inverse():
+    """The BF16 storage's rounding (``bf16_bits``) is ``pack_bf16``'s, bit for bit (NaN, infinities, subnormals,
+    ties included); ``bf16_float`` gives back the BF16 value exactly and passes a float32 unchanged."""
+    x = np.concatenate([_ties_and_randoms(_rng("bf16-bits"), n=200),
+                        np.float32([np.nan, np.inf, -np.inf, 1e-40, -3e-39, 3.4e38])])
+
+    @cuda.jit
+    def kernel(x, bits, packed, back, same):
+        i = cuda.grid(1)
+        if i < x.size:
+            bits[i] = M.bf16_bits(x[i])
+            packed[i] = M.pack_bf16(x[i], float32(0.0))
+            back[i] = M.bf16_float(bits[i])
+            same[i] = M.bf16_float(x[i])
+
+    n = x.size
+    bits, packed = cuda.to_device(np.zeros(n, np.uint16)), cuda.to_device(np.zeros(n, np.uint32))
+    back, same = cuda.to_device(np.zeros(n, np.float32)), cuda.to_device(np.zeros(n, np.float32))
+    kernel[(n + 127) // 128, 128](cuda.to_device(x), bits, packed, back, same)
+    got = bits.copy_to_host()
+    assert np.array_equal(got, (packed.copy_to_host() & np.uint32(0xFFFF)).astype(np.uint16))
+    num = ~np.isnan(x)  # (a GPU's NaN is the canonical one, the emulation's keeps the payload: both NaN)
+    assert np.array_equal(got[num], M._bf16_bits(x)[num])
+    assert np.array_equal(back.copy_to_host()[num], M.round_bf16(x)[num])
+    assert np.array_equal(np.isnan(back.copy_to_host()), np.isnan(x))
+    assert np.array_equal(same.copy_to_host().view(np.uint32), x.view(np.uint32))
+
+
 def test_a_warp_missing_from_an_mma_is_an_error():
     """Under the simulator: a lane that skips the MMA its warp runs is reported, not computed around."""
     @cuda.jit
