@@ -1,6 +1,7 @@
 """Tile loads of the tensor-core GEMM versions: one operand's K step (32 K of ``rows`` outer indices: M of A, N of B)
 from global memory into a thread's registers, and where each register goes in the shared tile, for ``threads``
-threads. Inputs are float32 in memory whatever the format; a word of the tile holds kp K (TF32 1, BF16 2).
+threads. Inputs are float32 in memory whatever the format (or, through the batched mappings, BF16 bits that the
+loader widens to float32: ``mappings_batched``); a word of the tile holds kp K (TF32 1, BF16 2).
 
 Two paths, by the operand's mapping (compile time):
 
