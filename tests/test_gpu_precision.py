@@ -160,6 +160,28 @@ def test_winograd_passes_run_their_batched_gemms_on_the_tensor_cores(everywhere,
     assert sum("_up[" in name for name in products) == 6
 
 
+def test_winograd_bf16_storage_is_wired_through_the_engine(everywhere, monkeypatch):
+    """With layers.WINOGRAD_BF16_STORAGE on (off by default until measured), gpu-bf16's Winograd transforms write
+    BF16 buffers: their launches say so and their buffers, the forward's kept V included, are uint16; off, float32.
+    (Each pass gives the float32 storage's bits: tests/test_kernels_conv_winograd.py; the whole step on a GPU:
+    test_gpu_winograd_bf16_storage_gives_the_same_step below.)"""
+    from gpunn.backends.gpu import layers
+    from gpunn.backends.gpu.engine import GpuEngine, _launches
+
+    monkeypatch.setattr(P, "AUTO_WINOGRAD_MIN_PRODUCT", 1)
+    sizes = {"in_channels": 2, "channels": (3, 2), "image_size": 4}
+    for storage, dtype in ((False, np.float32), (True, np.uint16)):
+        monkeypatch.setattr(layers, "WINOGRAD_BF16_STORAGE", storage)
+        gpu = GpuEngine(build_model("autoencoder", seed=3, **sizes), "autoencoder", 0.1,
+                        _policy("autoencoder", "bf16"))
+        program = gpu._step_program(2, (2, 4, 4))
+        transforms = [launch for launch in _launches(program.forward + program.backward)
+                      if "input transform" in launch.name or "dy transform" in launch.name]
+        assert len(transforms) >= 9, [t.name for t in transforms]  # 5 forward, 4 input-gradient, wgrad dy ones
+        assert all(t.name.endswith(",bf16]") == storage for t in transforms)
+        assert all(t.args[1].dtype == dtype for t in transforms)  # (src, the buffer it writes, dims)
+
+
 def test_a_short_epoch_stays_within_the_bound_of_cpu(everywhere):
     """Two steps of the CNN (batches of 4 and a partial 3) in the shared order: the loss and the parameters after
     them within BF16's bound of cpu-numpy's, and the parameters moved by more than that (the check is not
@@ -250,3 +272,22 @@ def test_gpu_variant_trains_like_cpu_and_repeats_bit_for_bit(model, precision):
         assert _rel_err(gpu.parameters(), expected_params) < BOUND[precision]
         runs.append(gpu.parameters().copy())
     assert np.array_equal(runs[0], runs[1])
+
+
+@pytest.mark.gpu
+def test_gpu_winograd_bf16_storage_gives_the_same_step(monkeypatch):
+    """On a GPU, the autoencoder at its real widths (batch 8): one gpu-bf16 step's gradients with BF16 transform
+    buffers bit for bit those with float32 buffers."""
+    from gpunn.backends.gpu import layers
+    from gpunn.backends.gpu.engine import GpuEngine
+    from gpunn.device import simulator_enabled
+
+    if simulator_enabled():
+        pytest.skip("needs a real GPU")
+    x = np.random.default_rng(6).random((8, 3, 32, 32), dtype=np.float32)
+    grads = []
+    for storage in (False, True):
+        monkeypatch.setattr(layers, "WINOGRAD_BF16_STORAGE", storage)
+        gpu = GpuEngine(build_model("autoencoder", seed=3), "autoencoder", 0.002, _policy("autoencoder", "bf16"))
+        grads.append(gpu.gradients(x, x))
+    assert np.array_equal(grads[0], grads[1])

@@ -49,6 +49,9 @@ from .policy import (
 # a conv whose forward and weight gradient both run Winograd transforms x once: the forward keeps V for the weight
 # gradient (gpunn.kernels.conv.winograd; H100 numbers: the issue-26 notes)
 SHARE_WINOGRAD_INPUT = True
+# a bf16 policy's Winograd passes on the tensor cores with their transform buffers in BF16 (conv.winograd storage
+# "bf16": the same results, half the bytes). Off until it measures faster on a GPU (docs/notes/issue-42-progress.md)
+WINOGRAD_BF16_STORAGE = False
 
 
 @dataclass
@@ -296,7 +299,18 @@ class Conv2dStage(Stage):
         threads = binder.threads if version.takes_threads else {}
         if tensor_pass(binder.policy, step, self.cin, self.cout, self.k):
             threads = {**threads, "version": precision_gemm(binder.policy)}  # its GEMM on the tensor cores
+            if name == "winograd" and self._winograd_storage(binder) == "bf16":
+                threads["storage"] = "bf16"
         return functools.partial(launcher, launch=False, **threads)
+
+    def _winograd_storage(self, binder) -> str:
+        """The storage of this conv's Winograd transform buffers under the policy: "bf16" with WINOGRAD_BF16_STORAGE
+        on, for a bf16 policy whose three passes of this conv are on the tensor cores (the forward's kept V is read
+        by the weight gradient: one storage for all), else "fp32"."""
+        policy = binder.policy
+        tensor = all(tensor_pass(policy, step, self.cin, self.cout, self.k)
+                     for step in ("forward", "backward_data", "backward_weight"))
+        return "bf16" if WINOGRAD_BF16_STORAGE and policy.precision == "bf16" and tensor else "fp32"
 
     def _shares_winograd_input(self, binder, x) -> bool:
         """Whether the forward and the weight gradient both run ``winograd`` (SHARE_WINOGRAD_INPUT on): the
@@ -316,9 +330,8 @@ class Conv2dStage(Stage):
 
             from gpunn.kernels.conv import winograd
 
-            # BF16 transform storage (winograd's storage="bf16", tensor_bf16 only) would allocate
-            # winograd.transform_dtype("bf16") here and pass storage to the forward and the weight gradient; not on
-            y.aux = cuda.device_array(winograd.input_transform_size(x.view.shape, self.padding, self.up), np.float32)
+            y.aux = cuda.device_array(winograd.input_transform_size(x.view.shape, self.padding, self.up),
+                                      winograd.transform_dtype(self._winograd_storage(binder)))
             kw["v"] = y.aux  # x transformed, for this program's weight gradient
         forward = self._version(binder, "forward", x.view)
         return [forward(x.view, self.weight(p), self.bias(p), y.view, self.padding, relu=self.relu, **kw)]

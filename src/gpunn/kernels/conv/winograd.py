@@ -24,8 +24,8 @@ weight gradient's dM; not U, M or the partials) are float32 (``fp32``) or, with 
 only, BF16 bits in uint16 (``bf16``, half the bytes): the transform rounds each value as that GEMM rounds it when it
 stores a tile to shared memory (``mma.bf16_bits``, the same instruction, to nearest even) and the GEMM reads the
 bits back exactly and rounds them to themselves (a NaN stays a NaN), so every pass gives bit for bit the result of
-its ``fp32`` storage on tensor_bf16. The forward's kept ``v`` then holds uint16 (``transform_dtype``); the training
-engine still allocates float32 (backends/gpu/layers.py's y.aux: ``transform_dtype(storage)`` is the hook).
+its ``fp32`` storage on tensor_bf16. The forward's kept ``v`` then holds uint16 (``transform_dtype``). The training
+engine uses it for a bf16 policy where backends/gpu/layers.py's WINOGRAD_BF16_STORAGE is on (off until measured).
 """
 
 from __future__ import annotations
@@ -92,6 +92,11 @@ def _scratch(size, storage="fp32"):
     if storage == "bf16":
         return cuda.to_device(np.full(int(size), BF16_NAN, dtype=np.uint16))
     return cuda.to_device(np.full(int(size), np.nan, dtype=np.float32))
+
+
+def _tag(storage):
+    """A transform launch's name suffix: its storage where not float32."""
+    return "" if storage == "fp32" else f",{storage}"
 
 
 def transform_dtype(storage: str):
@@ -420,7 +425,8 @@ def _winograd_conv(op, src, w, out, epilogue, aux, padding, flip, version, block
     group = LaunchGroup([
         _bind(_weight_transform, c_in * c_out, (w, u, np.uint32(c_in), np.uint32(c_out), bool(flip)), stream,
               f"{op}[weight transform]"),
-        _bind(_input_kernel(up, storage), c_in * tiles, (flat(src), v, td_in), stream, f"{op}[input transform]"),
+        _bind(_input_kernel(up, storage), c_in * tiles, (flat(src), v, td_in), stream,
+              f"{op}[input transform{_tag(storage)}]"),
         gemm_batched(version, tiles, c_out, c_in, POSITIONS, v, u, m, a_map="batch_t", b_map="batch",
                      store="batch_t", block=block, stream=stream, launch=False, op=op),
         _bind(_output_kernel(epilogue, down), c_out * tiles, (m, flat(out), aux, td_out), stream,
@@ -514,12 +520,12 @@ def _winograd_wgrad(op, x, dy, dw, padding, k, oh, ow, version, block, stream, l
     if v is None:
         v = _scratch(POSITIONS * cin * tiles, storage)
         transform = [_bind(_input_kernel(up, storage), cin * tiles, (flat(x), v, td_x), stream,
-                           f"{op}[input transform]")]
+                           f"{op}[input transform{_tag(storage)}]")]
     else:
         _v_buffer(op, v, POSITIONS * cin * tiles, storage)
     group = LaunchGroup([
         *transform,
-        _bind(_dy_kernel(storage), cout * tiles, (flat(dy), dm, td_dy), stream, f"{op}[dy transform]"),
+        _bind(_dy_kernel(storage), cout * tiles, (flat(dy), dm, td_dy), stream, f"{op}[dy transform{_tag(storage)}]"),
         gemm_batched(version, cin, cout, tiles, POSITIONS, v, dm, partials, a_map="batch_k", b_map="batch_t_k",
                      store="partial", splits=splits, block=block, stream=stream, launch=False, op=op),
         _bind(_wgrad_finish, cin * cout, (partials, dw, np.uint32(cin), np.uint32(cout), np.uint32(splits)), stream,
