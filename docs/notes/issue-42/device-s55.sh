@@ -15,6 +15,15 @@ for m in mlp cnn; do
 done
 python -m gpunn.bench autoencoder --batch 64 --variants gpu-graph,gpu-tf32,gpu-bf16 --out "$out/autoencoder.csv" \
   > "$out/bench-autoencoder.log" 2>&1
+# the same epochs of gpu-bf16 with its Winograd buffers in BF16 (layers.WINOGRAD_BF16_STORAGE, off by default)
+python - "$out" > "$out/bench-autoencoder-bf16-storage.log" 2>&1 <<'PY'
+import runpy, sys
+from gpunn.backends.gpu import layers
+layers.WINOGRAD_BF16_STORAGE = True
+sys.argv = ["gpunn.bench", "autoencoder", "--batch", "64", "--variants", "gpu-bf16", "--torch-settings", "bf16",
+            "--out", f"{sys.argv[1]}/autoencoder-bf16-storage.csv"]
+runpy.run_module("gpunn.bench", run_name="__main__")
+PY
 python -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_precision.py tests/test_gpu_upsample_fusion.py \
   tests/test_kernels_wgrad_bias.py tests/test_kernels_conv_winograd.py tests/test_kernels_mma.py \
   > "$out/test-gpu.log" 2>&1
