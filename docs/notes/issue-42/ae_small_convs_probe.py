@@ -1,5 +1,7 @@
 """Issue 42 probe (device): the autoencoder's float32 first and last convolutions at batch 64, each candidate timed
-alone with CUDA events (warm-up, median of 50) and checked against the float64 reference where it is new:
+alone with CUDA events (bench.core.median_launch_ms, median of 50) and checked against the float64 reference where
+it is new (stop 54's figures were one event pair around each call: they include the host's gaps between a group's
+launches, a few us each):
   conv5 forward, 256 -> 3 on up(16x16): the implicit GEMM on the upsampled map (today) against ``phase``;
   conv1 forward (3 -> 256 + ReLU + pool, direct_pooled) at several tunings;
   conv1 weight + bias gradient, 3 -> 256 + ReLU + pool on 32x32: the pooled GEMM and the bias launch (today)
@@ -7,12 +9,12 @@ alone with CUDA events (warm-up, median of 50) and checked against the float64 r
   and the direct pass (``wgrad_direct``, in output-channel groups) at several band, split and co_t layouts.
 
     python docs/notes/issue-42/ae_small_convs_probe.py OUT"""
-import statistics
 import sys
 
 import numpy as np
 from numba import cuda
 
+from gpunn.bench.core import median_launch_ms, numba_clock
 from gpunn.kernels.conv import direct_pooled as D
 from gpunn.kernels.conv import phase_up as P
 from gpunn.kernels.conv import pooled as PL
@@ -26,18 +28,10 @@ rng = np.random.default_rng(0)
 timings = []
 
 
-def timed(name, launch, reps=REPS):
-    launch()
-    cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = cuda.event(), cuda.event()
-        start.record()
-        launch()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    ms = statistics.median(times)
+def timed(name, launch):
+    """The launch's median GPU time (bench.core.median_launch_ms: warm-up, queued behind a GPU hold, so the host's
+    gaps between a group's launches are not counted), recorded and printed."""
+    ms = median_launch_ms(launch, REPS, numba_clock(0)).ms
     timings.append((name, ms))
     print(f"{name:70s} {ms:8.4f} ms", flush=True)
 

@@ -1,18 +1,18 @@
 """Issue 42 probe (device): the autoencoder's Winograd passes on tensor_bf16 at batch 64 with the transform buffers
 (V, dM) stored as float32 and as BF16 bits (``storage="bf16"``: half their bytes), each pass and each of its launches
-timed alone with CUDA events (warm-up, median of 30), and the two storages' outputs compared bit for bit (they must
-be equal) and against the float64 reference:
+timed alone with CUDA events (bench.core.median_launch_ms, median of 30), and the two storages' outputs compared
+bit for bit (they must be equal) and against the float64 reference:
   conv2 256 -> 128 on 16x16 (forward + bias + ReLU, input gradient with the ReLU mask, weight gradient);
   conv4 128 -> 256 on the 2x upsample of 8x8 (the same three, the ``_up`` launchers).
 
     python docs/notes/issue-42/bf16_buffers_probe.py OUT          (a GPU)
     NUMBA_ENABLE_CUDASIM=1 python docs/notes/issue-42/bf16_buffers_probe.py OUT small   (a smoke run)"""
-import statistics
 import sys
 
 import numpy as np
 from numba import cuda
 
+from gpunn.bench.core import median_launch_ms, numba_clock
 from gpunn.kernels.conv import reference as R
 from gpunn.kernels.conv import upsampled as UP
 from gpunn.kernels.conv import winograd as WG
@@ -27,18 +27,9 @@ mismatches = []
 
 
 def timed(name, launch):
-    if not SMALL:  # (under the simulator a call takes seconds: no warm-up)
-        launch()
-    cuda.synchronize()
-    times = []
-    for _ in range(REPS):
-        start, end = cuda.event(), cuda.event()
-        start.record()
-        launch()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    ms = statistics.median(times)
+    """The launch's median GPU time (bench.core.median_launch_ms: warm-up, queued behind a GPU hold, so the host's
+    gaps between a group's launches are not counted), recorded and printed."""
+    ms = median_launch_ms(launch, REPS, numba_clock(0)).ms
     timings.append((name, ms))
     print(f"{name:78s} {ms:8.4f} ms", flush=True)
 

@@ -93,7 +93,7 @@ def phase_forward_fits(cin: int, cout: int, k: int, padding: int, height: int, w
 @functools.cache
 def _summed_kernel(cout):
     """ws[ci, phase, (di, dj), co] = the sum of w[co, ci, kh, kw] over the taps of phase (a, b) = (phase >> 1,
-    phase & 1) falling on (di, dj): kh in [di (1 + a), a + di (2 - a)], kw alike (module docstring)."""
+    phase & 1) falling on (di, dj): (kh + 1 - a) >> 1 = di, (kw + 1 - b) >> 1 = dj (module docstring)."""
     per_ci = np.uint32(16 * cout)
     per_phase = np.uint32(4 * cout)
     COUT = np.uint32(cout)
@@ -113,9 +113,11 @@ def _summed_kernel(cout):
             di = tap >> U1
             dj = tap & U1
             s = F0
-            for kh in range(uint32(di * uint32(U1 + pa)), uint32(uint32(pa + di * uint32(_U2 - pa)) + U1)):
-                for kw in range(uint32(dj * uint32(U1 + pb)), uint32(uint32(pb + dj * uint32(_U2 - pb)) + U1)):
-                    s += w[co, ci, kh, kw]
+            for kh in range(3):
+                if uint32(uint32(kh) + U1 - pa) >> U1 == di:
+                    for kw in range(3):
+                        if uint32(uint32(kw) + U1 - pb) >> U1 == dj:
+                            s += w[co, ci, kh, kw]
             ws[i] = s
 
     return summed_phase_kernel
