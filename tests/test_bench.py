@@ -17,6 +17,8 @@ import pytest
 from numba import config, cuda
 
 from gpunn import bench, cli, flops, provenance
+from gpunn.backends.gpu.policy import POLICIES
+from gpunn.backends.registry import VARIANTS
 from gpunn.bench.__main__ import main as bench_main
 from gpunn.bench.gemm import SPLIT_K_VERSIONS
 from gpunn.errors import GpunnError
@@ -238,7 +240,10 @@ def test_gpu_gemm_against_torch():
     assert _positive_finite(frame["ms"]) and _positive_finite(frame["ref_ms"]) and _positive_finite(frame["pct_of_ref"])
     assert not torch.backends.cuda.matmul.allow_tf32
     square = frame[frame["case"] == "square_4096"]
-    assert (square["ref_name"] == "torch.matmul").all()
+    # each version against cuBLAS in its own input format: FP32 with TF32 off, the tensor-core versions' in theirs
+    formats = square["version"].map(lambda v: gemm.VERSIONS[v].inputs)
+    want = formats.map(lambda fmt: "torch.matmul" + ("" if fmt == "fp32" else f" ({fmt})"))
+    assert (square["ref_name"] == want).all() and set(formats) >= {"fp32"}
     assert math.isclose(square["gflops"].iloc[0], 2 * 4096**3 / square["ms"].iloc[0] / 1e6)
 
 
@@ -495,16 +500,23 @@ def test_gpu_bench_autoencoder_rows_and_memory(tmp_path):
     assert done.returncode == 0, done.stderr
     frame = pd.read_csv(out)
     gpu = frame[frame["variant"].str.startswith("gpu-")]
-    assert set(gpu["variant"]) == {"gpu-naive", "gpu-tiled", "gpu-im2col", "gpu-graph"}
+    trains = {name for name, entry in VARIANTS.items() if entry.gpu and "autoencoder" in entry.models}
+    assert set(gpu["variant"]) == trains >= {"gpu-naive", "gpu-tiled", "gpu-im2col", "gpu-graph", "gpu-bf16"}
     assert set(frame["batch"]) == {64, 1} and list(frame["extrapolated"]) == list(frame["batch"] == 1)
     assert (gpu["gpu_mem_measure"] == "device_in_use_delta").all() and (gpu["gpu_mem_mib"] > 0).all()
     torch_rows = frame[frame["variant"].str.startswith("torch-")]
     if len(torch_rows):  # 2 batch sizes x 4 settings x eager and graph
         assert len(torch_rows) == 16 and (torch_rows["gpu_mem_mib"] > 0).all()
         assert (frame.loc[frame["variant"] == "torch-eager", "ratio_to_torch_eager"] == 1).all()
-    # every GPU variant's loss after the same epochs from the same start agrees with the others'
+    # every GPU variant's loss after the same epochs from the same start agrees with the others': the FP32 ones
+    # within 1e-3, the tensor-core ones (inputs rounded to TF32 / BF16) within 8 units of their format of gpu-graph's
     for _, rows in gpu.groupby("batch"):
-        assert rows["epoch_loss"].max() == pytest.approx(rows["epoch_loss"].min(), rel=1e-3)
+        precision = rows["variant"].map(lambda v: POLICIES[v].precision)
+        fp32 = rows[precision == "fp32"]
+        assert fp32["epoch_loss"].max() == pytest.approx(fp32["epoch_loss"].min(), rel=1e-3)
+        reference = rows.loc[rows["variant"] == "gpu-graph", "epoch_loss"].iloc[0]
+        for fmt, loss in zip(precision[precision != "fp32"], rows.loc[precision != "fp32", "epoch_loss"]):
+            assert loss == pytest.approx(reference, rel=8 * {"tf32": 2.0**-11, "bf16": 2.0**-8}[fmt])
 
 
 def test_bench_torch_settings_option(capsys):
