@@ -305,21 +305,28 @@ def test_bf16_storage_transforms_round_as_the_gemm():
     assert np.isnan(M.round_bf16(np.float32(np.nan)))
 
 
-def test_bf16_storage_batched_gemm_same_bits():
+@pytest.mark.parametrize("m, n, k, splits", [(9, 7, 40, 1), (10, 8, 41, 1), (6, 4, 72, 2)])
+def test_bf16_storage_batched_gemm_same_bits(m, n, k, splits):
     """gemm_batched on tensor_bf16 with uint16 (BF16 bits) operands: bit for bit the product of the float32 operands
-    they were rounded from, every mapping, K = 40 (a second, partly zero-filled K step), one operand of each
-    storage too."""
-    rng = _rng("bf16-batched")
-    z, m, n, k = 1, 9, 7, 40
+    they were rounded from, every mapping, one operand of each storage too. The operands are read as BF16 pairs
+    (the ``_bf16x2`` mappings) where pairs cannot straddle: along K where K is even (40, 72: a second, partly
+    zero-filled K step; 72 in two chunks of 64, the second partly outside K), along M or N where that side is even
+    (10 x 8, 6 x 4: a pair's both rows at once, tails of the tile zero); else element by element (9 x 7, K 41)."""
+    rng = _rng(f"bf16-batched-{m}-{n}-{k}")
+    z = 2
     a_km, a_mk, b_kn, b_nk = _rand(rng, z, k, m), _rand(rng, z, m, k), _rand(rng, z, k, n), _rand(rng, z, n, k)
     for a_map, a, b_map, b in (("batch_t", a_km, "batch_t_k", b_nk), ("batch_k", a_mk, "batch", b_kn)):
         outs = []
         for a_dev, b_dev in ((a.ravel(), b.ravel()), (M._bf16_bits(a.ravel()), M._bf16_bits(b.ravel())),
-                             (M._bf16_bits(a.ravel()), b.ravel())):
-            out = _nan(z * m * n)
-            B.gemm_batched("tensor_bf16", m, n, k, z, cuda.to_device(a_dev), cuda.to_device(b_dev), out,
-                           a_map=a_map, b_map=b_map, store="partial")
+                             (M._bf16_bits(a.ravel()), b.ravel()), (a.ravel(), M._bf16_bits(b.ravel()))):
+            out = _nan(z * splits * m * n)
+            launch = B.gemm_batched("tensor_bf16", m, n, k, z, cuda.to_device(a_dev), cuda.to_device(b_dev), out,
+                                    a_map=a_map, b_map=b_map, store="partial", splits=splits)
             outs.append(out.copy_to_host())
+            for side, kind, dev, outer in (("a", a_map, a_dev, m), ("b", b_map, b_dev, n)):
+                along = k if kind in ("batch_k", "batch_t_k") else outer
+                paired = dev.dtype == np.uint16 and along % 2 == 0
+                assert (f"{kind}_bf16x2" in launch.name) == paired, (launch.name, side)
         assert np.isfinite(outs[0]).all()
         assert all(np.array_equal(outs[0], o) for o in outs[1:]), (a_map, b_map)
 

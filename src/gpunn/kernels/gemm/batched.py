@@ -4,9 +4,11 @@ An explicit K split composes with the batch: grid z = b * S + s, chunk s of pair
 apart (``partial`` or ``batch_t``) for the caller's fixed-order sum.
 
 An operand may be stored as BF16 bits (uint16) for the version that rounds its inputs to BF16 anyway
-(``tensor_bf16``): it reads the bits back as the float32 they stand for and rounds them again to the same bits, so
-the product is bit for bit the one of the float32 operand the bits were rounded from (``conv.winograd``'s
-``storage="bf16"``)."""
+(``tensor_bf16``; ``conv.winograd``'s ``storage="bf16"``): the kernel reads the buffer as uint32 words of BF16 pairs
+through the mapping's ``_bf16x2`` twin and puts them in its tile as they are, where the pairs cannot straddle
+(``mappings_batched.pair_map``); else it reads each element back as the float32 it stands for and rounds it again
+to the same bits. Either way the product is bit for bit the one of the float32 operand the bits were rounded
+from."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import numpy as np
 
 from ..common import cdiv, epilogue_args
 from ..launch import Launch, bind
-from .mappings_batched import BATCH_A_MAPS, BATCH_B_MAPS, batched_problem
+from .mappings_batched import BATCH_A_MAPS, BATCH_B_MAPS, batched_problem, pair_map
 from .problem import U32_LIMIT
 from .versions import lookup
 
@@ -63,7 +65,18 @@ def gemm_batched(version, m, n, k_total, batches, a, b, out, *, a_map, b_map, st
     problem = batched_problem(m, n, k_len, splits, k_total)
     if aux is None:
         aux = epilogue_args(op)[1]
+    a, a_map = _pairs(a, "a", a_map, m, k_total)
+    b, b_map = _pairs(b, "b", b_map, n, k_total)
     kernel = spec.kernel(a_map, b_map, store, 1, epilogue)
     grid, threads = spec.config(op, spec.block if block is None else block, m, n, kernel)
     name = name or f"{op}[{version},{a_map},{b_map}->{store},{batches}x{splits}]"
     return bind(kernel, (*grid, z), threads, (a, b, out, aux, problem.dims), stream, launch, name)
+
+
+def _pairs(x, side, kind, outer, k_total):
+    """(buffer, mapping) the kernel reads: a uint16 operand as uint32 words through the ``_bf16x2`` twin where its
+    pairs cannot straddle (and its size is even), else as it is."""
+    if getattr(x, "dtype", None) != np.uint16 or x.size % 2:
+        return x, kind
+    twin = pair_map(side, kind, outer, k_total)
+    return (x, kind) if twin is None else (x.view(np.uint32), twin)

@@ -57,7 +57,16 @@ from .indexing import (  # noqa: F401  (re-exported: the kernels import them fro
     _pixel,
     device_function,
 )
-from .mappings_batched import BATCH_A_MAPS, BATCH_B_MAPS, BATCH_STORES, batch_a_loader, batch_b_loader, batch_store_fns
+from .mappings_batched import (
+    BATCH_A_MAPS,
+    BATCH_B_MAPS,
+    BATCH_PAIR_MAPS,
+    BATCH_STORES,
+    batch_a_loader,
+    batch_b_loader,
+    batch_pair_loader,
+    batch_store_fns,
+)
 from .mappings_up import UP_A_MAPS as _UP_A_MAPS
 from .mappings_up import UP_B_MAPS as _UP_B_MAPS
 from .mappings_up import up_a_loader, up_b_loader
@@ -112,6 +121,8 @@ def _a_loader(kind, ksize):
         return _pool_a_loader(kind, ksize)
     if kind in BATCH_A_MAPS:
         return batch_a_loader(kind)
+    if kind in BATCH_PAIR_MAPS:
+        return batch_pair_loader(kind)
     if kind == "dense":  # a (M, K)
 
         @device_function
@@ -169,8 +180,8 @@ def _a_loader(kind, ksize):
 
 # The mappings whose K axis is truly contiguous in memory with a plain outer index (coalesced128 reads them 8
 # consecutive K of 4 outer indices per warp request); weight_flip_t's K runs backwards within each 3x3 window.
-DENSE_K_A = frozenset({"dense", "dense_flat", "batch_k"})
-DENSE_K_B = frozenset({"dense_t", "dense_t_flat", "weight_t", "batch_t_k"})
+DENSE_K_A = frozenset({"dense", "dense_flat", "batch_k", "batch_k_bf16x2"})
+DENSE_K_B = frozenset({"dense_t", "dense_t_flat", "weight_t", "batch_t_k", "batch_t_k_bf16x2"})
 
 
 @functools.cache
@@ -180,6 +191,8 @@ def _b_loader(kind, ksize):
         return _pool_b_loader(kind, ksize)
     if kind in BATCH_B_MAPS:
         return batch_b_loader(kind)
+    if kind in BATCH_PAIR_MAPS:
+        return batch_pair_loader(kind)
     if kind == "dense":  # b (K, N)
 
         @device_function

@@ -17,6 +17,14 @@ kernel is specialised on the buffer's dtype):
 * ``batch_t`` (store): c (Z, N, M), C_z[i, j] -> c[z, j, i]; the plain ``partial`` store (mappings) is the
   (Z, M, N) one: C_z[i, j] -> c[z, i, j].
 
+BF16 pairs (``tensor_bf16`` only; ``gemm.batched`` picks them for a uint16 operand that allows them and passes
+its buffer viewed as uint32): the ``_bf16x2`` twins of the four A / B mappings (``BATCH_PAIR_MAPS``) return a
+uint32 word of two BF16, the bits the tensor tile holds, with no widening and rounding again:
+* ``batch_k_bf16x2`` / ``batch_t_k_bf16x2`` (contiguous along K; K_total even): the word of K p, p+1 (p even) of
+  one outer index, low half p;
+* ``batch_t_bf16x2`` / ``batch_bf16x2`` (contiguous along M or N; that side even): the word of outer indices i,
+  i+1 (i even) at one K, low half i (``operand_tiles`` interleaves two such words into two K pairs).
+
 The loaders zero-fill outside the chunk (p >= k_len) and outside the operand (s*k_len + p >= K_total), so a
 tile never reads the next chunk. The split-K kernels (``split_k``) use grid z for their own chunks: a batched
 launch runs the plain (split_k=False) kernels, and its split is this explicit one.
@@ -24,18 +32,23 @@ launch runs the plain (split_k=False) kernels, and its split is this explicit on
 
 from __future__ import annotations
 
+import numpy as np
 from numba import cuda, uint32
 
 from ..mma import bf16_float
-from .indexing import F0, Loader, _divmod, _index1, device_function
+from .indexing import F0, U0, U1, Loader, _divmod, _index1, device_function
 from .problem import D_K, D_M, D_N, GemmProblem, fast_divmod_constants
 
-__all__ = ["BATCH_A_MAPS", "BATCH_B_MAPS", "BATCH_FIELDS", "BATCH_STORES", "batch_a_loader", "batch_b_loader",
-           "batch_store_fns", "batched_problem"]
+__all__ = ["BATCH_A_MAPS", "BATCH_B_MAPS", "BATCH_FIELDS", "BATCH_PAIR_MAPS", "BATCH_STORES", "batch_a_loader",
+           "batch_b_loader", "batch_pair_loader", "batch_store_fns", "batched_problem", "pair_map"]
 
 BATCH_A_MAPS = ("batch_t", "batch_k")
 BATCH_B_MAPS = ("batch", "batch_t_k")
 BATCH_STORES = ("batch_t",)
+PAIR = "_bf16x2"  # the suffix of a mapping reading BF16 pairs (uint32 words)
+BATCH_PAIR_MAPS = {f"{kind}{PAIR}": (side, kind) for side, kinds in (("a", BATCH_A_MAPS), ("b", BATCH_B_MAPS))
+                   for kind in kinds}
+_PAIR_ALONG_K = ("batch_k", "batch_t_k")  # the word is two K; the others' two outer indices
 BATCH_FIELDS = ("splits", "splits_mul", "splits_shift", "k_total")
 D_SPLITS, D_SPLITS_MUL, D_SPLITS_SHIFT, D_KTOT = 3, 4, 5, 6
 
@@ -133,3 +146,47 @@ def batch_store_fns(kind):
 
         return row, at
     raise ValueError(f"gemm: unknown batched store {kind!r}; choose from {BATCH_STORES}")
+
+
+def pair_map(side: str, kind: str, outer: int, k_total: int) -> str | None:
+    """The ``_bf16x2`` twin of batched mapping `kind` for a uint16 operand on `side` ("a": outer = M, "b": N), or
+    None where its pairs could straddle: K_total odd (pairs along K) or the outer side odd (pairs along M or N)."""
+    along = k_total if kind in _PAIR_ALONG_K else outer
+    return f"{kind}{PAIR}" if along % 2 == 0 else None
+
+
+_LO16 = np.uint32(0xFFFF)
+_HI16 = np.uint32(0xFFFF0000)
+_U16 = np.uint32(16)
+
+
+@device_function
+def interleave(lo, hi, e):
+    """The K pair (low: word `lo`'s half e, high: word `hi`'s half e) of two words of an outer pair at K p, p+1."""
+    if e == 0:
+        return uint32((lo & _LO16) | (hi << _U16))
+    return uint32((lo >> _U16) | (hi & _HI16))
+
+
+def batch_pair_loader(kind):
+    """The Loader of a ``_bf16x2`` mapping: outer as its twin's, get(x, dims, o, p) -> the uint32 word (zero outside
+    the chunk and the operand), x the uint16 buffer viewed as uint32."""
+    side, twin = BATCH_PAIR_MAPS[kind]
+    loader = batch_a_loader(twin) if side == "a" else batch_b_loader(twin)
+    d_outer = D_M if side == "a" else D_N
+    if twin in _PAIR_ALONG_K:
+
+        @device_function
+        def get(x, dims, o, p):  # p even, K_total even: p + 1 is inside whenever p is
+            if o[0] < dims[d_outer] and p < dims[D_K] and uint32(o[2] + p) < dims[D_KTOT]:
+                return x[uint32(o[1] + p) >> U1]
+            return U0
+    else:
+
+        @device_function
+        def get(x, dims, o, p):  # o[0] even, the outer side even: o[0] + 1 is inside whenever o[0] is
+            if o[0] < dims[d_outer] and p < dims[D_K] and uint32(o[2] + p) < dims[D_KTOT]:
+                return x[uint32(o[1] + p * dims[d_outer]) >> U1]
+            return U0
+
+    return Loader(loader.contig_k, loader.outer, loader.inner, get)

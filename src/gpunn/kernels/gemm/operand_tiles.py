@@ -12,6 +12,11 @@ Two paths, by the operand's mapping (compile time):
   computed once, before the K loop) and loads 32 / groups consecutive K of it (groups = threads / rows); a warp
   request reads 32 consecutive outer indices.
 
+A ``_bf16x2`` batched mapping (BF16 pairs in memory: ``mappings_batched``) loads words, not values: on the K-row
+path one word a request (the lane's two K); on the outer path a thread owns an outer pair (2 (t % rows/2), + 1)
+and 32 / groups consecutive K of it, loads one word (both outer indices) a K and interleaves each two into the
+two K pairs (``interleave``); the words go to the tile as they are (``pairs``), no rounding.
+
 Every thread holds ``per_thread`` = rows x 32 / threads values, ``per_thread / kp`` words, word v at (row, word) of
 the tile given by ``place``. ``OperandTile(...).functions()`` -> (first, start, load, place), device functions:
 ``first(t) -> (c0, c1)`` the thread's coordinates; ``start(dims, base, c0)`` the outer state of the outer path;
@@ -26,7 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import float32, uint32
 
-from .mappings import DENSE_K_A, DENSE_K_B, U0, U32, device_function, kernel_parts
+from .mappings import DENSE_K_A, DENSE_K_B, U0, U2, U32, device_function, kernel_parts
+from .mappings_batched import BATCH_PAIR_MAPS, interleave
 
 BK = 32  # K of a tile
 FORMATS = ("tf32", "bf16")  # the input formats of the tensor-core versions
@@ -60,6 +66,11 @@ class OperandTile:
         return shared_word(self.fmt)[1]
 
     @property
+    def pairs(self) -> bool:
+        """Whether the operand's memory holds BF16 pairs (a ``_bf16x2`` mapping): the loads give words."""
+        return self.mapping in BATCH_PAIR_MAPS
+
+    @property
     def k_rows(self) -> bool:
         """Whether the operand takes the K-row path."""
         return self.mapping in (DENSE_K_A if self.side == "a" else DENSE_K_B)
@@ -76,6 +87,10 @@ class OperandTile:
         if self.threads % self.rows or self.threads % 32 or (self.rows * self.kp) % (self.threads // 32) \
                 or self.per_thread % self.kp:
             raise ValueError(f"OperandTile: {self.rows} rows do not split over {self.threads} threads")
+        if self.pairs and (self.fmt != "bf16" or (not self.k_rows and (
+                self.rows % 2 or self.threads % (self.rows // 2) or (BK * self.rows // 2 // self.threads) % 2))):
+            raise ValueError(f"OperandTile: BF16 pairs ({self.mapping}) need the bf16 format and, outer pairs, "
+                             f"{self.rows} rows in pairs over {self.threads} threads")
 
     def functions(self):
         return _functions(self)
@@ -95,12 +110,18 @@ def _functions(tile: OperandTile):
     rows = np.uint32(tile.rows)
     k_each = np.uint32(per_thread)  # outer path: consecutive K a thread loads
     kp_u = np.uint32(kp)
+    pairs = tile.pairs
+    half = np.uint32(tile.rows // 2)  # outer pairs (BF16 pairs, outer path)
+    k_pair_each = tile.rows // 2 * BK // tile.threads  # ... and the consecutive K each of their threads loads
+    k_pair_each_u = np.uint32(k_pair_each)
 
     @device_function
     def first(t):
         if k_rows:
             lane = uint32(t % U32)
             return uint32(t // U32 * kp_u + lane // lanes_per_row), uint32(lane % lanes_per_row * kp_u)
+        if pairs:
+            return uint32(t % half * U2), uint32(t // half * k_pair_each_u)
         return uint32(t % rows), uint32(t // rows * k_each)
 
     @device_function
@@ -111,7 +132,17 @@ def _functions(tile: OperandTile):
 
     @device_function
     def load(x, dims, k0, base, c0, c1, state, regs):
-        if k_rows:
+        if pairs and k_rows:  # one word (K p, p + 1) a request
+            for u in range(requests):
+                r = outer(dims, uint32(base + c0 + uint32(u) * round_rows))
+                regs[u] = get(x, dims, r, inner(dims, uint32(k0 + c1)))
+        elif pairs:  # words of the outer pair at K p and p + 1 -> the K pairs of either outer index
+            for u in range(k_pair_each // 2):
+                lo = get(x, dims, state, inner(dims, uint32(k0 + c1 + uint32(2 * u))))
+                hi = get(x, dims, state, inner(dims, uint32(k0 + c1 + uint32(2 * u + 1))))
+                regs[2 * u] = interleave(lo, hi, 0)
+                regs[2 * u + 1] = interleave(lo, hi, 1)
+        elif k_rows:
             for u in range(requests):
                 r = outer(dims, uint32(base + c0 + uint32(u) * round_rows))
                 for e in range(kp):
@@ -124,6 +155,8 @@ def _functions(tile: OperandTile):
     def place(c0, c1, v):
         if k_rows:
             return uint32(c0 + v * round_rows), uint32(c1 // kp_u)
+        if pairs:  # word v: outer index c0 + v % 2, K pair v // 2
+            return uint32(c0 + v % U2), uint32(c1 // kp_u + v // U2)
         return c0, uint32(c1 // kp_u + v)
 
     return first, start, load, place

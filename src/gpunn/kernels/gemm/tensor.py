@@ -2,8 +2,10 @@
 gpunn.kernels.mma), a 128x128 block tile, K steps of 32, float32 accumulation; one kernel body for both formats.
 
 Inputs are rounded once, when a tile goes from registers to shared memory: TF32 (``to_tf32``, stored as float32)
-or BF16 (``pack_bf16``, two K-consecutive numbers in one uint32 word). 8 warps in 2 x 4, each a 64x32 warp tile of
-4 x 4 MMAs (m16n8), 64 accumulators a thread; a K step is 4 TF32 (k8) or 2 BF16 (k16) slices of 16 MMAs.
+or BF16 (``pack_bf16``, two K-consecutive numbers in one uint32 word); a batched operand held as BF16 pairs
+(``mappings_batched``'s ``_bf16x2`` mappings) is loaded as words and stored as it is. 8 warps in 2 x 4, each a
+64x32 warp tile of 4 x 4 MMAs (m16n8), 64 accumulators a thread; a K step is 4 TF32 (k8) or 2 BF16 (k16) slices of
+16 MMAs.
 
 Each operand takes one of two load paths (compile-time, by its mapping: ``operand_tiles``) and its tile layout:
 * a dense operand contiguous along K with a plain outer index (``DENSE_K_A`` / ``DENSE_K_B``): a warp request
@@ -37,6 +39,7 @@ BK = 32
 THREADS = 256
 ACC = 64  # 4 x 4 MMAs x 4 accumulators a thread (local-array sizes: plain constants)
 LD = 16  # elements of A (and of B) each thread loads per K step: 128 * 32 / 256
+LDW = 8  # ... the words they make in BF16 (an operand held as BF16 pairs loads them as they are)
 FA = 16  # A fragment registers a slice: 4 MMA rows x 4
 FB = 8  # B fragment registers a slice: 4 MMA columns x 2
 ROW_PAD = 4  # words after a K row (32 TF32: 36 = 4 mod 32; 16 BF16 pairs: 20 g mod 32 = 0, 20, 8, 28, ...): the
@@ -70,6 +73,8 @@ def _kernel(fmt, a_map, b_map, store, ksize, epilogue, split_k=False):
     a_shape = (BM, k_words + ROW_PAD) if a_rows else (k_words, ROW_OUTER)
     b_shape = (BN, k_words + ROW_PAD) if b_rows else (k_words, ROW_OUTER)
     words = a_tile.words  # words a thread stores per operand and K step (the same for B: BM = BN)
+    a_pairs, b_pairs = a_tile.pairs, b_tile.pairs  # BF16 pairs in memory: the loads give the words
+    assert not (a_pairs or b_pairs) or words == LDW
     a_first, a_start, a_load, a_place = a_tile.functions()
     b_first, b_start, b_load, b_place = b_tile.functions()
 
@@ -82,6 +87,8 @@ def _kernel(fmt, a_map, b_map, store, ksize, epilogue, split_k=False):
         fb = cuda.local.array(FB, word)
         la = cuda.local.array(LD, float32)  # tile of A in flight (global -> registers -> shared)
         lb = cuda.local.array(LD, float32)
+        wa = cuda.local.array(LDW, uint32)  # ... as words, of an operand held as BF16 pairs
+        wb = cuda.local.array(LDW, uint32)
         m = dims[D_M]
         n = dims[D_N]
         k_begin, k = k_range(dims)
@@ -108,8 +115,14 @@ def _kernel(fmt, a_map, b_map, store, ksize, epilogue, split_k=False):
         k0 = k_begin
         while True:
             if k0 < k:
-                a_load(a, dims, k0, m0, a0, a1, a_state, la)
-                b_load(b, dims, k0, n0, b0, b1, b_state, lb)
+                if a_pairs:
+                    a_load(a, dims, k0, m0, a0, a1, a_state, wa)
+                else:
+                    a_load(a, dims, k0, m0, a0, a1, a_state, la)
+                if b_pairs:
+                    b_load(b, dims, k0, n0, b0, b1, b_state, wb)
+                else:
+                    b_load(b, dims, k0, n0, b0, b1, b_state, lb)
             if k0 > k_begin:
                 s = U0
                 while s < uint32(slices):
@@ -148,8 +161,8 @@ def _kernel(fmt, a_map, b_map, store, ksize, epilogue, split_k=False):
                 ar, aw = a_place(a0, a1, uint32(v))
                 br, bw = b_place(b0, b1, uint32(v))
                 if bf16:
-                    xa = pack_bf16(la[2 * v], la[2 * v + 1])
-                    xb = pack_bf16(lb[2 * v], lb[2 * v + 1])
+                    xa = wa[v] if a_pairs else pack_bf16(la[2 * v], la[2 * v + 1])
+                    xb = wb[v] if b_pairs else pack_bf16(lb[2 * v], lb[2 * v + 1])
                 else:
                     xa = to_tf32(la[v])
                     xb = to_tf32(lb[v])
