@@ -161,10 +161,10 @@ def test_winograd_passes_run_their_batched_gemms_on_the_tensor_cores(everywhere,
 
 
 def test_winograd_bf16_storage_is_wired_through_the_engine(everywhere, monkeypatch):
-    """With layers.WINOGRAD_BF16_STORAGE on (off by default until measured), gpu-bf16's Winograd transforms write
-    BF16 buffers: their launches say so and their buffers, the forward's kept V included, are uint16; off, float32.
-    (Each pass gives the float32 storage's bits: tests/test_kernels_conv_winograd.py; the whole step on a GPU:
-    test_gpu_winograd_bf16_storage_gives_the_same_step below.)"""
+    """With layers.WINOGRAD_BF16_STORAGE on (the default since stop 55's measurement), gpu-bf16's Winograd
+    transforms write BF16 buffers: their launches say so and their buffers, the forward's kept V included, are
+    uint16; off, float32. (Each pass gives the float32 storage's bits: tests/test_kernels_conv_winograd.py; the
+    whole step on a GPU: test_gpu_winograd_bf16_storage_gives_the_same_step below.)"""
     from gpunn.backends.gpu import layers
     from gpunn.backends.gpu.engine import GpuEngine, _launches
 

@@ -50,8 +50,9 @@ from .policy import (
 # gradient (gpunn.kernels.conv.winograd; H100 numbers: the issue-26 notes)
 SHARE_WINOGRAD_INPUT = True
 # a bf16 policy's Winograd passes on the tensor cores with their transform buffers in BF16 (conv.winograd storage
-# "bf16": the same results, half the bytes). Off until it measures faster on a GPU (docs/notes/issue-42-progress.md)
-WINOGRAD_BF16_STORAGE = False
+# "bf16": the same results, half the bytes, read by the GEMM as BF16 pairs). H200, the autoencoder's gpu-bf16
+# epoch, one call: 0.7329 s off, 0.6815 s on (docs/notes/issue-42-progress.md, stop 55)
+WINOGRAD_BF16_STORAGE = True
 
 
 @dataclass

@@ -23,9 +23,10 @@ Storage (``storage``, compile time): the buffers the batched GEMM reads as A or 
 weight gradient's dM; not U, M or the partials) are float32 (``fp32``) or, with the GEMM version ``tensor_bf16``
 only, BF16 bits in uint16 (``bf16``, half the bytes): the transform rounds each value as that GEMM rounds it when it
 stores a tile to shared memory (``mma.bf16_bits``, the same instruction, to nearest even) and the GEMM reads the
-bits back exactly and rounds them to themselves (a NaN stays a NaN), so every pass gives bit for bit the result of
-its ``fp32`` storage on tensor_bf16. The forward's kept ``v`` then holds uint16 (``transform_dtype``). The training
-engine uses it for a bf16 policy where backends/gpu/layers.py's WINOGRAD_BF16_STORAGE is on (off until measured).
+bits back exactly (as BF16 pairs where they cannot straddle: ``gemm.batched``), so every pass gives bit for bit
+the result of its ``fp32`` storage on tensor_bf16. The forward's kept ``v`` then holds uint16 (``transform_dtype``).
+The training engine uses it for a bf16 policy where backends/gpu/layers.py's WINOGRAD_BF16_STORAGE is on (the
+default).
 """
 
 from __future__ import annotations
