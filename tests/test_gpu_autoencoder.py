@@ -228,15 +228,28 @@ def test_gpu_variants_match_cpu_mse_per_epoch_on_1000_images(variant, cpu_refere
     assert rel_err(gpu.parameters(), expected_params) < 1e-3
 
 
-def test_one_batch_gradients_match_cpu_with_winograd(monkeypatch):
+@pytest.mark.parametrize("bias_with_weight", [False, True])
+def test_one_batch_gradients_match_cpu_with_winograd(monkeypatch, bias_with_weight):
     """gpu-graph's Winograd rule on every plain 3x3 padding-1 conv (its channel threshold lowered to the tiny net's):
-    the engine's weight and gradient views, the ReLU masks and the bias gradient around conv.winograd."""
+    the engine's weight and gradient views, the ReLU masks and the bias gradient around conv.winograd: by the split
+    reduction's launches, or (policy.AUTO_WINOGRAD_BIAS) made by the weight gradient's dy transform, plain and
+    upsampled (the tiny net's every conv then runs no bias launch of its own)."""
     from gpunn.backends.gpu import policy as P
+    from gpunn.backends.gpu.engine import _launches
 
     monkeypatch.setattr(P, "AUTO_WINOGRAD_MIN_PRODUCT", 1)
+    monkeypatch.setattr(P, "AUTO_WINOGRAD_BIAS", bias_with_weight)
     assert P.conv_version(POLICIES["gpu-graph"], "backward_weight", 3, 2, 3, 1, (2, 2)) == "winograd"
     ref, gpu = pair("gpu-graph-eager")
     x = images(3)
     expected = ref.gradients(x, x)
     assert rel_err(gpu.gradients(x, x), expected) < 1e-5
     assert rel_err(gpu.predict(x), ref.predict(x)) < 1e-5
+    program = gpu._step_program(3, x.shape[1:])
+    names = [launch.name for launch in _launches(program.backward)]
+    made = [name for name in names if "winograd" in name and name.endswith("+ bias]")]
+    split = [name for name in names if name.startswith("conv_bias_grad_split[")]
+    wgrads = [name for name in names if "winograd" in name and "+ weight transform" in name]  # finishing launches
+    assert wgrads and any("winograd_up" in name for name in wgrads)
+    assert len(made) == (len(wgrads) if bias_with_weight else 0), names
+    assert bool(split) != bias_with_weight or len(split) < len(wgrads), names

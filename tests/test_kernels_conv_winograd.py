@@ -22,6 +22,7 @@ from gpunn.kernels import mma as M
 from gpunn.kernels.conv import reference as R
 from gpunn.kernels.conv import upsampled as UP
 from gpunn.kernels.conv import winograd as WG
+from gpunn.kernels.conv import winograd_wgrad as WW
 from gpunn.kernels.gemm import batched as B
 from gpunn.kernels.launch import LaunchGroup
 
@@ -103,18 +104,34 @@ def _backward_data(p, shape=SHAPE, mask=True, version=None, up=False, repeat=Fal
     return _rel_err(got, ref(dy, w, (n, cin, h, wd), p, relu_mask))
 
 
-def _backward_weight(p, shape=SHAPE, splits=None, version=None, up=False, repeat=False, bf16=False):
+def _backward_weight(p, shape=SHAPE, splits=None, version=None, up=False, repeat=False, bf16=False, bias=False):
+    """The weight gradient's error; with `bias`, by the launcher that makes the bias gradient too: its dw bit for
+    bit the plain launcher's, its db within TOL of the float64 sum (and the same bits in every run)."""
     n, cin, cout, h, wd = shape
     rng = _rng("wino-bwd-weight", p, shape, splits, version, up)
     oh, ow = _out_hw(h, wd, p, up)
-    launcher = WG.conv_backward_weight_winograd_up if up else WG.conv_backward_weight_winograd
+    launcher = WW.conv_backward_weight_winograd_up if up else WW.conv_backward_weight_winograd
+    with_bias = WW.conv_backward_weight_bias_winograd_up if up else WW.conv_backward_weight_bias_winograd
     x, dy = _rand(rng, n, cin, h, wd), _rand(rng, n, cout, oh, ow)
-    outs = []
+    outs, biases = [], []
     for storage in _storages(repeat, bf16):
         dw = _nan((cout, cin, 3, 3))
-        launcher(cuda.to_device(x), cuda.to_device(dy), dw, p, splits=splits, version=version, storage=storage)
+        args = (cuda.to_device(x), cuda.to_device(dy), dw)
+        kw = {"splits": splits, "version": version, "storage": storage}
+        if bias:
+            db = _nan(cout)
+            with_bias(*args, db, p, **kw)
+            biases.append(db.copy_to_host())
+            plain = _nan((cout, cin, 3, 3))
+            launcher(args[0], args[1], plain, p, **kw)
+            assert np.array_equal(dw.copy_to_host(), plain.copy_to_host()), "the bias changed dw"
+        else:
+            launcher(*args, p, **kw)
         outs.append(dw.copy_to_host())
     assert np.array_equal(outs[0], outs[-1], equal_nan=True), f"two runs differ {_storages(repeat, bf16)}"
+    if bias:
+        assert np.array_equal(biases[0], biases[-1]), "two runs' db differ"
+        assert _rel_err(biases[0], R.conv_bias_grad_ref(dy)) <= TOL
     return _rel_err(outs[0], (UP.conv_backward_weight_up_ref if up else R.conv_backward_weight_ref)(x, dy, 3, p))
 
 
@@ -143,6 +160,17 @@ def test_backward_weight(p, splits):
     assert _backward_weight(p, splits=splits, repeat=splits == 5) <= TOL
 
 
+@pytest.mark.parametrize("p, up, bf16", [(1, False, False), (0, True, False), (1, True, True)])
+def test_backward_weight_with_bias(p, up, bf16):
+    """The bias gradient summed by the dy transform's blocks (60 tiles in chunks of 32 threads, the second partly
+    empty; 15 tiles on the upsampled map: one chunk) and added in the finishing launch; with BF16 transform
+    storage too (the tensor_bf16 GEMM; the bias from dy in float32)."""
+    shape = UP_SHAPE if up else SHAPE
+    version = "tensor_bf16" if bf16 else None
+    err = _backward_weight(p, shape=shape, splits=2, version=version, up=up, repeat=not bf16, bf16=bf16, bias=True)
+    assert err <= (TENSOR_BOUND["tensor_bf16"] if bf16 else TOL)
+
+
 UP_SHAPE = (3, 5, 6, 3, 5)  # before the upsample: 6x10 after it
 
 
@@ -167,7 +195,7 @@ def test_weight_gradient_reads_the_forwards_input_transform(up):
     v = _nan(WG.input_transform_size(x.shape, 1, up))
     (WG.conv_forward_winograd_up if up else WG.conv_forward_winograd)(d_x, cuda.to_device(w), None,
                                                                      _nan((n, cout, oh, ow)), 1, v=v)
-    wgrad = WG.conv_backward_weight_winograd_up if up else WG.conv_backward_weight_winograd
+    wgrad = WW.conv_backward_weight_winograd_up if up else WW.conv_backward_weight_winograd
     shared, own = _nan((cout, cin, 3, 3)), _nan((cout, cin, 3, 3))
     group = wgrad(d_x, d_dy, shared, 1, splits=2, v=v)
     assert len(group.launches) == 3  # no input transform
@@ -226,7 +254,7 @@ def test_bad_input():
     with pytest.raises(ValueError, match="batched GEMM version"):
         WG.conv_forward_winograd(x, w3, None, _nan((1, 2, 5, 5)), 1, version="skinny")
     with pytest.raises(ValueError, match="splits"):
-        WG.conv_backward_weight_winograd(x, _nan((1, 2, 5, 5)), _nan((2, 2, 3, 3)), 1, splits=0)
+        WW.conv_backward_weight_winograd(x, _nan((1, 2, 5, 5)), _nan((2, 2, 3, 3)), 1, splits=0)
     with pytest.raises(ValueError, match="cannot run batched"):
         B.gemm_batched("skinny", 2, 2, 2, 1, x, x, x, a_map="batch_t", b_map="batch", store="partial")
 
@@ -288,9 +316,11 @@ def test_bf16_storage_transforms_round_as_the_gemm():
     x[0, 0, 0, 0] = np.nan
     dy = _rand(rng, n, cout, h, wd)
     dy[0, 0, 0, 0] = np.nan
-    for up, kernel, src, c in ((False, lambda st: WG._input_kernel(False, st), x, cin),
-                               (True, lambda st: WG._input_kernel(True, st), x, cin),
-                               (False, WG._dy_kernel, dy, cout)):
+    unused = _nan(1)  # (the dy transform's bias partials: no bias here)
+    for up, launch, src, c in (
+            (False, lambda st, a, b, d: WG._input_kernel(False, st)[4, 32](a, b, d), x, cin),
+            (True, lambda st, a, b, d: WG._input_kernel(True, st)[4, 32](a, b, d), x, cin),
+            (False, lambda st, a, b, d: WW._dy_kernel(st)[4, 32](a, b, unused, d), dy, cout)):
         oh, ow = _out_hw(h, wd, 1, up)
         dims = WG._tdims(n, c, h, wd, oh, ow, 1)
         size = WG.POSITIONS * c * int(dims[WG._T])
@@ -298,7 +328,7 @@ def test_bf16_storage_transforms_round_as_the_gemm():
         for storage in WG.STORAGES:
             buf = WG._scratch(size, storage)
             assert buf.dtype == WG.transform_dtype(storage)
-            kernel(storage)[4, 32](cuda.to_device(src.ravel()), buf, dims)
+            launch(storage, cuda.to_device(src.ravel()), buf, dims)
             got[storage] = buf.copy_to_host()
         assert np.isnan(got["fp32"]).any() and not np.isnan(got["fp32"]).all()
         assert np.array_equal(got["bf16"], M._bf16_bits(got["fp32"]))
@@ -343,14 +373,14 @@ def test_bf16_storage_shared_v():
                                    launch=False, v=v, storage="bf16")
     fwd.launches[1]()  # its input transform only (the GEMM's bits are the pass tests')
     shared, own = _nan((cout, cin, 3, 3)), _nan((cout, cin, 3, 3))
-    group = WG.conv_backward_weight_winograd(d_x, d_dy, shared, 1, version="tensor_bf16", splits=1, v=v,
+    group = WW.conv_backward_weight_winograd(d_x, d_dy, shared, 1, version="tensor_bf16", splits=1, v=v,
                                              storage="bf16")
     assert len(group.launches) == 3  # no input transform
-    WG.conv_backward_weight_winograd(d_x, d_dy, own, 1, version="tensor_bf16", splits=1)
+    WW.conv_backward_weight_winograd(d_x, d_dy, own, 1, version="tensor_bf16", splits=1)
     assert np.isfinite(own.copy_to_host()).all()
     assert np.array_equal(shared.copy_to_host(), own.copy_to_host())
     with pytest.raises(ValueError, match="v must be uint16"):
-        WG.conv_backward_weight_winograd(d_x, d_dy, own, 1, version="tensor_bf16", v=_nan(v.size), storage="bf16")
+        WW.conv_backward_weight_winograd(d_x, d_dy, own, 1, version="tensor_bf16", v=_nan(v.size), storage="bf16")
 
 
 def test_bf16_storage_refused():
@@ -362,7 +392,7 @@ def test_bf16_storage_refused():
     with pytest.raises(ValueError, match="storage 'bf16' needs version 'tensor_bf16'"):
         WG.conv_backward_data_winograd_up(_nan((1, 2, 10, 10)), w, _nan((1, 2, 5, 5)), 1, storage="bf16")
     with pytest.raises(ValueError, match="unknown storage 'fp16'"):
-        WG.conv_backward_weight_winograd(x, x, _nan((2, 2, 3, 3)), 1, version="tensor_bf16", storage="fp16")
+        WW.conv_backward_weight_winograd(x, x, _nan((2, 2, 3, 3)), 1, version="tensor_bf16", storage="fp16")
     bits = cuda.to_device(np.zeros(8, np.uint16))
     with pytest.raises(ValueError, match="operand a holds BF16 bits"):
         B.gemm_batched("regblock", 2, 2, 2, 1, bits, x, x, a_map="batch_t", b_map="batch", store="partial")
@@ -405,3 +435,16 @@ def test_gpu_bf16_storage_same_bits(shape, up):
     """The autoencoder's Winograd passes with BF16 transform storage: bit for bit their float32-storage results."""
     for run in (_forward, _backward_data, _backward_weight):
         assert TOL < run(1, shape=shape, up=up, version="tensor_bf16", bf16=True) < TENSOR_BOUND["tensor_bf16"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") == "1", reason="needs a real GPU")
+@pytest.mark.parametrize("shape, up, version", [((64, 256, 128, 16, 16), False, None),
+                                                ((64, 128, 256, 8, 8), True, "tensor_bf16"),
+                                                ((5, 33, 65, 7, 9), False, None)])
+def test_gpu_backward_weight_with_bias(shape, up, version):
+    """The weight gradient that makes the bias gradient too, at the autoencoder's shapes (256 threads a transform
+    block: 16 chunks of conv2's 4096 tiles) and an odd one: dw the plain launcher's bits, db within TOL."""
+    bound = TENSOR_BOUND[version] if version else TOL
+    assert _backward_weight(1, shape=shape, up=up, version=version, repeat=True, bias=True,
+                            bf16=version is not None) <= bound

@@ -16,6 +16,7 @@ from gpunn.bench.core import median_launch_ms, numba_clock
 from gpunn.kernels.conv import reference as R
 from gpunn.kernels.conv import upsampled as UP
 from gpunn.kernels.conv import winograd as WG
+from gpunn.kernels.conv import winograd_wgrad as WW
 
 out_dir = sys.argv[1]
 SMALL = sys.argv[2:] == ["small"]  # a smoke run under the simulator: 2 images, channels / 32, one timed call
@@ -68,7 +69,7 @@ def conv_passes(conv, cin, cout, h, up):
     dx_, dw_, db_, ddy, dmask = (cuda.to_device(a) for a in (x, w, b, dy, mask))
     fwd = WG.conv_forward_winograd_up if up else WG.conv_forward_winograd
     bwd = WG.conv_backward_data_winograd_up if up else WG.conv_backward_data_winograd
-    wgrad = WG.conv_backward_weight_winograd_up if up else WG.conv_backward_weight_winograd
+    wgrad = WW.conv_backward_weight_winograd_up if up else WW.conv_backward_weight_winograd
     ref_f = (UP.conv_forward_up_ref if up else R.conv_forward_ref)(x, w, b, 1, True)
     ref_d = (UP.conv_backward_data_up_ref if up else R.conv_backward_data_ref)(dy, w, x.shape, 1, mask)
     ref_w = (UP.conv_backward_weight_up_ref if up else R.conv_backward_weight_ref)(x, dy, 3, 1)

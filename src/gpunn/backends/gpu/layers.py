@@ -343,11 +343,11 @@ class Conv2dStage(Stage):
         if dx is not None:
             launches.append(self._version(binder, "backward_data")(dy, self.weight(p), dx, self.padding,
                                                                    relu_mask=mask))
+        kw = {"v": y.aux} if self._shares_winograd_input(binder, x.view) else {}
         if self._name(binder, "bias_grad", x.view) == BIAS_WITH_WEIGHT:  # one pass makes both
             launches.append(self._version(binder, "backward_weight", x.view, with_bias=True)(
-                x.view, dy, self.weight(g), self.bias(g), self.padding))
+                x.view, dy, self.weight(g), self.bias(g), self.padding, **kw))
             return launches
-        kw = {"v": y.aux} if self._shares_winograd_input(binder, x.view) else {}
         launches.append(self._version(binder, "backward_weight", x.view)(x.view, dy, self.weight(g), self.padding,
                                                                          **kw))
         launches.append(self._version(binder, "bias_grad")(dy, self.bias(g)))

@@ -184,6 +184,10 @@ AUTO_STAGED_MIN_WIDE = 64      # input channels from which a narrow output's sta
 # with_bias: these), and for a fused conv + ReLU + pool stage up to AUTO_POOL_BIAS_MAX_COUT output channels (the
 # deep32x32 weight gradient's M, the CNN's conv2: the ones column lies inside its last N tile)
 WGRAD_WITH_BIAS = ("deterministic",)
+# ... and "winograd" (its dy transform's blocks sum dy, plain and on an upsampled input: no bias launches, two a
+# conv otherwise) where this is on: off until it measures faster on a GPU (the autoencoder's three Winograd convs
+# spent 45 us of a 0.98 ms gpu-bf16 step in their split bias launches on an H200, docs/notes/issue-42-progress.md)
+AUTO_WINOGRAD_BIAS = False
 AUTO_POOL_BIAS_MAX_COUT = 32
 AUTO_POOL_WGRAD_BIAS = "direct"  # that pass by a direct convolution where it fits (else the GEMM with a ones column)
 AUTO_WINOGRAD_MIN_PRODUCT = 128 * 128  # in x out channels from which 3x3, padding-1 passes run Winograd F(2x2, 3x3)
@@ -264,7 +268,8 @@ def conv_version(policy: Policy, step: str, in_channels: int, out_channels: int,
         weights) or its M = Cout is skinny, else the implicit GEMM;
       bias gradient: BIAS_WITH_WEIGHT where the layer's weight-gradient version (the same rules, with `size`)
         makes it (WGRAD_WITH_BIAS: cnn conv1's deterministic block reduction), and not on an upsampled input
-        (`up`: the weight gradient is then an upsampled twin, none of which makes it); else the split reduction.
+        (`up`: the weight gradient is then an upsampled twin, none of which makes it), or where it is
+        ``winograd`` and AUTO_WINOGRAD_BIAS is on (plain or upsampled); else the split reduction.
     Before these: 3x3 kernels with padding 1 and in * out channels >= AUTO_WINOGRAD_MIN_PRODUCT run the passes of
     AUTO_WINOGRAD_STEPS as ``winograd`` (ae 256->128, 128->128, and 128->256 on its upsampled input: conv.UP_VERSIONS'
     twin reads through the upsample)."""
@@ -298,8 +303,8 @@ def conv_version(policy: Policy, step: str, in_channels: int, out_channels: int,
                 return "staged"
         small = out_channels * in_channels * k * k < AUTO_WGRAD_MIN or out_channels <= AUTO_SKINNY_MAX
         return "deterministic" if small else "implicit_gemm"
-    if not up and conv_version(policy, "backward_weight", in_channels, out_channels, k, padding,
-                               size) in WGRAD_WITH_BIAS:
+    wgrad = conv_version(policy, "backward_weight", in_channels, out_channels, k, padding, size, up=up)
+    if (not up and wgrad in WGRAD_WITH_BIAS) or (AUTO_WINOGRAD_BIAS and wgrad == "winograd"):
         return BIAS_WITH_WEIGHT  # made by the weight-gradient launches
     return "split"  # the bias gradient: split over images, partial sums added in a fixed order
 

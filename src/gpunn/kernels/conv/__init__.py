@@ -28,8 +28,9 @@ Versions (the papers' naive and optimized CUDA kernels, papers 001 and 004, and 
 
 A weight-gradient version may also make the bias gradient in the same launches (``ConvVersion.with_bias``, a
 launcher taking db after dw): ``naive`` does (Cout more threads in its launch), ``deterministic`` (``wgrad_bias``:
-dy's sum beside the k*k products) and ``atomic`` (``wgrad_atomic``: each thread's dy added into db beside its
-products). A layer whose bias gradient is "made by the weight-gradient pass" (gpunn.backends.gpu.policy.
+dy's sum beside the k*k products), ``atomic`` (``wgrad_atomic``: each thread's dy added into db beside its
+products) and ``winograd`` (``winograd_wgrad``: its dy transform's blocks sum dy, plain and upsampled). A layer
+whose bias gradient is "made by the weight-gradient pass" (gpunn.backends.gpu.policy.
 BIAS_WITH_WEIGHT) calls it instead of the two launchers. The fused conv + ReLU + pool stage's versions of that
 pass are ``POOL_WGRAD_BIAS``: "gemm" (its weight-gradient GEMM with a ones column, ``wgrad_bias``) and "direct"
 (``wgrad_direct``).
@@ -111,11 +112,15 @@ from .wgrad_direct import conv_backward_weight_bias_pool_direct, direct_layout
 from .winograd import (
     conv_backward_data_winograd,
     conv_backward_data_winograd_up,
-    conv_backward_weight_winograd,
-    conv_backward_weight_winograd_up,
     conv_forward_winograd,
     conv_forward_winograd_up,
     winograd_fits,
+)
+from .winograd_wgrad import (
+    conv_backward_weight_bias_winograd,
+    conv_backward_weight_bias_winograd_up,
+    conv_backward_weight_winograd,
+    conv_backward_weight_winograd_up,
 )
 
 __all__ = [
@@ -167,6 +172,8 @@ __all__ = [
     "conv_forward_winograd",
     "conv_backward_data_winograd",
     "conv_backward_data_winograd_up",
+    "conv_backward_weight_bias_winograd",
+    "conv_backward_weight_bias_winograd_up",
     "conv_backward_weight_winograd",
     "conv_backward_weight_winograd_up",
     "conv_forward_winograd_up",
@@ -234,7 +241,8 @@ VERSIONS = {
                     with_bias=conv_backward_weight_bias_deterministic),
         ConvVersion("implicit_gemm", conv_backward_weight_implicit_gemm, takes_threads=False),
         ConvVersion("staged", conv_backward_weight_staged, applies=staged_fits),
-        ConvVersion("winograd", conv_backward_weight_winograd, applies=winograd_fits, takes_threads=False),
+        ConvVersion("winograd", conv_backward_weight_winograd, applies=winograd_fits, takes_threads=False,
+                    with_bias=conv_backward_weight_bias_winograd),
         ConvVersion("atomic", conv_backward_weight_atomic, with_bias=conv_backward_weight_bias_atomic),
     ),
     "bias_grad": _table(
@@ -264,7 +272,8 @@ UP_VERSIONS = {
     "backward_weight": _table(
         ConvVersion("implicit_gemm", conv_backward_weight_implicit_gemm_up, takes_threads=False),
         ConvVersion("staged", conv_backward_weight_staged_up, applies=staged_fits),
-        ConvVersion("winograd", conv_backward_weight_winograd_up, applies=winograd_fits, takes_threads=False),
+        ConvVersion("winograd", conv_backward_weight_winograd_up, applies=winograd_fits, takes_threads=False,
+                    with_bias=conv_backward_weight_bias_winograd_up),
         ConvVersion("phase", conv_backward_weight_phase_up, applies=phase_fits, takes_threads=False),
     ),
 }

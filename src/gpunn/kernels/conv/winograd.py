@@ -9,9 +9,8 @@ A^T (2x4) of F(2, 3), every pass is transforms around ONE batched GEMM of the 16
   ReLU, stored NCHW (the tile's elements inside the map only);
 * input gradient: the same on dy with the 180-degree rotated, in/out-swapped weights (the full correlation,
   padding 2 - p), the ReLU mask applied by the output transform;
-* weight gradient: dM = A dy A^T per tile (4x4 from a 2x2 block of dy, zero outside the map) (dM (16, Cout, T)),
-  dU[pos] = V[pos] @ dM[pos]^T (Cin x Cout, K = T split into S chunks in grid z: partials (16 S, Cin, Cout)),
-  and one launch summing the S partials of each position in order and applying dW = G^T dU G.
+* weight gradient (``winograd_wgrad``, with its dy transform): dU[pos] = V[pos] @ dM[pos]^T, dM the transform of
+  dy, then dW = G^T dU G.
 
 The ``_up`` launchers run the passes of a conv on the 2x nearest upsample of x (``conv.upsampled``'s twins): the input
 transform reads through the upsample; the input gradient's output transform sums each tile's 2x2 outputs (one pixel of
@@ -39,25 +38,19 @@ from numba import cuda, float32, uint32
 from gpunn import device
 
 from ..common import epilogue_args, epilogue_flags, shape
-from ..gemm import multiprocessors, output_tiles
-from ..gemm.batched import batch_chunks, gemm_batched
+from ..gemm.batched import gemm_batched
 from ..gemm.indexing import device_function
-from ..gemm.versions import lookup
 from ..jit import jit
 from ..launch import LaunchGroup, bind, check_device_array, flat, grid_for
 from ..mma import bf16_bits
 from .implicit_gemm import _activation, _expect, _geometry
 from .upsampled import upsampled_shape
 
-__all__ = ["STORAGES", "TRANSFORM_THREADS", "WINOGRAD_MIN_K", "WINOGRAD_WGRAD_WAVES", "conv_backward_data_winograd",
-           "conv_backward_data_winograd_up", "conv_backward_weight_winograd", "conv_backward_weight_winograd_up",
+__all__ = ["STORAGES", "TRANSFORM_THREADS", "conv_backward_data_winograd", "conv_backward_data_winograd_up",
            "conv_forward_winograd", "conv_forward_winograd_up", "input_transform_size", "transform_dtype",
-           "wgrad_splits", "winograd_fits", "winograd_version"]
+           "winograd_fits", "winograd_version"]
 
 TRANSFORM_THREADS = 256
-WINOGRAD_WGRAD_WAVES = 2  # the weight gradient's automatic split count: at most this many blocks per SM ...
-WINOGRAD_MIN_K = 128  # ... and at least this many tiles per chunk (wgrad_splits)
-SIMULATOR_WGRAD_SPLITS = 2
 POSITIONS = 16  # the 4x4 transformed tile
 STORAGES = {"fp32": np.float32, "bf16": np.uint16}  # a transform buffer's storage -> its dtype
 BF16_NAN = np.uint16(0x7FC0)
@@ -213,48 +206,6 @@ def _weight_transform(w, u, rows, cols, flip):
 
 
 @functools.cache
-def _dy_kernel(storage="fp32"):
-    """The weight gradient's dy transform, dm in `storage`."""
-    put = _put(storage)
-
-    @jit
-    def dy_transform(dy, dm, dims):
-        """dm[pos, c, t] = (A g A^T)[pos] of the 2x2 block g of tile t in channel c of dy (flat NCHW on the output
-        grid, zero outside it)."""
-        h = cuda.local.array(8, float32)
-        t_all = dims[_T]
-        ct = uint32(dims[_C] * t_all)
-        tt = uint32(dims[_TH] * dims[_TW])
-        e = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
-        stride = uint32(cuda.gridDim.x * cuda.blockDim.x)
-        while e < ct:
-            c, n, ty, tx = _tile(e, t_all, tt, dims)
-            base = uint32(uint32(n * dims[_C] + c) * dims[_OH] * dims[_OW])
-            oh = uint32(ty * _U2)
-            ow = uint32(tx * _U2)
-            for j in range(2):  # A g (4x2): A = [[1, 0], [1, 1], [1, -1], [0, -1]]
-                w_ = uint32(ow + uint32(j))
-                inside = w_ < dims[_OW]
-                g0 = dy[uint32(base + oh * dims[_OW] + w_)] if inside and oh < dims[_OH] else _F0
-                g1 = dy[uint32(base + (oh + np.uint32(1)) * dims[_OW] + w_)] if (
-                    inside and uint32(oh + np.uint32(1)) < dims[_OH]) else _F0
-                h[j] = g0
-                h[2 + j] = g0 + g1
-                h[4 + j] = g0 - g1
-                h[6 + j] = -g1
-            for i in range(4):  # (A g) A^T
-                h0, h1 = h[2 * i], h[2 * i + 1]
-                base_out = uint32(uint32(4 * i) * ct + e)
-                put(dm, base_out, h0)
-                put(dm, uint32(base_out + ct), h0 + h1)
-                put(dm, uint32(base_out + _U2 * ct), h0 - h1)
-                put(dm, uint32(base_out + np.uint32(3) * ct), -h1)
-            e = uint32(e + stride)
-
-    return dy_transform
-
-
-@functools.cache
 def _output_kernel(epilogue, down=False):
     """The output transform; with `down` (the input gradient of a conv on a 2x upsample) each tile's 2x2 outputs
     are summed into one element of the (OH/2, OW/2) map (the upsample's backward; OH, OW even)."""
@@ -309,49 +260,6 @@ def _output_kernel(epilogue, down=False):
             e = uint32(e + stride)
 
     return output_transform
-
-
-@jit
-def _wgrad_finish(partials, dw, cin, cout, splits):
-    """dw[co, ci] = G^T dU G, dU[pos] the sum of the splits' partials (16*splits, Cin, Cout) in split order (the
-    16 positions' loads of one split in flight together)."""
-    u = cuda.local.array(POSITIONS, float32)
-    t3 = cuda.local.array(12, float32)
-    cc = uint32(cin * cout)
-    pos_stride = uint32(splits * cc)
-    e = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
-    stride = uint32(cuda.gridDim.x * cuda.blockDim.x)
-    while e < cc:
-        ci = uint32(e // cout)
-        co = uint32(e - ci * cout)
-        for pos in range(POSITIONS):
-            u[pos] = partials[uint32(uint32(pos) * pos_stride + e)]
-        idx = e
-        s = np.uint32(1)
-        while s < splits:
-            idx = uint32(idx + cc)
-            for pos in range(POSITIONS):
-                u[pos] += partials[uint32(uint32(pos) * pos_stride + idx)]
-            s = uint32(s + np.uint32(1))
-        for j in range(4):  # G^T dU (3x4): G^T = [[1, .5, .5, 0], [0, .5, -.5, 0], [0, .5, .5, 1]]
-            u0, u1, u2, u3 = u[j], u[4 + j], u[8 + j], u[12 + j]
-            t3[j] = u0 + _HALF * (u1 + u2)
-            t3[4 + j] = _HALF * (u1 - u2)
-            t3[8 + j] = _HALF * (u1 + u2) + u3
-        for i in range(3):  # (G^T dU) G
-            a0, a1, a2, a3 = t3[4 * i], t3[4 * i + 1], t3[4 * i + 2], t3[4 * i + 3]
-            dw[co, ci, i, 0] = a0 + _HALF * (a1 + a2)
-            dw[co, ci, i, 1] = _HALF * (a1 - a2)
-            dw[co, ci, i, 2] = _HALF * (a1 + a2) + a3
-        e = uint32(e + stride)
-
-
-def wgrad_splits(tiles: int, out_tiles: int, multiprocessors: int, waves: int = None, min_k: int = None) -> int:
-    """The weight gradient's split count: as many chunks as keep the 16 positions' output tiles x splits within
-    `waves` blocks per SM (no second, nearly empty wave), each chunk at least `min_k` tiles deep."""
-    waves = WINOGRAD_WGRAD_WAVES if waves is None else waves
-    min_k = WINOGRAD_MIN_K if min_k is None else min_k
-    return max(1, min((waves * multiprocessors) // max(1, POSITIONS * out_tiles), tiles // min_k))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -481,62 +389,6 @@ def conv_backward_data_winograd(dy, w, dx, padding, relu_mask=None, version=None
                           storage=storage)
 
 
-def conv_backward_weight_winograd(x, dy, dw, padding, version=None, block=None, stream=0, launch=True,
-                                  splits=None, v=None, storage="fp32") -> LaunchGroup:
-    """dw = dL/dw of out = conv(x, w) (overwritten): x (N, Cin, H, W), dy (N, Cout, OH, OW), dw (Cout, Cin, 3, 3)
-    (any strides). ``splits``: the chunks of the tile sum (K of the batched GEMM) per position (None:
-    ``wgrad_splits``; SIMULATOR_WGRAD_SPLITS under the simulator), summed in a fixed order. ``v``: the transformed
-    x kept by this step's forward (its ``v``, of the same ``storage``; written before this group runs): no input
-    transform here. ``storage``: V's and dM's (as the forward's)."""
-    op = "conv_backward_weight_winograd"
-    _activation(op, "x", x)
-    k, oh, ow = _geometry(op, shape(x), dw, padding, "dw")
-    return _winograd_wgrad(op, x, dy, dw, padding, k, oh, ow, version, block, stream, launch, splits, False, v,
-                           storage)
-
-
-def _winograd_wgrad(op, x, dy, dw, padding, k, oh, ow, version, block, stream, launch, splits, up, v=None,
-                    storage="fp32"):
-    """The weight gradient on the (oh, ow) grid of dy; `up`: x read through its 2x upsample; `v`: x transformed
-    by the forward (None: transformed here); V and dM in `storage`."""
-    _activation(op, "dy", dy)
-    _check(op, k, padding)
-    n, cin, h, wd = shape(x)
-    cout = int(dw.shape[0])
-    _expect(op, "dy", dy, (n, cout, oh, ow))
-    td_x = _tdims(n, cin, h, wd, oh, ow, padding)
-    td_dy = _tdims(n, cout, h, wd, oh, ow, padding)
-    tiles = int(td_x[_T])
-    version = _version(op, version, cin, cout)
-    storage = _storage(op, storage, version)
-    if splits is None:
-        splits = (SIMULATOR_WGRAD_SPLITS if device.simulator_enabled() else
-                  wgrad_splits(tiles, output_tiles(version, cin, cout), multiprocessors()))
-    if isinstance(splits, bool) or not isinstance(splits, (int, np.integer)) or splits < 1:
-        raise ValueError(f"{op}: splits must be None or a positive int, got {splits!r}")
-    splits = batch_chunks(tiles, int(splits), lookup(version).k_step)[0]
-    dm = _scratch(POSITIONS * cout * tiles, storage)
-    partials = _scratch(POSITIONS * splits * cin * cout)
-    transform = []
-    if v is None:
-        v = _scratch(POSITIONS * cin * tiles, storage)
-        transform = [_bind(_input_kernel(up, storage), cin * tiles, (flat(x), v, td_x), stream,
-                           f"{op}[input transform{_tag(storage)}]")]
-    else:
-        _v_buffer(op, v, POSITIONS * cin * tiles, storage)
-    group = LaunchGroup([
-        *transform,
-        _bind(_dy_kernel(storage), cout * tiles, (flat(dy), dm, td_dy), stream, f"{op}[dy transform{_tag(storage)}]"),
-        gemm_batched(version, cin, cout, tiles, POSITIONS, v, dm, partials, a_map="batch_k", b_map="batch_t_k",
-                     store="partial", splits=splits, block=block, stream=stream, launch=False, op=op),
-        _bind(_wgrad_finish, cin * cout, (partials, dw, np.uint32(cin), np.uint32(cout), np.uint32(splits)), stream,
-              f"{op}[sum {splits} + weight transform]"),
-    ])
-    if launch:
-        group()
-    return group
-
-
 # ---------------------------------------------------------------------------------------------------------
 # On a 2x nearest upsample of x (conv.upsampled's passes): the input transform reads through the upsample, and
 # the input gradient's output transform sums each tile's 2x2 outputs (a tile is one upsampled pixel: its origin
@@ -580,14 +432,3 @@ def conv_backward_data_winograd_up(dy, w, dx, padding, relu_mask=None, version=N
     epilogue, aux = epilogue_args(op, None, False, None if relu_mask is None else flat(relu_mask))
     return _winograd_conv(op, dy, w, dx, epilogue, aux, 2 - int(padding), True, version, block, stream, launch,
                           down=True, storage=storage)
-
-
-def conv_backward_weight_winograd_up(x, dy, dw, padding, version=None, block=None, stream=0, launch=True,
-                                     splits=None, v=None, storage="fp32") -> LaunchGroup:
-    """dw = dL/dw of out = conv(up(x), w) (overwritten): x (N, Cin, H, W), dy (N, Cout, OH, OW); ``splits``, ``v``
-    and ``storage`` as in ``conv_backward_weight_winograd``."""
-    op = "conv_backward_weight_winograd_up"
-    _activation(op, "x", x)
-    k, oh, ow = _geometry(op, upsampled_shape(shape(x)), dw, padding, "dw")
-    return _winograd_wgrad(op, x, dy, dw, padding, k, oh, ow, version, block, stream, launch, splits, True, v,
-                           storage)
