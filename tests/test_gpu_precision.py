@@ -182,6 +182,30 @@ def test_winograd_bf16_storage_is_wired_through_the_engine(everywhere, monkeypat
         assert all(t.args[1].dtype == dtype for t in transforms)  # (src, the buffer it writes, dims)
 
 
+def test_winograd_bias_with_weight_on_the_tensor_cores(everywhere, monkeypatch):
+    """policy.AUTO_WINOGRAD_BIAS on under gpu-bf16 (Winograd on the tiny net's convs): each Winograd weight gradient
+    makes its bias gradient too, on tensor_bf16 with BF16 buffers (its launches say so; no split bias launch for
+    them). (Its numbers: tests/test_kernels_conv_winograd.py's with-bias tests, BF16 storage included, and the
+    engine's gradients with it on: tests/test_gpu_autoencoder.py.)"""
+    from gpunn.backends.gpu.engine import GpuEngine, _launches
+
+    monkeypatch.setattr(P, "AUTO_WINOGRAD_MIN_PRODUCT", 1)
+    sizes = {"channels": (4, 3), "image_size": 8}
+    names = []
+    for on in (False, True):
+        monkeypatch.setattr(P, "AUTO_WINOGRAD_BIAS", on)
+        gpu = GpuEngine(build_model("autoencoder", seed=3, **sizes), "autoencoder", 0.1,
+                        _policy("autoencoder", "bf16"))
+        names.append([launch.name for launch in _launches(gpu._step_program(3, (3, 8, 8)).backward)])
+    made = [name for name in names[1] if name.startswith("conv_backward_weight_bias_winograd")]
+    assert any("tensor_bf16" in name for name in made), names[1]
+    assert any(name.endswith("[dy transform + bias sums,bf16]") for name in made), names[1]
+    assert sum(name.endswith("+ bias]") for name in made) == sum("+ weight transform" in n for n in names[1]) > 0
+    assert not any(name.startswith("conv_backward_weight_bias_winograd") for name in names[0])
+    assert len([n for n in names[1] if n.startswith("conv_bias_grad")]) < len(
+        [n for n in names[0] if n.startswith("conv_bias_grad")])
+
+
 def test_a_short_epoch_stays_within_the_bound_of_cpu(everywhere):
     """Two steps of the CNN (batches of 4 and a partial 3) in the shared order: the loss and the parameters after
     them within BF16's bound of cpu-numpy's, and the parameters moved by more than that (the check is not

@@ -231,7 +231,24 @@ def test_the_policy_chooses_the_bias_with_the_weight_gradient():
     assert pool_bias_with_weight(im2col, 16, 32, 3, (12, 12)) is None
     for name in WGRAD_WITH_BIAS:  # the policy's list is what the version table says
         assert conv.VERSIONS["backward_weight"][name].with_bias is not None
-    assert all(v.with_bias is None for v in conv.UP_VERSIONS["backward_weight"].values())
+    # of the upsampled twins only Winograd's makes the bias, chosen where policy.AUTO_WINOGRAD_BIAS is on
+    assert {n for n, v in conv.UP_VERSIONS["backward_weight"].items() if v.with_bias} == {"winograd"}
+    assert conv.VERSIONS["backward_weight"]["winograd"].with_bias is not None
+
+
+def test_the_winograd_bias_option(monkeypatch):
+    """policy.AUTO_WINOGRAD_BIAS: off, a Winograd conv's bias gradient is the split reduction; on, made by its
+    weight gradient, plain and upsampled; no other conv's choice moves."""
+    from gpunn.backends.gpu import policy as P
+
+    graph = POLICIES["gpu-graph"]
+    cases = [((256, 128, 3, 1, (16, 16)), False), ((128, 256, 3, 1, (16, 16)), True),
+             ((256, 3, 3, 1, (32, 32)), True), ((1, 16, 3, 0, (28, 28)), False)]
+    before = [conv_version(graph, "bias_grad", *args, up=up) for args, up in cases]
+    assert before == ["split", "split", "split", BIAS_WITH_WEIGHT]
+    monkeypatch.setattr(P, "AUTO_WINOGRAD_BIAS", True)
+    after = [conv_version(graph, "bias_grad", *args, up=up) for args, up in cases]
+    assert after == [BIAS_WITH_WEIGHT, BIAS_WITH_WEIGHT, "split", BIAS_WITH_WEIGHT]
 
 
 def _names(engine):
