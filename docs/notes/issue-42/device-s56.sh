@@ -1,13 +1,25 @@
 #!/bin/bash
 # Issue 42, the next session's first call (written at stop 55; docs/notes/issue-42-progress.md, "Next device
-# session"): the probe behind the next rule changes, the autoencoder's epochs with the Winograd bias option off and
-# on, gpu-bf16's step profile, then the whole GPU suite with its durations.   $1: output folder
+# session"): the probes behind the next rule changes (the branches' where present), the autoencoder's epochs with
+# the Winograd bias option off and on, gpu-bf16's step profile, then the whole GPU suite with its durations.
+# $1: output folder
 out=$1; mkdir -p "$out"
 exec > "$out/run.log" 2>&1
 set -x
 nvidia-smi -L
 git log --oneline -1
 python docs/notes/issue-42/s56_probe.py "$out" > "$out/s56_probe.log" 2>&1
+# the branches' probes, where the tree has them (branch issue-42-measure: main + issue-42-conv5-tensor +
+# issue-42-direct): the autoencoder's last conv on the narrow tensor tile, the direct wgmma GEMMs
+for probe in conv5_tensor_probe direct_probe; do
+  if [ -f docs/notes/issue-42/$probe.py ]; then
+    python docs/notes/issue-42/$probe.py "$out" > "$out/$probe.log" 2>&1
+  fi
+done
+if [ -f tests/test_kernels_gemm_direct.py ]; then
+  python -m pytest -m gpu -q -p no:cacheprovider tests/test_kernels_gemm_direct.py \
+    tests/test_kernels_conv_phase_tensor.py > "$out/test-gpu-branches.log" 2>&1
+fi
 for bias in off on; do
   python - "$out" "$bias" > "$out/bench-autoencoder-winograd-bias-$bias.log" 2>&1 <<'PY'
 import runpy, sys
