@@ -9,16 +9,18 @@ set -x
 nvidia-smi -L
 git log --oneline -1
 python docs/notes/issue-42/s56_probe.py "$out" > "$out/s56_probe.log" 2>&1
-# the branches' probes, where the tree has them (branch issue-42-measure: main + issue-42-conv5-tensor +
-# issue-42-direct): the autoencoder's last conv on the narrow tensor tile, the direct wgmma GEMMs
-for probe in conv5_tensor_probe direct_probe; do
+# the branches' probes and GPU tests, where the tree has them (branch issue-42-measure: main +
+# issue-42-conv5-tensor + issue-42-direct + issue-42-winograd-pool): the autoencoder's last conv on the narrow
+# tensor tile, the direct wgmma GEMMs, conv2's Winograd passes with the pool inside
+for probe in conv5_tensor_probe winograd_pool_probe direct_probe; do
   if [ -f docs/notes/issue-42/$probe.py ]; then
     python docs/notes/issue-42/$probe.py "$out" > "$out/$probe.log" 2>&1
   fi
 done
-if [ -f tests/test_kernels_gemm_direct.py ]; then
-  python -m pytest -m gpu -q -p no:cacheprovider tests/test_kernels_gemm_direct.py \
-    tests/test_kernels_conv_phase_tensor.py > "$out/test-gpu-branches.log" 2>&1
+tests=$(ls tests/test_kernels_gemm_direct.py tests/test_kernels_conv_phase_tensor.py \
+  tests/test_kernels_conv_winograd_pool.py 2>/dev/null)
+if [ -n "$tests" ]; then
+  python -m pytest -m gpu -q -p no:cacheprovider $tests > "$out/test-gpu-branches.log" 2>&1
 fi
 for bias in off on; do
   python - "$out" "$bias" > "$out/bench-autoencoder-winograd-bias-$bias.log" 2>&1 <<'PY'
