@@ -13,8 +13,8 @@ import sys
 
 import numpy as np
 from numba import cuda
+from probe_kit import Probe
 
-from gpunn.bench.core import median_launch_ms, numba_clock
 from gpunn.kernels.conv import direct_pooled as D
 from gpunn.kernels.conv import phase_up as P
 from gpunn.kernels.conv import pooled as PL
@@ -24,20 +24,12 @@ from gpunn.kernels.conv import wgrad_bias as WB
 out_dir = sys.argv[1]
 SMALL = sys.argv[2:] == ["small"]  # a smoke run of the script under the simulator: 2 images, 8 channels
 N, WIDE, REPS = (2, 8, 2) if SMALL else (64, 256, 50)
-rng = np.random.default_rng(0)
-timings = []
-
-
-def timed(name, launch):
-    """The launch's median GPU time (bench.core.median_launch_ms: warm-up, queued behind a GPU hold, so the host's
-    gaps between a group's launches are not counted), recorded and printed."""
-    ms = median_launch_ms(launch, REPS, numba_clock(0)).ms
-    timings.append((name, ms))
-    print(f"{name:70s} {ms:8.4f} ms", flush=True)
+probe = Probe(REPS, width=70)
+timed, rng = probe.timed, probe.rng
 
 
 def dev(*shape):
-    return cuda.to_device(rng.standard_normal(shape).astype(np.float32))
+    return cuda.to_device(probe.rand(*shape))
 
 
 # conv5 forward
@@ -106,5 +98,4 @@ for band_rows, per, co_t in ((None, None, None), (None, 2, None), (None, 4, None
     print(f"   vs today's: dw {np.abs(gw - want_w).max() / np.abs(want_w).max():.2e}"
           f" db {np.abs(gb - want_b).max() / np.abs(want_b).max():.2e}")
 
-with open(f"{out_dir}/ae_small_convs_probe.csv", "w") as f:
-    f.write("launch,ms\n" + "".join(f"\"{n}\",{ms:.5f}\n" for n, ms in timings))
+probe.write_csv(f"{out_dir}/ae_small_convs_probe.csv")

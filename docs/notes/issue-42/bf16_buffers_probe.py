@@ -11,8 +11,8 @@ import sys
 
 import numpy as np
 from numba import cuda
+from probe_kit import Probe, nan
 
-from gpunn.bench.core import median_launch_ms, numba_clock
 from gpunn.kernels.conv import reference as R
 from gpunn.kernels.conv import upsampled as UP
 from gpunn.kernels.conv import winograd as WG
@@ -22,25 +22,9 @@ out_dir = sys.argv[1]
 SMALL = sys.argv[2:] == ["small"]  # a smoke run under the simulator: 2 images, channels / 32, one timed call
 N, WIDE, NARROW, REPS = (2, 8, 4, 1) if SMALL else (64, 256, 128, 30)
 VERSION = "tensor_bf16"
-rng = np.random.default_rng(0)
-timings = []
+probe = Probe(REPS)
+timed, rand = probe.timed, probe.rand
 mismatches = []
-
-
-def timed(name, launch):
-    """The launch's median GPU time (bench.core.median_launch_ms: warm-up, queued behind a GPU hold, so the host's
-    gaps between a group's launches are not counted), recorded and printed."""
-    ms = median_launch_ms(launch, REPS, numba_clock(0)).ms
-    timings.append((name, ms))
-    print(f"{name:78s} {ms:8.4f} ms", flush=True)
-
-
-def rand(*shape, scale=1.0):
-    return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-
-def nan(*shape):
-    return cuda.to_device(np.full(shape, np.nan, np.float32))
 
 
 def run_pass(conv, name, make, out, ref):
@@ -85,7 +69,6 @@ def conv_passes(conv, cin, cout, h, up):
 conv_passes("conv2", WIDE, NARROW, 16 if not SMALL else 4, False)
 conv_passes("conv4", NARROW, WIDE, 8 if not SMALL else 2, True)
 
-with open(f"{out_dir}/bf16_buffers_probe.csv", "w") as f:
-    f.write("launch,ms\n" + "".join(f"\"{n}\",{ms:.5f}\n" for n, ms in timings))
+probe.write_csv(f"{out_dir}/bf16_buffers_probe.csv")
 print("all bit-identical" if not mismatches else f"NOT bit-identical: {mismatches}")
 sys.exit(1 if mismatches else 0)

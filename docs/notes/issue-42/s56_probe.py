@@ -13,8 +13,8 @@ import sys
 
 import numpy as np
 from numba import cuda
+from probe_kit import Probe, nan, rel
 
-from gpunn.bench.core import median_launch_ms, numba_clock
 from gpunn.kernels.conv import bias_grad as BG
 from gpunn.kernels.conv import direct_pooled as D
 from gpunn.kernels.conv import upsampled as U
@@ -24,26 +24,8 @@ from gpunn.kernels.conv import winograd_wgrad as WW
 out_dir = sys.argv[1]
 SMALL = sys.argv[2:] == ["small"]  # a smoke run under the simulator: 2 images, narrow channels
 N, REPS = (2, 2) if SMALL else (64, 50)
-rng = np.random.default_rng(0)
-timings = []
-
-
-def timed(name, launch):
-    ms = median_launch_ms(launch, REPS, numba_clock(0)).ms
-    timings.append((name, ms))
-    print(f"{name:78s} {ms:8.4f} ms", flush=True)
-
-
-def rand(*shape, scale=1.0):
-    return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-
-def nan(*shape):
-    return cuda.to_device(np.full(shape, np.nan, np.float32))
-
-
-def rel(got, ref):
-    return f"rel err {np.abs(got - ref).max() / np.abs(ref).max():.2e} finite {np.isfinite(got).all()}"
+probe = Probe(REPS)
+timed, rand = probe.timed, probe.rand
 
 
 # ---- the Winograd weight gradient with the bias gradient: conv2 256 -> 128 on 16x16, conv3 128 -> 128 on 8x8,
@@ -106,5 +88,4 @@ for name, (cin, cout, h, p) in (("ae conv1", (3, 256 // C, 32, 1)), ("cnn conv2"
         timed(f"{name} weight + bias direct {g.launches[0].name} + sum", g)
         print(f"   vs the default's: dw {rel(dw.copy_to_host(), want_w)}, db {rel(db.copy_to_host(), want_b)}")
 
-with open(f"{out_dir}/s56_probe.csv", "w") as f:
-    f.write("launch,ms\n" + "".join(f"\"{n}\",{ms:.5f}\n" for n, ms in timings))
+probe.write_csv(f"{out_dir}/s56_probe.csv")

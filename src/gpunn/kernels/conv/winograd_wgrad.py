@@ -268,12 +268,12 @@ def _winograd_wgrad(op, x, dy, dw, padding, k, oh, ow, version, block, stream, l
     threads = _threads()
     bias = db is not None
     chunks = cdiv(tiles, threads) if bias else 1
-    db_partials = _scratch(cout * chunks)
     if bias:
+        db_partials = _scratch(cout * chunks)
         dy_launch = bind(_dy_kernel(storage, True), (chunks, cout), threads, (flat(dy), dm, db_partials, td_dy),
                          stream, False, f"{op}[dy transform + bias sums{_tag(storage)}]")
     else:
-        db = _scratch(1)  # (unused)
+        db = db_partials = _scratch(1)  # (unused without the bias)
         dy_launch = _bind(_dy_kernel(storage), cout * tiles, (flat(dy), dm, db_partials, td_dy), stream,
                           f"{op}[dy transform{_tag(storage)}]")
     group = LaunchGroup([
