@@ -30,7 +30,7 @@ from numba import cuda, float32, int8, int32, uint32
 
 from ..common import cdiv, epilogue_args, epilogue_flags, shape
 from ..gemm.indexing import SMEM_ALIGN
-from ..gemm.mappings import ROUTE_NONE
+from ..gemm.mappings import ROUTE_NONE, window_max
 from ..launch import Launch, bind, check_device_array, flat
 from .checks import MAX_GRID_YZ, SMEM_LIMIT, U0, U1, WARP, jit_for
 from .implicit_gemm import _activation, _expect, _geometry
@@ -371,18 +371,7 @@ def _kernel(dgrad, k, off, cic, cot, threads, rows, width, epilogue, su=STAGE_UN
                         v1 = F0 if v1 < F0 else v1
                         v2 = F0 if v2 < F0 else v2
                         v3 = F0 if v3 < F0 else v3
-                    # strict > keeps the first position on ties; `v != v` lets a NaN win (pooled's rule)
-                    best = v0
-                    pos = U0
-                    if v1 > best or v1 != v1:
-                        best = v1
-                        pos = U1
-                    if v2 > best or v2 != v2:
-                        best = v2
-                        pos = _U2
-                    if v3 > best or v3 != v3:
-                        best = v3
-                        pos = _U3
+                    best, pos = window_max(v0, v1, v2, v3)
                     if relu and not best > F0:
                         pos = _NONE
                     out[n, co, qy, qx] = best

@@ -90,7 +90,7 @@ from .problem import (
 
 __all__ = ["A_MAPS", "B_MAPS", "DENSE_K_A", "DENSE_K_B", "POOL_A_MAPS", "POOL_B_MAPS", "ROUTE_NONE", "STORES",
            "WINDOW_STORES", "WINDOW_VERSIONS", "device_function", "finish_fn", "k_range_fn", "kernel_parts",
-           "store_fns", "window_fns"]
+           "store_fns", "window_fns", "window_max"]
 
 A_MAPS = ("dense", "dense_t", "dense_flat", "dense_t_flat", "im2col", "channels")
 B_MAPS = ("dense", "dense_t", "dense_flat", "dense_t_flat", "weight_t", "weight_flip_t", "im2col_k")
@@ -498,6 +498,24 @@ def _relu(v):
     return F0 if v < F0 else v  # NaN stays NaN, as in finish_fn
 
 
+@device_function
+def window_max(v0, v1, v2, v3):
+    """(max, position 0..3) of a 2x2 window's values in the order (0, 0), (0, 1), (1, 0), (1, 1): strict > keeps the
+    first position on ties, `v != v` lets a NaN win (pool.py's forward rule). Every window epilogue uses it."""
+    best = v0
+    pos = U0
+    if v1 > best or v1 != v1:
+        best = v1
+        pos = U1
+    if v2 > best or v2 != v2:
+        best = v2
+        pos = U2
+    if v3 > best or v3 != v3:
+        best = v3
+        pos = _U3
+    return best, pos
+
+
 @functools.cache
 def window_fns(store, epilogue):
     """(row(dims, i) -> state of the window whose first row is i, finish(c, aux, dims, state, j, v0, v1, v2, v3))
@@ -527,18 +545,7 @@ def window_fns(store, epilogue):
             v1 = _relu(v1)
             v2 = _relu(v2)
             v3 = _relu(v3)
-        # strict > keeps the first position on ties; `v != v` lets a NaN win (pool.py's forward rule)
-        best = v0
-        pos = U0
-        if v1 > best or v1 != v1:
-            best = v1
-            pos = U1
-        if v2 > best or v2 != v2:
-            best = v2
-            pos = U2
-        if v3 > best or v3 != v3:
-            best = v3
-            pos = _U3
+        best, pos = window_max(v0, v1, v2, v3)
         if relu and not best > F0:
             pos = np.uint32(ROUTE_NONE)
         idx = uint32(base + j * dims[D_GHW])
