@@ -7,7 +7,7 @@ no window and is neither computed nor given a gradient, MaxPool2d's floor), and:
 
 * forward (``conv_forward_pool_winograd``): ``winograd``'s weight and input transforms and batched GEMM, then an
   output transform that adds the bias, applies the ReLU and takes the window's max and route
-  (``gemm.mappings.window_max``), writing the pooled map and the route only;
+  (``gemm.mappings.window_epilogue``), writing the pooled map and the route only;
 * weight gradient (``conv_backward_weight_pool_winograd``, with the bias gradient
   ``conv_backward_weight_bias_pool_winograd``): ``winograd_wgrad``'s passes with the dy transform reading a tile's
   2x2 dy through (dpool, route): dy[n, c, h, w] = dpool[n, c, h//2, w//2] where route == 2*(h%2) + w%2, else 0;
@@ -25,11 +25,10 @@ from __future__ import annotations
 
 import functools
 
-import numpy as np
 from numba import cuda, float32, int8, uint32
 
 from ..common import epilogue_args, epilogue_flags, shape
-from ..gemm.mappings import ROUTE_NONE, _relu, window_max
+from ..gemm.mappings import window_epilogue
 from ..jit import jit
 from ..launch import LaunchGroup, check_device_array, flat
 from .implicit_gemm import _activation, _expect, _geometry
@@ -37,7 +36,6 @@ from .pooled import _pooled_pair, _pooled_shape
 from .wgrad_bias import check_db
 from .winograd import (
     _C,
-    _F0,
     _T,
     _TH,
     _TW,
@@ -55,13 +53,12 @@ from .winograd_wgrad import _winograd_wgrad
 __all__ = ["conv_backward_data_pool_winograd", "conv_backward_weight_bias_pool_winograd",
            "conv_backward_weight_pool_winograd", "conv_forward_pool_winograd"]
 
-_NONE = np.uint32(ROUTE_NONE)
-
 
 @functools.cache
 def _pool_output_kernel(epilogue):
     """The forward's output transform with the window epilogue (bias, ReLU: `epilogue`)."""
     has_bias, relu, _ = epilogue_flags(epilogue)
+    pool = window_epilogue(has_bias, relu)
 
     @jit
     def pool_output_transform(m, c_out, aux, dims):
@@ -76,24 +73,7 @@ def _pool_output_kernel(epilogue):
         while e < ct:
             c, n, ty, tx = _tile(e, t_all, tt, dims)
             _at_m(m, ct, e, t2)
-            v0 = _at_m_a(t2, 0, 0)
-            v1 = _at_m_a(t2, 0, 1)
-            v2 = _at_m_a(t2, 1, 0)
-            v3 = _at_m_a(t2, 1, 1)
-            if has_bias:
-                b = aux[c]
-                v0 += b
-                v1 += b
-                v2 += b
-                v3 += b
-            if relu:
-                v0 = _relu(v0)
-                v1 = _relu(v1)
-                v2 = _relu(v2)
-                v3 = _relu(v3)
-            best, pos = window_max(v0, v1, v2, v3)
-            if relu and not best > _F0:
-                pos = _NONE
+            best, pos = pool(aux, c, _at_m_a(t2, 0, 0), _at_m_a(t2, 0, 1), _at_m_a(t2, 1, 0), _at_m_a(t2, 1, 1))
             idx = uint32(uint32(uint32(n * dims[_C] + c) * dims[_TH] + ty) * dims[_TW] + tx)
             c_out[0][idx] = best
             c_out[1][idx] = int8(pos)

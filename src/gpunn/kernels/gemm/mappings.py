@@ -90,7 +90,7 @@ from .problem import (
 
 __all__ = ["A_MAPS", "B_MAPS", "DENSE_K_A", "DENSE_K_B", "POOL_A_MAPS", "POOL_B_MAPS", "ROUTE_NONE", "STORES",
            "WINDOW_STORES", "WINDOW_VERSIONS", "device_function", "finish_fn", "k_range_fn", "kernel_parts",
-           "store_fns", "window_fns", "window_max"]
+           "store_fns", "window_epilogue", "window_fns", "window_max"]
 
 A_MAPS = ("dense", "dense_t", "dense_flat", "dense_t_flat", "im2col", "channels")
 B_MAPS = ("dense", "dense_t", "dense_flat", "dense_t_flat", "weight_t", "weight_flip_t", "im2col_k")
@@ -517,6 +517,33 @@ def window_max(v0, v1, v2, v3):
 
 
 @functools.cache
+def window_epilogue(has_bias, relu):
+    """pool(aux, c, v0, v1, v2, v3) -> (max, route) of a 2x2 window's conv values of channel c (``window_max``'s
+    order): + aux[c] (the bias) with `has_bias`, the ReLU with `relu` (then ROUTE_NONE where the max is not > 0)."""
+    none = np.uint32(ROUTE_NONE)
+
+    @device_function
+    def pool(aux, c, v0, v1, v2, v3):
+        if has_bias:
+            b = aux[c]
+            v0 += b
+            v1 += b
+            v2 += b
+            v3 += b
+        if relu:
+            v0 = _relu(v0)
+            v1 = _relu(v1)
+            v2 = _relu(v2)
+            v3 = _relu(v3)
+        best, pos = window_max(v0, v1, v2, v3)
+        if relu and not best > F0:
+            pos = none
+        return best, pos
+
+    return pool
+
+
+@functools.cache
 def window_fns(store, epilogue):
     """(row(dims, i) -> state of the window whose first row is i, finish(c, aux, dims, state, j, v0, v1, v2, v3))
     of a window store: the epilogue (bias, ReLU) on the window's 4 values, their max into c[0], the route into
@@ -532,22 +559,11 @@ def window_fns(store, epilogue):
         n, s = _divmod(uint32(i >> U2), dims[D_GHW], dims[D_GHW_MUL], dims[D_GHW_SHIFT])
         return uint32(n * dims[D_OUT_CHW] + s)
 
+    pool = window_epilogue(has_bias, relu)
+
     @device_function
     def finish(c, aux, dims, base, j, v0, v1, v2, v3):
-        if has_bias:
-            b = aux[j]
-            v0 += b
-            v1 += b
-            v2 += b
-            v3 += b
-        if relu:
-            v0 = _relu(v0)
-            v1 = _relu(v1)
-            v2 = _relu(v2)
-            v3 = _relu(v3)
-        best, pos = window_max(v0, v1, v2, v3)
-        if relu and not best > F0:
-            pos = np.uint32(ROUTE_NONE)
+        best, pos = pool(aux, j, v0, v1, v2, v3)
         idx = uint32(base + j * dims[D_GHW])
         c[0][idx] = best
         c[1][idx] = int8(pos)
