@@ -30,7 +30,7 @@ from numba import cuda, float32, int8, int32, uint32
 
 from ..common import cdiv, epilogue_args, epilogue_flags, shape
 from ..gemm.indexing import SMEM_ALIGN
-from ..gemm.mappings import ROUTE_NONE
+from ..gemm.mappings import ROUTE_NONE, window_epilogue
 from ..launch import Launch, bind, check_device_array, flat
 from .checks import MAX_GRID_YZ, SMEM_LIMIT, U0, U1, WARP, jit_for
 from .implicit_gemm import _activation, _expect, _geometry
@@ -117,6 +117,7 @@ def direct_fits(in_channels, out_channels, k, padding, h, w) -> bool:
 @functools.cache
 def _kernel(dgrad, k, off, cic, cot, threads, rows, width, epilogue, su=STAGE_UNROLL):
     has_bias, relu, mask = epilogue_flags(epilogue)
+    pool = window_epilogue(has_bias, relu)
     kk = k * k
     k1 = k + 1
     sin_rows = cic * rows  # shared shapes: plain ints, closure constants
@@ -356,35 +357,7 @@ def _kernel(dgrad, k, off, cic, cot, threads, rows, width, epilogue, su=STAGE_UN
             for c in range(cot):
                 co = uint32(co0 + uint32(c))
                 if co < out_ch:
-                    v0 = acc[4 * c]
-                    v1 = acc[4 * c + 1]
-                    v2 = acc[4 * c + 2]
-                    v3 = acc[4 * c + 3]
-                    if has_bias:
-                        bv = aux[co]
-                        v0 += bv
-                        v1 += bv
-                        v2 += bv
-                        v3 += bv
-                    if relu:
-                        v0 = F0 if v0 < F0 else v0  # NaN stays NaN, as pooled's epilogue
-                        v1 = F0 if v1 < F0 else v1
-                        v2 = F0 if v2 < F0 else v2
-                        v3 = F0 if v3 < F0 else v3
-                    # strict > keeps the first position on ties; `v != v` lets a NaN win (pooled's rule)
-                    best = v0
-                    pos = U0
-                    if v1 > best or v1 != v1:
-                        best = v1
-                        pos = U1
-                    if v2 > best or v2 != v2:
-                        best = v2
-                        pos = _U2
-                    if v3 > best or v3 != v3:
-                        best = v3
-                        pos = _U3
-                    if relu and not best > F0:
-                        pos = _NONE
+                    best, pos = pool(aux, co, acc[4 * c], acc[4 * c + 1], acc[4 * c + 2], acc[4 * c + 3])
                     out[n, co, qy, qx] = best
                     route[n, co, qy, qx] = int8(pos)
 

@@ -56,6 +56,7 @@ STORAGES = {"fp32": np.float32, "bf16": np.uint16}  # a transform buffer's stora
 BF16_NAN = np.uint16(0x7FC0)
 _HALF = float32(0.5)
 _F0 = float32(0.0)
+_U1 = np.uint32(1)
 _U2 = np.uint32(2)
 # transform dims: (N, C, H, W) of the map the input transform reads, (OH, OW) of the output grid, tiles (th, tw),
 # T = N * th * tw, the padding
@@ -128,15 +129,38 @@ def _tile(e, t_all, tt, dims):
 
 
 @functools.cache
-def _input_kernel(up, storage="fp32"):
-    """The input transform; with `up` it reads the 2x nearest upsample of x (the window's bounds (2H, 2W)); v in
+def _reader(pool):
+    """get(src, i, h, w): element i of the flat source at (h, w) of the map the window reads. Plain: src[i]. With
+    `pool` src is (dpool, route) flat and (h, w) a pixel of the expanded gradient (2PH, 2PW): dpool[i] where route[i]
+    names (h % 2, w % 2), else 0 (ROUTE_NONE names none)."""
+    if pool:
+
+        @device_function
+        def get(src, i, h, w):
+            return src[0][i] if uint32(src[1][i]) == uint32(((h & _U1) << _U1) | (w & _U1)) else _F0
+
+        return get
+
+    @device_function
+    def get(src, i, h, w):
+        return src[i]
+
+    return get
+
+
+@functools.cache
+def _input_kernel(up, storage="fp32", pool=False):
+    """The input transform; with `up` it reads the 2x nearest upsample of x (the window's bounds (2H, 2W)); with
+    `pool`, x is (dpool, route) of shape (PH, PW) read as the expanded gradient (2PH, 2PW) (``_reader``); v in
     `storage`."""
-    shift = np.uint32(1 if up else 0)
+    shift = np.uint32(1 if up or pool else 0)
     put = _put(storage)
+    get = _reader(pool)
 
     @jit
     def input_transform(x, v, dims):
-        """v[pos, c, t] = (B^T d B)[pos] of the 4x4 window d of tile t in channel c of x (flat NCHW)."""
+        """v[pos, c, t] = (B^T d B)[pos] of the 4x4 window d of tile t in channel c of x (flat NCHW; a pair with
+        `pool`)."""
         d = cuda.local.array(POSITIONS, float32)
         t_all = dims[_T]
         ct = uint32(dims[_C] * t_all)
@@ -154,7 +178,7 @@ def _input_kernel(up, storage="fp32"):
                 hi = uint32(h0 + uint32(i))
                 for j in range(4):
                     wj = uint32(w0 + uint32(j))
-                    d[i * 4 + j] = (x[uint32(base + (hi >> shift) * dims[_W] + (wj >> shift))]
+                    d[i * 4 + j] = (get(x, uint32(base + (hi >> shift) * dims[_W] + (wj >> shift)), hi, wj)
                                     if hi < h_in and wj < w_in else _F0)
             for j in range(4):  # B^T d: B^T = [[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]]
                 a0, a1, a2, a3 = d[j], d[4 + j], d[8 + j], d[12 + j]
@@ -205,6 +229,26 @@ def _weight_transform(w, u, rows, cols, flip):
         e = uint32(e + stride)
 
 
+@device_function
+def _at_m(m, ct, e, t2):
+    """t2 (2x4, flat) = A^T M of element e of m (16, C, T) (ct = C * T): A^T = [[1, 1, 1, 0], [0, 1, -1, -1]]."""
+    for j in range(4):
+        m0 = m[uint32(uint32(j) * ct + e)]
+        m1 = m[uint32(uint32(4 + j) * ct + e)]
+        m2 = m[uint32(uint32(8 + j) * ct + e)]
+        m3 = m[uint32(uint32(12 + j) * ct + e)]
+        t2[j] = m0 + m1 + m2
+        t2[4 + j] = m1 - m2 - m3
+
+
+@device_function
+def _at_m_a(t2, i, j):
+    """Output (i, j) of the tile: ((A^T M) A)[i, j] from t2 of ``_at_m``."""
+    if j == 0:
+        return t2[4 * i] + t2[4 * i + 1] + t2[4 * i + 2]
+    return t2[4 * i + 1] - t2[4 * i + 2] - t2[4 * i + 3]
+
+
 @functools.cache
 def _output_kernel(epilogue, down=False):
     """The output transform; with `down` (the input gradient of a conv on a 2x upsample) each tile's 2x2 outputs
@@ -222,13 +266,7 @@ def _output_kernel(epilogue, down=False):
         stride = uint32(cuda.gridDim.x * cuda.blockDim.x)
         while e < ct:
             c, n, ty, tx = _tile(e, t_all, tt, dims)
-            for j in range(4):  # A^T M (2x4): A^T = [[1, 1, 1, 0], [0, 1, -1, -1]]
-                m0 = m[uint32(uint32(j) * ct + e)]
-                m1 = m[uint32(uint32(4 + j) * ct + e)]
-                m2 = m[uint32(uint32(8 + j) * ct + e)]
-                m3 = m[uint32(uint32(12 + j) * ct + e)]
-                t2[j] = m0 + m1 + m2
-                t2[4 + j] = m1 - m2 - m3
+            _at_m(m, ct, e, t2)
             if down:  # one element per tile: its 4 outputs summed (row 0's pair, then row 1's)
                 val = _F0
                 for i in range(2):
@@ -245,10 +283,7 @@ def _output_kernel(epilogue, down=False):
                     for j in range(2):  # (A^T M) A
                         ow = uint32(tx * _U2 + uint32(j))
                         if oh < dims[_OH] and ow < dims[_OW]:
-                            if j == 0:
-                                val = t2[4 * i] + t2[4 * i + 1] + t2[4 * i + 2]
-                            else:
-                                val = t2[4 * i + 1] - t2[4 * i + 2] - t2[4 * i + 3]
+                            val = _at_m_a(t2, i, j)
                             idx = uint32(base + oh * dims[_OW] + ow)
                             if has_bias:
                                 val += aux[c]
@@ -291,14 +326,18 @@ def _storage(op, storage, version):
     return storage
 
 
-def input_transform_size(x_shape, padding, up=False) -> int:
+def input_transform_size(x_shape, padding, up=False, pool=False) -> int:
     """Elements of the transformed input V (16, C, T) of a forward or weight-gradient pass on x of `x_shape`
     (N, C, H, W) (`up`: on its 2x upsample) with 3x3 kernels and `padding`: the ``v`` buffer they can share (its
-    dtype ``transform_dtype(storage)``)."""
+    dtype ``transform_dtype(storage)``). `pool`: of the passes fused with the 2x2 pool (``winograd_pool``), whose
+    tiles are the pooling windows (an odd output's last row / column has none)."""
     n, c, h, w = (int(d) for d in x_shape)
     if up:
         h, w = 2 * h, 2 * w
-    return POSITIONS * c * n * (-(-(h + 2 * int(padding) - 2) // 2)) * (-(-(w + 2 * int(padding) - 2) // 2))
+    oh, ow = h + 2 * int(padding) - 2, w + 2 * int(padding) - 2
+    if pool:
+        return POSITIONS * c * n * (oh // 2) * (ow // 2)
+    return POSITIONS * c * n * (-(-oh // 2)) * (-(-ow // 2))
 
 
 def _v_buffer(op, v, size, storage):
@@ -320,9 +359,28 @@ def _winograd_conv(op, src, w, out, epilogue, aux, padding, flip, version, block
     `flip` for the input gradient's), padding p, with the epilogue: the forward and input-gradient passes. `up`:
     src is read through its 2x upsample; `down`: the output grid is twice out's size, each 2x2 block summed; `v`:
     the buffer the input transform writes (None: a scratch buffer of its own), in `storage`."""
-    n, c_in, h, wd = shape(src)
-    c_out = shape(out)[1]
     oh, ow = ((2 if down else 1) * int(v) for v in shape(out)[2:])
+    return winograd_group(op, flat(src), shape(src), w, shape(out)[1], oh, ow, padding, flip, version, block,
+                          stream, launch, output_launch(op, epilogue, out, aux, stream, down),
+                          _input_kernel(up, storage), v, storage)
+
+
+def output_launch(op, epilogue, out, aux, stream, down=False):
+    """``winograd_group``'s `output`: the output transform (``_output_kernel``) into out (NCHW) with the epilogue."""
+
+    def output(m, td_out):
+        return _bind(_output_kernel(epilogue, down), int(td_out[_C] * td_out[_T]), (m, flat(out), aux, td_out),
+                     stream, f"{op}[output transform,{epilogue}]")
+
+    return output
+
+
+def winograd_group(op, src, src_shape, w, c_out, oh, ow, padding, flip, version, block, stream, launch, output,
+                   input_kernel, v=None, storage="fp32"):
+    """The launches of a forward-like pass on the (oh, ow) output grid: weight transform, `input_kernel` on `src`
+    (its map (N, C, H', W') = `src_shape`), the batched GEMM into M (16, c_out, T), and `output(m, dims)` (the output
+    transform's Launch; dims of the (c_out, T) grid); `v` and `storage` as ``_winograd_conv``'s."""
+    n, c_in, h, wd = src_shape
     td_in = _tdims(n, c_in, h, wd, oh, ow, padding)
     td_out = _tdims(n, c_out, h, wd, oh, ow, padding)
     tiles = int(td_in[_T])
@@ -334,12 +392,10 @@ def _winograd_conv(op, src, w, out, epilogue, aux, padding, flip, version, block
     group = LaunchGroup([
         _bind(_weight_transform, c_in * c_out, (w, u, np.uint32(c_in), np.uint32(c_out), bool(flip)), stream,
               f"{op}[weight transform]"),
-        _bind(_input_kernel(up, storage), c_in * tiles, (flat(src), v, td_in), stream,
-              f"{op}[input transform{_tag(storage)}]"),
+        _bind(input_kernel, c_in * tiles, (src, v, td_in), stream, f"{op}[input transform{_tag(storage)}]"),
         gemm_batched(version, tiles, c_out, c_in, POSITIONS, v, u, m, a_map="batch_t", b_map="batch",
                      store="batch_t", block=block, stream=stream, launch=False, op=op),
-        _bind(_output_kernel(epilogue, down), c_out * tiles, (m, flat(out), aux, td_out), stream,
-              f"{op}[output transform,{epilogue}]"),
+        output(m, td_out),
     ])
     if launch:
         group()

@@ -23,10 +23,12 @@ from gpunn import device
 from ..common import cdiv, shape
 from ..gemm import multiprocessors, output_tiles
 from ..gemm.batched import batch_chunks, gemm_batched
+from ..gemm.indexing import device_function
 from ..gemm.versions import lookup
 from ..jit import jit
 from ..launch import LaunchGroup, bind, flat
 from .implicit_gemm import _activation, _expect, _geometry
+from .pooled import _pooled_pair, _pooled_shape
 from .upsampled import upsampled_shape
 from .wgrad_bias import check_db
 from .winograd import (
@@ -67,15 +69,46 @@ _U1 = np.uint32(1)
 
 
 @functools.cache
-def _dy_kernel(storage="fp32", bias=False):
+def _dy_pair(pool):
+    """pair(dy, dims, n, c, ty, tx, j) -> (g0, g1): column j of tile (ty, tx)'s 2x2 block of dy in channel c of
+    image n, zero outside the output grid. With `pool` dy is (dpool, route) flat on the tile grid (a tile is one
+    pooling window): dpool at the position the route names, else 0."""
+    if pool:
+
+        @device_function
+        def pair(dy, dims, n, c, ty, tx, j):
+            i = uint32(uint32(uint32(n * dims[_C] + c) * dims[_TH] + ty) * dims[_TW] + tx)
+            g = dy[0][i]
+            r = uint32(dy[1][i])
+            return (g if r == uint32(j) else _F0), (g if r == uint32(j + 2) else _F0)
+
+        return pair
+
+    @device_function
+    def pair(dy, dims, n, c, ty, tx, j):
+        base = uint32(uint32(n * dims[_C] + c) * dims[_OH] * dims[_OW])
+        oh = uint32(ty * _U2)
+        w_ = uint32(tx * _U2 + uint32(j))
+        inside = w_ < dims[_OW]
+        g0 = dy[uint32(base + oh * dims[_OW] + w_)] if inside and oh < dims[_OH] else _F0
+        g1 = dy[uint32(base + (oh + _U1) * dims[_OW] + w_)] if inside and uint32(oh + _U1) < dims[_OH] else _F0
+        return g0, g1
+
+    return pair
+
+
+@functools.cache
+def _dy_kernel(storage="fp32", bias=False, pool=False):
     """The dy transform, dm in `storage`; with `bias`, on a (chunks, C) grid, each block's sum of dy into
-    db_partials (module docstring); without, a flat grid over (C, T) and db_partials unused."""
+    db_partials (module docstring); without, a flat grid over (C, T) and db_partials unused. `pool`: dy read
+    through (dpool, route) (``_dy_pair``)."""
     put = _put(storage)
+    pair = _dy_pair(pool)
 
     @jit
     def dy_transform(dy, dm, db_partials, dims):
         """dm[pos, c, t] = (A g A^T)[pos] of the 2x2 block g of tile t in channel c of dy (flat NCHW on the output
-        grid, zero outside it)."""
+        grid, zero outside it; a pair with `pool`)."""
         h = cuda.local.array(8, float32)
         sums = cuda.shared.array(TRANSFORM_THREADS, float32)
         t_all = dims[_T]
@@ -90,15 +123,8 @@ def _dy_kernel(storage="fp32", bias=False):
         while q < limit:
             e = uint32(first + q)
             c, n, ty, tx = _tile(e, t_all, tt, dims)
-            base = uint32(uint32(n * dims[_C] + c) * dims[_OH] * dims[_OW])
-            oh = uint32(ty * _U2)
-            ow = uint32(tx * _U2)
             for j in range(2):  # A g (4x2): A = [[1, 0], [1, 1], [1, -1], [0, -1]]
-                w_ = uint32(ow + uint32(j))
-                inside = w_ < dims[_OW]
-                g0 = dy[uint32(base + oh * dims[_OW] + w_)] if inside and oh < dims[_OH] else _F0
-                g1 = dy[uint32(base + (oh + _U1) * dims[_OW] + w_)] if (
-                    inside and uint32(oh + _U1) < dims[_OH]) else _F0
+                g0, g1 = pair(dy, dims, n, c, ty, tx, j)
                 h[j] = g0
                 h[2 + j] = g0 + g1
                 h[4 + j] = g0 - g1
@@ -237,14 +263,23 @@ def conv_backward_weight_bias_winograd_up(x, dy, dw, db, padding, version=None, 
 
 
 def _winograd_wgrad(op, x, dy, dw, padding, k, oh, ow, version, block, stream, launch, splits, up, v=None,
-                    storage="fp32", db=None):
+                    storage="fp32", db=None, route=None):
     """The weight gradient on the (oh, ow) grid of dy; `up`: x read through its 2x upsample; `v`: x transformed
-    by the forward (None: transformed here); V and dM in `storage`; `db`: the bias gradient too."""
-    _activation(op, "dy", dy)
+    by the forward (None: transformed here); V and dM in `storage`; `db`: the bias gradient too; `route`: dy is
+    the pooled gradient (N, Cout, oh//2, ow//2) of a fused conv + ReLU + 2x2 pool and `route` its route (the grid
+    then the pooling windows': an odd oh's last row drops, as the pool's)."""
     _check(op, k, padding)
     n, cin, h, wd = shape(x)
     cout = int(dw.shape[0])
-    _expect(op, "dy", dy, (n, cout, oh, ow))
+    pool = route is not None
+    if pool:
+        pooled = _pooled_shape(op, n, cout, oh, ow)
+        src = _pooled_pair(op, "dpool", dy, route, pooled)
+        oh, ow = 2 * pooled[2], 2 * pooled[3]
+    else:
+        _activation(op, "dy", dy)
+        _expect(op, "dy", dy, (n, cout, oh, ow))
+        src = flat(dy)
     td_x = _tdims(n, cin, h, wd, oh, ow, padding)
     td_dy = _tdims(n, cout, h, wd, oh, ow, padding)
     tiles = int(td_x[_T])
@@ -268,13 +303,13 @@ def _winograd_wgrad(op, x, dy, dw, padding, k, oh, ow, version, block, stream, l
     threads = _threads()
     bias = db is not None
     chunks = cdiv(tiles, threads) if bias else 1
+    db_partials = _scratch(cout * chunks)
     if bias:
-        db_partials = _scratch(cout * chunks)
-        dy_launch = bind(_dy_kernel(storage, True), (chunks, cout), threads, (flat(dy), dm, db_partials, td_dy),
+        dy_launch = bind(_dy_kernel(storage, True, pool), (chunks, cout), threads, (src, dm, db_partials, td_dy),
                          stream, False, f"{op}[dy transform + bias sums{_tag(storage)}]")
     else:
-        db = db_partials = _scratch(1)  # (unused without the bias)
-        dy_launch = _bind(_dy_kernel(storage), cout * tiles, (flat(dy), dm, db_partials, td_dy), stream,
+        db = _scratch(1)  # (unused)
+        dy_launch = _bind(_dy_kernel(storage, False, pool), cout * tiles, (src, dm, db_partials, td_dy), stream,
                           f"{op}[dy transform{_tag(storage)}]")
     group = LaunchGroup([
         *transform,

@@ -90,7 +90,7 @@ from .problem import (
 
 __all__ = ["A_MAPS", "B_MAPS", "DENSE_K_A", "DENSE_K_B", "POOL_A_MAPS", "POOL_B_MAPS", "ROUTE_NONE", "STORES",
            "WINDOW_STORES", "WINDOW_VERSIONS", "device_function", "finish_fn", "k_range_fn", "kernel_parts",
-           "store_fns", "window_fns"]
+           "store_fns", "window_epilogue", "window_fns", "window_max"]
 
 A_MAPS = ("dense", "dense_t", "dense_flat", "dense_t_flat", "im2col", "channels")
 B_MAPS = ("dense", "dense_t", "dense_flat", "dense_t_flat", "weight_t", "weight_flip_t", "im2col_k")
@@ -498,6 +498,51 @@ def _relu(v):
     return F0 if v < F0 else v  # NaN stays NaN, as in finish_fn
 
 
+@device_function
+def window_max(v0, v1, v2, v3):
+    """(max, position 0..3) of a 2x2 window's values in the order (0, 0), (0, 1), (1, 0), (1, 1): strict > keeps the
+    first position on ties, `v != v` lets a NaN win (pool.py's forward rule). Every window epilogue uses it."""
+    best = v0
+    pos = U0
+    if v1 > best or v1 != v1:
+        best = v1
+        pos = U1
+    if v2 > best or v2 != v2:
+        best = v2
+        pos = U2
+    if v3 > best or v3 != v3:
+        best = v3
+        pos = _U3
+    return best, pos
+
+
+@functools.cache
+def window_epilogue(has_bias, relu):
+    """pool(aux, c, v0, v1, v2, v3) -> (max, route) of a 2x2 window's conv values of channel c (``window_max``'s
+    order): + aux[c] (the bias) with `has_bias`, the ReLU with `relu` (then ROUTE_NONE where the max is not > 0)."""
+    none = np.uint32(ROUTE_NONE)
+
+    @device_function
+    def pool(aux, c, v0, v1, v2, v3):
+        if has_bias:
+            b = aux[c]
+            v0 += b
+            v1 += b
+            v2 += b
+            v3 += b
+        if relu:
+            v0 = _relu(v0)
+            v1 = _relu(v1)
+            v2 = _relu(v2)
+            v3 = _relu(v3)
+        best, pos = window_max(v0, v1, v2, v3)
+        if relu and not best > F0:
+            pos = none
+        return best, pos
+
+    return pool
+
+
 @functools.cache
 def window_fns(store, epilogue):
     """(row(dims, i) -> state of the window whose first row is i, finish(c, aux, dims, state, j, v0, v1, v2, v3))
@@ -514,33 +559,11 @@ def window_fns(store, epilogue):
         n, s = _divmod(uint32(i >> U2), dims[D_GHW], dims[D_GHW_MUL], dims[D_GHW_SHIFT])
         return uint32(n * dims[D_OUT_CHW] + s)
 
+    pool = window_epilogue(has_bias, relu)
+
     @device_function
     def finish(c, aux, dims, base, j, v0, v1, v2, v3):
-        if has_bias:
-            b = aux[j]
-            v0 += b
-            v1 += b
-            v2 += b
-            v3 += b
-        if relu:
-            v0 = _relu(v0)
-            v1 = _relu(v1)
-            v2 = _relu(v2)
-            v3 = _relu(v3)
-        # strict > keeps the first position on ties; `v != v` lets a NaN win (pool.py's forward rule)
-        best = v0
-        pos = U0
-        if v1 > best or v1 != v1:
-            best = v1
-            pos = U1
-        if v2 > best or v2 != v2:
-            best = v2
-            pos = U2
-        if v3 > best or v3 != v3:
-            best = v3
-            pos = _U3
-        if relu and not best > F0:
-            pos = np.uint32(ROUTE_NONE)
+        best, pos = pool(aux, j, v0, v1, v2, v3)
         idx = uint32(base + j * dims[D_GHW])
         c[0][idx] = best
         c[1][idx] = int8(pos)
