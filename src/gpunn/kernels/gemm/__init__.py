@@ -38,6 +38,7 @@ from .dense import (
     DENSE_LAUNCHERS,
     gemm,
     gemm_coalesced128,
+    gemm_direct,
     gemm_naive,
     gemm_regblock,
     gemm_regblock128,
@@ -47,7 +48,6 @@ from .dense import (
     gemm_wgmma_bf16,
     gemm_wgmma_tf32,
 )
-from .direct import gemm_direct
 from .mappings import A_MAPS, B_MAPS, STORES
 from .problem import (
     CONV_FIELDS,

@@ -1,7 +1,7 @@
 """GEMM versions ``direct_tf32`` and ``direct_bf16`` (Hopper, sm_90a): ``wgmma`` (warpgroup's 128x128 block, 2
 warpgroups of 64 x 128, float32 accumulation) fed straight by ``cp.async``, for C = A B^T with K-major operands
 only: A (M, K) and B (N, K), C-contiguous and 16-byte aligned, read flat (``dense_flat`` A, ``dense_t_flat`` B;
-``gemm_direct_tf32`` / ``gemm_direct_bf16`` check and pass them). direct_tf32 multiplies float32 operands whose
+``dense.gemm_direct`` checks and passes them). direct_tf32 multiplies float32 operands whose
 raw bits the tensor core reads (TF32 by truncation: inputs format ``tf32_trunc``); direct_bf16 uint16 operands of
 BF16 bits (K even: 4-byte copies).
 
@@ -21,9 +21,7 @@ import numpy as np
 from numba import cuda, float32, uint32
 
 from ..async_copy import cp_async4, cp_async16, cp_async_commit, cp_async_wait, shared_address
-from ..common import epilogue_args
 from ..jit import jit
-from ..launch import Launch
 from ..wgmma import (
     ACC,
     LAYOUTS,
@@ -36,10 +34,10 @@ from ..wgmma import (
     wgmma_wait1,
 )
 from .mappings import U0, U1, U2, device_function, kernel_parts
-from .problem import D_K, D_M, D_N, GemmProblem, gemm_shapes
+from .problem import D_K, D_M, D_N
 from .warpgroup import BM, BN, DEVICES, THREADS, TILE_ALIGN, config, store_fn
 
-__all__ = ["A_MAP", "B_MAP", "DEVICES", "DTYPES", "STAGES", "config", "gemm_direct", "kernel", "shared_bytes"]
+__all__ = ["A_MAP", "B_MAP", "DEVICES", "DTYPES", "STAGES", "config", "kernel", "shared_bytes"]
 
 STAGES = 7  # 7 x 32 KB + 1 KB of alignment slack: 225 KB, under the 227 KB a block may have on an H100 / H200
 ROW_BYTES = 128  # a tile row: 32 TF32 or 64 BF16 of K (the 128-byte swizzle's period)
@@ -183,33 +181,3 @@ def _kernel(fmt, stages, a_map, b_map, store, ksize, epilogue, split_k=False):
 
     return gemm_direct_kernel
 
-
-def _aligned(x) -> bool:
-    interface = getattr(x, "__cuda_array_interface__", None)
-    address = interface["data"][0] if interface else x._ary.__array_interface__["data"][0]  # (the simulator's)
-    return address % 16 == 0
-
-
-def gemm_direct(fmt, a, b, out, bias=None, relu=False, relu_mask=None, stream=0, launch=True,
-                stages=STAGES) -> Launch:
-    """``out = a @ b.T`` (+ bias) (ReLU) or masked by ``relu_mask > 0`` by ``direct_<fmt>``: ``a`` (M, K), ``b`` (N,
-    K), both C-contiguous, 16-byte aligned device arrays of ``DTYPES[fmt]`` (float32; uint16 BF16 bits, K even);
-    ``out`` float32 (M, N). ``stages`` other than STAGES: an experiment's ring (its own compiled kernel)."""
-    from .versions import VERSIONS, check_device
-
-    spec = VERSIONS[f"direct_{fmt}"]
-    op = spec.op
-    check_device(spec, op)
-    m, n, k = gemm_shapes(a, b, out, False, True, bias, relu_mask, op, DTYPES[fmt])
-    for name, x in (("a", a), ("b", b)):
-        if not (x.is_c_contiguous() and _aligned(x)) or x.size >= 2**32:
-            raise ValueError(f"{op}: {name} must be C-contiguous, 16-byte aligned and under 2**32 elements")
-    if fmt == "bf16" and k % 2:
-        raise ValueError(f"{op}: K must be even (4-byte copies of BF16 pairs), got {k}")
-    epilogue, aux = epilogue_args(op, bias, relu, relu_mask)
-    fn = kernel(fmt, stages)(A_MAP, B_MAP, "dense", 1, epilogue)
-    grid, block = config(op, THREADS, m, n, fn)
-    from ..launch import bind
-
-    return bind(fn, grid, block, (a.reshape(a.size), b.reshape(b.size), out, aux, GemmProblem(m, n, k).dims),
-                stream, launch, f"{op}[NT,{epilogue}]", shared_bytes(stages))
