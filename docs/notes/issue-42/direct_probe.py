@@ -1,6 +1,6 @@
 """Issue 42 probe (device, Hopper): direct_tf32 / direct_bf16 (wgmma fed straight by cp.async; several ring depths)
 beside wgmma_tf32 / wgmma_bf16 and cuBLAS (torch.matmul on the same layout, A @ B.t() with B stored (N, K): TF32 on
-/ bf16 tensors) at 4096^3, and at 257 x 129 x 302 as a check. CUDA events after 3 warm-up calls, median of 20.
+/ bf16 tensors) at 4096^3, and at 257 x 129 x 302 as a check. CUDA events after 2 warm-up calls, median of 20.
 Every result is checked against the float64 product of its inputs as that kernel's MMA reads them (direct_tf32:
 TF32 truncated; wgmma_tf32: rounded to nearest; BF16: the BF16 values), max|out - ref| / max|ref| under TOL, and
 every kernel's registers, local memory (spills) and shared memory are reported. CSV to OUT/direct_probe.csv; the
@@ -12,13 +12,13 @@ script exits with status 1, naming them, if any result is wrong, missing or spil
 the numba side only (the check case, one repeat, no torch, no cuBLAS)."""
 import csv
 import os
-import statistics
 import sys
 
 import numpy as np
 from numba import cuda
 
 from gpunn import device
+from gpunn.bench.mma_rate import _median_ms
 from gpunn.kernels import gemm as G
 
 DRY = device.simulator_enabled()
@@ -46,19 +46,9 @@ if not DRY:
 
 
 def median_ms(run, event=cuda.event, synchronize=cuda.synchronize):
-    """Median of REPEATS event-timed calls after 3 warm-up calls (numba's events, or torch's for cuBLAS)."""
-    for _ in range(3):
-        run()
-    synchronize()
-    times = []
-    for _ in range(REPEATS):
-        start, end = event(), event()
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    """Median of REPEATS event-timed calls after a warm-up call (numba's events, or torch's for cuBLAS)."""
+    run()  # the first call compiles / picks cuBLAS's kernel; _median_ms warms up once more
+    return _median_ms(run, REPEATS, event, synchronize)
 
 
 def facts(kernel):
