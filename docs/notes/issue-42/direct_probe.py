@@ -55,8 +55,8 @@ def facts(kernel):
     """(registers, local memory bytes, static shared bytes) of the kernel's one compiled signature."""
     if DRY:
         return ("", "", "")
-    sig = next(iter(kernel.overloads))
-    return (kernel.get_regs_per_thread(sig), kernel.get_local_mem_per_thread(sig), kernel.get_shared_mem_per_block(sig))
+    compiled = next(iter(kernel.overloads.values()))  # keyed by the argument types' tuple
+    return (compiled.regs_per_thread, compiled.local_mem_per_thread, compiled.shared_mem_per_block)
 
 
 def bf16_bits(x):
