@@ -133,28 +133,32 @@ DIRECT_LAUNCH_VERSION = "0.30.4"  # the numba-cuda whose kernel internals the di
 
 
 class Launch:
-    """``kernel[grid, block, stream](*args)``, configured once; ``launch()`` runs it again."""
+    """``kernel[grid, block, stream, shared](*args)``, configured once; ``launch()`` runs it again. ``shared``: bytes
+    of dynamic shared memory a block (over 48 KB the kernel's limit is raised before its first launch)."""
 
-    __slots__ = ("kernel", "grid", "block", "args", "stream", "name", "_configured", "_direct")
+    __slots__ = ("kernel", "grid", "block", "args", "stream", "name", "shared", "_configured", "_direct")
 
-    def __init__(self, kernel, grid, block, args, stream=0, name: str = ""):
+    def __init__(self, kernel, grid, block, args, stream=0, name: str = "", shared: int = 0):
         self.kernel = kernel
         self.grid = grid
         self.block = block
         self.args = tuple(args)
         self.stream = stream
         self.name = name or getattr(kernel, "__name__", "kernel")
+        self.shared = int(shared)
         # The simulator's kernel object keeps a single mutable configuration, so it is configured anew at
         # every call there; on a GPU the configured launch object is reusable.
-        self._configured = None if device.simulator_enabled() else kernel[grid, block, stream]
+        self._configured = None if device.simulator_enabled() else kernel[grid, block, stream, self.shared]
         self._direct = None  # None: not prepared yet; False: not available (ordinary calls)
 
     def __call__(self) -> None:
         if self._direct:
             self._direct()
         elif self._configured is None:
-            self.kernel[self.grid, self.block, self.stream](*self.args)
+            self.kernel[self.grid, self.block, self.stream, self.shared](*self.args)
         else:
+            if self._direct is None and self.shared > STATIC_SHARED_LIMIT:
+                allow_dynamic_shared(self.kernel, self.args, self.shared)
             self._configured(*self.args)  # compiles on the first call
             if self._direct is None:
                 self._direct = _direct_launcher(self.kernel, self._configured, self.args) or False
@@ -176,10 +180,43 @@ class Launch:
 
     def on(self, stream) -> None:
         """Launch on another stream (or a graph builder, to capture it)."""
-        self.kernel[self.grid, self.block, stream](*self.args)
+        if self.shared > STATIC_SHARED_LIMIT:
+            allow_dynamic_shared(self.kernel, self.args, self.shared)
+        self.kernel[self.grid, self.block, stream, self.shared](*self.args)
 
     def __repr__(self) -> str:
         return f"Launch({self.name}, grid={self.grid}, block={self.block})"
+
+
+STATIC_SHARED_LIMIT = 48 * 1024  # shared memory a block gets without raising the kernel's limit
+
+
+def allow_dynamic_shared(kernel, args, nbytes: int) -> None:
+    """Raise the dynamic shared memory limit of `kernel` compiled for `args` to `nbytes`
+    (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, needed over 48 KB), once per kernel and size. Compiles the
+    kernel if it is not yet. Nothing to do under the simulator."""
+    if device.simulator_enabled():
+        return
+    from cuda.bindings import driver
+
+    compiled = kernel.compile(tuple(kernel.typeof_pyval(arg) for arg in args))
+    function = compiled._codelibrary.get_cufunc()
+    key = (int(function.handle), nbytes)
+    if key in _RAISED:
+        return
+    attribute = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    handle = function.handle
+    if type(handle).__name__ == "CUkernel":  # a library kernel: its function in the current context
+        err, handle = driver.cuKernelGetFunction(handle)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"cuKernelGetFunction failed: {err}")
+    (err,) = driver.cuFuncSetAttribute(handle, attribute, int(nbytes))
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, {nbytes}) failed: {err}")
+    _RAISED.add(key)
+
+
+_RAISED: set = set()  # (kernel handle, bytes) raised so far
 
 
 def _direct_launcher(kernel, configured, args):
@@ -191,22 +228,22 @@ def _direct_launcher(kernel, configured, args):
         if numba_cuda.__version__ != DIRECT_LAUNCH_VERSION:
             return None
         compiled = kernel.overloads[tuple(kernel.typeof_pyval(arg) for arg in args)]
-        if compiled.debug or compiled.cooperative or configured.sharedmem:
+        if compiled.debug or compiled.cooperative:
             return None
         prepared, writeback = [], []
         for arg_type, arg in zip(compiled.argument_types, args):
             compiled._prepare_args(arg_type, arg, configured.stream, writeback, prepared)
         if writeback:  # a host array: numba copies it back after every launch
             return None
-        config = LaunchConfig(grid=configured.griddim, block=configured.blockdim, shmem_size=0)
+        config = LaunchConfig(grid=configured.griddim, block=configured.blockdim, shmem_size=configured.sharedmem)
         function = compiled._codelibrary.get_cufunc().kernel
     except (ImportError, AttributeError, KeyError, TypeError):
         return None
-    return (_driver_launcher(configured.stream, config, function, prepared)
+    return (_driver_launcher(configured.stream, config, function, prepared, configured.sharedmem)
             or functools.partial(launch, configured.stream, config, function, *prepared))
 
 
-def _driver_launcher(stream, config, kernel, prepared):
+def _driver_launcher(stream, config, kernel, prepared, shared=0):
     """A call doing ``cuLaunchKernel`` with the parameter block packed here, once; None where a value's
     type is not one we pack (cuda.core's launch then packs it at every call)."""
     import ctypes
@@ -242,7 +279,7 @@ def _driver_launcher(stream, config, kernel, prepared):
     gx, gy, gz = (int(v) for v in grid)
     bx, by, bz = (int(v) for v in block)
     if libcuda.library() is not None:  # one ctypes call on arguments converted once (gpunn.kernels.libcuda)
-        run = libcuda.bound("cuLaunchKernel", function_handle, gx, gy, gz, bx, by, bz, 0,
+        run = libcuda.bound("cuLaunchKernel", function_handle, gx, gy, gz, bx, by, bz, shared,
                             transfers.stream_handle(stream), address, None)
         run.parameters = (values, pointers)  # the packed parameter block lives as long as the launch
         run.packed = True
@@ -251,7 +288,7 @@ def _driver_launcher(stream, config, kernel, prepared):
     success = driver.CUresult.CUDA_SUCCESS
 
     def run(_keep=(values, pointers)):  # the ctypes values live as long as the launch
-        (err,) = cu_launch(handle, gx, gy, gz, bx, by, bz, 0, stream_handle, address, 0)
+        (err,) = cu_launch(handle, gx, gy, gz, bx, by, bz, shared, stream_handle, address, 0)
         if err != success:
             raise RuntimeError(f"cuLaunchKernel failed: {err}")
 
@@ -284,9 +321,10 @@ class LaunchGroup:
         return f"LaunchGroup({', '.join(map(repr, self.launches))})"
 
 
-def bind(kernel, grid, block, args, stream=0, launch: bool = True, name: str = "") -> Launch:
-    """A bound launch of `kernel`; launched once now unless `launch` is False."""
-    bound = Launch(kernel, grid, block, args, stream, name)
+def bind(kernel, grid, block, args, stream=0, launch: bool = True, name: str = "", shared: int = 0) -> Launch:
+    """A bound launch of `kernel` (`shared`: bytes of dynamic shared memory a block); launched once now unless
+    `launch` is False."""
+    bound = Launch(kernel, grid, block, args, stream, name, shared)
     if launch:
         bound()
     return bound

@@ -5,15 +5,18 @@ A warpgroup (4 consecutive warps, the first a multiple of 4) multiplies a 64 x K
 both K-major tiles in shared memory, into 64 float32 accumulators a thread (D = A B^T + D, 64 x 128):
 
 * ``wgmma_tf32(acc, a_tile, a_byte, b_tile, b_byte)``: K = 8 TF32; ``wgmma_bf16(...)``: K = 16 BF16 (uint32 words
-  of two). ``acc`` is the thread's local float32 array of 64; ``a_tile`` / ``b_tile`` shared arrays; ``a_byte`` /
-  ``b_byte`` the byte offset of the slice's first row and K in its tile (a multiple of 32 within a row).
+  of two); ``wgmma_bf16_sw128(...)``: K = 16 BF16 from tiles of 128-byte rows (64 K), the 128-byte swizzle. ``acc``
+  is the thread's local float32 array of 64; ``a_tile`` / ``b_tile`` shared arrays; ``a_byte`` / ``b_byte`` the
+  byte offset of the slice's first row and K in its tile (a multiple of 32 within a row).
 * ``wgmma_fence()`` before the first MMA of a batch, ``wgmma_commit()`` after its last, ``wgmma_wait(acc)`` for the
-  batch to finish (the accumulators are the MMAs' only after it); ``fence_proxy_async()`` in every thread that
-  stored to a tile the MMAs read next, before the barrier.
+  batch to finish (the accumulators are the MMAs' only after it), ``wgmma_wait1(acc)`` for all but the last batch
+  committed (its accumulators stay in flight: nothing but further MMAs may touch them); ``fence_proxy_async()`` in
+  every thread that stored to a tile the MMAs read next, before the barrier.
 
 Tiles (``LAYOUTS[fmt]``): rows of ``row_bytes`` (an M index of A, an N index of B: TF32 32 K = 128 B, BF16 32 K =
 64 B), row r at byte r x row_bytes from a 1024-byte aligned base, each 16-byte chunk swizzled by the row: byte x is
-stored at ``swizzle(fmt, x)`` = x XOR ((x >> 7) & mask) << 4 (the 128-byte or 64-byte swizzle of the descriptor).
+stored at ``swizzle(fmt, x)`` = x XOR ((x >> 7) & mask) << 4 (the 128-byte or 64-byte swizzle of the descriptor);
+``bf16_sw128``: BF16 in TF32's layout, rows of 64 K = 128 B.
 Fragments of D: thread t of the warpgroup (warp w = t // 32, g = t % 32 // 4, q = t % 4) holds acc[4j + 2h + e] =
 D[16w + g + 8h, 8j + 2q + e], j = 0..15. Under the simulator every thread of the block must reach each MMA (the
 warpgroup's fragments meet at a block barrier, as in ``gpunn.kernels.mma``).
@@ -27,8 +30,8 @@ from gpunn import device
 
 from .mma import WARP, collective
 
-__all__ = ["ACC", "LAYOUTS", "N", "fence_proxy_async", "swizzle", "wgmma_bf16", "wgmma_commit", "wgmma_fence",
-           "wgmma_tf32", "wgmma_wait"]
+__all__ = ["ACC", "LAYOUTS", "N", "fence_proxy_async", "swizzle", "wgmma_bf16", "wgmma_bf16_sw128", "wgmma_commit",
+           "wgmma_fence", "wgmma_tf32", "wgmma_wait", "wgmma_wait1"]
 
 N = 128  # the MMAs' N (m64n128)
 ACC = 64  # accumulators a thread: 64 x 128 / 128 threads
@@ -36,6 +39,7 @@ WARPGROUP = 4 * WARP
 LAYOUTS = {  # format: (row bytes, swizzle mask, descriptor swizzle mode, stride byte offset of 8 rows, K an MMA)
     "tf32": (128, 7, 1, 1024, 8),
     "bf16": (64, 3, 2, 512, 16),
+    "bf16_sw128": (128, 7, 1, 1024, 16),
 }
 
 
@@ -51,7 +55,7 @@ def _tile_matrix(fmt, tile, byte0, rows):
     """rows x K of a swizzled K-major tile from byte ``byte0`` (float64): what one wgmma reads."""
     row_bytes, _, _, _, k = LAYOUTS[fmt]
     raw = np.ascontiguousarray(tile).reshape(-1).view(np.uint8)
-    width = 4 if fmt == "tf32" else 2
+    width = 4 if fmt == "tf32" else 2  # bf16, bf16_sw128
     logical = byte0 + np.arange(rows)[:, None] * row_bytes + np.arange(k)[None, :] * width
     mask = LAYOUTS[fmt][1]
     physical = logical ^ (((logical >> 7) & mask) << 4)
@@ -94,7 +98,8 @@ def _noop(*args):
 # ---------------------------------------------------------------- the intrinsics (a Hopper GPU)
 
 def _intrinsics():
-    """(wgmma_tf32, wgmma_bf16, wgmma_fence, wgmma_commit, wgmma_wait, fence_proxy_async) as numba intrinsics."""
+    """(wgmma_tf32, wgmma_bf16, wgmma_bf16_sw128, wgmma_fence, wgmma_commit, wgmma_wait, wgmma_wait1,
+    fence_proxy_async) as numba intrinsics."""
     from llvmlite import ir
     from numba import types
     from numba.cuda.extending import intrinsic
@@ -121,10 +126,11 @@ def _intrinsics():
 
     def mma(fmt):
         k = LAYOUTS[fmt][4]
-        tail = "p, 1, 1;" if fmt == "tf32" else "p, 1, 1, 0, 0;"
+        kind = fmt.split("_")[0]  # the element type (bf16_sw128: bf16)
+        tail = "p, 1, 1;" if kind == "tf32" else "p, 1, 1, 0, 0;"
         descriptors = f"${2 * ACC}, ${2 * ACC + 1}"  # after the 64 outputs and their 64 tied inputs
         ptx = ("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-               f"wgmma.mma_async.sync.aligned.m64n{N}k{k}.f32.{fmt}.{fmt} {{{regs}}}, {descriptors}, {tail}\n}}")
+               f"wgmma.mma_async.sync.aligned.m64n{N}k{k}.f32.{kind}.{kind} {{{regs}}}, {descriptors}, {tail}\n}}")
         constraints = ",".join(["=f"] * ACC + [str(i) for i in range(ACC)] + ["l", "l"])
 
         @intrinsic
@@ -152,28 +158,32 @@ def _intrinsics():
             return types.void(), codegen
         return emit
 
-    @intrinsic
-    def wgmma_wait(typingctx, acc):
-        def codegen(context, builder, sig, args):
-            slots, values = load_acc(context, builder, sig.args[0], args[0])
-            fnty = ir.FunctionType(ir.LiteralStructType([f32] * ACC), [f32] * ACC)
-            constraints = ",".join(["=f"] * ACC + [str(i) for i in range(ACC)] + ["~{memory}"])
-            out = builder.call(ir.InlineAsm(fnty, "wgmma.wait_group.sync.aligned 0;", constraints, side_effect=True),
-                               values)
-            for i, slot in enumerate(slots):
-                builder.store(builder.extract_value(out, i), slot)
-            return context.get_dummy_value()
-        return types.void(acc), codegen
+    def wait(pending):
+        @intrinsic
+        def wgmma_wait(typingctx, acc):
+            def codegen(context, builder, sig, args):
+                slots, values = load_acc(context, builder, sig.args[0], args[0])
+                fnty = ir.FunctionType(ir.LiteralStructType([f32] * ACC), [f32] * ACC)
+                constraints = ",".join(["=f"] * ACC + [str(i) for i in range(ACC)] + ["~{memory}"])
+                asm = ir.InlineAsm(fnty, f"wgmma.wait_group.sync.aligned {pending};", constraints, side_effect=True)
+                out = builder.call(asm, values)
+                for i, slot in enumerate(slots):
+                    builder.store(builder.extract_value(out, i), slot)
+                return context.get_dummy_value()
+            return types.void(acc), codegen
+        return wgmma_wait
 
-    return (mma("tf32"), mma("bf16"), statement("wgmma.fence.sync.aligned;"),
-            statement("wgmma.commit_group.sync.aligned;"), wgmma_wait, statement("fence.proxy.async.shared::cta;"))
+    return (mma("tf32"), mma("bf16"), mma("bf16_sw128"), statement("wgmma.fence.sync.aligned;"),
+            statement("wgmma.commit_group.sync.aligned;"), wait(0), wait(1),
+            statement("fence.proxy.async.shared::cta;"))
 
 
 if device.simulator_enabled():
     from .simulator import patch
 
     patch()  # gpunn's block runner: the emulation's barriers are its
-    wgmma_tf32, wgmma_bf16 = _sim_wgmma("tf32"), _sim_wgmma("bf16")
-    wgmma_fence = wgmma_commit = wgmma_wait = fence_proxy_async = _noop
+    wgmma_tf32, wgmma_bf16, wgmma_bf16_sw128 = _sim_wgmma("tf32"), _sim_wgmma("bf16"), _sim_wgmma("bf16_sw128")
+    wgmma_fence = wgmma_commit = wgmma_wait = wgmma_wait1 = fence_proxy_async = _noop
 else:
-    wgmma_tf32, wgmma_bf16, wgmma_fence, wgmma_commit, wgmma_wait, fence_proxy_async = _intrinsics()
+    (wgmma_tf32, wgmma_bf16, wgmma_bf16_sw128, wgmma_fence, wgmma_commit, wgmma_wait, wgmma_wait1,
+     fence_proxy_async) = _intrinsics()

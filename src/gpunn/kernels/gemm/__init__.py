@@ -16,6 +16,8 @@ Versions (``VERSIONS``, one ``GemmVersion`` record each; a module each, but ``de
                  BF16 on their way to shared memory, float32 accumulation (``tensor``: one body for both)
     wgmma_tf32, wgmma_bf16   Hopper's warpgroup MMA (wgmma.mma_async, sm_90a only) on swizzled shared tiles, the
                  same tile, loads and rounding (``warpgroup``)
+    direct_tf32, direct_bf16   wgmma fed straight by cp.async into a ring of swizzled tiles, C = A B^T of K-major
+                 operands only (float32 read as TF32 by truncation; uint16 BF16 bits): ``gemm_direct`` (``direct``)
 
 Operands are float32 numba device arrays, C-contiguous or strided views; transposed operands are read in place.
 Epilogues (``EPILOGUES``): none, bias, bias_relu, relu, mask (C = acc where mask > 0: the ReLU backward).
@@ -23,6 +25,7 @@ Epilogues (``EPILOGUES``): none, bias, bias_relu, relu, mask (C = acc where mask
 * ``gemm(a, b, out, version=...)`` and ``gemm_<version>``: dense 2-D operands (``dense``).
 * ``gemm_mapped(version, problem, ...)``: one version on a ``GemmProblem`` and operand mappings (``mappings``:
   im2col, weights, NCHW stores); the convolutions of ``gpunn.kernels.conv.implicit_gemm`` are built on it.
+* ``gemm_direct(fmt, a, b_nk, out, ...)``: ``direct_<fmt>``, ``a @ b_nk.T``.
 * ``gemm_split_k``: K split along grid z, partial tiles summed in a fixed order by a second launch (``split_k``).
 * ``gemm_reference``: the float64 NumPy reference (``inputs=``: A and B rounded as a tensor-core version rounds
   them). ``rbf``: the float64 RBF member of the family (E6's SVM).
@@ -35,6 +38,7 @@ from .dense import (
     DENSE_LAUNCHERS,
     gemm,
     gemm_coalesced128,
+    gemm_direct,
     gemm_naive,
     gemm_regblock,
     gemm_regblock128,
@@ -82,6 +86,7 @@ __all__ = [
     "fast_divmod_constants",
     "gemm",
     "gemm_coalesced128",
+    "gemm_direct",
     "gemm_mapped",
     "gemm_naive",
     "gemm_reference",

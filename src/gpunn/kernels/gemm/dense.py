@@ -5,6 +5,8 @@ Every launcher is ``gemm_<version>(a, b, out, trans_a=False, trans_b=False, bias
 relu_mask=None, block=<its default>, stream=0, launch=True, splits=1) -> Launch``: it checks the operands, binds
 the launch and, unless ``launch=False``, runs it once. ``splits`` other than 1 (None: automatic; an int: that
 many) runs split-K and returns a ``LaunchGroup``, the epilogue applied by the fixed-order sum launch.
+``gemm_direct(fmt, a, b, out, ...)``: ``a @ b.T`` by ``direct_<fmt>`` (K-major operands only; not in
+``DENSE_LAUNCHERS``).
 """
 
 from __future__ import annotations
@@ -12,13 +14,15 @@ from __future__ import annotations
 import numpy as np
 
 from ..common import epilogue_args
-from ..launch import Launch, LaunchGroup
+from ..launch import Launch, LaunchGroup, bind
+from . import direct
 from .problem import GemmProblem, gemm_shapes
 from .split_k import gemm_split_k
-from .versions import VERSIONS, gemm_mapped, lookup
+from .versions import VERSIONS, check_device, gemm_mapped, lookup
 
-__all__ = ["DENSE_LAUNCHERS", "gemm", "gemm_coalesced128", "gemm_naive", "gemm_regblock", "gemm_regblock128",
-           "gemm_tensor_bf16", "gemm_tensor_tf32", "gemm_tiled16", "gemm_wgmma_bf16", "gemm_wgmma_tf32"]
+__all__ = ["DENSE_LAUNCHERS", "gemm", "gemm_coalesced128", "gemm_direct", "gemm_naive", "gemm_regblock",
+           "gemm_regblock128", "gemm_tensor_bf16", "gemm_tensor_tf32", "gemm_tiled16", "gemm_wgmma_bf16",
+           "gemm_wgmma_tf32"]
 
 
 FLAT_VERSIONS = frozenset({"coalesced128"})  # versions that read K-contiguous operands flat (32-bit offsets)
@@ -112,6 +116,35 @@ def gemm_wgmma_bf16(a, b, out, trans_a=False, trans_b=False, bias=None, relu=Fal
     """Hopper warpgroup-MMA GEMM, inputs rounded to BF16, float32 accumulation (128x128 tile, compute capability
     9.0 only); the block is fixed to 256 threads."""
     return _dense("wgmma_bf16", a, b, out, trans_a, trans_b, bias, relu, relu_mask, block, stream, launch, splits)
+
+
+def _aligned(x) -> bool:
+    interface = getattr(x, "__cuda_array_interface__", None)
+    address = interface["data"][0] if interface else x._ary.__array_interface__["data"][0]  # (the simulator's)
+    return address % 16 == 0
+
+
+def gemm_direct(fmt, a, b, out, bias=None, relu=False, relu_mask=None, stream=0, launch=True,
+                stages=direct.STAGES) -> Launch:
+    """``out = a @ b.T`` (+ bias) (ReLU) or masked by ``relu_mask > 0`` by ``direct_<fmt>``: ``a`` (M, K), ``b`` (N,
+    K), both C-contiguous, 16-byte aligned device arrays of ``direct.DTYPES[fmt]`` (float32; uint16 BF16 bits, K
+    even); ``out`` float32 (M, N). ``stages`` other than direct.STAGES: an experiment's ring (its own kernel)."""
+    if fmt not in direct.DTYPES:
+        raise ValueError(f"gemm_direct: unknown format {fmt!r}; choose from {sorted(direct.DTYPES)}")
+    spec = VERSIONS[f"direct_{fmt}"]
+    op = spec.op
+    check_device(spec, op)
+    m, n, k = gemm_shapes(a, b, out, False, True, bias, relu_mask, op, direct.DTYPES[fmt])
+    for name, x in (("a", a), ("b", b)):
+        if not (x.is_c_contiguous() and _aligned(x)) or x.size >= 2**32:
+            raise ValueError(f"{op}: {name} must be C-contiguous, 16-byte aligned and under 2**32 elements")
+    if fmt == "bf16" and k % 2:
+        raise ValueError(f"{op}: K must be even (4-byte copies of BF16 pairs), got {k}")
+    epilogue, aux = epilogue_args(op, bias, relu, relu_mask)
+    fn = direct.kernel(fmt, stages)(direct.A_MAP, direct.B_MAP, "dense", 1, epilogue)
+    grid, block = direct.config(op, direct.THREADS, m, n, fn)
+    return bind(fn, grid, block, (a.reshape(a.size), b.reshape(b.size), out, aux, GemmProblem(m, n, k).dims),
+                stream, launch, f"{op}[NT,{epilogue}]", direct.shared_bytes(stages))
 
 
 # The versions with a dense launcher (the benchmark times each; its block default is in its signature).

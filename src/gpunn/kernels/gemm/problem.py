@@ -69,10 +69,11 @@ def conv_problem(m, n, k, src_chw, grid_hw, pad, out_channels) -> GemmProblem:
     return GemmProblem(int(m), int(n), int(k), geometry)
 
 
-def gemm_shapes(a, b, out, trans_a=False, trans_b=False, bias=None, relu_mask=None, op="gemm"):
-    """Validate the operands and return ``(M, N, K)``; raise ``ValueError`` naming the shapes."""
+def gemm_shapes(a, b, out, trans_a=False, trans_b=False, bias=None, relu_mask=None, op="gemm", dtype=np.float32):
+    """Validate the operands (``a`` and ``b`` of ``dtype``, the rest float32) and return ``(M, N, K)``; raise
+    ``ValueError`` naming the shapes."""
     for name, x in (("a", a), ("b", b), ("out", out)):
-        check_device_array(op, name, x, 2)
+        check_device_array(op, name, x, 2, dtype if name != "out" else np.float32)
     what = (
         f"{op}: a{shape(a)}{'^T' if trans_a else ''} @ b{shape(b)}{'^T' if trans_b else ''}"
         f" -> out{shape(out)}"

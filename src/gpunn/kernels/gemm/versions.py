@@ -10,7 +10,7 @@ from gpunn import device
 
 from ..common import cdiv
 from ..launch import Launch, bind
-from . import naive, regblock, regblock128, skinny, tensor, tiled16, warpgroup
+from . import direct, naive, regblock, regblock128, skinny, tensor, tiled16, warpgroup
 from .deep import TILES as DEEP_TILES
 from .operand_tiles import FORMATS
 from .problem import GemmProblem
@@ -25,7 +25,9 @@ class GemmVersion:
     step of its K loop (split-K chunks are multiples of it), the (rows, columns) of C one block computes and the
     format its inputs are rounded to before they are multiplied (``fp32``: not rounded; ``tf32``, ``bf16``: the
     tensor-core versions, float32 accumulation) and the compute capabilities it runs on (`devices`, empty: every
-    one; `min_cc`: that capability or newer, the tensor cores' TF32 and BF16 MMAs from 8.0)."""
+    one; `min_cc`: that capability or newer, the tensor cores' TF32 and BF16 MMAs from 8.0), the bytes of dynamic
+    shared memory a block (`shared`) and, for a version that takes only some operand mappings (`maps`: (A's, B's);
+    empty: every one), those (``direct_*``: K-major flat operands; no dense launcher, conv leaves them out)."""
 
     name: str
     kernel: Callable
@@ -36,6 +38,8 @@ class GemmVersion:
     inputs: str = "fp32"
     devices: tuple = ()
     min_cc: tuple = ()
+    shared: int = 0
+    maps: tuple = ()
 
     @property
     def op(self) -> str:
@@ -64,6 +68,10 @@ VERSIONS = {v.name: v for v in (
                   (tensor.BM, tensor.BN), fmt, min_cc=device.TENSOR_CORE_MIN_CC) for fmt in FORMATS),
     *(GemmVersion(f"wgmma_{fmt}", warpgroup.kernel(fmt), warpgroup.config, warpgroup.THREADS, warpgroup.BK,
                   (warpgroup.BM, warpgroup.BN), fmt, warpgroup.DEVICES) for fmt in FORMATS),
+    GemmVersion("direct_tf32", direct.kernel("tf32"), direct.config, direct.THREADS, 32, (direct.BM, direct.BN),
+                "tf32_trunc", direct.DEVICES, shared=direct.shared_bytes(), maps=(direct.A_MAP, direct.B_MAP)),
+    GemmVersion("direct_bf16", direct.kernel("bf16"), direct.config, direct.THREADS, 64, (direct.BM, direct.BN),
+                "bf16", direct.DEVICES, shared=direct.shared_bytes(), maps=(direct.A_MAP, direct.B_MAP)),
 )}
 
 
@@ -89,7 +97,7 @@ def check_device(spec: GemmVersion, op: str) -> None:
     if spec.devices and cc not in spec.devices:
         wanted = " or ".join(f"{major}.{minor}" for major, minor in spec.devices)
         raise ValueError(f"{op}: version {spec.name!r} needs a GPU of compute capability {wanted} (this one is "
-                         f"{cc[0]}.{cc[1]}); choose another version, e.g. 'tensor_{spec.inputs}'")
+                         f"{cc[0]}.{cc[1]}); choose another version, e.g. 'tensor_{spec.inputs[:4]}'")
 
 
 def output_tiles(version: str, m: int, n: int) -> int:
@@ -111,4 +119,4 @@ def gemm_mapped(version, problem: GemmProblem, a, b, out, aux, epilogue="none", 
     kernel = spec.kernel(a_map, b_map, store, int(ksize), epilogue)
     grid, block = spec.config(op, spec.block if block is None else block, problem.m, problem.n, kernel)
     name = name or f"{op}[{a_map},{b_map}->{store},k{ksize},{epilogue}]"
-    return bind(kernel, grid, block, (a, b, out, aux, problem.dims), stream, launch, name)
+    return bind(kernel, grid, block, (a, b, out, aux, problem.dims), stream, launch, name, spec.shared)

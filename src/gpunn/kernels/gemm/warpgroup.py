@@ -59,9 +59,9 @@ def _kernel(fmt, a_map, b_map, store, ksize, epilogue, split_k=False):
     k_range = k_range_fn(split_k)
     bf16 = fmt == "bf16"
     word, kp = shared_word(fmt)
-    row_bytes, mask, _, _, mma_k = LAYOUTS[fmt]
-    row_shift = np.uint32(row_bytes.bit_length() - 1)
-    swizzle_mask = np.uint32(mask)
+    row_bytes, _, _, _, mma_k = LAYOUTS[fmt]
+    slot = slot_fn(fmt)
+    store_tile = store_fn(out_row, finish)
     a_words = BM * row_bytes // 4
     b_words = BN * row_bytes // 4
     slice_bytes = np.uint32(mma_k * 4 // kp)  # 32: the bytes of one MMA's K in a row
@@ -74,12 +74,6 @@ def _kernel(fmt, a_map, b_map, store, ksize, epilogue, split_k=False):
     a_stores, b_stores = a_tile.words, b_tile.words  # words a thread stores per K step
     wg_bytes = np.uint32(64 * row_bytes)  # a warpgroup's rows of A
 
-    @device_function
-    def slot(r, wd):
-        """The word of the swizzled tile holding word ``wd`` of row ``r``."""
-        byte = uint32((r << row_shift) + (wd << U2))
-        return uint32((byte ^ (((byte >> _U7) & swizzle_mask) << U4)) >> U2)
-
     @jit(max_registers=MAX_REGISTERS)
     def gemm_wgmma_kernel(a, b, c, aux, dims):
         As = cuda.shared.array(a_words, word, alignment=TILE_ALIGN)
@@ -87,13 +81,9 @@ def _kernel(fmt, a_map, b_map, store, ksize, epilogue, split_k=False):
         acc = cuda.local.array(ACC, float32)
         la = cuda.local.array(LA, float32)  # tile of A in flight (global -> registers -> shared)
         lb = cuda.local.array(LB, float32)
-        m = dims[D_M]
-        n = dims[D_N]
         k_begin, k = k_range(dims)
 
         t = uint32(cuda.threadIdx.x)
-        w = uint32(t // U32)
-        lane = uint32(t % U32)
         m0 = uint32(cuda.blockIdx.y * _BM)
         n0 = uint32(cuda.blockIdx.x * _BN)
         for i in range(ACC):
@@ -134,11 +124,41 @@ def _kernel(fmt, a_map, b_map, store, ksize, epilogue, split_k=False):
             wgmma_wait(acc)
             cuda.syncthreads()
 
-        # ---- epilogue and masked store: acc[4j + 2h + e] is D[16 (w % 4) + g + 8h, 8j + 2q + e] of the warpgroup
+        store_tile(c, aux, dims, acc, m0, n0, t)
+
+    return gemm_wgmma_kernel
+
+
+@functools.cache
+def slot_fn(fmt):
+    """``slot(r, wd)``: the word of a swizzled ``fmt`` tile holding word ``wd`` of row ``r``."""
+    row_bytes, mask, _, _, _ = LAYOUTS[fmt]
+    row_shift = np.uint32(row_bytes.bit_length() - 1)
+    swizzle_mask = np.uint32(mask)
+
+    @device_function
+    def slot(r, wd):
+        byte = uint32((r << row_shift) + (wd << U2))
+        return uint32((byte ^ (((byte >> _U7) & swizzle_mask) << U4)) >> U2)
+
+    return slot
+
+
+@functools.cache
+def store_fn(out_row, finish):
+    """``store(c, aux, dims, acc, m0, n0, t)``: the epilogue and masked store of a block's accumulators (tile at
+    m0, n0; thread t): acc[4j + 2h + e] is D[16 (w % 4) + g + 8h, 8j + 2q + e] of warpgroup t // 128."""
+
+    @device_function
+    def store(c, aux, dims, acc, m0, n0, t):
+        m = dims[D_M]
+        n = dims[D_N]
+        w = uint32(t // U32)
+        lane = uint32(t % U32)
         g = uint32(lane // U4)
         q = uint32(lane % U4)
         for h in range(2):
-            gi = uint32(m0 + t // _U128 * _U64 + w % U4 * _U16 + g + uint32(8 * h))  # warpgroup t // 128
+            gi = uint32(m0 + t // _U128 * _U64 + w % U4 * _U16 + g + uint32(8 * h))
             if gi < m:
                 row = out_row(dims, gi)
                 for j in range(16):
@@ -147,7 +167,7 @@ def _kernel(fmt, a_map, b_map, store, ksize, epilogue, split_k=False):
                         if gj < n:
                             finish(c, aux, dims, row, gj, acc[4 * j + 2 * h + e])
 
-    return gemm_wgmma_kernel
+    return store
 
 
 def config(op, block, m, n, kernel):
