@@ -15,7 +15,15 @@ import numpy as np
 import pytest
 
 from gpunn.backends.gpu import policy as P
-from gpunn.backends.gpu.policy import POLICIES, Policy, conv_version, gemm_version, pool_fused, precision_gemm
+from gpunn.backends.gpu.policy import (
+    BIAS_WITH_WEIGHT,
+    POLICIES,
+    Policy,
+    conv_version,
+    gemm_version,
+    pool_fused,
+    precision_gemm,
+)
 from gpunn.nn import build_model
 
 UNIT = {"tf32": 2.0**-11, "bf16": 2.0**-8}
@@ -75,6 +83,10 @@ def test_the_products_that_fill_the_tiles_go_to_the_tensor_cores():
     # its first conv (K = 27) and last (3 outputs): float32 kernels, the fused pool stage where gpu-graph has one
     assert not any(P.tensor_pass(policy, step, 3, 256, 3) for step in ("forward", "backward_weight"))
     assert not any(P.tensor_pass(policy, step, 256, 3, 3) for step in ("forward", "backward_data", "backward_weight"))
+    # ... but on its upsampled input the last conv's input gradient is one GEMM over the summed 4x4 taps (K = 48)
+    assert P.tensor_pass(policy, "backward_data", 256, 3, 3, up=True)
+    assert not any(P.tensor_pass(policy, step, 256, 3, 3, up=True) for step in ("forward", "backward_weight"))
+    assert conv_version(policy, "backward_data", 256, 3, 3, 1, (32, 32), up=True) == "implicit_gemm"
     assert conv_version(policy, "backward_weight", 256, 3, 3, 1, (32, 32)) == "staged"
     assert pool_fused(policy, 3, 256, 3) and pool_fused(graph, 3, 256, 3)
     # the CNN's 16 -> 32 conv: forward and weight gradient tensor (so no fused pool), input gradient (16 wide) not
@@ -82,7 +94,8 @@ def test_the_products_that_fill_the_tiles_go_to_the_tensor_cores():
         True, False, True]
     assert conv_version(policy, "forward", 16, 32, 3, 0, (14, 14)) == "implicit_gemm"
     assert not pool_fused(policy, 16, 32, 3) and pool_fused(graph, 16, 32, 3)
-    assert conv_version(policy, "bias_grad", 256, 128, 3, 1) == "split"  # a sum, not a product: float32
+    # the bias gradient, a sum (float32): made by the Winograd weight gradient's dy transform (AUTO_WINOGRAD_BIAS)
+    assert conv_version(policy, "bias_grad", 256, 128, 3, 1) == (BIAS_WITH_WEIGHT if P.AUTO_WINOGRAD_BIAS else "split")
 
 
 def test_a_gpu_without_tf32_and_bf16_tensor_cores_is_refused_in_one_line(monkeypatch):

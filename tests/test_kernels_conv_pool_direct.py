@@ -24,6 +24,21 @@ CASES = [  # N, Cin, Cout, H, W, k, padding, tuning: conv outputs 7x8, 9x9, 15x1
 ]
 
 
+def test_a_wide_first_layer_takes_more_output_channels_a_thread():
+    """COT_WIDE output channels a thread for a wide output from a shallow source (the autoencoder's 3 -> 256),
+    COT or fewer otherwise (the CNN's 16 -> 32); the launch names the count."""
+    assert D._plan(3, 256, 16, 16, 3, 1)[3] == D.COT_WIDE > D.COT
+    assert D._plan(16, 32, 12, 12, 3, 0)[3] == D.COT and D._plan(3, 5, 4, 4, 3, 0)[3] == 8
+    assert D._plan(64, 256, 16, 16, 3, 1)[3] == D.COT  # a deep source: K = 576
+    n, cin, cout, h, w, k, p = 1, 1, D.WIDE_MIN_OUT, 4, 4, 3, 1
+    x, wt, b, _, pooled_shape, _ = _problem((n, cin, cout, h, w, k, p, {}), "wide")
+    out, route = _nan(pooled_shape), cuda.to_device(np.zeros(pooled_shape, np.int8))
+    launch = D.conv_forward_pool_direct(cuda.to_device(x), cuda.to_device(wt), cuda.to_device(b), out, route, p)
+    assert f"cot{D.COT_WIDE}," in launch.name
+    want = P.conv_relu_pool_forward_ref(x, wt, b, p)[0]
+    assert _rel_err(out.copy_to_host(), want) < TOL
+
+
 def _rng(*key):
     return np.random.default_rng(zlib.crc32(repr(key).encode()))
 

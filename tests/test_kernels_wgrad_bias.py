@@ -129,6 +129,13 @@ def test_direct_pass_in_output_channel_groups(monkeypatch):
     dw, db = _pool_pass(x, dpool, route, w_shape, p, WD.conv_backward_weight_bias_pool_direct)
     assert _rel_err(dw, R.conv_backward_weight_ref(x, dy, k, p)) < TOL
     assert _rel_err(db, R.conv_bias_grad_ref(dy)) < TOL
+    # the default channels per thread: CO_T_GROUPS where the channels take more than one block, else CO_T
+    args = [cuda.to_device(a) for a in (x, dpool, route)] + [_nan(w_shape), _nan(w_shape[0]), p]
+    name = WD.conv_backward_weight_bias_pool_direct(*args, launch=False).launches[0].name
+    assert f"cot{WD.CO_T_GROUPS}]" in name and WD.CO_T_GROUPS != WD.CO_T, name
+    monkeypatch.setattr(WD, "GRAD_SMEM", 2048)
+    name = WD.conv_backward_weight_bias_pool_direct(*args, launch=False).launches[0].name
+    assert f"cob{-(-cout // WD.CO_T) * WD.CO_T},cot{WD.CO_T}]" in name, name
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -220,7 +227,8 @@ def test_the_policy_chooses_the_bias_with_the_weight_gradient():
     assert conv_version(graph, "bias_grad", 1, 16, 3, 0, (28, 28)) == BIAS_WITH_WEIGHT  # cnn conv1: deterministic
     assert conv_version(graph, "bias_grad", 256, 3, 3, 1, (32, 32)) == "split"  # staged makes no bias
     assert conv_version(graph, "bias_grad", 256, 3, 3, 1, (512, 512), up=True) == "split"  # upsampled twin
-    assert conv_version(graph, "bias_grad", 128, 128, 3, 1, (8, 8)) == "split"  # implicit GEMM
+    assert conv_version(graph, "bias_grad", 128, 128, 3, 0, (8, 8)) == "split"  # implicit GEMM
+    assert conv_version(graph, "bias_grad", 128, 128, 3, 1, (8, 8)) == BIAS_WITH_WEIGHT  # Winograd (its option on)
     assert conv_version(im2col, "bias_grad", 1, 16, 3, 0, (28, 28)) == "split"  # other variants: unchanged
     assert pool_bias_with_weight(graph, 16, 32, 3, (12, 12)) == "direct"  # cnn conv2
     assert pool_bias_with_weight(graph, 16, 32, 3) == "gemm"  # no pooled size given
@@ -244,6 +252,7 @@ def test_the_winograd_bias_option(monkeypatch):
     graph = POLICIES["gpu-graph"]
     cases = [((256, 128, 3, 1, (16, 16)), False), ((128, 256, 3, 1, (16, 16)), True),
              ((256, 3, 3, 1, (32, 32)), True), ((1, 16, 3, 0, (28, 28)), False)]
+    monkeypatch.setattr(P, "AUTO_WINOGRAD_BIAS", False)
     before = [conv_version(graph, "bias_grad", *args, up=up) for args, up in cases]
     assert before == ["split", "split", "split", BIAS_WITH_WEIGHT]
     monkeypatch.setattr(P, "AUTO_WINOGRAD_BIAS", True)

@@ -298,7 +298,7 @@ class Conv2dStage(Stage):
                              f"that makes the bias gradient (conv.ConvVersion.with_bias); {name!r} does not: "
                              f"choose another bias_grad or backward_weight version")
         threads = binder.threads if version.takes_threads else {}
-        if tensor_pass(binder.policy, step, self.cin, self.cout, self.k):
+        if tensor_pass(binder.policy, step, self.cin, self.cout, self.k, self.up):
             threads = {**threads, "version": precision_gemm(binder.policy)}  # its GEMM on the tensor cores
             if name == "winograd" and self._winograd_storage(binder) == "bf16":
                 threads["storage"] = "bf16"

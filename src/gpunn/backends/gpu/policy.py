@@ -185,9 +185,9 @@ AUTO_STAGED_MIN_WIDE = 64      # input channels from which a narrow output's sta
 # deep32x32 weight gradient's M, the CNN's conv2: the ones column lies inside its last N tile)
 WGRAD_WITH_BIAS = ("deterministic",)
 # ... and "winograd" (its dy transform's blocks sum dy, plain and on an upsampled input: no bias launches, two a
-# conv otherwise) where this is on: off until it measures faster on a GPU (the autoencoder's three Winograd convs
-# spent 45 us of a 0.98 ms gpu-bf16 step in their split bias launches on an H200, docs/notes/issue-42-progress.md)
-AUTO_WINOGRAD_BIAS = False
+# conv otherwise) where this is on (H200, batch 64, one bench call: the autoencoder's gpu-bf16 epoch 0.6827 ->
+# 0.6538 s, gpu-graph 1.2043 -> 1.1762 s; docs/notes/issue-42/h200-s56)
+AUTO_WINOGRAD_BIAS = True
 AUTO_POOL_BIAS_MAX_COUT = 32
 AUTO_POOL_WGRAD_BIAS = "direct"  # that pass by a direct convolution where it fits (else the GEMM with a ones column)
 AUTO_WINOGRAD_MIN_PRODUCT = 128 * 128  # in x out channels from which 3x3, padding-1 passes run Winograd F(2x2, 3x3)
@@ -276,7 +276,7 @@ def conv_version(policy: Policy, step: str, in_channels: int, out_channels: int,
     name = policy.conv[step]
     winograd = (name == "auto" and step in AUTO_WINOGRAD_STEPS and k == 3 and padding == 1
                 and in_channels * out_channels >= AUTO_WINOGRAD_MIN_PRODUCT)
-    if tensor_pass(policy, step, in_channels, out_channels, k):  # a product on the tensor cores' tiles
+    if tensor_pass(policy, step, in_channels, out_channels, k, up):  # a product on the tensor cores' tiles
         return "winograd" if winograd else "implicit_gemm"
     if name != "auto":
         return name
@@ -362,15 +362,17 @@ def tensor_side(m: int, n: int, k: int) -> bool:
     return min(m, n, k) >= TENSOR_MIN_SIDE
 
 
-def tensor_pass(policy: Policy, step: str, in_channels: int, out_channels: int, k: int) -> bool:
+def tensor_pass(policy: Policy, step: str, in_channels: int, out_channels: int, k: int, up: bool = False) -> bool:
     """Whether a Conv2d pass (forward, backward_data, backward_weight) runs on the tensor cores under `policy`: a
     tf32 / bf16 policy and both channel sides of its GEMM at least TENSOR_MIN_SIDE (the pixel side always is):
-    forward N = out, K = in k k; input gradient N = in, K = out k k; weight gradient M = out, N = in k k. The bias
-    gradient is a sum: float32."""
+    forward N = out, K = in k k; input gradient N = in, K = out k k, on an upsampled input (`up`) out (k+1)^2 (one
+    GEMM over the summed taps, conv.upsampled: the autoencoder's 256 -> 3 conv, K = 48; H200, batch 64: 0.041 ->
+    0.030 ms in BF16); weight gradient M = out, N = in k k. The bias gradient is a sum: float32."""
     if policy.precision == "fp32" or step == "bias_grad":
         return False
     ci, co = (out_channels, in_channels) if step == "backward_data" else (in_channels, out_channels)
-    return tensor_side(TENSOR_MIN_SIDE, co, ci * k * k)
+    taps = (k + 1) * (k + 1) if up and step == "backward_data" else k * k
+    return tensor_side(TENSOR_MIN_SIDE, co, ci * taps)
 
 
 def gemm_version(policy: Policy, rows: int, cols: int, k: int | None = None) -> str:

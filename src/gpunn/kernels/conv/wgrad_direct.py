@@ -35,14 +35,18 @@ from .wgrad_bias import check_db, sum_launch
 
 __all__ = ["CO_T", "DIRECT_SMEM", "DIRECT_THREADS", "conv_backward_weight_bias_pool_direct", "direct_layout"]
 
-CO_T = 4  # output channels per thread (the default: a launch may ask for up to MAX_CO_T)
+CO_T = 4  # output channels per thread (the default: a launch may ask for up to MAX_CO_T) ...
+CO_T_GROUPS = 2  # ... and this many where the output channels take more than one block (the autoencoder's 3 -> 256)
 MAX_CO_T = 8
 DIRECT_THREADS = 128
 DIRECT_SMEM = 6144  # floats of the staged input band (24 KiB)
 GRAD_SMEM = 2048  # (channel, window) entries of the staged pooled gradient (8 + 8 KiB)
 STAGE_UNROLL = 4  # loads in flight per thread while staging
 DIRECT_ROWS = 2  # pooled rows per band (fewer where the band does not fit)
-DIRECT_BLOCKS_PER_SM = 3  # image splits: about this many blocks per SM (whole images, at least one per split)
+DIRECT_BLOCKS_PER_SM = 4  # image splits: about this many blocks per SM (whole images, at least one per split;
+# bands x splits x channel groups. H200, batch 64, the autoencoder's 3 -> 256 (8 bands, 4 groups): per 4 images and
+# CO_T_GROUPS 0.0961 ms, per 2 and CO_T 4 (bands x splits only, 3 a SM: stop 55's rule) 0.1031; the CNN's 16 -> 32
+# keeps per 1 and CO_T 4, its fastest: docs/notes/issue-42/h200-s56/s56_probe.log)
 _T = np.uint32(DIRECT_THREADS)
 _UNROLL = np.uint32(STAGE_UNROLL)
 _WARPS = np.uint32(DIRECT_THREADS // 32)
@@ -216,7 +220,8 @@ def conv_backward_weight_bias_pool_direct(x, dpool, route, dw, db, padding, rows
     """dw (Cout, Cin, k, k) and db (Cout,) (overwritten) of the fused conv + ReLU + pool given dpool and its route;
     x (N, Cin, H, W). ``rows``: pooled rows per band (None: ``direct_layout``); ``per``: images per block (None:
     about DIRECT_BLOCKS_PER_SM blocks per SM; 1 under the simulator); ``co_t``: output channels per thread (None:
-    CO_T; at most MAX_CO_T). Two launches: the direct pass, the sum."""
+    CO_T, or CO_T_GROUPS where the output channels take more than one block; at most MAX_CO_T). Two launches: the
+    direct pass, the sum."""
     op = "conv_backward_weight_bias_pool_direct"
     _activation(op, "x", x)
     k, oh, ow = _geometry(op, shape(x), dw, padding, "dw")
@@ -228,7 +233,10 @@ def conv_backward_weight_bias_pool_direct(x, dpool, route, dw, db, padding, rows
     if rows is not None and (isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or rows < 1):
         raise ValueError(f"{op}: rows must be a positive int or None, got {rows!r}")
     check_splits(op, per)
-    co_t = CO_T if co_t is None else co_t
+    if co_t is None:
+        layout = direct_layout(cin, cout, ph, pw, k, rows)
+        one_block = layout is None or cout_block(cout, ph, pw, layout) >= cout
+        co_t = CO_T if one_block else CO_T_GROUPS
     if isinstance(co_t, bool) or not isinstance(co_t, (int, np.integer)) or not 1 <= co_t <= MAX_CO_T:
         raise ValueError(f"{op}: co_t must be an int in [1, {MAX_CO_T}] or None, got {co_t!r}")
     fitted = direct_layout(cin, cout, ph, pw, k, rows, int(co_t))
@@ -242,8 +250,8 @@ def conv_backward_weight_bias_pool_direct(x, dpool, route, dw, db, padding, rows
     groups = math.ceil(cout / cob)
     check_grid_y(op, groups)
     if per is None:
-        per = 1 if device.simulator_enabled() else max(1, math.ceil(n * bands / (DIRECT_BLOCKS_PER_SM
-                                                                                  * multiprocessors())))
+        per = 1 if device.simulator_enabled() else max(1, math.ceil(n * bands * groups / (DIRECT_BLOCKS_PER_SM
+                                                                                           * multiprocessors())))
     per = min(int(per), n)
     splits = math.ceil(n / per)
     check_grid_y(op, splits)
