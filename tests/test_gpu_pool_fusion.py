@@ -60,11 +60,14 @@ def test_plan_fuses_where_the_policy_says():
         assert not any(isinstance(s, ConvPoolStage) for s in plan(layers, POLICIES[name], fold=True)), name
     ae = build_model("autoencoder", seed=0).layers
     fused = [s for s in plan(ae, POLICIES["gpu-graph"], fold=True) if isinstance(s, ConvPoolStage)]
-    assert [repr(s) for s in fused] == ["Conv2d(3, 256, k3, p1, relu, maxpool2)"]  # conv1 only (K = 27)
+    # conv1 on the window tiles (K = 27); conv2 (Winograd) on Winograd's pooled passes (tests/test_gpu_pool_winograd.py)
+    assert [repr(s) for s in fused] == ["Conv2d(3, 256, k3, p1, relu, maxpool2)",
+                                        "Conv2d(256, 128, k3, p1, relu, maxpool2, winograd)"]
     assert sum(isinstance(s, ConvPoolStage) for s in plan(ae, policy("fused"), fold=True)) == 2
     graph = POLICIES["gpu-graph"]
-    # the CNN's conv2 (32 outputs) and the autoencoder's conv1 (K = 3*3*3) fuse; its 256 -> 128 conv does not
-    assert pool_fused(graph, 16, 32, 3) and pool_fused(graph, 3, 256, 3)
+    # the CNN's conv2 (32 outputs) and the autoencoder's conv1 (K = 3*3*3) fuse; its 256 -> 128 conv (padding 1)
+    # because it runs Winograd (policy.pool_winograd), not for the window tiles (padding 0 has no Winograd)
+    assert pool_fused(graph, 16, 32, 3) and pool_fused(graph, 3, 256, 3) and pool_fused(graph, 256, 128, 3, 1)
     assert not pool_fused(graph, 256, 128, 3) and not pool_fused(graph, 4, 64, 3)
     with pytest.raises(ValueError, match="pool must be one of"):
         Policy("bad", gemm="auto", fuse=True, resident=True, pool="sometimes")

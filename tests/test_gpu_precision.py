@@ -10,6 +10,7 @@ Under the simulator (tiny shapes) TF32 came out at 4e-4 to 1e-3 and BF16 at 4e-3
 """
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
@@ -210,11 +211,13 @@ def test_winograd_bias_with_weight_on_the_tensor_cores(everywhere, monkeypatch):
         gpu = GpuEngine(build_model("autoencoder", seed=3, **sizes), "autoencoder", 0.1,
                         _policy("autoencoder", "bf16"))
         names.append([launch.name for launch in _launches(gpu._step_program(3, (3, 8, 8)).backward)])
-    made = [name for name in names[1] if name.startswith("conv_backward_weight_bias_winograd")]
+    # (the two pooled convs' on Winograd's pooled passes, policy.pool_winograd: conv_backward_weight_bias_pool_...)
+    made = [name for name in names[1] if re.match(r"conv_backward_weight_bias_(pool_)?winograd", name)]
     assert any("tensor_bf16" in name for name in made), names[1]
     assert any(name.endswith("[dy transform + bias sums,bf16]") for name in made), names[1]
     assert sum(name.endswith("+ bias]") for name in made) == sum("+ weight transform" in n for n in names[1]) > 0
-    assert not any(name.startswith("conv_backward_weight_bias_winograd") for name in names[0])
+    assert any(name.startswith("conv_backward_weight_bias_pool_winograd") for name in made) == P.AUTO_POOL_WINOGRAD
+    assert not any(re.match(r"conv_backward_weight_bias_(pool_)?winograd", name) for name in names[0])
     assert len([n for n in names[1] if n.startswith("conv_bias_grad")]) < len(
         [n for n in names[0] if n.startswith("conv_bias_grad")])
 

@@ -14,7 +14,8 @@ kernels that do accumulate: atomic column sums). Fusions are decided by `plan` f
 after a Linear becomes the Linear's epilogue (`relu`), and a Linear whose input comes straight from the
 batch gather or from another Linear folds its bias into the GEMM (`fold`); under `upsample: fused` an Upsample
 followed by a Conv2d becomes one conv stage reading through the upsample (`up`); a Conv2d + ReLU + MaxPool2d run
-becomes one ConvPoolStage where the policy's `pool` says so (policy.pool_fused); a model's final Linear becomes a
+becomes one ConvPoolStage where the policy's `pool` says so (policy.pool_fused; a WinogradPoolStage where its conv
+runs Winograd, policy.pool_winograd: gpunn.backends.gpu.winograd_pool); a model's final Linear becomes a
 LinearHeadStage, which is its loss head too, where the policy's `head` says so (policy.head_fused). A new model needs
 new stage classes only for layer types listed nowhere in STAGES; the engine does not change.
 
@@ -42,6 +43,7 @@ from .policy import (
     head_fused,
     pool_bias_with_weight,
     pool_fused,
+    pool_winograd,
     precision_gemm,
     tensor_pass,
 )
@@ -298,11 +300,18 @@ class Conv2dStage(Stage):
                              f"that makes the bias gradient (conv.ConvVersion.with_bias); {name!r} does not: "
                              f"choose another bias_grad or backward_weight version")
         threads = binder.threads if version.takes_threads else {}
-        if tensor_pass(binder.policy, step, self.cin, self.cout, self.k, self.up):
-            threads = {**threads, "version": precision_gemm(binder.policy)}  # its GEMM on the tensor cores
-            if name == "winograd" and self._winograd_storage(binder) == "bf16":
-                threads["storage"] = "bf16"
-        return functools.partial(launcher, launch=False, **threads)
+        return functools.partial(launcher, launch=False, **threads, **self._tensor_kw(binder, step, name))
+
+    def _tensor_kw(self, binder, step: str, name: str) -> dict:
+        """The pass's keywords under a precision policy where it runs on the tensor cores (tensor_pass): its GEMM's
+        version (precision_gemm) and, for a ``winograd`` pass, its transform buffers' storage (_winograd_storage);
+        else none."""
+        if not tensor_pass(binder.policy, step, self.cin, self.cout, self.k, self.up):
+            return {}
+        kw = {"version": precision_gemm(binder.policy)}
+        if name == "winograd" and self._winograd_storage(binder) == "bf16":
+            kw["storage"] = "bf16"
+        return kw
 
     def _winograd_storage(self, binder) -> str:
         """The storage of this conv's Winograd transform buffers under the policy: "bf16" with WINOGRAD_BF16_STORAGE
@@ -514,8 +523,11 @@ def plan(layers, policy: Policy, fold: bool, loss: str | None = None) -> list[St
         relu = policy.fuse and isinstance(layer, FUSES_RELU) and i + 1 < len(layers) and isinstance(layers[i + 1], ReLU)
         if (not up and relu and isinstance(layer, Conv2d) and i + 2 < len(layers)  # Conv2d + ReLU + MaxPool2d
                 and isinstance(layers[i + 2], MaxPool2d)
-                and pool_fused(policy, layer.in_channels, layer.out_channels, layer.kernel_size)):
-            stage = ConvPoolStage(layer, offset)
+                and pool_fused(policy, layer.in_channels, layer.out_channels, layer.kernel_size, layer.padding)):
+            from .winograd_pool import WinogradPoolStage  # (it builds on ConvPoolStage)
+
+            winograd = pool_winograd(policy, layer.in_channels, layer.out_channels, layer.kernel_size, layer.padding)
+            stage = (WinogradPoolStage if winograd else ConvPoolStage)(layer, offset)
             offset += stage.params
             stages.append(stage)
             i += 3

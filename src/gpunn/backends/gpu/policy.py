@@ -55,7 +55,9 @@ Conv2d + ReLU + MaxPool2d(2) runs (`pool`, pool_fused): gpu-im2col and gpu-graph
 autoencoder's conv1, each with its ReLU and pool, into one stage whose forward writes only the pooled output and the
 winners' route, and whose backward reads the pooled gradient through the route (gpunn.kernels.conv.pooled); the other
 variants keep separate stages. gpu-graph runs that stage's forward and input gradient as direct convolutions from
-shared memory where they fit (`pool_conv`, gpunn.kernels.conv.direct_pooled), gpu-im2col as GEMMs.
+shared memory where they fit (`pool_conv`, gpunn.kernels.conv.direct_pooled), gpu-im2col as GEMMs. gpu-graph,
+gpu-tf32 and gpu-bf16 also fuse the autoencoder's conv2 (256 -> 128, Winograd) with its ReLU and pool: one stage on
+Winograd's pooled passes (pool_winograd, gpunn.kernels.conv.winograd_pool; AUTO_POOL_WINOGRAD).
 
 A run's block size (RunSpec.block, `_t<threads>` in its path) reaches the kernels that take a thread count
 (`with_block`): every kernel of gpu-naive; the tiled and shuffle convolutions, the pool, bias, elementwise and SGD
@@ -92,7 +94,8 @@ class Policy:
                                 # (gpunn.kernels.conv.UP_VERSIONS; the upsample's launches and its map disappear)
     pool: str = "separate"  # Conv2d + ReLU + MaxPool2d: "separate" stages; "fused" one stage (gpunn.kernels.conv.
                             # pooled: the conv's full-size output and gradient never stored); "auto" fused where
-                            # the window tiles suit the conv: few output channels or a shallow K (pool_fused)
+                            # the window tiles suit the conv: few output channels or a shallow K, or where the conv
+                            # runs Winograd (its pooled passes: pool_winograd) (pool_fused)
     # the fused stage's forward and input gradient, per pass: "gemm" (pooled's implicit GEMMs) or "direct"
     # (gpunn.kernels.conv.direct_pooled: direct convolutions from shared memory where direct_fits; else the GEMMs)
     pool_conv: dict = field(default_factory=lambda: dict(POOL_GEMM))
@@ -201,6 +204,10 @@ POOL_GEMM = {"forward": "gemm", "backward_data": "gemm"}  # the fused stage's pa
 POOL_DIRECT = {"forward": "direct", "backward_data": "direct"}  # ... as direct convolutions (gpu-graph)
 AUTO_POOL_MAX_COUT = 32  # pool "auto": fused where the fused forward's 128x32 window tiles fit the conv (the CNN)
 AUTO_POOL_MAX_K = 32     # ... or where its GEMM depth Cin*k*k is at most this (a first layer: the autoencoder's)
+# ... and (fused or auto) where the conv's passes run ``winograd`` (conv_version): one stage on the Winograd passes
+# with the pool in their transforms (gpunn.kernels.conv.winograd_pool; pool_winograd). Off: that conv keeps its
+# separate MaxPool2d stage (today's launches)
+AUTO_POOL_WINOGRAD = True
 STEP_MODES = ("layers", "persistent", "phased")
 PRECISIONS = ("fp32", "tf32", "bf16")
 # a precision policy's products on the tensor cores: those at least this on each GEMM side (one MMA K step of 32;
@@ -328,13 +335,33 @@ def pool_bias_with_weight(policy: Policy, in_channels: int, out_channels: int, k
     return "gemm" if name == BIAS_WITH_WEIGHT or out_channels <= AUTO_POOL_BIAS_MAX_COUT else None
 
 
-def pool_fused(policy: Policy, in_channels: int, out_channels: int, k: int) -> bool:
-    """Whether a Conv2d (k x k) + ReLU + MaxPool2d(2) run is one fused stage under `policy` (its `pool` field; only
-    with `fuse`, the fused epilogues): "fused" always; "auto" where the window versions' narrow tiles suit the conv:
+def pool_winograd(policy: Policy, in_channels: int, out_channels: int, k: int, padding: int = 0) -> bool:
+    """Whether a Conv2d (k x k, `padding`) + ReLU + MaxPool2d(2) run is one stage on Winograd's pooled passes
+    (gpunn.kernels.conv.winograd_pool: bias, ReLU and the pool in the forward's output transform, the pooled
+    gradient read through the route by the input and weight gradients) under `policy`: AUTO_POOL_WINOGRAD on, a
+    fusing policy whose `pool` is not "separate", and the conv's forward, input and weight gradients all
+    ``winograd`` (conv_version: 3x3, padding 1, in * out >= AUTO_WINOGRAD_MIN_PRODUCT under "auto"), on the tensor
+    cores or not (the pooled passes take the same batched GEMM versions and BF16 buffers). The autoencoder's
+    256 -> 128 conv2 under gpu-graph, gpu-tf32 and gpu-bf16."""
+    return (AUTO_POOL_WINOGRAD and policy.fuse and policy.pool != "separate"
+            and all(conv_version(policy, step, in_channels, out_channels, k, padding) == "winograd"
+                    for step in ("forward", "backward_data", "backward_weight")))
+
+
+def pool_fused(policy: Policy, in_channels: int, out_channels: int, k: int, padding: int = 0) -> bool:
+    """Whether a Conv2d (k x k, `padding`) + ReLU + MaxPool2d(2) run is one fused stage under `policy` (its `pool`
+    field; only with `fuse`, the fused epilogues): where the conv runs Winograd, its pooled passes (pool_winograd;
+    the autoencoder's 256 -> 128 conv2, H200, batch 64: BF16 forward, the Winograd conv + a separate max pool,
+    0.0826 -> 0.0727 ms, backward, the pool's gather + Winograd input gradient + weight and bias gradient, 0.1895 ->
+    0.1758 ms; FP32 0.190 -> 0.178 and 0.397 -> 0.386 ms; every output bit for bit the separate path's). Else
+    "fused" always; "auto" where the window versions' narrow tiles suit the conv:
     at most AUTO_POOL_MAX_COUT output channels (the CNN's conv2), or a GEMM depth in_channels * k * k of at most
     AUTO_POOL_MAX_K (the autoencoder's conv1, 3 -> 256: K = 27, one or two K steps; H100, batch 64: the epoch
-    2.55 -> 2.39 s). The autoencoder's 256 -> 128 conv keeps the separate pool: fused on the 128x32 window tiles it
-    took 547 us against the 128x128 tiles' 353 + 37 us plus the pool's 6 us."""
+    2.55 -> 2.39 s). Those window tiles did not suit the autoencoder's 256 -> 128 conv (before Winograd: 547 us
+    fused on the 128x32 window tiles against the 128x128 tiles' 353 + 37 us plus the pool's 6 us); with
+    AUTO_POOL_WINOGRAD off it keeps its separate pool stage."""
+    if pool_winograd(policy, in_channels, out_channels, k, padding):
+        return True
     if not policy.fuse or policy.pool == "separate" or any(
             tensor_pass(policy, step, in_channels, out_channels, k) for step in ("forward", "backward_weight")):
         return False  # (a conv with a tensor-core pass keeps it: the fused stage's kernels are float32)

@@ -18,7 +18,7 @@ no window and is neither computed nor given a gradient, MaxPool2d's floor), and:
 Arguments as the pooled family's (``pooled``) plus the Winograd ones (``version``, ``block``, ``v``, ``storage``,
 ``splits``: ``winograd``). The forward's kept ``v`` (``input_transform_size(x_shape, padding, pool=True)``
 elements) serves this step's pooled weight gradient. References: ``pooled.conv_relu_pool_forward_ref`` and
-``pooled_grad_ref``. Unmeasured on a GPU (NOTES.md).
+``pooled_grad_ref``. H200 figures, and the engine's stage on these passes: NOTES.md.
 """
 
 from __future__ import annotations
