@@ -24,7 +24,7 @@ from gpunn.kernels.conv import upsampled as UP
 from gpunn.kernels.conv import winograd as WG
 from gpunn.kernels.conv import winograd_wgrad as WW
 from gpunn.kernels.gemm import batched as B
-from gpunn.kernels.launch import LaunchGroup
+from gpunn.kernels.launch import LaunchGroup, bind
 
 TOL = 1e-5
 SHAPE = (3, 5, 6, 7, 9)  # N, Cin, Cout, H, W
@@ -177,6 +177,60 @@ def test_backward_weight_with_bias_upsampled(p, bf16):
     version = "tensor_bf16" if bf16 else None
     err = _backward_weight(p, shape=shape, splits=1, version=version, up=True, bf16=bf16, bias=True)
     assert err <= (TENSOR_BOUND["tensor_bf16"] if bf16 else TOL)
+
+
+def _finish_old_order(partials, cin, cout, splits, db_partials, chunks):
+    """The finishing launch's result in float32, in the order of the kernel it replaced (a thread per element):
+    dU[pos] = partials of split 0 + split 1 + ... in order; t3 = G^T dU per column j; row i of t3 G; db[c] = 0 +
+    db_partials[c, 0] + ... in order."""
+    half = np.float32(0.5)
+    p = partials.reshape(WG.POSITIONS, splits, cin * cout)
+    u = p[:, 0].copy()
+    for s in range(1, splits):
+        u = u + p[:, s]
+    u = u.reshape(4, 4, -1)  # [r, j]
+    t3 = np.empty((3, 4, cin * cout), np.float32)
+    for j in range(4):
+        u0, u1, u2, u3 = u[0, j], u[1, j], u[2, j], u[3, j]
+        t3[0, j] = u0 + half * (u1 + u2)
+        t3[1, j] = half * (u1 - u2)
+        t3[2, j] = half * (u1 + u2) + u3
+    dw = np.empty((3, 3, cin * cout), np.float32)
+    for i in range(3):
+        a0, a1, a2, a3 = t3[i]
+        dw[i, 0] = a0 + half * (a1 + a2)
+        dw[i, 1] = half * (a1 - a2)
+        dw[i, 2] = half * (a1 + a2) + a3
+    db = np.zeros(cout, np.float32)
+    for b in range(chunks):
+        db = db + db_partials.reshape(cout, chunks)[:, b]
+    return dw.reshape(3, 3, cin, cout).transpose(3, 2, 0, 1), db
+
+
+@pytest.mark.parametrize("cin, cout, splits, bias, one_block", [(3, 5, 1, False, False), (3, 5, 3, True, False),
+                                                                (5, 7, 3, False, True), (5, 7, 10, True, False)])
+def test_finish_same_bits_as_the_old_order(cin, cout, splits, bias, one_block):
+    """The finishing launch (16 elements x 16 positions a block, the sums through shared memory) gives the bits of
+    the old order (``_finish_old_order``) on partials of magnitudes 1e-3..1e3 (another order of the split sum
+    changes bits): 15 and 35 elements (a partial block; 3 blocks, or 3 groups on one block by its grid-stride),
+    splits 1, 3 and 10 (one and two groups of FINISH_LOADS loads), db from 3 chunks."""
+    rng = _rng("finish", cin, cout, splits, bias, one_block)
+    chunks = 3
+    partials = (rng.standard_normal(WG.POSITIONS * splits * cin * cout)
+                * 10.0 ** rng.uniform(-3, 3, WG.POSITIONS * splits * cin * cout)).astype(np.float32)
+    db_partials = (rng.standard_normal(cout * chunks) * 10.0 ** rng.uniform(-3, 3, cout * chunks)).astype(np.float32)
+    dw, db = _nan((cout, cin, 3, 3)), _nan(cout if bias else 1)
+    args = (cuda.to_device(partials), dw, cuda.to_device(db_partials), db, *np.uint32([cin, cout, splits, chunks]))
+    launch = WW._finish_launch(bias, args, 0, "finish")
+    if one_block:
+        launch = bind(WW._finish_kernel(bias), 1, WW.FINISH_THREADS, args, 0, False, "finish")
+    launch()
+    want_w, want_b = _finish_old_order(partials, cin, cout, splits, db_partials, chunks)
+    got_w = dw.copy_to_host()
+    assert np.isfinite(got_w).all(), "unwritten dw"
+    assert np.array_equal(got_w, want_w)
+    if bias:
+        assert np.array_equal(db.copy_to_host(), want_b)
 
 
 UP_SHAPE = (3, 5, 6, 3, 5)  # before the upsample: 6x10 after it

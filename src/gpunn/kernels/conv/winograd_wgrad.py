@@ -26,7 +26,7 @@ from ..gemm.batched import batch_chunks, gemm_batched
 from ..gemm.indexing import device_function
 from ..gemm.versions import lookup
 from ..jit import jit
-from ..launch import LaunchGroup, bind, flat
+from ..launch import LaunchGroup, bind, flat, grid_for
 from .implicit_gemm import _activation, _expect, _geometry
 from .pooled import _pooled_pair, _pooled_shape
 from .upsampled import upsampled_shape
@@ -64,8 +64,17 @@ __all__ = ["WINOGRAD_MIN_K", "WINOGRAD_WGRAD_WAVES", "conv_backward_weight_bias_
 WINOGRAD_WGRAD_WAVES = 2  # the weight gradient's automatic split count: at most this many blocks per SM ...
 WINOGRAD_MIN_K = 128  # ... and at least this many tiles per chunk (wgrad_splits)
 SIMULATOR_WGRAD_SPLITS = 2
+# the finishing launch's block: FINISH_ELEMENTS consecutive elements (ci, co) x the 16 positions, a thread each (a
+# warp's loads: 2 positions x 16 consecutive elements)
+FINISH_ELEMENTS = 16
+FINISH_THREADS = FINISH_ELEMENTS * POSITIONS
+FINISH_LOADS = 8  # the terms of an in-order sum a thread loads before adding them
 _U0 = np.uint32(0)
 _U1 = np.uint32(1)
+_U3 = np.uint32(3)
+_U9 = np.uint32(9)
+_ELEMENTS = np.uint32(FINISH_ELEMENTS)
+_LOADS = np.uint32(FINISH_LOADS)
 
 
 @functools.cache
@@ -154,56 +163,98 @@ def _dy_kernel(storage="fp32", bias=False, pool=False):
     return dy_transform
 
 
+@device_function
+def _add_in_order(buf, first, step, count, acc):
+    """acc + buf[first] + buf[first + step] + ... (`count` terms) in float32, added in that order; the loads of
+    FINISH_LOADS terms are issued before their adds (in flight together)."""
+    v = cuda.local.array(FINISH_LOADS, float32)
+    s = _U0
+    idx = first
+    while s < count:
+        n = uint32(min(uint32(count - s), _LOADS))
+        for k in range(FINISH_LOADS):
+            if uint32(k) < n:
+                v[k] = buf[uint32(idx + uint32(k) * step)]
+        for k in range(FINISH_LOADS):
+            if uint32(k) < n:
+                acc += v[k]
+        s = uint32(s + _LOADS)
+        idx = uint32(idx + _LOADS * step)
+    return acc
+
+
+@device_function
+def _gt_du(du, el, i, j):
+    """Row i, column j of G^T dU (3x4), G^T = [[1, .5, .5, 0], [0, .5, -.5, 0], [0, .5, .5, 1]], dU[r, j] the
+    summed position 4 r + j of element el in du (pos * FINISH_ELEMENTS + el)."""
+    u1 = du[uint32(uint32(4 + j) * _ELEMENTS + el)]
+    u2 = du[uint32(uint32(8 + j) * _ELEMENTS + el)]
+    if i == 0:
+        return du[uint32(uint32(j) * _ELEMENTS + el)] + _HALF * (u1 + u2)
+    if i == 1:
+        return _HALF * (u1 - u2)
+    return _HALF * (u1 + u2) + du[uint32(uint32(12 + j) * _ELEMENTS + el)]
+
+
 @functools.cache
 def _finish_kernel(bias=False):
-    """The finishing launch; with `bias`, db[c] the sum of db_partials[c, :chunks] in order too."""
+    """The finishing launch (``_finish_launch``); with `bias`, db[c] the sum of db_partials[c, :chunks] in order
+    too (a grid-stride over c)."""
 
     @jit
     def wgrad_finish(partials, dw, db_partials, db, cin, cout, splits, chunks):
-        """dw[co, ci] = G^T dU G, dU[pos] the sum of the splits' partials (16*splits, Cin, Cout) in split order (the
-        16 positions' loads of one split in flight together)."""
-        u = cuda.local.array(POSITIONS, float32)
-        t3 = cuda.local.array(12, float32)
+        """dw[co, ci] = G^T dU G, dU[pos] the sum of the splits' partials (16*splits, Cin, Cout) in split order. A
+        block (FINISH_THREADS) takes FINISH_ELEMENTS consecutive elements e = ci * Cout + co at a time: thread
+        pos * FINISH_ELEMENTS + el sums position pos of element el into shared memory, then thread 9 el + 3 i + k
+        (t < 9 FINISH_ELEMENTS) makes dw[co, ci, i, k] of element el."""
+        du = cuda.shared.array(FINISH_THREADS, float32)
         cc = uint32(cin * cout)
         pos_stride = uint32(splits * cc)
-        first = uint32(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x)
-        stride = uint32(cuda.gridDim.x * cuda.blockDim.x)
-        e = first
-        while e < cc:
-            ci = uint32(e // cout)
-            co = uint32(e - ci * cout)
-            for pos in range(POSITIONS):
-                u[pos] = partials[uint32(uint32(pos) * pos_stride + e)]
-            idx = e
-            s = _U1
-            while s < splits:
-                idx = uint32(idx + cc)
-                for pos in range(POSITIONS):
-                    u[pos] += partials[uint32(uint32(pos) * pos_stride + idx)]
-                s = uint32(s + _U1)
-            for j in range(4):  # G^T dU (3x4): G^T = [[1, .5, .5, 0], [0, .5, -.5, 0], [0, .5, .5, 1]]
-                u0, u1, u2, u3 = u[j], u[4 + j], u[8 + j], u[12 + j]
-                t3[j] = u0 + _HALF * (u1 + u2)
-                t3[4 + j] = _HALF * (u1 - u2)
-                t3[8 + j] = _HALF * (u1 + u2) + u3
-            for i in range(3):  # (G^T dU) G
-                a0, a1, a2, a3 = t3[4 * i], t3[4 * i + 1], t3[4 * i + 2], t3[4 * i + 3]
-                dw[co, ci, i, 0] = a0 + _HALF * (a1 + a2)
-                dw[co, ci, i, 1] = _HALF * (a1 - a2)
-                dw[co, ci, i, 2] = _HALF * (a1 + a2) + a3
-            e = uint32(e + stride)
+        t = uint32(cuda.threadIdx.x)
+        pos = uint32(t // _ELEMENTS)
+        el = uint32(t - pos * _ELEMENTS)
+        out_el = uint32(t // _U9)  # the transform's element and output (i, k) of thread t
+        ik = uint32(t - out_el * _U9)
+        i = uint32(ik // _U3)
+        k = uint32(ik - i * _U3)
+        groups = uint32(uint32(cc + _ELEMENTS - _U1) // _ELEMENTS)
+        g = uint32(cuda.blockIdx.x)
+        while g < groups:
+            e0 = uint32(g * _ELEMENTS)
+            e = uint32(e0 + el)
+            if e < cc:
+                idx = uint32(pos * pos_stride + e)
+                du[t] = _add_in_order(partials, uint32(idx + cc), cc, uint32(splits - _U1), partials[idx])
+            cuda.syncthreads()
+            e = uint32(e0 + out_el)
+            if out_el < _ELEMENTS and e < cc:  # (G^T dU) G: dw[.., i, k] from row i of G^T dU
+                a0, a1 = _gt_du(du, out_el, i, 0), _gt_du(du, out_el, i, 1)
+                a2, a3 = _gt_du(du, out_el, i, 2), _gt_du(du, out_el, i, 3)
+                ci = uint32(e // cout)
+                co = uint32(e - ci * cout)
+                if k == _U0:
+                    dw[co, ci, i, 0] = a0 + _HALF * (a1 + a2)
+                elif k == _U1:
+                    dw[co, ci, i, 1] = _HALF * (a1 - a2)
+                else:
+                    dw[co, ci, i, 2] = _HALF * (a1 + a2) + a3
+            cuda.syncthreads()
+            g = uint32(g + cuda.gridDim.x)
         if bias:
-            c = first
+            stride = uint32(cuda.gridDim.x * cuda.blockDim.x)
+            c = uint32(cuda.blockIdx.x * cuda.blockDim.x + t)
             while c < cout:
-                acc = _F0
-                b = _U0
-                while b < chunks:
-                    acc += db_partials[uint32(c * chunks + b)]
-                    b = uint32(b + _U1)
-                db[c] = acc
+                db[c] = _add_in_order(db_partials, uint32(c * chunks), _U1, chunks, _F0)
                 c = uint32(c + stride)
 
     return wgrad_finish
+
+
+def _finish_launch(bias, args, stream, name):
+    """The finishing launch bound to `args` (partials, dw, db_partials, db, cin, cout, splits, chunks: uint32
+    sizes): a block per FINISH_ELEMENTS elements (ci, co)."""
+    groups = cdiv(int(args[4]) * int(args[5]), FINISH_ELEMENTS)
+    return bind(_finish_kernel(bias), grid_for(groups, 1), FINISH_THREADS, args, stream, False, name)
 
 
 def wgrad_splits(tiles: int, out_tiles: int, multiprocessors: int, waves: int = None, min_k: int = None) -> int:
@@ -316,9 +367,9 @@ def _winograd_wgrad(op, x, dy, dw, padding, k, oh, ow, version, block, stream, l
         dy_launch,
         gemm_batched(version, cin, cout, tiles, POSITIONS, v, dm, partials, a_map="batch_k", b_map="batch_t_k",
                      store="partial", splits=splits, block=block, stream=stream, launch=False, op=op),
-        _bind(_finish_kernel(bias), cin * cout, (partials, dw, db_partials, db, np.uint32(cin), np.uint32(cout),
-                                                 np.uint32(splits), np.uint32(chunks)), stream,
-              f"{op}[sum {splits} + weight transform{' + bias' if bias else ''}]"),
+        _finish_launch(bias, (partials, dw, db_partials, db, np.uint32(cin), np.uint32(cout), np.uint32(splits),
+                              np.uint32(chunks)), stream,
+                       f"{op}[sum {splits} + weight transform{' + bias' if bias else ''}]"),
     ])
     if launch:
         group()
