@@ -12,7 +12,8 @@ python -m gpunn.bench autoencoder --batch 64 --variants gpu-bf16 --torch-setting
 if [ -f docs/notes/issue-42/finish_probe.py ]; then
   timeout 60 python docs/notes/issue-42/finish_probe.py "$out" > "$out/finish_probe.log" 2>&1
 fi
-timeout 150 python -m pytest -m gpu -q -p no:cacheprovider tests/test_kernels_conv_winograd_pool.py \
-  tests/test_kernels_conv_winograd.py tests/test_kernels_wgrad_bias.py tests/test_kernels_conv_pool_direct.py \
-  tests/test_kernels_conv_up.py > "$out/test-gpu.log" 2>&1
+python -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_precision.py -k "autoencoder and bf16" \
+  > "$out/test-gpu-precision.log" 2>&1
+python -m pytest -m gpu -q -p no:cacheprovider tests/test_kernels_conv_winograd_pool.py tests/test_kernels_wgrad_bias.py \
+  tests/test_kernels_conv_pool_direct.py tests/test_kernels_conv_winograd.py > "$out/test-gpu-kernels.log" 2>&1
 echo DONE
