@@ -1,4 +1,4 @@
-"""The engine's Winograd pool stage (policy.pool_winograd, AUTO_POOL_WINOGRAD; gpunn.backends.gpu.winograd_pool): a
+"""The engine's Winograd pool stage (policy.pool_winograd, AUTO_POOL_WINOGRAD; layers.WinogradPoolStage): a
 Conv2d + ReLU + MaxPool2d(2) whose conv runs ``winograd`` (the autoencoder's 256 -> 128 conv2) as one stage on
 gpunn.kernels.conv.winograd_pool's passes, against the same policy with the option off (a Winograd Conv2dStage and a
 MaxPool2dStage) and against cpu-numpy.
@@ -19,9 +19,8 @@ import pytest
 
 from gpunn.backends.gpu import layers as L
 from gpunn.backends.gpu import policy as P
-from gpunn.backends.gpu.layers import Conv2dStage, ConvPoolStage, MaxPool2dStage, plan
+from gpunn.backends.gpu.layers import Conv2dStage, ConvPoolStage, MaxPool2dStage, WinogradPoolStage, plan
 from gpunn.backends.gpu.policy import POLICIES, pool_fused, pool_winograd
-from gpunn.backends.gpu.winograd_pool import WinogradPoolStage
 from gpunn.nn import Conv2d, MaxPool2d, ReLU, Sequential, Upsample, build_model
 
 FP32_BOUND = 1e-5

@@ -15,7 +15,7 @@ after a Linear becomes the Linear's epilogue (`relu`), and a Linear whose input 
 batch gather or from another Linear folds its bias into the GEMM (`fold`); under `upsample: fused` an Upsample
 followed by a Conv2d becomes one conv stage reading through the upsample (`up`); a Conv2d + ReLU + MaxPool2d run
 becomes one ConvPoolStage where the policy's `pool` says so (policy.pool_fused; a WinogradPoolStage where its conv
-runs Winograd, policy.pool_winograd: gpunn.backends.gpu.winograd_pool); a model's final Linear becomes a
+runs Winograd, policy.pool_winograd); a model's final Linear becomes a
 LinearHeadStage, which is its loss head too, where the policy's `head` says so (policy.head_fused). A new model needs
 new stage classes only for layer types listed nowhere in STAGES; the engine does not change.
 
@@ -422,6 +422,54 @@ class ConvPoolStage(Conv2dStage):
         return launches
 
 
+class WinogradPoolStage(ConvPoolStage):
+    """ConvPoolStage on Winograd F(2x2, 3x3)'s pooled passes (gpunn.kernels.conv.winograd_pool), where
+    policy.pool_winograd says so: the forward's output transform adds the bias, applies the ReLU and writes the pooled
+    map and route; the gradients read the pooled gradient through the route. Each pass gets the plain Winograd
+    pass's keywords (_tensor_kw) and the forward keeps x's transform V where _shares_winograd_input; the bias
+    gradient is made by the weight-gradient pass under BIAS_WITH_WEIGHT, else by the pooled bias launches.
+    y.aux = (route, V or None)."""
+
+    def __repr__(self):
+        return f"Conv2d({self.cin}, {self.cout}, k{self.k}, p{self.padding}, relu, maxpool2, winograd)"
+
+    def forward(self, binder, x, y):
+        from numba import cuda
+
+        from gpunn.kernels.conv import winograd, winograd_pool
+
+        p = binder.params
+        route = cuda.device_array(y.view.shape, np.int8)  # the route, for this program's backward
+        v = None
+        if self._shares_winograd_input(binder, x.view):  # x transformed, for this program's weight gradient
+            v = cuda.device_array(winograd.input_transform_size(x.view.shape, self.padding, pool=True),
+                                  winograd.transform_dtype(self._winograd_storage(binder)))
+        y.aux = (route, v)
+        return [winograd_pool.conv_forward_pool_winograd(x.view, self.weight(p), self.bias(p), y.view, route,
+                                                         self.padding, launch=False, v=v,
+                                                         **self._tensor_kw(binder, "forward", "winograd"))]
+
+    def backward(self, binder, x, y, dy, dx, mask):
+        from gpunn.kernels.conv import pooled, winograd_pool
+
+        p, g = binder.params, binder.grads
+        route, v = y.aux
+        launches = []
+        if dx is not None:
+            launches.append(winograd_pool.conv_backward_data_pool_winograd(
+                dy, route, self.weight(p), dx, self.padding, relu_mask=mask, launch=False,
+                **self._tensor_kw(binder, "backward_data", "winograd")))
+        kw = {"v": v, "launch": False, **self._tensor_kw(binder, "backward_weight", "winograd")}
+        if self._name(binder, "bias_grad", x.view) == BIAS_WITH_WEIGHT:  # one pass makes both
+            launches.append(winograd_pool.conv_backward_weight_bias_pool_winograd(
+                x.view, dy, route, self.weight(g), self.bias(g), self.padding, **kw))
+            return launches
+        launches.append(winograd_pool.conv_backward_weight_pool_winograd(x.view, dy, route, self.weight(g),
+                                                                         self.padding, **kw))
+        launches.append(pooled.conv_bias_grad_pool(dy, route, self.bias(g), launch=False, **binder.threads))
+        return launches
+
+
 class MaxPool2dStage(Stage):
     """2x2 max pool (gpunn.kernels.pool): forward with the argmax, backward by the policy's version (atomic
     scatter or race-free gather), the ReLU mask of the layer before fused into the backward."""
@@ -524,8 +572,6 @@ def plan(layers, policy: Policy, fold: bool, loss: str | None = None) -> list[St
         if (not up and relu and isinstance(layer, Conv2d) and i + 2 < len(layers)  # Conv2d + ReLU + MaxPool2d
                 and isinstance(layers[i + 2], MaxPool2d)
                 and pool_fused(policy, layer.in_channels, layer.out_channels, layer.kernel_size, layer.padding)):
-            from .winograd_pool import WinogradPoolStage  # (it builds on ConvPoolStage)
-
             winograd = pool_winograd(policy, layer.in_channels, layer.out_channels, layer.kernel_size, layer.padding)
             stage = (WinogradPoolStage if winograd else ConvPoolStage)(layer, offset)
             offset += stage.params
