@@ -19,6 +19,7 @@ from numba import config, cuda
 from gpunn import bench, cli, flops, provenance
 from gpunn.backends.gpu.policy import POLICIES
 from gpunn.backends.registry import VARIANTS
+from gpunn.bench import gemm as BG
 from gpunn.bench.__main__ import main as bench_main
 from gpunn.bench.gemm import SPLIT_K_VERSIONS
 from gpunn.errors import GpunnError
@@ -93,6 +94,20 @@ def test_fixed_block_gemm_versions_skip_other_sizes():
     assert len(blocks) == len(configurations) == 3 + (len(gemm.DENSE_LAUNCHERS) - 1)
 
 
+def test_direct_versions_take_k_major_operands_only():
+    """The direct wgmma versions run where A is (M, K) and B stored (N, K) (trans_b alone), BF16 from its bits;
+    a case's `versions` restricts it; elsewhere a direct launcher refuses in one line."""
+    k_major = next(c for c in bench.GEMM_CASES if c.case == "square_4096_bt")
+    assert {"direct_tf32", "direct_bf16"} <= set(bench.gemm_problems([k_major])[0].versions)
+    assert set(bench.gemm_problems([k_major])[0].versions) == set(k_major.versions)
+    for case in bench.GEMM_CASES:
+        if case.trans_a or not case.trans_b:
+            assert not {"direct_tf32", "direct_bf16"} & set(bench.gemm_problems([case])[0].versions), case.case
+    a, b, out = (cuda.to_device(np.ones(shape, np.float32)) for shape in ((4, 8), (8, 4), (4, 4)))
+    with pytest.raises(ValueError, match="K-major operands only"):
+        BG.DIRECT_LAUNCHERS["direct_tf32"](a, b, out, launch=False)
+
+
 def test_gemm_tolerance_grows_with_k():
     assert bench.gemm_tolerance(11) == bench.TOLERANCE
     assert bench.gemm_tolerance(4096) == pytest.approx(5e-5)
@@ -133,11 +148,14 @@ def test_bench_gemm_quick_end_to_end(tmp_path):
     assert len(frame) == sum(1 for line in lines if " ms " in line)
     assert not frame.duplicated(["case", "version", "block_dims"]).any()
     split = {f"{v}+splitk" for v in SPLIT_K_VERSIONS}  # the register-blocked versions split on quick_split_k
-    assert set(frame["version"]) == set(gemm.DENSE_LAUNCHERS) | split
+    direct = {"direct_tf32", "direct_bf16"}  # K-major operands only: quick_k_major
+    assert set(frame["version"]) == set(gemm.DENSE_LAUNCHERS) | split | direct
     assert set(frame["case"]) == {case.case for case in bench.QUICK_GEMM_CASES}
     for case, versions in frame.groupby("case")["version"]:  # every dense version validated and timed on each case
-        assert set(gemm.DENSE_LAUNCHERS) <= set(versions), case
+        if case != "quick_k_major":
+            assert set(versions) & direct == set() and set(gemm.DENSE_LAUNCHERS) <= set(versions), case
     assert set(frame.loc[frame["case"] == "quick_split_k", "version"]) == set(gemm.DENSE_LAUNCHERS) | split
+    assert set(frame.loc[frame["case"] == "quick_k_major", "version"]) == {"tensor_bf16"} | direct
     assert _positive_finite(frame["ms"]) and _positive_finite(frame["gflops"])
     row = frame[frame["case"] == "quick_bias_relu"].iloc[0]
     assert row["gflops"] == pytest.approx(2 * 19 * 13 * 11 / row["ms"] / 1e6)

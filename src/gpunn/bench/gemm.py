@@ -38,6 +38,8 @@ class GemmCase:
     bias: bool = False
     relu: bool = False
     split_k: bool = False  # also time the register-blocked versions with automatic split-K ("<version>+splitk")
+    versions: tuple | None = None  # only these versions (None: every dense launcher, and the direct ones where
+    # the operands are K-major: A (M, K), B stored (N, K), i.e. trans_b without trans_a)
 
 
 # The autoencoder 256-128 at batch 64: its two largest convolutions (3x3, 16x16 outputs) as the dense GEMMs of their
@@ -53,6 +55,9 @@ AE_CASES = (
 # The MLP 784-256-10 at batch 64: y = x @ W + b, W stored (in, out); gradients dW = x^T dy, dx = dy W^T.
 GEMM_CASES = (
     GemmCase("square_4096", 4096, 4096, 4096),
+    # the same with B stored (N, K): the tensor-core versions beside the direct ones (K-major operands only)
+    GemmCase("square_4096_bt", 4096, 4096, 4096, trans_b=True, versions=("tensor_tf32", "tensor_bf16", "wgmma_tf32",
+                                                                         "wgmma_bf16", "direct_tf32", "direct_bf16")),
     GemmCase("mlp_fc1_forward", 64, 256, 784, bias=True, relu=True),
     GemmCase("mlp_fc2_forward", 64, 10, 256, bias=True),
     GemmCase("mlp_fc2_grad_w", 256, 10, 64, trans_a=True),
@@ -65,6 +70,8 @@ QUICK_GEMM_CASES = (
     GemmCase("quick_bias_relu", 19, 13, 11, bias=True, relu=True),
     GemmCase("quick_transposed", 13, 7, 5, trans_a=True, trans_b=True),
     GemmCase("quick_split_k", 7, 5, 67, trans_a=True, split_k=True),  # a long K over few tiles, split
+    GemmCase("quick_k_major", 9, 6, 20, trans_b=True, bias=True, versions=("tensor_bf16", "direct_tf32",
+                                                                        "direct_bf16")),
 )
 
 
@@ -72,13 +79,38 @@ SPLIT_K_VERSIONS = ("regblock", "regblock128", "coalesced128", "tensor_tf32", "t
                     "wgmma_bf16")
 
 
+def _direct(fmt):
+    """``gemm_direct`` in the dense launchers' form, for K-major operands (A (M, K), B stored (N, K): trans_b):
+    BF16 operands converted to their uint16 bits when bound (rounded to nearest, as the reference rounds them; not
+    timed, as torch's bfloat16 copies are not)."""
+
+    def launcher(a, b, out, trans_a=False, trans_b=False, bias=None, relu=False, block=None, stream=0, launch=True):
+        if trans_a or not trans_b:
+            raise ValueError(f"direct_{fmt}: K-major operands only (A (M, K), B stored (N, K): trans_b)")
+        if fmt == "bf16":
+            a, b = (cuda.to_device(_bf16_bits(x.copy_to_host())) for x in (a, b))
+        return gemm.gemm_direct(fmt, a, b, out, bias=bias, relu=relu, stream=stream, launch=launch)
+
+    return launcher
+
+
+def _bf16_bits(x):
+    return (gemm.round_inputs(x, "bf16").view(np.uint32) >> np.uint32(16)).astype(np.uint16)
+
+
+DIRECT_LAUNCHERS = {f"direct_{fmt}": _direct(fmt) for fmt in ("tf32", "bf16")}
+
+
 def _versions(case: GemmCase) -> dict:
-    """Every dense launcher, and with `split_k` the register-blocked ones again with automatic split-K."""
+    """Every dense launcher, the direct ones where the operands are K-major, and with `split_k` the register-blocked
+    ones again with automatic split-K; only `case.versions` where given."""
     versions = dict(gemm.DENSE_LAUNCHERS)
+    if case.trans_b and not case.trans_a:
+        versions.update(DIRECT_LAUNCHERS)
     if case.split_k:
         versions.update({f"{name}+splitk": functools.partial(gemm.DENSE_LAUNCHERS[name], splits=None)
                          for name in SPLIT_K_VERSIONS})
-    return versions
+    return versions if case.versions is None else {name: versions[name] for name in case.versions}
 
 
 def gemm_problems(cases, seed=0) -> list[Problem]:
@@ -110,7 +142,7 @@ def _gemm_problem(case: GemmCase, rng) -> Problem:
         right = right.t() if case.trans_b else right
         out = torch.empty((m, n), device="cuda", dtype=dtype)
         bias_t = None if bias is None else torch.from_numpy(bias).cuda().to(dtype)
-        tf32 = fmt == "tf32"
+        tf32 = fmt in ("tf32", "tf32_trunc")  # (cuBLAS's TF32 reads float32 operands: the truncation)
 
         def run():
             torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -123,7 +155,8 @@ def _gemm_problem(case: GemmCase, rng) -> Problem:
             torch.backends.cuda.matmul.allow_tf32 = False
 
         name = "torch.matmul" if bias is None else "torch.addmm"
-        return name + (" + relu_" if case.relu else "") + ("" if fmt == "fp32" else f" ({fmt})"), run
+        label = "tf32" if tf32 else fmt
+        return name + (" + relu_" if case.relu else "") + ("" if fmt == "fp32" else f" ({label})"), run
 
     @functools.cache
     def expected_for(fmt):
