@@ -34,7 +34,7 @@ from ..gemm.mappings import ROUTE_NONE, window_epilogue
 from ..launch import Launch, bind, check_device_array, flat
 from .checks import MAX_GRID_YZ, SMEM_LIMIT, U0, U1, WARP, jit_for
 from .implicit_gemm import _activation, _expect, _geometry
-from .pooled import _pooled_pair, _pooled_shape
+from .pooled import _dgrad_checks, _pooled_pair, _pooled_shape
 
 __all__ = ["COT", "CI_CHUNK", "MAX_K", "MAX_THREADS", "conv_backward_data_pool_direct", "conv_forward_pool_direct",
            "direct_fits"]
@@ -414,14 +414,9 @@ def conv_backward_data_pool_direct(dpool, route, w, dx, padding, relu_mask=None,
     """dx (N, Cin, H, W) = dL/dx of the fused forward given dpool and its route, as
     ``pooled.conv_backward_data_pool_implicit_gemm``; dx = 0 where ``relu_mask`` (dx's shape) <= 0."""
     op = "conv_backward_data_pool_direct"
-    _activation(op, "dx", dx)
-    k, oh, ow = _geometry(op, shape(dx), w, padding)
+    k = _dgrad_checks(op, dpool, route, w, dx, padding, relu_mask)[0]
     n, cin, h, wd = shape(dx)
     cout = int(w.shape[0])
-    _pooled_pair(op, "dpool", dpool, route, _pooled_shape(op, n, cout, oh, ow))
-    if relu_mask is not None:
-        _activation(op, "relu_mask", relu_mask)
-        _expect(op, "relu_mask", relu_mask, shape(dx))
     epilogue, aux = epilogue_args(op, None, False, relu_mask)
     return _bind(op, True, dpool, route, w, aux, dx, k, padding, epilogue, (cdiv(h, 2), cdiv(wd, 2)), cout, cin,
                  tuning, stream, launch)

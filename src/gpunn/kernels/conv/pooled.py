@@ -94,6 +94,19 @@ def _pooled_pair(op, pooled_name, pooled, route, want):
     return flat(pooled), flat(route)
 
 
+def _dgrad_checks(op, dpool, route, w, dx, padding, relu_mask):
+    """A pooled input gradient's argument checks (dx, w, dpool and route, the ReLU mask): (k, the pooled shape
+    (N, Cout, PH, PW), the flat (dpool, route) pair)."""
+    _activation(op, "dx", dx)
+    k, oh, ow = _geometry(op, shape(dx), w, padding)
+    pooled = _pooled_shape(op, shape(dx)[0], int(w.shape[0]), oh, ow)
+    pair = _pooled_pair(op, "dpool", dpool, route, pooled)
+    if relu_mask is not None:
+        _activation(op, "relu_mask", relu_mask)
+        _expect(op, "relu_mask", relu_mask, shape(dx))
+    return k, pooled, pair
+
+
 def conv_forward_pool_implicit_gemm(x, w, bias, out, route, padding, relu=True, version=None, block=None,
                                     stream=0, launch=True) -> Launch:
     """out, route (N, Cout, OH//2, OW//2) = maxpool2x2(ReLU(conv(x, w) + bias)) and its route; x (N, Cin, H, W),
@@ -125,15 +138,9 @@ def conv_backward_data_pool_implicit_gemm(dpool, route, w, dx, padding, relu_mas
     """dx (N, Cin, H, W) = dL/dx of the fused forward given dpool (its pooled output's gradient) and its route;
     dx = 0 where ``relu_mask`` (dx's shape) <= 0."""
     op = "conv_backward_data_pool_implicit_gemm"
-    _activation(op, "dx", dx)
-    k, oh, ow = _geometry(op, shape(dx), w, padding)
+    k, pooled, a = _dgrad_checks(op, dpool, route, w, dx, padding, relu_mask)
     n, cin, h, wd = shape(dx)
     cout = int(w.shape[0])
-    pooled = _pooled_shape(op, n, cout, oh, ow)
-    a = _pooled_pair(op, "dpool", dpool, route, pooled)
-    if relu_mask is not None:
-        _activation(op, "relu_mask", relu_mask)
-        _expect(op, "relu_mask", relu_mask, shape(dx))
     epilogue, aux = epilogue_args(op, None, False, None if relu_mask is None else flat(relu_mask))
     # the expanded dy is the even part (2*PH, 2*PW) of the conv output; zero beyond, as in the padding
     problem = conv_problem(n * h * wd, cin, cout * k * k, (cout, 2 * pooled[2], 2 * pooled[3]), (h, wd),

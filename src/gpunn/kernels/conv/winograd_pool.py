@@ -32,7 +32,7 @@ from ..gemm.mappings import window_epilogue
 from ..jit import jit
 from ..launch import LaunchGroup, check_device_array, flat
 from .implicit_gemm import _activation, _expect, _geometry
-from .pooled import _pooled_pair, _pooled_shape
+from .pooled import _dgrad_checks, _pooled_pair, _pooled_shape
 from .wgrad_bias import check_db
 from .winograd import (
     _C,
@@ -113,16 +113,9 @@ def conv_backward_data_pool_winograd(dpool, route, w, dx, padding, relu_mask=Non
     """dx (N, Cin, H, W) = dL/dx of the fused forward given dpool (its pooled output's gradient) and its route
     (N, Cout, OH//2, OW//2); dx = 0 where ``relu_mask`` (dx's shape) <= 0. ``storage``: the transformed dy's."""
     op = "conv_backward_data_pool_winograd"
-    _activation(op, "dx", dx)
-    k, oh, ow = _geometry(op, shape(dx), w, padding)
+    k, pooled, src = _dgrad_checks(op, dpool, route, w, dx, padding, relu_mask)
     _check(op, k, padding)
-    n, cin, h, wd = shape(dx)
-    cout = int(w.shape[0])
-    pooled = _pooled_shape(op, n, cout, oh, ow)
-    src = _pooled_pair(op, "dpool", dpool, route, pooled)
-    if relu_mask is not None:
-        _activation(op, "relu_mask", relu_mask)
-        _expect(op, "relu_mask", relu_mask, shape(dx))
+    cin, h, wd = shape(dx)[1:]
     epilogue, aux = epilogue_args(op, None, False, None if relu_mask is None else flat(relu_mask))
     # the source map is the pooled one, read as the expanded gradient (2PH, 2PW) (the input kernel's `pool`)
     return winograd_group(op, src, pooled, w, cin, h, wd, 2 - int(padding), True, version, block, stream, launch,
