@@ -1,12 +1,17 @@
 #!/bin/bash
-# Issue 42, the next session's first call (written at stop 56; docs/notes/issue-42-progress.md, "Next device
-# session"): the three models beside PyTorch in its four settings (the autoencoder twice, for its spread), the GEMM
-# bench's K-major case with the direct versions, the CNN tensor pooled probe where the tree has it, then the whole GPU
-# suite. Run from a copy under /tmp in the background; $1: output folder.
+# Issue 42, stop 57's first call (docs/notes/issue-42-progress.md, "Next device session"), from a copy under /tmp
+# in the background; $1: output folder. Timed part, one job at a time: the three models beside PyTorch in its four
+# settings (the autoencoder twice, for its spread), the CNN's tensor variants with the tensor pooled stage on
+# (policy.AUTO_POOL_TENSOR), the GEMM bench's K-major case, the CNN tensor pooled probe, the epoch-graph probe.
+# Then untimed, side by side: the whole GPU suite in four shards, and the accuracy runs through Snakemake (E1 / E4
+# on real MNIST, E4 on real Fashion-MNIST once datasets/fashion_mnist is there, E5's 20 epochs) in a copy of their own.
 out=$1; mkdir -p "$out"
 exec > "$out/run.log" 2>&1
 set -x
+stamp() { echo "=== $(date +%T) $*"; }
 nvidia-smi -L
+git log --oneline -1
+stamp benches
 for run in 1 2; do
   python -m gpunn.bench autoencoder --batch 64 --variants gpu-graph,gpu-tf32,gpu-bf16 \
     --out "$out/autoencoder-$run.csv" > "$out/bench-autoencoder-$run.log" 2>&1
@@ -15,6 +20,17 @@ for model in mlp cnn; do
   python -m gpunn.bench $model --batch 64 --variants gpu-graph,gpu-tf32,gpu-bf16 \
     --out "$out/$model.csv" > "$out/bench-$model.log" 2>&1
 done
+stamp cnn-pool-tensor
+python - "$out" > "$out/bench-cnn-pool-tensor.log" 2>&1 <<'PY'
+import sys
+from gpunn.backends.gpu import policy
+from gpunn.timing import time_epochs
+for on in (False, True):
+    policy.AUTO_POOL_TENSOR = on
+    frame = time_epochs("cnn", ["gpu-tf32", "gpu-bf16"], batch=64, torch_reference=False)
+    frame.to_csv(f"{sys.argv[1]}/cnn-pool-tensor-{'on' if on else 'off'}.csv", index=False)
+PY
+stamp gemm
 python - "$out" > "$out/bench-gemm-k-major.log" 2>&1 <<'PY'
 import sys
 from gpunn import bench
@@ -23,9 +39,38 @@ frame = bench.bench_frame(bench.benchmark(bench.gemm_problems(cases), [], repeat
 frame.to_csv(f"{sys.argv[1]}/gemm-k-major.csv", index=False)
 print(frame[["case", "version", "ms", "gflops", "ref_name", "ref_ms", "pct_of_ref"]].to_string())
 PY
-if [ -f docs/notes/issue-42/cnn_tensor_pool_probe.py ]; then
-  python docs/notes/issue-42/cnn_tensor_pool_probe.py "$out" > "$out/cnn_tensor_pool_probe.log" 2>&1
-fi
-echo DONE-FIRST
-timeout 1000 python -m pytest -m gpu -q -p no:cacheprovider --durations=40 tests > "$out/test-gpu-all.log" 2>&1
+stamp probes
+python docs/notes/issue-42/cnn_tensor_pool_probe.py "$out" > "$out/cnn_tensor_pool_probe.log" 2>&1
+python docs/notes/issue-42/epoch_graph_probe.py "$out" > "$out/epoch_graph_probe.log" 2>&1
+stamp DONE-TIMED
+echo DONE-TIMED
+
+# ---- untimed: accuracy through Snakemake in its own copy, the GPU suite in four shards
+rm -rf /tmp/acc && cp -a . /tmp/acc
+(cd /tmp/acc && export PYTHONPATH=/tmp/acc/src &&
+ bash docs/notes/issue-42/device-s53-accuracy.sh "$out/accuracy" mnist e1 &&
+ for i in $(seq 120); do [ -f datasets/fashion_mnist/train-images-idx3-ubyte.gz ] && break; sleep 5; done &&
+ bash docs/notes/issue-42/device-s53-accuracy.sh "$out/accuracy" fashion_mnist &&
+ grep -v '^  e5:' config/gpu_offline.yaml > /tmp/e5-offline.yaml &&
+ snakemake --cores 16 --scheduler greedy --configfile=/tmp/e5-offline.yaml e5 --config \
+   "experiments={e5: {dataset: synthetic_cifar10, variants: [gpu-graph, gpu-tf32, gpu-bf16]}}" \
+   > "$out/accuracy/e5.log" 2>&1 && cp -r results/report/*/e5 "$out/accuracy/e5-report"; echo ACC-END) \
+  > "$out/accuracy.log" 2>&1 &
+acc=$!
+A="tests/test_kernels_gemm.py tests/test_svm.py tests/test_kernels_pool.py tests/test_gpu_autoencoder.py"
+B="tests/test_kernels_conv_gemm.py tests/test_kernels_gemm_direct.py tests/test_kernels_conv_winograd.py"
+C="tests/test_bench.py tests/test_gpu_precision.py tests/test_kernels_conv_up.py"
+ignore=$(for f in $A $B $C; do printf -- "--ignore=%s " "$f"; done)
+pids=()
+i=0
+for shard in "$A" "$B" "$C" "tests $ignore"; do
+  i=$((i + 1))
+  timeout 1100 python -m pytest -m gpu -q -p no:cacheprovider --durations=15 $shard > "$out/test-gpu-$i.log" 2>&1 &
+  pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p"; done
+stamp DONE-TESTS
+tail -n 3 "$out"/test-gpu-*.log
+wait $acc
+stamp DONE
 echo DONE
