@@ -61,6 +61,7 @@ def scaled(monkeypatch):
     monkeypatch.setattr(P, "AUTO_POOL_MAX_COUT", 2)
     monkeypatch.setattr(P, "AUTO_POOL_MAX_K", 9)
     monkeypatch.setattr(P, "TENSOR_MIN_SIDE", 2)
+    monkeypatch.setattr(P, "TENSOR_MIN_CHANNELS", 2)
     return monkeypatch
 
 

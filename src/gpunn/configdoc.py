@@ -52,8 +52,10 @@ VARIANT_SUMMARIES = {
     "gpu-fused": "the training set resident on the GPU, batches gathered there, fused epilogues: 8 launches a step",
     "gpu-im2col": "the convolutions as implicit-im2col GEMMs, data resident, deterministic reductions (paper 004's "
                   "\"optimized v2\")",
-    "gpu-graph": "the fastest of these with each step captured in CUDA graphs and replayed (real GPU only)",
-    "gpu-tf32": "gpu-graph on the tensor cores: each product that fills their tiles (every GEMM side at least 32) "
+    "gpu-graph": "the fastest of these with each epoch's steps captured in one CUDA graph and replayed (real GPU "
+                 "only)",
+    "gpu-tf32": "gpu-graph on the tensor cores: each product that fills their tiles (every GEMM side at least 32, a "
+                "conv's tile-wide channel side at least 64; none of the CNN's at batch 64) "
                 "multiplies inputs rounded to TF32 with float32 accumulation; smaller products, weights and loss in "
                 "float32; the MLP's step per layer (real GPU of compute capability 8.0 or newer)",
     "gpu-bf16": "gpu-tf32 with the products' inputs rounded to BF16 (real GPU from compute capability 8.0)",

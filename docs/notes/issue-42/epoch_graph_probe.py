@@ -183,7 +183,7 @@ for model_name in MODELS:
                 bwd = float(np.median([b_ for _, b_ in split[1:]]))
             rows.append((model_name, variant, label, med, med / (-(-n // BATCH)) * 1e6, fwd, bwd, same))
             print(f"{model_name:4s} {variant:9s} {label:7s} epoch {med:.4f} s ({rows[-1][4]:.1f} us a step) "
-                  f"forward {fwd:.4f} backward {bwd:.4f} losses equal {same}  {['%.6f' % v for v in losses]}",
+                  f"forward {fwd:.4f} backward {bwd:.4f} losses equal {same}  {[f'{v:.6f}' for v in losses]}",
                   flush=True)
 with open(f"{out_dir}/epoch_graph_probe.csv", "w") as f:
     f.write("model,variant,path,epoch_s,step_us,forward_s,backward_s,losses_equal\n")

@@ -13,8 +13,8 @@ same init and batch order (gpunn.seeding).
                    weight gradients, pinned triple-buffered batch copies on a stream, one SGD launch (CNN)
     gpu-fused      training set resident on the GPU, batches gathered there, fused epilogues, 8 launches a step (MLP)
     gpu-im2col     the convolutions as implicit-im2col GEMMs, data resident, deterministic reductions (CNN, autoencoder)
-    gpu-graph      the fastest of these with each step captured in CUDA graphs and replayed (real GPU only) (MLP, CNN,
-                   autoencoder)
+    gpu-graph      the fastest of these with each epoch's steps captured in one CUDA graph and replayed (real GPU
+                   only) (MLP, CNN, autoencoder)
     gpu-tf32       gpu-graph on the tensor cores: each product that fills their tiles multiplies inputs rounded to
     gpu-bf16       TF32 (or BF16) with float32 accumulation; smaller products, weights and loss in float32; the MLP's
                    step per layer (real GPU of compute capability 8.0 or newer) (MLP, CNN, autoencoder)

@@ -381,6 +381,15 @@ class Clock:
         else:
             self.events[i].record(self.stream)
 
+    def capture_marks(self, stream_handle: int):
+        """A mark(i) that records event i as an event node of the graph `stream_handle` is capturing (so each
+        replay of the graph marks the clock), or None where the marks are not direct driver calls."""
+        if not self._direct:
+            return None
+        calls = [libcuda.bound("cuEventRecordWithFlags", handle, stream_handle, libcuda.CU_EVENT_RECORD_EXTERNAL)
+                 for handle in self._handles]
+        return lambda i: calls[i]()
+
     def synchronize(self) -> None:
         """Wait for everything the marks were recorded behind."""
         if self.torch is not None:

@@ -28,7 +28,10 @@ SIGNATURES = {  # the driver API's exported names (the _v2 entry points are what
     "cuStreamSynchronize": (_VP,),
     "cuStreamQuery": (_VP,),
     "cuEventElapsedTime": (ctypes.POINTER(ctypes.c_float), _VP, _VP),
+    "cuEventRecordWithFlags": (_VP, _VP, _U),
+    "cuGraphLaunch": (_VP, _VP),
 }
+CU_EVENT_RECORD_EXTERNAL = 1  # cuEventRecordWithFlags while a stream captures: the record is an event node
 
 
 @functools.cache

@@ -9,8 +9,9 @@ every stage's forward, the loss head writing per-sample losses and the output gr
 stage's when it fuses it, layers.Stage.loss_head) and the backward launches
 (every stage's backward in reverse, one SGD launch that also advances the device-side step counter), or for a
 resident MLP under Policy.step "persistent" its whole step in two launches (persistent.py). Steps replay the bound
-launches (gpunn.kernels.launch) or, under a graph policy, two captured CUDA graphs; one event clock
-(gpunn.kernels.launch.Clock) times each step's forward and backward. Resident epochs run with no host wait: the
+launches (gpunn.kernels.launch) or, under a graph policy, two captured CUDA graphs (graphs.py), or a resident
+epoch's steps all in one graph (Policy.graph_epoch); one event clock (gpunn.kernels.launch.Clock) times each step's
+forward and backward. Resident epochs run with no host wait: the
 per-sample losses accumulate in an epoch-long device buffer, read once at the end.
 
 Per-step policies copy each batch from the host. `copy: sync` (gpu-naive, gpu-tiled) copies it before the step and
@@ -39,6 +40,7 @@ from gpunn.seeding import batch_slices
 
 from ..base import Backend, EpochResult, StepTimes, check_reduction_setting
 from . import host_steps, persistent
+from .graphs import Graphs
 from .host_steps import single_launches as _launches
 from .layers import HEADS, Act, Binder, LinearStage, plan
 from .policy import PIPELINE_DEPTH, Policy
@@ -113,9 +115,10 @@ class GpuEngine(Backend):
         self.predict_binder = Binder(predict_policy, self.params, self.grads, self.lr)
         self.counter = cuda.to_device(np.zeros(1, dtype=np.int32))  # the step of the resident epoch
         self.stream = 0  # where copies, launches and events go (a graph policy has its own stream)
-        self._graphs: dict = {}
+        self.graphs = None  # a graph policy's captured graphs (graphs.Graphs)
         if policy.graphs:
             self.core_stream, self.stream = self._core_stream()
+            self.graphs = Graphs(self.core_stream)
         self.step_clock = Clock(self.stream, 3)
         self.epoch_clock = Clock(self.stream, 1)
         self._step_programs: dict = {}
@@ -254,24 +257,17 @@ class GpuEngine(Backend):
 
     # ---- execution
     def _execute(self, launches) -> None:
-        if not self.policy.graphs:
+        if self.graphs is None:
             for launch in launches:
                 launch()
             return
-        self._graph(launches).launch(self.core_stream)
+        self.graphs.launch(launches)
 
-    def _graph(self, launches):
-        """The CUDA graph of a launch list, captured on its first use (nothing runs while capturing)."""
-        key = id(launches)
-        graph = self._graphs.get(key)
-        if graph is None:
-            builder = self.core_stream.create_graph_builder().begin_building()
-            for launch in launches:
-                launch.on(builder)
-            graph = builder.end_building().complete()
-            self._graphs[key] = (graph, launches)  # keep the launch list (and its buffers) alive with the graph
-            return graph
-        return graph[0]
+    def _epoch_graph(self, programs):
+        """The launch call of the epoch graph of `programs` (Policy.graph_epoch), or None: the step loop."""
+        if self.graphs is None or not self.policy.graph_epoch:
+            return None
+        return self.graphs.epoch(programs, self.epoch_clock)
 
     def _run_host_step(self, program: Program, rows: int) -> float:
         """One synchronous step on the batch in pinned slot 0: upload it, the forward and backward launches between
@@ -394,11 +390,11 @@ class GpuEngine(Backend):
         steps = len(batch_slices(len(x), batch))
         if self.policy.resident:
             programs = self._resident_programs(batch)
-            if self.policy.graphs and not simulator_enabled():
-                for program in {id(p): p for p in programs}.values():
-                    self._graph(program.forward)
-                    self._graph(program.backward)
             self.epoch_clock.resize(2 * steps + 1)
+            if self.graphs is not None and self._epoch_graph(programs) is None:
+                for program in {id(p): p for p in programs}.values():
+                    self.graphs.step(program.forward)
+                    self.graphs.step(program.backward)
         elif self.policy.copy == "pipelined":
             self._pipelined_steps(x.shape[1:], batch)
             self.epoch_clock.resize(2 * steps + 1)
@@ -412,16 +408,20 @@ class GpuEngine(Backend):
         self.epoch_clock.resize(2 * len(programs) + 1)
         self.counter.copy_to_device(np.zeros(1, dtype=np.int32), stream=self.stream)
         clock = self.epoch_clock
-        clock.mark(0)
-        for i, program in enumerate(programs):
-            if before_step is not None:
-                before_step(i)
-            self._execute(program.forward)
-            clock.mark(2 * i + 1)
-            self._execute(program.backward)
-            clock.mark(2 * i + 2)
-            if after_step is not None:
-                after_step(i)
+        epoch = self._epoch_graph(programs) if before_step is None and after_step is None else None
+        if epoch is not None:
+            epoch()  # the loop below, captured (graphs.capture_epoch)
+        else:
+            clock.mark(0)
+            for i, program in enumerate(programs):
+                if before_step is not None:
+                    before_step(i)
+                self._execute(program.forward)
+                clock.mark(2 * i + 1)
+                self._execute(program.backward)
+                clock.mark(2 * i + 2)
+                if after_step is not None:
+                    after_step(i)
         per_sample = losses.copy_to_host(stream=self.stream)
         self._sync_stream()
         steps = len(programs)

@@ -16,8 +16,8 @@ CUDA graphs or not. The engine (gpunn.backends.gpu.engine) reads nothing else to
     gpu-graph  the fastest step: gpu-fused's design, the MLP's whole step as the persistent step (`step`:
                gpunn.kernels.mlp_step, a cooperative forward launch and a backward launch that applies the SGD
                update and advances the counter), each convolution pass in its fastest deterministic version for the
-               layer's shape (conv "auto": conv_version), its forward and backward launches captured once into two
-               CUDA graphs and replayed (real GPU only: the simulator has no graphs); a final Linear under the
+               layer's shape (conv "auto": conv_version), a resident epoch's launches captured once into one CUDA
+               graph and replayed (`graph_epoch`; real GPU only: the simulator has no graphs); a final Linear under the
                softmax-CE loss, outside the persistent step, fused with its head (`head: fused`: two launches)
     gpu-tf32   gpu-graph on the tensor cores (`precision`, all three models): every GEMM and Conv2d pass at least
     gpu-bf16   TENSOR_MIN_SIDE on each GEMM side multiplies inputs rounded to TF32 or BF16 with float32
@@ -79,6 +79,8 @@ class Policy:
     fuse: bool         # bias + ReLU in epilogues, ReLU backward as a mask, folded biases, tree bias gradients
     resident: bool     # training set on the GPU, batch gathered there by a device-side step counter
     graphs: bool = False  # each step's launches captured in CUDA graphs (needs a real GPU)
+    graph_epoch: bool = False  # with graphs and resident data: an epoch's steps all in one graph, the clock's marks
+                               # event nodes in it, one launch an epoch (graphs.py); else two graph launches a step
     ce_block: int = 32    # threads per row of the softmax-CE head (a warp: the classifiers have 10 classes)
     # convolution version per pass (gpunn.kernels.conv.VERSIONS) and the max-pool backward (pool.OPS)
     conv: dict = field(default_factory=lambda: dict(DIRECT_CONV))
@@ -215,6 +217,12 @@ PRECISIONS = ("fp32", "tf32", "bf16")
 # float32 kernels: most of a tensor tile would be padding (the autoencoder's 256 -> 3 conv on the tensor tiles took
 # 0.42 ms forward and 0.54 ms weight gradient on an H200, its float32 kernels 0.20 and 0.13)
 TENSOR_MIN_SIDE = 32
+# ... and a conv pass's channel side that a tensor tile's 128 rows or columns hold (forward and weight gradient: the
+# output channels; input gradient: the input channels) at least this: the CNN's conv2 (16 -> 32) fills a quarter of
+# it and ran slower there than on its float32 fused stage (H200, batch 64, docs/notes/issue-42/h200-s57: forward
+# + pool 0.0223 ms direct against 0.0398 on the tensor_bf16 window tiles and 0.0366 + 0.0053 as tensor GEMM + pool;
+# weight + bias gradient 0.0391 against 0.0687 at the best split)
+TENSOR_MIN_CHANNELS = 64
 HEAD_MODES = ("layers", "fused")
 FUSED_HEAD_MAX_CLASSES = 32  # = gpunn.kernels.linear_head.MAX_CLASSES (a test checks): classes held in registers
 PIPELINE_DEPTH = 3  # host batch buffers of the pipelined copy: one being filled, one in flight, one in use
@@ -233,13 +241,13 @@ POLICIES = {
                             pool_backward="gather", copy="pipelined", blocks=True),
     "gpu-fused": Policy("gpu-fused", **RESIDENT_FUSED),
     "gpu-im2col": Policy("gpu-im2col", **RESIDENT_FUSED),
-    "gpu-graph": Policy("gpu-graph", gemm="auto", fuse=True, resident=True, graphs=True, conv=AUTO_CONV,
-                        pool_backward="gather", upsample="fused", pool="auto", pool_conv=dict(POOL_DIRECT),
-                        step="persistent", head="fused"),
+    "gpu-graph": Policy("gpu-graph", gemm="auto", fuse=True, resident=True, graphs=True, graph_epoch=True,
+                        conv=AUTO_CONV, pool_backward="gather", upsample="fused", pool="auto",
+                        pool_conv=dict(POOL_DIRECT), step="persistent", head="fused"),
     # gpu-graph's design with every product that fills the tensor tiles on them (precision), per-layer stages
-    **{f"gpu-{fmt}": Policy(f"gpu-{fmt}", gemm="auto", fuse=True, resident=True, graphs=True, conv=AUTO_CONV,
-                            pool_backward="gather", upsample="fused", pool="auto", pool_conv=dict(POOL_DIRECT),
-                            head="fused", precision=fmt) for fmt in ("tf32", "bf16")},
+    **{f"gpu-{fmt}": Policy(f"gpu-{fmt}", gemm="auto", fuse=True, resident=True, graphs=True, graph_epoch=True,
+                            conv=AUTO_CONV, pool_backward="gather", upsample="fused", pool="auto",
+                            pool_conv=dict(POOL_DIRECT), head="fused", precision=fmt) for fmt in ("tf32", "bf16")},
 }
 # which models each GPU variant trains (the registry's `models`): E1-E3's MLP variants, E4's CNN variants and E5's
 # autoencoder variants (paper 004's naive, "optimized v1" = gpu-tiled and "optimized v2" = gpu-im2col, and ours)
@@ -399,7 +407,7 @@ def tensor_pass(policy: Policy, step: str, in_channels: int, out_channels: int, 
         return False
     ci, co = (out_channels, in_channels) if step == "backward_data" else (in_channels, out_channels)
     taps = (k + 1) * (k + 1) if up and step == "backward_data" else k * k
-    return tensor_side(TENSOR_MIN_SIDE, co, ci * taps)
+    return co >= TENSOR_MIN_CHANNELS and tensor_side(TENSOR_MIN_SIDE, co, ci * taps)
 
 
 def gemm_version(policy: Policy, rows: int, cols: int, k: int | None = None) -> str:
