@@ -149,3 +149,25 @@ def test_gpu_epoch_graph_trains_the_step_loops_bits(model_name, variant):
     np.testing.assert_array_equal(params_whole, params_looped)
     for r in whole:
         assert r.steps == 4 and r.forward_s > 0 and r.backward_s > 0
+
+
+def test_a_device_epochs_split_is_read_when_asked_and_only_before_the_next_epoch():
+    """The resident epoch's forward / backward sums come from its clock after the epoch returns (the caller's timed
+    region ends with the work and the losses); once the next epoch has re-marked the clock, reading them raises."""
+    from gpunn.backends.base import DeferredSplitEpoch
+    from gpunn.backends.gpu.engine import GpuEngine
+    from gpunn.nn import build_model
+    from gpunn.seeding import batch_order
+
+    sizes = {"in_features": 6, "hidden": 5, "classes": 3}
+    engine = GpuEngine(build_model("mlp", seed=1, **sizes), "mlp", 0.1, POLICIES["gpu-fused"])
+    rng = np.random.default_rng(0)
+    engine.load_train_data(rng.random((10, 6), dtype=np.float32), rng.integers(0, 3, 10))
+    first = engine.train_epoch(batch_order(0, 0, 10), 4)
+    assert isinstance(first, DeferredSplitEpoch) and first.steps == 3 and np.isfinite(first.loss)
+    assert first.forward_s > 0 and first.backward_s > 0
+    second = engine.train_epoch(batch_order(0, 1, 10), 4)
+    assert first.forward_s > 0  # read before: kept
+    engine.train_epoch(batch_order(0, 2, 10), 4)
+    with pytest.raises(RuntimeError, match="split read after the next epoch ran"):
+        _ = second.forward_s

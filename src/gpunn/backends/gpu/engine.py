@@ -38,7 +38,7 @@ from gpunn.kernels import transfers
 from gpunn.nn.functional import DEFAULT_REDUCTION
 from gpunn.seeding import batch_slices
 
-from ..base import Backend, EpochResult, StepTimes, check_reduction_setting
+from ..base import Backend, DeferredSplitEpoch, EpochResult, StepTimes, check_reduction_setting
 from . import host_steps, persistent
 from .graphs import Graphs
 from .host_steps import single_launches as _launches
@@ -125,6 +125,7 @@ class GpuEngine(Backend):
         self._epoch_programs: dict = {}
         self._predictors: dict = {}
         self._resident = None
+        self._device_epochs = 0  # epochs run on the epoch clock (a split read later than the next one is refused)
         self._pipe = None  # pipelined epochs' buffers, streams and programs (_pipeline)
         self._io = None  # host-batch steps' pinned buffers and bound copies (host_steps.host_io)
         self._sync_plan = None  # the bound calls of `copy: sync` epochs (host_steps.sync_plan)
@@ -425,9 +426,16 @@ class GpuEngine(Backend):
         per_sample = losses.copy_to_host(stream=self.stream)
         self._sync_stream()
         steps = len(programs)
-        forward_s = sum(clock.seconds(2 * i, 2 * i + 1) for i in range(steps))
-        backward_s = sum(clock.seconds(2 * i + 1, 2 * i + 2) for i in range(steps))
-        return EpochResult(float(np.sum(per_sample, dtype=np.float64)) / n, forward_s, backward_s, steps)
+        self._device_epochs += 1
+        serial = self._device_epochs
+
+        def split() -> tuple[float, float]:  # read after the caller's clock (DeferredSplitEpoch)
+            if serial != self._device_epochs:
+                raise RuntimeError(f"{self.name}: an epoch's forward / backward split read after the next epoch ran")
+            return (sum(clock.seconds(2 * i, 2 * i + 1) for i in range(steps)),
+                    sum(clock.seconds(2 * i + 1, 2 * i + 2) for i in range(steps)))
+
+        return DeferredSplitEpoch(float(np.sum(per_sample, dtype=np.float64)) / n, steps, split)
 
     def _pipelined_epoch(self, order: np.ndarray, batch: int) -> EpochResult:
         """The epoch of `copy: pipelined`: step i's batch is gathered on the host into pinned buffer i % depth
