@@ -70,6 +70,17 @@ def _sim_wait(n):
             d[start:start + nbytes] = 0 if s is None else s[first:first + nbytes]
 
 
+def sim_land_all():
+    """Under the simulator: land every copy this thread issued, committed or not, oldest first (what
+    ``cp.async.mbarrier.arrive`` waits for: gpunn.kernels.mbarrier)."""
+    issued, groups = _queue()
+    for group in [*groups, issued]:
+        for d, start, s, first, nbytes in group:
+            d[start:start + nbytes] = 0 if s is None else s[first:first + nbytes]
+    groups.clear()
+    issued.clear()
+
+
 def _sim_address(array):
     return np.uint32(0)
 
