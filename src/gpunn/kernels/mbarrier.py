@@ -21,9 +21,12 @@ completes, the count resets and the phase parity flips (phase 0, 1, 0, ...).
 Under the simulator (a block's threads as greenlets switched at each ``syncthreads``) word ``word`` holds the
 arrivals still expected this phase and word ``word + 1`` the expected count times 2 plus the phase parity: a kernel
 that overwrites its barriers corrupts them as on a GPU. A waiting thread yields its turn until the phase completes,
-and after ``SPIN_LIMIT`` turns raises (a deadlock: a wrong parity, count or stage). ``cp_async_mbar_arrive`` lands
-the thread's queued ``cp.async`` copies (gpunn.kernels.async_copy) and arrives. The transaction bytes are counted
-in a side table, ``sim_complete_tx`` standing for a bulk copy's completion."""
+and after ``SPIN_LIMIT`` turns raises (a deadlock: a wrong parity, count or stage). ``cp_async_mbar_arrive`` takes
+the thread's queued ``cp.async`` copies (gpunn.kernels.async_copy) as one arrival in flight; a waiter's poll lands
+such arrivals (their copies, then the arrival) oldest first only until the phase completes, so a count too low
+releases the waiter onto a stage whose last copies have not landed, and a waiter that does not wait reads the stage
+before any. The transaction bytes are counted in a side table, ``sim_complete_tx`` standing for a bulk copy's
+completion."""
 
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ __all__ = ["SPIN_LIMIT", "cp_async_mbar_arrive", "fence_mbarrier_init", "mbar_ar
 
 SPIN_LIMIT = 2000  # simulator turns a wait may take before it is called a deadlock
 _TX: dict[tuple[int, int], int] = {}  # (buffer address, word) -> transaction bytes still expected (simulator)
+_PENDING: dict[tuple[int, int], list] = {}  # (buffer address, word) -> cp.async arrivals in flight, oldest first
 
 
 # ---------------------------------------------------------------- the emulation (simulator)
@@ -74,6 +78,7 @@ def _sim_init(smem, word, count):
     flat[w] = int(count)
     flat[w + 1] = int(count) << 1
     _TX.pop(_key(flat, w), None)
+    _PENDING.pop(_key(flat, w), None)
 
 
 def _arrive(smem, word, op, tx=0):
@@ -102,10 +107,20 @@ def sim_complete_tx(smem, word, nbytes):
 
 
 def _sim_cp_async_arrive(smem, word):
-    from .async_copy import sim_land_all
+    from .async_copy import sim_take_all
 
-    sim_land_all()
-    _arrive(smem, word, "cp_async_mbar_arrive")
+    flat, w, _ = _state(smem, word, "cp_async_mbar_arrive")
+    _PENDING.setdefault(_key(flat, w), []).append(sim_take_all())
+
+
+def _complete_pending(smem, flat, w, parity):
+    """The poll of a waiter for the phase of ``parity``: while that is the current phase, the barrier's pending
+    cp.async arrivals land (copies, then the arrival) one by one, oldest first; those after stay in flight."""
+    pending = _PENDING.get(_key(flat, w))
+    while pending and (int(flat[w + 1]) & 1) == parity:
+        for land in pending.pop(0):
+            land()
+        _arrive(smem, w, "cp_async_mbar_arrive")
 
 
 def _sim_wait(smem, word, parity):
@@ -114,6 +129,7 @@ def _sim_wait(smem, word, parity):
     flat, w, _ = _state(smem, word, "mbar_wait")
     thread = None
     turns = 0
+    _complete_pending(smem, flat, w, int(parity) & 1)
     while (int(flat[w + 1]) & 1) == (int(parity) & 1):  # the phase of this parity is the current one
         turns += 1
         if turns > SPIN_LIMIT:
@@ -121,6 +137,7 @@ def _sim_wait(smem, word, parity):
                                f"complete in {SPIN_LIMIT} turns (a deadlock: wrong parity, count or stage?)")
         thread = thread or current_thread()
         thread.syncthreads()  # a greenlet's turn ends here; the others run
+        _complete_pending(smem, flat, w, int(parity) & 1)
 
 
 def _sim_setmaxnreg(n):
