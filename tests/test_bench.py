@@ -98,7 +98,7 @@ def test_direct_versions_take_k_major_operands_only():
     """The direct wgmma versions run where A is (M, K) and B stored (N, K) (trans_b alone), BF16 from its bits;
     a case's `versions` restricts it; elsewhere a direct launcher refuses in one line."""
     k_major = next(c for c in bench.GEMM_CASES if c.case == "square_4096_bt")
-    k_major_only = {"direct_tf32", "direct_bf16", "ws_tf32", "ws_bf16"}
+    k_major_only = {"direct_tf32", "direct_bf16", "ws_tf32", "ws_bf16", "tma_tf32", "tma_bf16"}
     assert k_major_only <= set(bench.gemm_problems([k_major])[0].versions)
     assert set(bench.gemm_problems([k_major])[0].versions) == set(k_major.versions)
     for case in bench.GEMM_CASES:

@@ -58,7 +58,8 @@ GEMM_CASES = (
     # the same with B stored (N, K): the tensor-core versions beside the direct and ws ones (K-major operands only)
     GemmCase("square_4096_bt", 4096, 4096, 4096, trans_b=True, versions=("tensor_tf32", "tensor_bf16", "wgmma_tf32",
                                                                          "wgmma_bf16", "direct_tf32", "direct_bf16",
-                                                                         "ws_tf32", "ws_bf16")),
+                                                                         "ws_tf32", "ws_bf16", "tma_tf32",
+                                                                         "tma_bf16")),
     GemmCase("mlp_fc1_forward", 64, 256, 784, bias=True, relu=True),
     GemmCase("mlp_fc2_forward", 64, 10, 256, bias=True),
     GemmCase("mlp_fc2_grad_w", 256, 10, 64, trans_a=True),
@@ -100,7 +101,8 @@ def _bf16_bits(x):
     return (gemm.round_inputs(x, "bf16").view(np.uint32) >> np.uint32(16)).astype(np.uint16)
 
 
-DIRECT_LAUNCHERS = {f"{family}_{fmt}": _direct(family, fmt) for family in ("direct", "ws") for fmt in ("tf32", "bf16")}
+DIRECT_LAUNCHERS = {f"{family}_{fmt}": _direct(family, fmt) for family in ("direct", "ws", "tma")
+                    for fmt in ("tf32", "bf16")}
 
 
 def _versions(case: GemmCase) -> dict:

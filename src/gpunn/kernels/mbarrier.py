@@ -26,7 +26,7 @@ the thread's queued ``cp.async`` copies (gpunn.kernels.async_copy) as one arriva
 such arrivals (their copies, then the arrival) oldest first only until the phase completes, so a count too low
 releases the waiter onto a stage whose last copies have not landed, and a waiter that does not wait reads the stage
 before any. The transaction bytes are counted in a side table, ``sim_complete_tx`` standing for a bulk copy's
-completion."""
+completion, ``sim_queue_tx`` a bulk copy in flight (landed by a waiter's poll as a cp.async arrival is)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ import numpy as np
 from gpunn import device
 
 __all__ = ["SPIN_LIMIT", "cp_async_mbar_arrive", "fence_mbarrier_init", "mbar_arrive", "mbar_arrive_expect_tx",
-           "mbar_init", "mbar_wait", "setmaxnreg_dec", "setmaxnreg_inc", "sim_complete_tx"]
+           "mbar_init", "mbar_wait", "setmaxnreg_dec", "setmaxnreg_inc", "sim_complete_tx", "sim_queue_tx"]
 
 SPIN_LIMIT = 2000  # simulator turns a wait may take before it is called a deadlock
 _TX: dict[tuple[int, int], int] = {}  # (buffer address, word) -> transaction bytes still expected (simulator)
@@ -110,17 +110,29 @@ def _sim_cp_async_arrive(smem, word):
     from .async_copy import sim_take_all
 
     flat, w, _ = _state(smem, word, "cp_async_mbar_arrive")
-    _PENDING.setdefault(_key(flat, w), []).append(sim_take_all())
+    _PENDING.setdefault(_key(flat, w), []).append((sim_take_all(), None))
+
+
+def sim_queue_tx(smem, word, land, nbytes):
+    """Under the simulator: a bulk copy in flight on the barrier at ``word`` (gpunn.kernels.tma): ``land()`` writes
+    it, then its ``nbytes`` complete transactions, when a waiter's poll reaches it."""
+    flat, w, _ = _state(smem, word, "complete_tx")
+    _PENDING.setdefault(_key(flat, w), []).append(([land], int(nbytes)))
 
 
 def _complete_pending(smem, flat, w, parity):
     """The poll of a waiter for the phase of ``parity``: while that is the current phase, the barrier's pending
-    cp.async arrivals land (copies, then the arrival) one by one, oldest first; those after stay in flight."""
+    cp.async arrivals and bulk copies land (copies, then the arrival or the bytes) one by one, oldest first; those
+    after stay in flight."""
     pending = _PENDING.get(_key(flat, w))
     while pending and (int(flat[w + 1]) & 1) == parity:
-        for land in pending.pop(0):
+        lands, nbytes = pending.pop(0)
+        for land in lands:
             land()
-        _arrive(smem, w, "cp_async_mbar_arrive")
+        if nbytes is None:
+            _arrive(smem, w, "cp_async_mbar_arrive")
+        else:
+            sim_complete_tx(smem, w, nbytes)
 
 
 def _sim_wait(smem, word, parity):
