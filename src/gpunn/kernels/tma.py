@@ -5,9 +5,10 @@ the bulk tensor copy global -> shared completing bytes on an mbarrier, and under
   2-D device array ``x`` (rows, K) of float32 or uint16 (BF16 bits): dims (K, rows), box (128 bytes of K, ``box_rows``
   rows), swizzle 128 B (``swizzle`` 0 / 32 / 64: other layouts, for tests), L2 promotion 256 B, zero fill out of
   bounds. ValueError where TMA cannot read ``x`` (16-byte aligned address, row stride a multiple of 16 bytes, box
-  rows 1..256). On a GPU: ``cuTensorMapEncodeTiled`` (cuda.bindings), the maps cached by (address, shape, dtype, box,
-  swizzle): a map is kept alive for the kernels that read it. numba has no ``__grid_constant__`` parameter, so a map
-  is passed as a global array (written before the kernel starts: valid without fence.proxy.tensormap).
+  rows 1..256, a box row within the swizzle's span). On a GPU: ``cuTensorMapEncodeTiled`` (cuda.bindings), the
+  maps cached by (address, shape, dtype, box, swizzle): a map is kept alive for the kernels that read it. numba has
+  no ``__grid_constant__`` parameter, so a map is passed as a global array (written before the kernel starts: valid
+  without fence.proxy.tensormap).
 * ``tma_load_2d(smem, word, tmap, k0, row0, bar)``: the box at element (k0, row0) of the map's tensor into ``smem``
   (a shared array of a 4-byte type) from word ``word`` (1024-byte aligned for the 128-byte swizzle), its bytes (the
   whole box, zero-filled parts included) completing transactions on the mbarrier at word ``bar``
@@ -62,6 +63,8 @@ def encode_2d(x, box_rows: int, swizzle: int = 128):
         raise ValueError(f"tma: box rows 1..256 and swizzle one of {_SWIZZLES}, got {box_rows}, {swizzle}")
     if not (0 < rows < 2**32 and 0 < k < 2**32):
         raise ValueError(f"tma: dimensions 1..2**32 - 1, got {rows} x {k}")
+    if swizzle and swizzle < BOX_BYTES:
+        raise ValueError(f"tma: a box row of {BOX_BYTES} bytes is over the {swizzle}-byte swizzle's span")
     box_k = BOX_BYTES // dtype.itemsize
     if device.simulator_enabled():
         from numba import cuda
