@@ -1,5 +1,6 @@
 """Issue 42 probe (device, Hopper): ws_tf32 / ws_bf16 (warp-specialized wgmma: a producer warpgroup's cp.async,
-two consumer warpgroups, mbarriers; several rings, tiles and register splits) beside direct_tf32 / direct_bf16 and
+two consumer warpgroups, mbarriers; several rings, tiles and register splits) and tma_tf32 / tma_bf16 (the same with
+TMA as the producer: one thread's bulk tensor copies) beside direct_tf32 / direct_bf16 and
 cuBLAS (torch.matmul(A, B.t()) with B stored (N, K): TF32 on / bf16 tensors) at 4096^3, and at 257 x 129 x 302 as
 a check. CUDA events after 2 warm-up calls, median of 20. Every result is checked against the float64 product of
 its inputs as that kernel's MMA reads them (TF32 truncated for direct / ws; cuBLAS TF32 rounded; BF16 the BF16
@@ -8,8 +9,9 @@ are reported. CSV to OUT/ws_probe.csv; exit status 1, naming them, if any result
 
     python docs/notes/issue-42/ws_probe.py OUT [ws:tf32:4:256:r,...] [case,...]
 
-(the second argument: the kernels to time, ``ws:<fmt>:<stages>:<bn>:<r|n>`` (r: setmaxnreg 40 / 232, n: none) or
-``direct:<fmt>:<stages>``; default: every WS_RUNS and DIRECT_RUNS entry). Under NUMBA_ENABLE_CUDASIM=1 a dry run of
+(the second argument: the kernels to time, ``ws:<fmt>:<stages>:<bn>:<r|n>`` (r: setmaxnreg 40 / 232, n: none), the
+same as ``tma:...``, or ``direct:<fmt>:<stages>``; default: every WS_RUNS, TMA_RUNS and DIRECT_RUNS entry; a tma run
+on a case whose rows are not a multiple of 16 bytes is skipped). Under NUMBA_ENABLE_CUDASIM=1 a dry run of
 the numba side only (a tiny check case, one repeat, no torch, no cuBLAS)."""
 import csv
 import os
@@ -27,14 +29,17 @@ DRY = device.simulator_enabled()
 OUT = sys.argv[1]
 WS_RUNS = ["ws:tf32:4:256:r", "ws:tf32:3:256:r", "ws:tf32:4:256:n", "ws:tf32:6:128:r", "ws:tf32:4:128:r",
            "ws:bf16:4:256:r", "ws:bf16:3:256:r", "ws:bf16:4:256:n", "ws:bf16:6:128:r", "ws:bf16:4:128:r"]
+TMA_RUNS = ["tma:tf32:4:256:r", "tma:tf32:3:256:r", "tma:tf32:4:256:n", "tma:tf32:6:128:r", "tma:tf32:4:128:r",
+            "tma:bf16:4:256:r", "tma:bf16:3:256:r", "tma:bf16:4:256:n", "tma:bf16:6:128:r", "tma:bf16:4:128:r"]
 DIRECT_RUNS = ["direct:tf32:7", "direct:bf16:3"]  # stop 56's best of each
-RUNS = sys.argv[2].split(",") if len(sys.argv) > 2 and sys.argv[2] else WS_RUNS + DIRECT_RUNS
-CASES = {"square_4096": (4096, 4096, 4096), "odd_check": (257, 129, 302)}  # (M, N, K); C = A (M, K) @ B (N, K)^T
+RUNS = sys.argv[2].split(",") if len(sys.argv) > 2 and sys.argv[2] else WS_RUNS + TMA_RUNS + DIRECT_RUNS
+CASES = {"square_4096": (4096, 4096, 4096), "odd_check": (257, 129, 302),  # (M, N, K); C = A (M, K) @ B (N, K)^T
+         "odd_check_tma": (257, 129, 296)}  # K a multiple of 8: the tma runs' check
 if len(sys.argv) > 3:
     CASES = {k: v for k, v in CASES.items() if k in sys.argv[3].split(",")}
 if DRY:
-    CASES = {"dry_check": (67, 260, 70)}  # 2 blocks of the 256 tile, 3 TF32 K steps, tails everywhere
-    RUNS = ["ws:tf32:3:256:r", "ws:bf16:2:128:n", "direct:tf32:3"]  # each path once
+    CASES = {"dry_check": (67, 260, 72)}  # 2 blocks of the 256 tile, 3 TF32 K steps, tails everywhere
+    RUNS = ["ws:tf32:3:256:r", "ws:bf16:2:128:n", "tma:tf32:3:256:r", "tma:bf16:2:128:n", "direct:tf32:3"]
 REPEATS = 1 if DRY else 20
 TOL = 1e-4  # GPU float32 accumulation is not IEEE round-to-nearest; observed wgmma errors at K = 4096: ~1e-5
 FAILURES = []
@@ -92,7 +97,8 @@ def launcher(run, fmt_operands, out):
     if family == "direct":
         return G.gemm_direct(fmt, left, right, out, stages=int(stages), launch=False), fmt, "", ""
     bn, regs = int(rest[0]), direct_ws.REGS if rest[1] == "r" else None
-    launch = G.gemm_ws(fmt, left, right, out, stages=int(stages), bn=bn, regs=regs, launch=False)
+    entry = G.gemm_tma if family == "tma" else G.gemm_ws
+    launch = entry(fmt, left, right, out, stages=int(stages), bn=bn, regs=regs, launch=False)
     return launch, fmt, bn, rest[1]
 
 
@@ -128,6 +134,8 @@ for case, (m, n, k) in CASES.items():
         name = f"{case} {run}"
         out = cuda.to_device(np.full((m, n), np.nan, np.float32))
         family, fmt, stages = run.split(":")[:3]
+        if family == "tma" and k % 8:
+            continue  # TMA: rows of a multiple of 16 bytes (odd_check_tma checks these runs)
         try:
             launch, fmt, bn, regs = launcher(run, operands, out)
             launch()

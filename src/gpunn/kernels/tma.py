@@ -86,6 +86,7 @@ def _encode_driver(address, dtype, rows, k, box_k, box_rows, swizzle):
     kind = (drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32 if dtype == np.float32
             else drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16)
     mode = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}[swizzle]
+    cuda.current_context()  # the driver initialised (numba's context), as cuda.bindings' calls need it
     err, tmap = drv.cuTensorMapEncodeTiled(
         kind, 2, address, [drv.cuuint64_t(k), drv.cuuint64_t(rows)], [drv.cuuint64_t(k * dtype.itemsize)],
         [drv.cuuint32_t(box_k), drv.cuuint32_t(box_rows)], [drv.cuuint32_t(1), drv.cuuint32_t(1)],
