@@ -80,24 +80,56 @@ def encode_2d(x, box_rows: int, swizzle: int = 128):
 
 
 def _encode_driver(address, dtype, rows, k, box_k, box_rows, swizzle):
-    from cuda.bindings import driver as drv
+    """The map's 16 words by the driver's cuTensorMapEncodeTiled: through cuda.bindings, else libcuda by ctypes."""
     from numba import cuda
 
-    kind = (drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32 if dtype == np.float32
-            else drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16)
-    mode = {0: "NONE", 32: "32B", 64: "64B", 128: "128B"}[swizzle]
-    cuda.current_context()  # the driver initialised (numba's context), as cuda.bindings' calls need it
+    cuda.current_context()  # the driver initialised (numba's context)
+    # CUtensorMapDataType FLOAT32 = 7, BFLOAT16 = 9; CUtensorMapSwizzle NONE, 32B, 64B, 128B = 0..3; L2 promotion
+    # 256B = 3; interleave NONE = 0; OOB fill NONE (zeros) = 0
+    args = (7 if dtype == np.float32 else 9, 2, address, (k, rows), (k * dtype.itemsize,), (box_k, box_rows), (1, 1),
+            0, {0: 0, 32: 1, 64: 2, 128: 3}[swizzle], 3, 0)
+    try:
+        words = _encode_bindings(*args)
+    except RuntimeError:
+        raise
+    except Exception:  # noqa: BLE001 (cuda.bindings missing or not taking these arguments: the C entry point)
+        words = _encode_ctypes(*args)
+    return cuda.to_device(words)
+
+
+def _fail(err, args):
+    raise RuntimeError(f"tma: cuTensorMapEncodeTiled failed ({err!r}) for dims {args[3]}, strides {args[4]}, box "
+                       f"{args[5]}, swizzle mode {args[8]}")
+
+
+def _encode_bindings(*args):
+    from cuda.bindings import driver as drv
+
+    kind, rank, address, dims, strides, box, steps, interleave, swizzle, l2, fill = args
     err, tmap = drv.cuTensorMapEncodeTiled(
-        kind, 2, address, [drv.cuuint64_t(k), drv.cuuint64_t(rows)], [drv.cuuint64_t(k * dtype.itemsize)],
-        [drv.cuuint32_t(box_k), drv.cuuint32_t(box_rows)], [drv.cuuint32_t(1), drv.cuuint32_t(1)],
-        drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        getattr(drv.CUtensorMapSwizzle, f"CU_TENSOR_MAP_SWIZZLE_{mode}"),
-        drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-        drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+        drv.CUtensorMapDataType(kind), rank, address, [drv.cuuint64_t(d) for d in dims],
+        [drv.cuuint64_t(s) for s in strides], [drv.cuuint32_t(b) for b in box], [drv.cuuint32_t(e) for e in steps],
+        drv.CUtensorMapInterleave(interleave), drv.CUtensorMapSwizzle(swizzle), drv.CUtensorMapL2promotion(l2),
+        drv.CUtensorMapFloatOOBfill(fill))
     if err != drv.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"tma: cuTensorMapEncodeTiled failed ({err!r}) for {rows} x {k} {dtype}, box "
-                           f"{box_k} x {box_rows}, swizzle {swizzle}")
-    return cuda.to_device(np.array([int(w) for w in tmap.opaque], np.uint64))
+        _fail(err, args)
+    return np.array([int(w) for w in tmap.opaque], np.uint64)
+
+
+def _encode_ctypes(*args):
+    import ctypes
+
+    kind, rank, address, dims, strides, box, steps, interleave, swizzle, l2, fill = args
+    buffer = np.zeros(24, np.uint64)
+    words = buffer[(-buffer.ctypes.data % 64) // 8:][:16]  # the map's host copy: 64-byte aligned
+    u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+    err = ctypes.CDLL("libcuda.so.1").cuTensorMapEncodeTiled(
+        ctypes.c_void_p(words.ctypes.data), ctypes.c_int(kind), u32(rank), ctypes.c_void_p(address),
+        (u64 * 2)(*dims), (u64 * 1)(*strides), (u32 * 2)(*box), (u32 * 2)(*steps), ctypes.c_int(interleave),
+        ctypes.c_int(swizzle), ctypes.c_int(l2), ctypes.c_int(fill))
+    if err:
+        _fail(err, args)
+    return words.copy()
 
 
 # ---------------------------------------------------------------- the emulation (simulator)
