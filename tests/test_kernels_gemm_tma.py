@@ -27,7 +27,8 @@ def _operand(rng, rows, k, fmt):
     return (round_bf16(x).view(np.uint32) >> np.uint32(16)).astype(np.uint16) if fmt == "bf16" else x
 
 
-def _run(fmt, m, n, k, epilogue="none", stages=direct_tma.STAGES, bn=direct_tma.BN, regs=direct_tma.REGS, key=()):
+def _run(fmt, m, n, k, epilogue="none", stages=direct_tma.STAGES, bn=direct_tma.BN, regs=direct_tma.REGS, key=(),
+         persistent=0):
     """One launch on fresh inputs: max|out - ref| / max|ref| (ref: float64 of the inputs as the MMA reads them)."""
     rng = np.random.default_rng(zlib.crc32(repr((fmt, m, n, k, epilogue, stages, bn, *key)).encode()))
     a, b = _operand(rng, m, k, fmt), _operand(rng, n, k, fmt)
@@ -36,7 +37,8 @@ def _run(fmt, m, n, k, epilogue="none", stages=direct_tma.STAGES, bn=direct_tma.
     mask = np.maximum(rng.standard_normal((m, n)), 0).astype(np.float32) if epilogue == "mask" else None
     out = cuda.to_device(np.full((m, n), np.nan, np.float32))
     G.gemm_tma(fmt, cuda.to_device(a), cuda.to_device(b), out, bias=None if bias is None else cuda.to_device(bias),
-               relu=relu, relu_mask=None if mask is None else cuda.to_device(mask), stages=stages, bn=bn, regs=regs)
+               relu=relu, relu_mask=None if mask is None else cuda.to_device(mask), stages=stages, bn=bn, regs=regs,
+               persistent=persistent)
     got = out.copy_to_host()
     if not np.isfinite(got).all():
         return float("inf")  # unwritten (NaN) outputs
@@ -64,6 +66,15 @@ def test_tma_against_float64(fmt, m, n, k, epilogue, stages, bn):
 
 def test_tma_without_register_reallocation():
     assert _run("tf32", 3, 9, 100, "none", 2, 256, regs=None) < TOL
+
+
+@pytest.mark.parametrize("fmt,m,n,k,stages,bn,blocks", [
+    ("tf32", 130, 260, 76, 2, 256, 2),  # 4 tiles on 2 blocks: each 2 tiles of 3 steps round 2 stages
+    ("bf16", 250, 130, 200, 3, 128, 3),  # 4 tiles on 3 blocks (one takes 2), 4 steps round 3
+    ("tf32", 5, 9, 40, 2, 256, -1),  # one block an SM (1 under the simulator), one tile
+])
+def test_tma_persistent(fmt, m, n, k, stages, bn, blocks):
+    assert _run(fmt, m, n, k, "bias", stages, bn, persistent=blocks) < TOL
 
 
 def test_tma_refuses_what_it_cannot_read():
@@ -183,3 +194,8 @@ def test_tma_gpu_sizes(fmt):
             assert err < TOL, (fmt, stages, bn, regs, epilogue, err)
         err = _run(fmt, 1024, 1024, 1024, "bias_relu", stages, bn, regs, key=("gpu",))
         assert err < TOL, (fmt, stages, bn, regs, err)
+    for blocks in (-1, 7):  # persistent: one block an SM; 7 blocks over 2 x 5 tiles
+        err = _run(fmt, 1024, 1024, 1024, "bias_relu", key=("gpu", blocks), persistent=blocks)
+        assert err < TOL, (fmt, "persistent", blocks, err)
+        err = _run(fmt, 257, 1200, k, "bias_relu", key=("gpu", blocks), persistent=blocks)
+        assert err < TOL, (fmt, "persistent", blocks, err)

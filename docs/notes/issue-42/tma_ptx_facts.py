@@ -18,8 +18,10 @@ from numba import cuda, types  # noqa: E402
 from gpunn.kernels.gemm import direct_tma  # noqa: E402
 
 MAP = types.Array(types.uint64, 1, "C")  # a tensor map: 16 uint64 in global memory
-TMA = ((4, 256, direct_tma.REGS, "none"), (3, 256, direct_tma.REGS, "none"), (4, 256, None, "none"),
-       (4, 256, direct_tma.REGS, "mask"), (6, 128, direct_tma.REGS, "none"))  # (stages, bn, regs, epilogue)
+# (stages, bn, regs, epilogue, persistent)
+TMA = ((4, 256, direct_tma.REGS, "none", False), (3, 256, direct_tma.REGS, "none", False),
+       (4, 256, None, "none", False), (4, 256, direct_tma.REGS, "mask", False),
+       (6, 128, direct_tma.REGS, "none", False), (4, 256, direct_tma.REGS, "none", True))
 
 
 def main(argv):
@@ -27,9 +29,11 @@ def main(argv):
     if keep:
         keep.mkdir(parents=True, exist_ok=True)
     for fmt in ("tf32", "bf16"):
-        for stages, bn, regs, epilogue in TMA:
-            label = f"tma_{fmt} {stages}st bn{bn} regs{'-'.join(map(str, regs)) if regs else 'none'}"
-            kern = direct_tma.kernel(fmt, stages, bn, regs)(direct_tma.A_MAP, direct_tma.B_MAP, "dense", 1, epilogue)
+        for stages, bn, regs, epilogue, persistent in TMA:
+            label = (f"tma_{fmt} {stages}st bn{bn} regs{'-'.join(map(str, regs)) if regs else 'none'}"
+                     f"{' persistent' if persistent else ''}")
+            kern = direct_tma.kernel(fmt, stages, bn, regs, persistent=persistent)(direct_tma.A_MAP, direct_tma.B_MAP,
+                                                                                   "dense", 1, epilogue)
             aux = W.F2C if epilogue == "mask" else W.F1C
             ptx, _ = cuda.compile_ptx(kern.py_func, (MAP, MAP, W.F2C, aux, W.DIMS), cc=(9, 0))
             ptx = re.sub(r"\.target sm_90\b", ".target sm_90a", ptx)
@@ -45,7 +49,7 @@ def main(argv):
                 ("setmaxnreg", r"setmaxnreg"), ("bar.sync", r"\bbar\.sync|barrier\.sync"))}
             version = re.search(r"\.version (\S+)", ptx)
             notes = [ln.strip() for ln in out.splitlines() if "warning" in ln.lower() or "error" in ln.lower()]
-            print(f"{label:32s} {epilogue:5s} PTX {version.group(1) if version else '?'} regs "
+            print(f"{label:43s} {epilogue:5s} PTX {version.group(1) if version else '?'} regs "
                   f"{regs_used.group(1) if regs_used else '?':>3s} spill st/ld "
                   f"{'/'.join(spill.groups()) if spill else '?'} | {counts}", *notes, sep="\n  " if notes else "",
                   flush=True)

@@ -10,9 +10,10 @@ are reported. CSV to OUT/ws_probe.csv; exit status 1, naming them, if any result
     python docs/notes/issue-42/ws_probe.py OUT [ws:tf32:4:256:r,...] [case,...]
 
 (the second argument: the kernels to time, ``ws:<fmt>:<stages>:<bn>:<r|n>`` (r: setmaxnreg 40 / 232, n: none), the
-same as ``tma:...``, or ``direct:<fmt>:<stages>``; default: every WS_RUNS, TMA_RUNS and DIRECT_RUNS entry; a tma run
-on a case whose rows are not a multiple of 16 bytes is skipped). Under NUMBA_ENABLE_CUDASIM=1 a dry run of
-the numba side only (a tiny check case, one repeat, no torch, no cuBLAS)."""
+same as ``tma:...`` (``tma:...:p``: persistent, one block an SM), or ``direct:<fmt>:<stages>``; default: every
+WS_RUNS, TMA_RUNS and DIRECT_RUNS entry; a tma run on a case whose rows are not a multiple of 16 bytes is
+skipped). Under NUMBA_ENABLE_CUDASIM=1 a dry run of the numba side only (a tiny check case, one repeat, no torch,
+no cuBLAS)."""
 import csv
 import os
 import sys
@@ -30,7 +31,8 @@ OUT = sys.argv[1]
 WS_RUNS = ["ws:tf32:4:256:r", "ws:tf32:3:256:r", "ws:tf32:4:256:n", "ws:tf32:6:128:r", "ws:tf32:4:128:r",
            "ws:bf16:4:256:r", "ws:bf16:3:256:r", "ws:bf16:4:256:n", "ws:bf16:6:128:r", "ws:bf16:4:128:r"]
 TMA_RUNS = ["tma:tf32:4:256:r", "tma:tf32:3:256:r", "tma:tf32:4:256:n", "tma:tf32:6:128:r", "tma:tf32:4:128:r",
-            "tma:bf16:4:256:r", "tma:bf16:3:256:r", "tma:bf16:4:256:n", "tma:bf16:6:128:r", "tma:bf16:4:128:r"]
+            "tma:bf16:4:256:r", "tma:bf16:3:256:r", "tma:bf16:4:256:n", "tma:bf16:6:128:r", "tma:bf16:4:128:r",
+            "tma:tf32:4:256:r:p", "tma:bf16:4:256:r:p"]
 DIRECT_RUNS = ["direct:tf32:7", "direct:bf16:3"]  # stop 56's best of each
 RUNS = sys.argv[2].split(",") if len(sys.argv) > 2 and sys.argv[2] else WS_RUNS + TMA_RUNS + DIRECT_RUNS
 CASES = {"square_4096": (4096, 4096, 4096), "odd_check": (257, 129, 302),  # (M, N, K); C = A (M, K) @ B (N, K)^T
@@ -39,7 +41,7 @@ if len(sys.argv) > 3:
     CASES = {k: v for k, v in CASES.items() if k in sys.argv[3].split(",")}
 if DRY:
     CASES = {"dry_check": (67, 260, 72)}  # 2 blocks of the 256 tile, 3 TF32 K steps, tails everywhere
-    RUNS = ["ws:tf32:3:256:r", "ws:bf16:2:128:n", "tma:tf32:3:256:r", "tma:bf16:2:128:n", "direct:tf32:3"]
+    RUNS = ["ws:tf32:3:256:r", "ws:bf16:2:128:n", "tma:tf32:3:256:r:p", "tma:bf16:2:128:n", "direct:tf32:3"]
 REPEATS = 1 if DRY else 20
 TOL = 1e-4  # GPU float32 accumulation is not IEEE round-to-nearest; observed wgmma errors at K = 4096: ~1e-5
 FAILURES = []
@@ -97,9 +99,12 @@ def launcher(run, fmt_operands, out):
     if family == "direct":
         return G.gemm_direct(fmt, left, right, out, stages=int(stages), launch=False), fmt, "", ""
     bn, regs = int(rest[0]), direct_ws.REGS if rest[1] == "r" else None
-    entry = G.gemm_tma if family == "tma" else G.gemm_ws
-    launch = entry(fmt, left, right, out, stages=int(stages), bn=bn, regs=regs, launch=False)
-    return launch, fmt, bn, rest[1]
+    if family == "tma":
+        launch = G.gemm_tma(fmt, left, right, out, stages=int(stages), bn=bn, regs=regs, launch=False,
+                            persistent=-1 if rest[2:] == ["p"] else 0)
+    else:
+        launch = G.gemm_ws(fmt, left, right, out, stages=int(stages), bn=bn, regs=regs, launch=False)
+    return launch, fmt, bn, ":".join(rest[1:])
 
 
 rows = []

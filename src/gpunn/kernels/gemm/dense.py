@@ -17,7 +17,7 @@ from ..common import epilogue_args
 from ..launch import Launch, LaunchGroup, bind
 from . import direct, direct_tma, direct_ws
 from .problem import GemmProblem, gemm_shapes
-from .split_k import gemm_split_k
+from .split_k import gemm_split_k, multiprocessors
 from .versions import VERSIONS, check_device, gemm_mapped, lookup
 
 __all__ = ["DENSE_LAUNCHERS", "gemm", "gemm_coalesced128", "gemm_direct", "gemm_ws", "gemm_naive", "gemm_regblock",
@@ -149,18 +149,22 @@ def gemm_ws(fmt, a, b, out, bias=None, relu=False, relu_mask=None, stream=0, lau
 
 
 def gemm_tma(fmt, a, b, out, bias=None, relu=False, relu_mask=None, stream=0, launch=True,
-             stages=direct_tma.STAGES, bn=direct_tma.BN, regs=direct_tma.REGS) -> Launch:
+             stages=direct_tma.STAGES, bn=direct_tma.BN, regs=direct_tma.REGS, persistent=0) -> Launch:
     """``out = a @ b.T`` (+ bias) (ReLU) or masked by ``relu_mask > 0`` by ``tma_<fmt>`` (ws with TMA as the
     producer): the operands as ``gemm_ws``'s, their rows a multiple of 16 bytes (K % 4 == 0 TF32, K % 8 == 0 BF16:
-    ValueError otherwise). The tensor maps are encoded here (cached on a GPU: gpunn.kernels.tma)."""
+    ValueError otherwise). The tensor maps are encoded here (cached on a GPU: gpunn.kernels.tma). ``persistent``: 0,
+    a block a tile; n > 0, at most n blocks looping over the tiles; -1, one block an SM."""
     from ..tma import encode_2d
 
     m, n, k, op, epilogue, aux = _k_major_checks("tma", fmt, a, b, out, bias, relu, relu_mask)
     if (k * a.dtype.itemsize) % 16:
         raise ValueError(f"{op}: TMA reads rows of a multiple of 16 bytes: K a multiple of "
                          f"{16 // a.dtype.itemsize}, got {k} (use gemm_ws)")
-    fn = direct_tma.kernel(fmt, stages, bn, regs)(direct_tma.A_MAP, direct_tma.B_MAP, "dense", 1, epilogue)
-    grid, block = direct_tma.config_fn(bn)(op, direct_tma.THREADS, m, n, fn)
+    blocks = multiprocessors() if persistent == -1 else int(persistent)
+    fn = direct_tma.kernel(fmt, stages, bn, regs, persistent=blocks > 0)(direct_tma.A_MAP, direct_tma.B_MAP, "dense",
+                                                                         1, epilogue)
+    grid, block = (direct_tma.persistent_config(blocks, m, n, bn) if blocks > 0 else
+                   direct_tma.config_fn(bn)(op, direct_tma.THREADS, m, n, fn))
     maps = encode_2d(a, direct_tma.BM), encode_2d(b, bn)
     return bind(fn, grid, block, (*maps, out, aux, GemmProblem(m, n, k).dims), stream, launch,
                 f"{op}[NT,{epilogue}]", direct_tma.shared_bytes(stages, bn))
