@@ -194,7 +194,7 @@ def test_tma_gpu_sizes(fmt):
             assert err < TOL, (fmt, stages, bn, regs, epilogue, err)
         err = _run(fmt, 1024, 1024, 1024, "bias_relu", stages, bn, regs, key=("gpu",))
         assert err < TOL, (fmt, stages, bn, regs, err)
-    for blocks in (-1, 7):  # persistent: one block an SM; 7 blocks over 2 x 5 tiles
+    for blocks in (-1, 7):  # persistent: one block an SM; 7 blocks over 8 x 4 tiles (1024^3), 3 x 5 (257 x 1200)
         err = _run(fmt, 1024, 1024, 1024, "bias_relu", key=("gpu", blocks), persistent=blocks)
         assert err < TOL, (fmt, "persistent", blocks, err)
         err = _run(fmt, 257, 1200, k, "bias_relu", key=("gpu", blocks), persistent=blocks)
