@@ -10,11 +10,12 @@ import zlib
 
 import numpy as np
 import pytest
-from numba import cuda
+from numba import cuda, uint32
 
 from gpunn.kernels import gemm as G
 from gpunn.kernels import mbarrier as MB
 from gpunn.kernels import tma as T
+from gpunn.kernels.async_copy import shared_address
 from gpunn.kernels.gemm import direct_tma, direct_ws
 from gpunn.kernels.mma import round_bf16
 
@@ -100,6 +101,57 @@ def test_tma_refuses_what_it_cannot_read():
         T.encode_2d(cuda.to_device(np.zeros((4, 8), np.float32)), 257)
     assert G.VERSIONS["tma_bf16"].shared == direct_tma.shared_bytes() == direct_ws.shared_bytes()
     assert direct_tma.stage_bytes() == (128 + 256) * 128
+
+
+# ---------------------------------------------------------------- one bulk tensor copy, alone
+
+@cuda.jit
+def _copy_box(tmap, out, k0, row0):
+    """One box (16 rows of 128 bytes) by TMA into 1024-byte aligned shared memory, then its words to ``out``."""
+    smem = cuda.shared.array(0, uint32)
+    t = cuda.threadIdx.x
+    base = uint32(uint32((uint32(1024) - (shared_address(smem) & uint32(1023))) & uint32(1023)) >> uint32(2))
+    bar = uint32(base + uint32(512))
+    if t == 0:
+        MB.mbar_init(smem, bar, uint32(1))
+        MB.fence_mbarrier_init()
+    cuda.syncthreads()
+    if t == 0:
+        MB.mbar_arrive_expect_tx(smem, bar, uint32(2048))
+        T.tma_load_2d(smem, base, tmap, uint32(k0), uint32(row0), bar)
+    MB.mbar_wait(smem, bar, uint32(0))
+    for i in range(t, 512, 32):
+        out[i] = smem[base + i]
+
+
+def _check_copy(fmt):
+    """A box over the tensor's corner (zero fill past K and rows), swizzled: the words where wgmma reads them."""
+    rng = np.random.default_rng(3)
+    x = _operand(rng, 20, 40, fmt)  # rows 8..23 of 20, K from 32 (TF32: 32..63 of 40; BF16: 32..95 of 40)
+    out = cuda.to_device(np.zeros(512, np.uint32))
+    _copy_box[1, 32, 0, 1024 + 2048 + 16](T.encode_2d(cuda.to_device(x), 16), out, 32, 8)
+    box_k = 128 // x.itemsize
+    box = np.zeros((16, box_k), x.dtype)
+    box[:12, :8] = x[8:20, 32:40]
+    logical = box.reshape(-1).view(np.uint8)
+    physical = np.arange(2048)
+    expected = logical[physical ^ (((physical >> 7) & 7) << 4)]  # the 128-byte swizzle (an involution)
+    np.testing.assert_array_equal(out.copy_to_host().view(np.uint8), expected)
+
+
+@pytest.mark.skipif(_ON_GPU, reason="the emulation (the gpu test runs the copy on the GPU)")
+@pytest.mark.parametrize("fmt", ["tf32", "bf16"])
+def test_tma_copy_one_box(fmt):
+    _check_copy(fmt)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _ON_GPU, reason="needs a real CUDA GPU")
+@pytest.mark.parametrize("fmt", ["tf32", "bf16"])
+def test_tma_copy_one_box_gpu(fmt):
+    if tuple(cuda.get_current_device().compute_capability) < (9, 0):
+        pytest.skip("TMA: compute capability 9.0 or newer")
+    _check_copy(fmt)
 
 
 # ---------------------------------------------------------------- mutations the emulation must catch
