@@ -106,8 +106,9 @@ def test_tma_refuses_what_it_cannot_read():
 # ---------------------------------------------------------------- one bulk tensor copy, alone
 
 @cuda.jit
-def _copy_box(tmap, out, k0, row0):
-    """One box (16 rows of 128 bytes) by TMA into 1024-byte aligned shared memory, then its words to ``out``."""
+def _copy_box(tmap, out, done, k0, row0, tries):
+    """One box (16 rows of 128 bytes) by TMA into 1024-byte aligned shared memory, then its words to ``out``;
+    done[0] = 1 when the barrier's phase completed within ``tries`` try_waits (a bounded wait: no hang)."""
     smem = cuda.shared.array(0, uint32)
     t = cuda.threadIdx.x
     base = uint32(uint32((uint32(1024) - (shared_address(smem) & uint32(1023))) & uint32(1023)) >> uint32(2))
@@ -119,7 +120,13 @@ def _copy_box(tmap, out, k0, row0):
     if t == 0:
         MB.mbar_arrive_expect_tx(smem, bar, uint32(2048))
         T.tma_load_2d(smem, base, tmap, uint32(k0), uint32(row0), bar)
-    MB.mbar_wait(smem, bar, uint32(0))
+    ok = uint32(0)
+    n = 0
+    while ok == 0 and n < tries:
+        ok = MB.mbar_try_wait(smem, bar, uint32(0))
+        n += 1
+    if t == 0:
+        done[0] = ok
     for i in range(t, 512, 32):
         out[i] = smem[base + i]
 
@@ -128,8 +135,9 @@ def _check_copy(fmt):
     """A box over the tensor's corner (zero fill past K and rows), swizzled: the words where wgmma reads them."""
     rng = np.random.default_rng(3)
     x = _operand(rng, 20, 40, fmt)  # rows 8..23 of 20, K from 32 (TF32: 32..63 of 40; BF16: 32..95 of 40)
-    out = cuda.to_device(np.zeros(512, np.uint32))
-    _copy_box[1, 32, 0, 1024 + 2048 + 16](T.encode_2d(cuda.to_device(x), 16), out, 32, 8)
+    out, done = cuda.to_device(np.zeros(512, np.uint32)), cuda.to_device(np.zeros(1, np.uint32))
+    _copy_box[1, 32, 0, 1024 + 2048 + 16](T.encode_2d(cuda.to_device(x), 16), out, done, 32, 8, 100 if _ON_GPU else 20)
+    assert done.copy_to_host()[0] == 1, "the TMA copy never completed its bytes on the barrier"
     box_k = 128 // x.itemsize
     box = np.zeros((16, box_k), x.dtype)
     box[:12, :8] = x[8:20, 32:40]
@@ -238,6 +246,7 @@ def test_mutation_producer_parity(monkeypatch):
 def test_tma_gpu_sizes(fmt):
     if tuple(cuda.get_current_device().compute_capability) != (9, 0):
         pytest.skip("TMA + wgmma: compute capability 9.0 only")
+    _check_copy(fmt)  # a TMA that never completes fails here instead of hanging the GEMMs
     k = 296 if fmt == "tf32" else 304  # a K tail; rows of a multiple of 16 bytes
     for stages, bn, regs in ((direct_tma.STAGES, 256, direct_tma.REGS), (3, 256, None), (6, 128, direct_tma.REGS)):
         epilogues = G.EPILOGUES if stages == direct_tma.STAGES else ("bias_relu",)  # (compiles: the timeout)

@@ -14,7 +14,9 @@ completes, the count resets and the phase parity flips (phase 0, 1, 0, ...).
   landed (``cp.async.mbarrier.arrive.noinc``: the arrival is one of the ``count`` given at init).
 * ``mbar_wait(smem, word, parity)``: spin until the phase of that parity has completed (``try_wait.parity`` in a
   loop): with the phase parity p of the current phase, parity p waits and parity 1 - p passes (the phase before is
-  taken as done). A waiter thus flips its parity each time round a ring of barriers.
+  taken as done). A waiter thus flips its parity each time round a ring of barriers. ``mbar_try_wait(smem, word,
+  parity)``: one try (uint32 1: that phase has completed, 0: not yet, after the hardware's time limit), for a bounded
+  wait.
 * ``setmaxnreg_inc(n)`` / ``setmaxnreg_dec(n)`` (int literals, multiples of 8 in 24..256): the warpgroup's
   registers a thread raised / lowered to n (all threads of the warpgroup, at the same point).
 
@@ -35,7 +37,8 @@ import numpy as np
 from gpunn import device
 
 __all__ = ["SPIN_LIMIT", "cp_async_mbar_arrive", "fence_mbarrier_init", "mbar_arrive", "mbar_arrive_expect_tx",
-           "mbar_init", "mbar_wait", "setmaxnreg_dec", "setmaxnreg_inc", "sim_complete_tx", "sim_queue_tx"]
+           "mbar_init", "mbar_try_wait", "mbar_wait", "setmaxnreg_dec", "setmaxnreg_inc", "sim_complete_tx",
+           "sim_queue_tx"]
 
 SPIN_LIMIT = 2000  # simulator turns a wait may take before it is called a deadlock
 _TX: dict[tuple[int, int], int] = {}  # (buffer address, word) -> transaction bytes still expected (simulator)
@@ -152,6 +155,17 @@ def _sim_wait(smem, word, parity):
         _complete_pending(smem, flat, w, int(parity) & 1)
 
 
+def _sim_try_wait(smem, word, parity):
+    from .simulator import current_thread
+
+    flat, w, _ = _state(smem, word, "mbar_try_wait")
+    _complete_pending(smem, flat, w, int(parity) & 1)
+    if (int(flat[w + 1]) & 1) != (int(parity) & 1):
+        return np.uint32(1)
+    current_thread().syncthreads()  # the try's time limit: its turn ends, the others run
+    return np.uint32(0)
+
+
 def _sim_setmaxnreg(n):
     if not (24 <= int(n) <= 256 and int(n) % 8 == 0):
         raise ValueError(f"setmaxnreg: {n} is not a multiple of 8 in 24..256")
@@ -228,6 +242,18 @@ def _intrinsics():
             return types.void(n), codegen
         return emit
 
+    @intrinsic
+    def mbar_try_wait(typingctx, smem, word, parity):
+        check("mbar_try_wait", smem)
+
+        def codegen(context, builder, sig, args):
+            ptx = ("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2;\n"
+                   "selp.u32 $0, 1, 0, p;\n}")
+            asm = ir.InlineAsm(ir.FunctionType(i32, [i32, i32]), ptx, "=r,r,r,~{memory}", side_effect=True)
+            return builder.call(asm, [address(context, builder, sig.args[0], args[0], args[1]), args[2]])
+
+        return types.uint32(smem, types.uint32, types.uint32), codegen
+
     wait_ptx = ("{\n.reg .pred p;\nWAIT:\nmbarrier.try_wait.parity.shared::cta.b64 p, [$0], $1;\n@!p bra WAIT;\n}")
     return (barrier_op("mbar_init", "mbarrier.init.shared::cta.b64 [$0], $1;", 1),
             barrier_op("mbar_arrive", "{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [$0];\n}", 0),
@@ -235,7 +261,7 @@ def _intrinsics():
                        "{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [$0], $1;\n}", 1),
             barrier_op("cp_async_mbar_arrive", "cp.async.mbarrier.arrive.noinc.shared::cta.b64 [$0];", 0),
             barrier_op("mbar_wait", wait_ptx, 1),
-            statement("fence.mbarrier_init.release.cluster;"), setmaxnreg("inc"), setmaxnreg("dec"))
+            statement("fence.mbarrier_init.release.cluster;"), setmaxnreg("inc"), setmaxnreg("dec"), mbar_try_wait)
 
 
 if device.simulator_enabled():
@@ -243,9 +269,9 @@ if device.simulator_enabled():
 
     patch()  # gpunn's block runner: a waiting thread yields its turn
     mbar_init, mbar_arrive, mbar_arrive_expect_tx = _sim_init, _sim_arrive, _sim_arrive_expect_tx
-    cp_async_mbar_arrive, mbar_wait = _sim_cp_async_arrive, _sim_wait
+    cp_async_mbar_arrive, mbar_wait, mbar_try_wait = _sim_cp_async_arrive, _sim_wait, _sim_try_wait
     fence_mbarrier_init = _noop
     setmaxnreg_inc = setmaxnreg_dec = _sim_setmaxnreg
 else:
     (mbar_init, mbar_arrive, mbar_arrive_expect_tx, cp_async_mbar_arrive, mbar_wait, fence_mbarrier_init,
-     setmaxnreg_inc, setmaxnreg_dec) = _intrinsics()
+     setmaxnreg_inc, setmaxnreg_dec, mbar_try_wait) = _intrinsics()
