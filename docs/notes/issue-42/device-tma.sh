@@ -4,6 +4,7 @@
 # direct and cuBLAS, then at 257 x 129 x 296 as a check. Timeouts: a wrong expect_tx count or mbarrier parity hangs a
 # kernel instead of failing it. Run from the repository root (a copy); $1: output folder.
 out=$1; mkdir -p "$out"
+export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}  # this tree's gpunn
 exec > "$out/run.log" 2>&1
 set -x
 nvidia-smi -L
