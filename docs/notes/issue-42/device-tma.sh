@@ -1,7 +1,7 @@
 #!/bin/bash
-# Issue 42, TMA as the ws GEMM's producer (tma_tf32 / tma_bf16, branch s57-gemm-tma): its GPU tests,
-# then ws_probe.py at 4096^3: tma at 128x256 (3 and 4 stages, with and without setmaxnreg; persistent) and 128x128 beside ws,
-# direct and cuBLAS, then at 257 x 129 x 296 as a check. Timeouts: a wrong expect_tx count or mbarrier parity hangs a
+# Issue 42, TMA as the ws GEMM's producer (tma_tf32 / tma_bf16, branch s57-gemm-tma): its GPU tests, then
+# ws_probe.py at 4096^3: tma at 128x256 (3 and 4 stages, with and without setmaxnreg; persistent) and 128x128 beside
+# ws, direct and cuBLAS, then at 257 x 129 x 296 as a check. Timeouts: a wrong expect_tx count or mbarrier parity hangs a
 # kernel instead of failing it. Run from the repository root (a copy); $1: output folder.
 out=$1; mkdir -p "$out"
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}  # this tree's gpunn
