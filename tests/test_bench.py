@@ -98,14 +98,17 @@ def test_direct_versions_take_k_major_operands_only():
     """The direct wgmma versions run where A is (M, K) and B stored (N, K) (trans_b alone), BF16 from its bits;
     a case's `versions` restricts it; elsewhere a direct launcher refuses in one line."""
     k_major = next(c for c in bench.GEMM_CASES if c.case == "square_4096_bt")
-    assert {"direct_tf32", "direct_bf16"} <= set(bench.gemm_problems([k_major])[0].versions)
+    k_major_only = {"direct_tf32", "direct_bf16", "ws_tf32", "ws_bf16", "tma_tf32", "tma_bf16"}
+    assert k_major_only <= set(bench.gemm_problems([k_major])[0].versions)
     assert set(bench.gemm_problems([k_major])[0].versions) == set(k_major.versions)
     for case in bench.GEMM_CASES:
         if case.trans_a or not case.trans_b:
-            assert not {"direct_tf32", "direct_bf16"} & set(bench.gemm_problems([case])[0].versions), case.case
+            assert not k_major_only & set(bench.gemm_problems([case])[0].versions), case.case
     a, b, out = (cuda.to_device(np.ones(shape, np.float32)) for shape in ((4, 8), (8, 4), (4, 4)))
     with pytest.raises(ValueError, match="K-major operands only"):
         BG.DIRECT_LAUNCHERS["direct_tf32"](a, b, out, launch=False)
+    with pytest.raises(ValueError, match="K-major operands only"):
+        BG.DIRECT_LAUNCHERS["ws_bf16"](a, b, out, launch=False)
 
 
 def test_gemm_tolerance_grows_with_k():

@@ -55,9 +55,11 @@ AE_CASES = (
 # The MLP 784-256-10 at batch 64: y = x @ W + b, W stored (in, out); gradients dW = x^T dy, dx = dy W^T.
 GEMM_CASES = (
     GemmCase("square_4096", 4096, 4096, 4096),
-    # the same with B stored (N, K): the tensor-core versions beside the direct ones (K-major operands only)
+    # the same with B stored (N, K): the tensor-core versions beside the direct and ws ones (K-major operands only)
     GemmCase("square_4096_bt", 4096, 4096, 4096, trans_b=True, versions=("tensor_tf32", "tensor_bf16", "wgmma_tf32",
-                                                                         "wgmma_bf16", "direct_tf32", "direct_bf16")),
+                                                                         "wgmma_bf16", "direct_tf32", "direct_bf16",
+                                                                         "ws_tf32", "ws_bf16", "tma_tf32",
+                                                                         "tma_bf16")),
     GemmCase("mlp_fc1_forward", 64, 256, 784, bias=True, relu=True),
     GemmCase("mlp_fc2_forward", 64, 10, 256, bias=True),
     GemmCase("mlp_fc2_grad_w", 256, 10, 64, trans_a=True),
@@ -79,17 +81,18 @@ SPLIT_K_VERSIONS = ("regblock", "regblock128", "coalesced128", "tensor_tf32", "t
                     "wgmma_bf16")
 
 
-def _direct(fmt):
-    """``gemm_direct`` in the dense launchers' form, for K-major operands (A (M, K), B stored (N, K): trans_b):
-    BF16 operands converted to their uint16 bits when bound (rounded to nearest, as the reference rounds them; not
-    timed, as torch's bfloat16 copies are not)."""
+def _direct(family, fmt):
+    """``gemm_<family>`` (direct, ws) in the dense launchers' form, for K-major operands (A (M, K), B stored (N, K):
+    trans_b): BF16 operands converted to their uint16 bits when bound (rounded to nearest, as the reference rounds
+    them; not timed, as torch's bfloat16 copies are not)."""
+    entry = getattr(gemm, f"gemm_{family}")
 
     def launcher(a, b, out, trans_a=False, trans_b=False, bias=None, relu=False, block=None, stream=0, launch=True):
         if trans_a or not trans_b:
-            raise ValueError(f"direct_{fmt}: K-major operands only (A (M, K), B stored (N, K): trans_b)")
+            raise ValueError(f"{family}_{fmt}: K-major operands only (A (M, K), B stored (N, K): trans_b)")
         if fmt == "bf16":
             a, b = (cuda.to_device(_bf16_bits(x.copy_to_host())) for x in (a, b))
-        return gemm.gemm_direct(fmt, a, b, out, bias=bias, relu=relu, stream=stream, launch=launch)
+        return entry(fmt, a, b, out, bias=bias, relu=relu, stream=stream, launch=launch)
 
     return launcher
 
@@ -98,7 +101,8 @@ def _bf16_bits(x):
     return (gemm.round_inputs(x, "bf16").view(np.uint32) >> np.uint32(16)).astype(np.uint16)
 
 
-DIRECT_LAUNCHERS = {f"direct_{fmt}": _direct(fmt) for fmt in ("tf32", "bf16")}
+DIRECT_LAUNCHERS = {f"{family}_{fmt}": _direct(family, fmt) for family in ("direct", "ws", "tma")
+                    for fmt in ("tf32", "bf16")}
 
 
 def _versions(case: GemmCase) -> dict:

@@ -22,6 +22,8 @@ gpunn/kernels/gemm/NOTES.md."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from gpunn import device
@@ -66,8 +68,22 @@ def _sim_commit():
 def _sim_wait(n):
     _, groups = _queue()
     while len(groups) > int(n):
-        for d, start, s, first, nbytes in groups.pop(0):
-            d[start:start + nbytes] = 0 if s is None else s[first:first + nbytes]
+        for copy in groups.pop(0):
+            _land(*copy)
+
+
+def _land(d, start, s, first, nbytes):
+    d[start:start + nbytes] = 0 if s is None else s[first:first + nbytes]
+
+
+def sim_take_all():
+    """Under the simulator: every copy this thread issued, committed or not, taken off its queue as landing
+    functions, oldest first (what ``cp.async.mbarrier.arrive`` waits for: gpunn.kernels.mbarrier lands them)."""
+    issued, groups = _queue()
+    lands = [functools.partial(_land, *copy) for group in [*groups, issued] for copy in group]
+    groups.clear()
+    issued.clear()
+    return lands
 
 
 def _sim_address(array):

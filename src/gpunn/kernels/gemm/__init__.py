@@ -18,6 +18,11 @@ Versions (``VERSIONS``, one ``GemmVersion`` record each; a module each, but ``de
                  same tile, loads and rounding (``warpgroup``)
     direct_tf32, direct_bf16   wgmma fed straight by cp.async into a ring of swizzled tiles, C = A B^T of K-major
                  operands only (float32 read as TF32 by truncation; uint16 BF16 bits): ``gemm_direct`` (``direct``)
+    ws_tf32, ws_bf16   the same operands, warp-specialized: a producer warpgroup's cp.async, two consumer
+                 warpgroups' wgmma m64n256 (128x256 tile), mbarriers instead of block barriers: ``gemm_ws``
+                 (``direct_ws``)
+    tma_tf32, tma_bf16   ws_* with TMA as the producer (one thread's bulk tensor copies, a tensor map an operand,
+                 rows a multiple of 16 bytes): ``gemm_tma`` (``direct_tma``)
 
 Operands are float32 numba device arrays, C-contiguous or strided views; transposed operands are read in place.
 Epilogues (``EPILOGUES``): none, bias, bias_relu, relu, mask (C = acc where mask > 0: the ReLU backward).
@@ -25,7 +30,8 @@ Epilogues (``EPILOGUES``): none, bias, bias_relu, relu, mask (C = acc where mask
 * ``gemm(a, b, out, version=...)`` and ``gemm_<version>``: dense 2-D operands (``dense``).
 * ``gemm_mapped(version, problem, ...)``: one version on a ``GemmProblem`` and operand mappings (``mappings``:
   im2col, weights, NCHW stores); the convolutions of ``gpunn.kernels.conv.implicit_gemm`` are built on it.
-* ``gemm_direct(fmt, a, b_nk, out, ...)``: ``direct_<fmt>``, ``a @ b_nk.T``.
+* ``gemm_direct(fmt, a, b_nk, out, ...)``: ``direct_<fmt>``, ``a @ b_nk.T``; ``gemm_ws``: ``ws_<fmt>``;
+  ``gemm_tma``: ``tma_<fmt>``.
 * ``gemm_split_k``: K split along grid z, partial tiles summed in a fixed order by a second launch (``split_k``).
 * ``gemm_reference``: the float64 NumPy reference (``inputs=``: A and B rounded as a tensor-core version rounds
   them). ``rbf``: the float64 RBF member of the family (E6's SVM).
@@ -45,8 +51,10 @@ from .dense import (
     gemm_tensor_bf16,
     gemm_tensor_tf32,
     gemm_tiled16,
+    gemm_tma,
     gemm_wgmma_bf16,
     gemm_wgmma_tf32,
+    gemm_ws,
 )
 from .mappings import A_MAPS, B_MAPS, STORES
 from .problem import (
@@ -99,6 +107,8 @@ __all__ = [
     "gemm_tiled16",
     "gemm_wgmma_bf16",
     "gemm_wgmma_tf32",
+    "gemm_tma",
+    "gemm_ws",
     "lookup",
     "multiprocessors",
     "output_tiles",

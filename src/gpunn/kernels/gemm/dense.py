@@ -6,7 +6,7 @@ relu_mask=None, block=<its default>, stream=0, launch=True, splits=1) -> Launch`
 the launch and, unless ``launch=False``, runs it once. ``splits`` other than 1 (None: automatic; an int: that
 many) runs split-K and returns a ``LaunchGroup``, the epilogue applied by the fixed-order sum launch.
 ``gemm_direct(fmt, a, b, out, ...)``: ``a @ b.T`` by ``direct_<fmt>`` (K-major operands only; not in
-``DENSE_LAUNCHERS``).
+``DENSE_LAUNCHERS``); ``gemm_ws(fmt, a, b, out, ...)`` the same by ``ws_<fmt>``, ``gemm_tma`` by ``tma_<fmt>``.
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ import numpy as np
 
 from ..common import epilogue_args
 from ..launch import Launch, LaunchGroup, bind
-from . import direct
+from . import direct, direct_tma, direct_ws
 from .problem import GemmProblem, gemm_shapes
-from .split_k import gemm_split_k
+from .split_k import gemm_split_k, multiprocessors
 from .versions import VERSIONS, check_device, gemm_mapped, lookup
 
-__all__ = ["DENSE_LAUNCHERS", "gemm", "gemm_coalesced128", "gemm_direct", "gemm_naive", "gemm_regblock",
-           "gemm_regblock128", "gemm_tensor_bf16", "gemm_tensor_tf32", "gemm_tiled16", "gemm_wgmma_bf16",
+__all__ = ["DENSE_LAUNCHERS", "gemm", "gemm_coalesced128", "gemm_direct", "gemm_ws", "gemm_naive", "gemm_regblock",
+           "gemm_regblock128", "gemm_tensor_bf16", "gemm_tensor_tf32", "gemm_tiled16", "gemm_tma", "gemm_wgmma_bf16",
            "gemm_wgmma_tf32"]
 
 
@@ -129,9 +129,53 @@ def gemm_direct(fmt, a, b, out, bias=None, relu=False, relu_mask=None, stream=0,
     """``out = a @ b.T`` (+ bias) (ReLU) or masked by ``relu_mask > 0`` by ``direct_<fmt>``: ``a`` (M, K), ``b`` (N,
     K), both C-contiguous, 16-byte aligned device arrays of ``direct.DTYPES[fmt]`` (float32; uint16 BF16 bits, K
     even); ``out`` float32 (M, N). ``stages`` other than direct.STAGES: an experiment's ring (its own kernel)."""
+    m, n, k, op, epilogue, aux = _k_major_checks("direct", fmt, a, b, out, bias, relu, relu_mask)
+    fn = direct.kernel(fmt, stages)(direct.A_MAP, direct.B_MAP, "dense", 1, epilogue)
+    grid, block = direct.config(op, direct.THREADS, m, n, fn)
+    return bind(fn, grid, block, (a.reshape(a.size), b.reshape(b.size), out, aux, GemmProblem(m, n, k).dims),
+                stream, launch, f"{op}[NT,{epilogue}]", direct.shared_bytes(stages))
+
+
+def gemm_ws(fmt, a, b, out, bias=None, relu=False, relu_mask=None, stream=0, launch=True,
+            stages=direct_ws.STAGES, bn=direct_ws.BN, regs=direct_ws.REGS) -> Launch:
+    """``out = a @ b.T`` (+ bias) (ReLU) or masked by ``relu_mask > 0`` by ``ws_<fmt>`` (warp-specialized): the
+    operands as ``gemm_direct``'s. ``stages``, ``bn`` (128 or 256) and ``regs`` (setmaxnreg's (producer, consumer)
+    registers, or None) other than the defaults: an experiment's kernel."""
+    m, n, k, op, epilogue, aux = _k_major_checks("ws", fmt, a, b, out, bias, relu, relu_mask)
+    fn = direct_ws.kernel(fmt, stages, bn, regs)(direct_ws.A_MAP, direct_ws.B_MAP, "dense", 1, epilogue)
+    grid, block = direct_ws.config_fn(bn)(op, direct_ws.THREADS, m, n, fn)
+    return bind(fn, grid, block, (a.reshape(a.size), b.reshape(b.size), out, aux, GemmProblem(m, n, k).dims),
+                stream, launch, f"{op}[NT,{epilogue}]", direct_ws.shared_bytes(stages, bn))
+
+
+def gemm_tma(fmt, a, b, out, bias=None, relu=False, relu_mask=None, stream=0, launch=True,
+             stages=direct_tma.STAGES, bn=direct_tma.BN, regs=direct_tma.REGS, persistent=0) -> Launch:
+    """``out = a @ b.T`` (+ bias) (ReLU) or masked by ``relu_mask > 0`` by ``tma_<fmt>`` (ws with TMA as the
+    producer): the operands as ``gemm_ws``'s, their rows a multiple of 16 bytes (K % 4 == 0 TF32, K % 8 == 0 BF16:
+    ValueError otherwise). The tensor maps are encoded here (cached on a GPU: gpunn.kernels.tma). ``persistent``: 0,
+    a block a tile; n > 0, at most n blocks looping over the tiles; -1, one block an SM."""
+    from ..tma import encode_2d
+
+    m, n, k, op, epilogue, aux = _k_major_checks("tma", fmt, a, b, out, bias, relu, relu_mask)
+    if (k * a.dtype.itemsize) % 16:
+        raise ValueError(f"{op}: TMA reads rows of a multiple of 16 bytes: K a multiple of "
+                         f"{16 // a.dtype.itemsize}, got {k} (use gemm_ws)")
+    blocks = multiprocessors() if persistent == -1 else int(persistent)
+    fn = direct_tma.kernel(fmt, stages, bn, regs, persistent=blocks > 0)(direct_tma.A_MAP, direct_tma.B_MAP, "dense",
+                                                                         1, epilogue)
+    grid, block = (direct_tma.persistent_config(blocks, m, n, bn) if blocks > 0 else
+                   direct_tma.config_fn(bn)(op, direct_tma.THREADS, m, n, fn))
+    maps = encode_2d(a, direct_tma.BM), encode_2d(b, bn)
+    return bind(fn, grid, block, (*maps, out, aux, GemmProblem(m, n, k).dims), stream, launch,
+                f"{op}[NT,{epilogue}]", direct_tma.shared_bytes(stages, bn))
+
+
+def _k_major_checks(family, fmt, a, b, out, bias, relu, relu_mask):
+    """(m, n, k, op, epilogue, aux) of a K-major launch of ``<family>_<fmt>`` (direct, ws, tma); ValueError where the
+    operands are not what it reads."""
     if fmt not in direct.DTYPES:
-        raise ValueError(f"gemm_direct: unknown format {fmt!r}; choose from {sorted(direct.DTYPES)}")
-    spec = VERSIONS[f"direct_{fmt}"]
+        raise ValueError(f"gemm_{family}: unknown format {fmt!r}; choose from {sorted(direct.DTYPES)}")
+    spec = VERSIONS[f"{family}_{fmt}"]
     op = spec.op
     check_device(spec, op)
     m, n, k = gemm_shapes(a, b, out, False, True, bias, relu_mask, op, direct.DTYPES[fmt])
@@ -141,10 +185,7 @@ def gemm_direct(fmt, a, b, out, bias=None, relu=False, relu_mask=None, stream=0,
     if fmt == "bf16" and k % 2:
         raise ValueError(f"{op}: K must be even (4-byte copies of BF16 pairs), got {k}")
     epilogue, aux = epilogue_args(op, bias, relu, relu_mask)
-    fn = direct.kernel(fmt, stages)(direct.A_MAP, direct.B_MAP, "dense", 1, epilogue)
-    grid, block = direct.config(op, direct.THREADS, m, n, fn)
-    return bind(fn, grid, block, (a.reshape(a.size), b.reshape(b.size), out, aux, GemmProblem(m, n, k).dims),
-                stream, launch, f"{op}[NT,{epilogue}]", direct.shared_bytes(stages))
+    return m, n, k, op, epilogue, aux
 
 
 # The versions with a dense launcher (the benchmark times each; its block default is in its signature).

@@ -10,7 +10,7 @@ from gpunn import device
 
 from ..common import cdiv
 from ..launch import Launch, bind
-from . import direct, naive, regblock, regblock128, skinny, tensor, tiled16, warpgroup
+from . import direct, direct_tma, direct_ws, naive, regblock, regblock128, skinny, tensor, tiled16, warpgroup
 from .deep import TILES as DEEP_TILES
 from .operand_tiles import FORMATS
 from .problem import GemmProblem
@@ -27,7 +27,8 @@ class GemmVersion:
     tensor-core versions, float32 accumulation) and the compute capabilities it runs on (`devices`, empty: every
     one; `min_cc`: that capability or newer, the tensor cores' TF32 and BF16 MMAs from 8.0), the bytes of dynamic
     shared memory a block (`shared`) and, for a version that takes only some operand mappings (`maps`: (A's, B's);
-    empty: every one), those (``direct_*``: K-major flat operands; no dense launcher, conv leaves them out)."""
+    empty: every one), those (``direct_*``, ``ws_*``, ``tma_*``: K-major flat operands, tma_*'s as their tensor
+    maps; no dense launcher, conv leaves them out)."""
 
     name: str
     kernel: Callable
@@ -72,6 +73,14 @@ VERSIONS = {v.name: v for v in (
                 "tf32_trunc", direct.DEVICES, shared=direct.shared_bytes(), maps=(direct.A_MAP, direct.B_MAP)),
     GemmVersion("direct_bf16", direct.kernel("bf16"), direct.config, direct.THREADS, 64, (direct.BM, direct.BN),
                 "bf16", direct.DEVICES, shared=direct.shared_bytes(), maps=(direct.A_MAP, direct.B_MAP)),
+    *(GemmVersion(f"ws_{fmt}", direct_ws.kernel(fmt), direct_ws.config, direct_ws.THREADS, k_step,
+                  (direct_ws.BM, direct_ws.BN), inputs, direct_ws.DEVICES, shared=direct_ws.shared_bytes(),
+                  maps=(direct_ws.A_MAP, direct_ws.B_MAP)) for fmt, k_step, inputs in (("tf32", 32, "tf32_trunc"),
+                                                                                       ("bf16", 64, "bf16"))),
+    *(GemmVersion(f"tma_{fmt}", direct_tma.kernel(fmt), direct_tma.config, direct_tma.THREADS, k_step,
+                  (direct_tma.BM, direct_tma.BN), inputs, direct_tma.DEVICES, shared=direct_tma.shared_bytes(),
+                  maps=(direct_tma.A_MAP, direct_tma.B_MAP)) for fmt, k_step, inputs in (("tf32", 32, "tf32_trunc"),
+                                                                                         ("bf16", 64, "bf16"))),
 )}
 
 
