@@ -18,7 +18,7 @@ written then) when a ``cp_async_wait`` of that thread retires its group: a kerne
 retires the group reads what was there before, as a GPU may.
 
 What the tensor-core GEMMs want them for (several K steps of tiles in flight without registers):
-gpunn/kernels/gemm/NOTES.md."""
+gpunn/kernels/gemm/NOTES-tensor.md."""
 
 from __future__ import annotations
 

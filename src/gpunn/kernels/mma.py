@@ -20,7 +20,7 @@ n = g). C and D: c0 (g, 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1).
 
 Every lane of the warp must call an MMA together (``.sync.aligned``). Under the simulator the emulation exchanges
 the warp's fragments at a block barrier, so every thread of the block must reach each MMA call, and blocks are whole
-warps. Why an intrinsic and not the foreign-function route, with its measured cost: NOTES.md in ``kernels/gemm``.
+warps. Why an intrinsic and not the foreign-function route, with its measured cost: NOTES-tensor.md in ``kernels/gemm``.
 """
 
 from __future__ import annotations

@@ -388,7 +388,7 @@ def head_fused(policy: Policy, loss: str | None, classes: int) -> bool:
 def precision_gemm(policy: Policy) -> str | None:
     """The GEMM version a tf32 or bf16 policy's tensor-core products run (None for fp32): the warp-MMA
     tensor_<format> (gpunn.kernels.gemm.tensor), on every GPU from compute capability 8.0. Hopper's wgmma_<format>
-    measured no faster at the autoencoder's shapes on an H200 (gemm/NOTES.md), so it is not chosen."""
+    measured no faster at the autoencoder's shapes on an H200 (gemm/NOTES-tensor.md), so it is not chosen."""
     return None if policy.precision == "fp32" else f"tensor_{policy.precision}"
 
 

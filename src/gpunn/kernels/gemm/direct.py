@@ -11,7 +11,7 @@ swizzle (``wgmma.LAYOUTS``: ``tf32``, ``bf16_sw128``). Every 16-byte chunk goes 
 memory to its swizzled place; 4-byte copies with zero fill at the M, N and K tails and where a row is not a
 multiple of 16 bytes. Nothing passes through registers, nothing is converted. A K step s: wait for its copies,
 fence, barrier, issue its MMAs, copy step s + stages - 2 into the stage of step s - 2 (the barrier follows every
-warpgroup's wait for those MMAs), wait for the MMAs of step s - 1. No split-K. Measurements: NOTES.md."""
+warpgroup's wait for those MMAs), wait for the MMAs of step s - 1. No split-K. Measurements: NOTES-tensor.md."""
 
 from __future__ import annotations
 

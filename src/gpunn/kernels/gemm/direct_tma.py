@@ -9,7 +9,7 @@ warpgroup (after ``setmaxnreg``) one thread issues, per K step: wait empty[i], `
 B's, 1024-byte aligned); full[i] expects that one arrival and the bytes. The consumers are ws's (no proxy fence: the
 copies are async-proxy writes). ``persistent``: a grid of fewer blocks than tiles, each block taking tiles
 blockIdx.x, + gridDim.x, ... (the ring's stages and phases running on across its tiles, so the producer fills the
-next tile's stages during the consumers' epilogue). Measurements and design: NOTES.md."""
+next tile's stages during the consumers' epilogue). Measurements and design: NOTES-tensor.md."""
 
 from __future__ import annotations
 

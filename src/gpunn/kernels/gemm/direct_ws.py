@@ -15,7 +15,7 @@ barrier in the K loop: two mbarriers a stage (``gpunn.kernels.mbarrier``), after
 The producer waits empty[i] (parity phase ^ 1: the first round passes), copies, arrives on full[i]. A consumer
 waits full[i] (parity phase), fences the async proxy, issues the stage's 4 MMAs, commits, waits for all but them
 (the step before's are done) and releases the stage before. ``regs`` = (producer, consumer) registers a thread set
-by ``setmaxnreg`` (None: none, every thread under MAX_REGISTERS). Measurements and design: NOTES.md."""
+by ``setmaxnreg`` (None: none, every thread under MAX_REGISTERS). Measurements and design: NOTES-tensor.md."""
 
 from __future__ import annotations
 

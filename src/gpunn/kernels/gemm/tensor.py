@@ -17,7 +17,7 @@ Each operand takes one of two load paths (compile-time, by its mapping: ``operan
 Both layouts make the stores of a warp and its fragment reads (group g, word t: 8 rows x 4 words) hit 32
 different banks. The next tile is loaded into registers before the MMAs of this one and stored to shared memory
 after them (as regblock128). Any operand mapping, epilogue and store of ``mappings`` works, and split-K (chunks
-of 32). History and measurements: NOTES.md."""
+of 32). History and measurements: NOTES-tensor.md."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ FA = 16  # A fragment registers a slice: 4 MMA rows x 4
 FB = 8  # B fragment registers a slice: 4 MMA columns x 2
 ROW_PAD = 4  # words after a K row (32 TF32: 36 = 4 mod 32; 16 BF16 pairs: 20 g mod 32 = 0, 20, 8, 28, ...): the
              # fragment reads of a warp hit 32 banks
-MAX_REGISTERS = 128  # two blocks of 256 threads an SM (no spills: NOTES.md)
+MAX_REGISTERS = 128  # two blocks of 256 threads an SM (no spills: NOTES-tensor.md)
 ROW_OUTER = 136  # a K-major row: 128 outer indices + 8 (136 = 8 mod 32: word t, index g -> bank 8t + g)
 assert LD * THREADS == BM * BK == BN * BK
 _BM = np.uint32(BM)

@@ -9,7 +9,7 @@ MMAs a warpgroup, 64 accumulators a thread. The tiles are K-major rows of 32 K (
 ``pack_bf16``), and loaded as ``tensor``'s (``operand_tiles``: by the operand's mapping, whole K rows a warp request
 or one outer index a thread). A K step: store the tile to shared memory, fence and barrier, issue the MMAs, load
 the next tile into registers while they run, wait for them, barrier. Any operand mapping, epilogue and store of
-``mappings`` works, and split-K (chunks of 32). Measurements: NOTES.md."""
+``mappings`` works, and split-K (chunks of 32). Measurements: NOTES-tensor.md."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from .mappings import U2, U4, U32, device_function, k_range_fn, kernel_parts
 from .operand_tiles import OperandTile, format_factory, shared_word
 from .problem import D_M, D_N
 
-WARPGROUPS = 2  # each the 64 x 128 MMA of its rows of A (4, a 256 x 128 tile: NOTES.md)
+WARPGROUPS = 2  # each the 64 x 128 MMA of its rows of A (4, a 256 x 128 tile: NOTES-tensor.md)
 BM = 64 * WARPGROUPS
 BN = 128
 BK = 32
