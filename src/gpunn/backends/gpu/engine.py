@@ -16,10 +16,9 @@ per-sample losses accumulate in an epoch-long device buffer, read once at the en
 
 Per-step policies copy each batch from the host. `copy: sync` (gpu-naive, gpu-tiled) copies it before the step and
 reads the step's losses back after it, as the papers' naive code does, through bound copies and launches only
-(host_steps.py). `copy: pipelined` (gpu-optimized) gathers the next batches into PIPELINE_DEPTH pinned host buffers
-and copies each on a copy stream of its own into its slot's device input, while the GPU computes the current step:
-events order a slot's copy after the last step that read that slot, and the step after its copy. Its losses stay on
-the GPU like the resident ones'.
+(host_steps.py). `copy: pipelined` (gpu-optimized) gathers the next batches into pinned host buffers and copies each
+on a copy stream of its own while the GPU computes the current step (pipelined.py). Its losses stay on the GPU like
+the resident ones'.
 
 Under numba's simulator the policy's conv versions that need warp shuffles run their shared-memory twin, and the
 kernels that take a thread count run small blocks unless the run chose one (Policy.for_simulator).
@@ -39,11 +38,11 @@ from gpunn.nn.functional import DEFAULT_REDUCTION
 from gpunn.seeding import batch_slices
 
 from ..base import Backend, DeferredSplitEpoch, EpochResult, StepTimes, check_reduction_setting
-from . import host_steps, persistent
+from . import host_steps, persistent, pipelined
 from .graphs import Graphs
 from .host_steps import single_launches as _launches
 from .layers import HEADS, Act, Binder, LinearStage, plan
-from .policy import PIPELINE_DEPTH, Policy
+from .policy import Policy
 
 
 @dataclasses.dataclass
@@ -59,21 +58,6 @@ class Program:
     updates: int = 1     # the SGD launches ending `backward` (one per layer under `sgd: per_layer`)
     gradients: list | None = None  # what computes the flat gradient, no update (None: all but the SGD launches)
 
-
-@dataclasses.dataclass
-class _Pipeline:
-    """What pipelined epochs reuse: PIPELINE_DEPTH pinned host buffers (images, labels), the copy stream, an event
-    per slot marking its copy done and one marking its step done (bound: gpunn.kernels.transfers.BoundEvent), the
-    epoch's loss buffer, and per (rows, slot) the program with its bound copies from that slot."""
-
-    key: tuple
-    pinned_x: list
-    pinned_y: list
-    copy_stream: object
-    copied: list
-    computed: list
-    losses: object
-    programs: dict
 
 
 class GpuEngine(Backend):
@@ -126,7 +110,7 @@ class GpuEngine(Backend):
         self._predictors: dict = {}
         self._resident = None
         self._device_epochs = 0  # epochs run on the epoch clock (a split read later than the next one is refused)
-        self._pipe = None  # pipelined epochs' buffers, streams and programs (_pipeline)
+        self._pipe = None  # pipelined epochs' buffers, streams and programs (pipelined.Pipeline)
         self._io = None  # host-batch steps' pinned buffers and bound copies (host_steps.host_io)
         self._sync_plan = None  # the bound calls of `copy: sync` epochs (host_steps.sync_plan)
         self._sync_stream = transfers.synchronizer(self.stream)  # waits for this stream's work, copies included
@@ -360,7 +344,7 @@ class GpuEngine(Backend):
         if self.policy.resident:
             return self._resident_epoch(order, batch)
         if self.policy.copy == "pipelined":
-            return self._pipelined_epoch(order, batch)
+            return pipelined.epoch(self, order, batch)
         return host_steps.sync_epoch(self, order, batch, progress)
 
     def _resident_epoch(self, order: np.ndarray, batch: int) -> EpochResult:
@@ -397,7 +381,7 @@ class GpuEngine(Backend):
                     self.graphs.step(program.forward)
                     self.graphs.step(program.backward)
         elif self.policy.copy == "pipelined":
-            self._pipelined_steps(x.shape[1:], batch)
+            pipelined.steps(self, x.shape[1:], batch)
             self.epoch_clock.resize(2 * steps + 1)
         else:
             host_steps.sync_plan(self, len(x), batch, x.shape[1:])
@@ -436,86 +420,6 @@ class GpuEngine(Backend):
                     sum(clock.seconds(2 * i + 1, 2 * i + 2) for i in range(steps)))
 
         return DeferredSplitEpoch(float(np.sum(per_sample, dtype=np.float64)) / n, steps, split)
-
-    def _pipelined_epoch(self, order: np.ndarray, batch: int) -> EpochResult:
-        """The epoch of `copy: pipelined`: step i's batch is gathered on the host into pinned buffer i % depth
-        and copied to that slot's device input on the copy stream, depth - 1 steps ahead of the compute."""
-        x, y = self._loaded()
-        n = len(x)
-        slices = batch_slices(n, batch)
-        pipe, programs, copies = self._pipelined_steps(x.shape[1:], batch)
-        depth = len(pipe.pinned_x)
-        order = np.asarray(order)
-        labels = self._labels(y, n)
-
-        def copy_ahead(i: int) -> None:
-            """Gather batch i into its pinned buffer and queue its copy on the copy stream."""
-            slot = i % depth
-            s, e = slices[i]
-            rows = e - s
-            pipe.copied[slot].synchronize()  # this pinned buffer's previous copy (depth steps ago) has left it
-            np.take(x, order[s:e], axis=0, out=pipe.pinned_x[slot][:rows], mode="clip")  # (a permutation)
-            np.take(labels, order[s:e], out=pipe.pinned_y[slot][:rows], mode="clip")
-            pipe.computed[slot].wait()  # the copy stream waits for the step that last read this slot's input
-            upload_x, upload_y = copies[i]
-            upload_x()
-            upload_y()
-            pipe.copied[slot].record()
-
-        for i in range(min(depth - 1, len(slices))):
-            copy_ahead(i)
-
-        def before_step(i: int) -> None:
-            if i + depth - 1 < len(slices):
-                copy_ahead(i + depth - 1)
-            pipe.copied[i % depth].wait()  # the step waits for its batch's copy
-
-        def after_step(i: int) -> None:
-            pipe.computed[i % depth].record()
-
-        return self._device_epoch(programs, pipe.losses, n, before_step, after_step)
-
-    def _pipelined_steps(self, sample_shape, batch: int):
-        """(the pipeline, each step's program, each step's (images, labels) upload) of a pipelined epoch of the
-        loaded training set at `batch`."""
-        n = len(self._loaded()[0])
-        pipe = self._pipeline(n, batch, sample_shape)
-        depth = len(pipe.pinned_x)
-        programs, copies = [], []
-        for i, (s, e) in enumerate(batch_slices(n, batch)):
-            rows, slot = e - s, i % depth
-            key = (rows, slot)
-            if key not in pipe.programs:
-                program = self._program(rows, sample_shape, counter=self.counter, stride=batch, losses=pipe.losses)
-                pipe.programs[key] = (program, (
-                    transfers.BoundCopy(program.x.view, pipe.pinned_x[slot][:rows].reshape(program.x.view.shape),
-                                        pipe.copy_stream),
-                    transfers.BoundCopy(program.labels, pipe.pinned_y[slot][:rows], pipe.copy_stream)))
-            programs.append(pipe.programs[key][0])
-            copies.append(pipe.programs[key][1])
-        return pipe, programs, copies
-
-    def _pipeline(self, n: int, batch: int, sample_shape):
-        """The pinned host buffers, copy stream, events and per-slot programs of pipelined epochs (made once per
-        training-set size and batch)."""
-        key = (n, batch, tuple(sample_shape))
-        if self._pipe is None or self._pipe.key != key:
-            cuda = self.cuda
-            depth = PIPELINE_DEPTH
-            copy_stream = self._side_stream()
-            self._pipe = _Pipeline(
-                key=key,
-                pinned_x=[cuda.pinned_array((batch, *sample_shape), np.float32) for _ in range(depth)],
-                pinned_y=[cuda.pinned_array(batch, np.int32) for _ in range(depth)],
-                copy_stream=copy_stream,
-                # a slot's copy done (recorded on the copy stream, waited for by the step's stream and the host),
-                # a slot's step done (recorded on the step's stream, waited for by the copy stream)
-                copied=[transfers.BoundEvent(cuda.event(), copy_stream, self.stream) for _ in range(depth)],
-                computed=[transfers.BoundEvent(cuda.event(), self.stream, copy_stream) for _ in range(depth)],
-                losses=cuda.device_array(n, np.float32),
-                programs={},
-            )
-        return self._pipe
 
     def _side_stream(self):
         """A stream that never waits for the legacy default stream the step launches go to (cuda.core's
