@@ -109,6 +109,14 @@ def test_direct_versions_take_k_major_operands_only():
         BG.DIRECT_LAUNCHERS["direct_tf32"](a, b, out, launch=False)
     with pytest.raises(ValueError, match="K-major operands only"):
         BG.DIRECT_LAUNCHERS["ws_bf16"](a, b, out, launch=False)
+    # a K-major case lists the launchers that take its K: the MLP's dx = dy W^T (K = 10) no TMA version (its rows
+    # are not a multiple of 16 bytes), the direct and ws ones in both formats (K even)
+    fc2 = next(c for c in bench.GEMM_CASES if c.case == "mlp_fc2_grad_x")
+    assert fc2.k == 10 and k_major_only & set(bench.gemm_problems([fc2])[0].versions) == k_major_only - {
+        "tma_tf32", "tma_bf16"}
+    assert [BG.direct_takes(name, k) for name, k in (("tma_tf32", 12), ("tma_bf16", 12), ("direct_bf16", 7),
+                                                     ("ws_tf32", 7), ("tma_bf16", 16))] == [True, False, False,
+                                                                                             True, True]
 
 
 def test_gemm_tolerance_grows_with_k():

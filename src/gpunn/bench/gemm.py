@@ -105,12 +105,19 @@ DIRECT_LAUNCHERS = {f"{family}_{fmt}": _direct(family, fmt) for family in ("dire
                     for fmt in ("tf32", "bf16")}
 
 
+def direct_takes(name: str, k: int) -> bool:
+    """Whether the direct-family launcher `name` takes K-major operands of depth k: BF16 pairs need K even, TMA's rows
+    a multiple of 16 bytes (K % 4 in TF32, K % 8 in BF16)."""
+    family, fmt = name.split("_")
+    return (fmt == "tf32" or k % 2 == 0) and (family != "tma" or k % (4 if fmt == "tf32" else 8) == 0)
+
+
 def _versions(case: GemmCase) -> dict:
-    """Every dense launcher, the direct ones where the operands are K-major, and with `split_k` the register-blocked
-    ones again with automatic split-K; only `case.versions` where given."""
+    """Every dense launcher, the direct ones where the operands are K-major (those that take its K), and with
+    `split_k` the register-blocked ones again with automatic split-K; only `case.versions` where given."""
     versions = dict(gemm.DENSE_LAUNCHERS)
     if case.trans_b and not case.trans_a:
-        versions.update(DIRECT_LAUNCHERS)
+        versions.update({name: fn for name, fn in DIRECT_LAUNCHERS.items() if direct_takes(name, case.k)})
     if case.split_k:
         versions.update({f"{name}+splitk": functools.partial(gemm.DENSE_LAUNCHERS[name], splits=None)
                          for name in SPLIT_K_VERSIONS})
