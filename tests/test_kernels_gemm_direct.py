@@ -4,6 +4,7 @@ widened). Under the simulator small odd shapes reach each copy path (16-byte chu
 M, N and K) and the ring's wrap-around (more K steps than stages); outputs are poisoned with NaN first. The
 ``gpu``-marked tests repeat them at real sizes on a Hopper GPU (``pytest -m gpu``)."""
 
+import functools
 import os
 import zlib
 
@@ -13,7 +14,7 @@ from numba import cuda
 
 from gpunn.kernels import gemm as G
 from gpunn.kernels.gemm import direct
-from gpunn.kernels.mma import round_bf16
+from kmajor_gemm import launch_error
 
 TOL = 1e-5
 _ON_GPU = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") != "1" and cuda.is_available()
@@ -23,26 +24,10 @@ def _rng(*key):
     return np.random.default_rng(zlib.crc32(repr(key).encode()))
 
 
-def _operand(rng, rows, k, fmt):
-    x = rng.standard_normal((rows, k)).astype(np.float32)
-    return (round_bf16(x).view(np.uint32) >> np.uint32(16)).astype(np.uint16) if fmt == "bf16" else x
-
-
 def _run(fmt, m, n, k, epilogue="none", stages=direct.STAGES, key=()):
     """One launch on fresh inputs: max|out - ref| / max|ref| (ref: float64 of the inputs as the MMA reads them)."""
-    rng = _rng(fmt, m, n, k, epilogue, stages, *key)
-    a, b = _operand(rng, m, k, fmt), _operand(rng, n, k, fmt)
-    bias = rng.standard_normal(n).astype(np.float32) if epilogue in ("bias", "bias_relu") else None
-    relu = epilogue in ("relu", "bias_relu")
-    mask = np.maximum(rng.standard_normal((m, n)), 0).astype(np.float32) if epilogue == "mask" else None
-    out = cuda.to_device(np.full((m, n), np.nan, np.float32))
-    G.gemm_direct(fmt, cuda.to_device(a), cuda.to_device(b), out, bias=None if bias is None else cuda.to_device(bias),
-                  relu=relu, relu_mask=None if mask is None else cuda.to_device(mask), stages=stages)
-    got = out.copy_to_host()
-    assert np.isfinite(got).all(), f"direct_{fmt}: unwritten (NaN) outputs"
-    ref = G.gemm_reference(a, b, trans_b=True, bias=bias, relu=relu, relu_mask=mask,
-                           inputs=G.VERSIONS[f"direct_{fmt}"].inputs)
-    return float(np.abs(got - ref).max() / np.abs(ref).max())
+    return launch_error(f"direct_{fmt}", functools.partial(G.gemm_direct, fmt, stages=stages), m, n, k, epilogue,
+                        (fmt, m, n, k, epilogue, stages, *key))
 
 
 # (fmt, M, N, K, epilogue, stages): TF32 steps are 32 K, BF16 64; every shape 2 blocks along M or N

@@ -6,7 +6,6 @@ odd shapes reach the zero fill past M, N and K, both tiles and the ring's wrap; 
 
 import functools
 import os
-import zlib
 
 import numpy as np
 import pytest
@@ -17,35 +16,19 @@ from gpunn.kernels import mbarrier as MB
 from gpunn.kernels import tma as T
 from gpunn.kernels.async_copy import shared_address
 from gpunn.kernels.gemm import direct_tma, direct_ws
-from gpunn.kernels.mma import round_bf16
+from kmajor_gemm import launch_error, operand
 
 TOL = 1e-5
 _ON_GPU = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") != "1" and cuda.is_available()
 
 
-def _operand(rng, rows, k, fmt):
-    x = rng.standard_normal((rows, k)).astype(np.float32)
-    return (round_bf16(x).view(np.uint32) >> np.uint32(16)).astype(np.uint16) if fmt == "bf16" else x
-
-
 def _run(fmt, m, n, k, epilogue="none", stages=direct_tma.STAGES, bn=direct_tma.BN, regs=direct_tma.REGS, key=(),
          persistent=0):
-    """One launch on fresh inputs: max|out - ref| / max|ref| (ref: float64 of the inputs as the MMA reads them)."""
-    rng = np.random.default_rng(zlib.crc32(repr((fmt, m, n, k, epilogue, stages, bn, *key)).encode()))
-    a, b = _operand(rng, m, k, fmt), _operand(rng, n, k, fmt)
-    bias = rng.standard_normal(n).astype(np.float32) if epilogue in ("bias", "bias_relu") else None
-    relu = epilogue in ("relu", "bias_relu")
-    mask = np.maximum(rng.standard_normal((m, n)), 0).astype(np.float32) if epilogue == "mask" else None
-    out = cuda.to_device(np.full((m, n), np.nan, np.float32))
-    G.gemm_tma(fmt, cuda.to_device(a), cuda.to_device(b), out, bias=None if bias is None else cuda.to_device(bias),
-               relu=relu, relu_mask=None if mask is None else cuda.to_device(mask), stages=stages, bn=bn, regs=regs,
-               persistent=persistent)
-    got = out.copy_to_host()
-    if not np.isfinite(got).all():
-        return float("inf")  # unwritten (NaN) outputs
-    ref = G.gemm_reference(a, b, trans_b=True, bias=bias, relu=relu, relu_mask=mask,
-                           inputs=G.VERSIONS[f"tma_{fmt}"].inputs)
-    return float(np.abs(got - ref).max() / np.abs(ref).max())
+    """One launch on fresh inputs: max|out - ref| / max|ref| (ref: float64 of the inputs as the MMA reads them); inf
+    where outputs stay NaN (a mutation's failure)."""
+    launch = functools.partial(G.gemm_tma, fmt, stages=stages, bn=bn, regs=regs, persistent=persistent)
+    return launch_error(f"tma_{fmt}", launch, m, n, k, epilogue, (fmt, m, n, k, epilogue, stages, bn, *key),
+                        unwritten="inf")
 
 
 # (fmt, M, N, K, epilogue, stages, bn): TF32 steps (boxes) are 32 K, BF16 64; K a multiple of 16 bytes
@@ -134,7 +117,7 @@ def _copy_box(tmap, out, done, k0, row0, tries):
 def _check_copy(fmt):
     """A box over the tensor's corner (zero fill past K and rows), swizzled: the words where wgmma reads them."""
     rng = np.random.default_rng(3)
-    x = _operand(rng, 20, 40, fmt)  # rows 8..23 of 20, K from 32 (TF32: 32..63 of 40; BF16: 32..95 of 40)
+    x = operand(rng, 20, 40, fmt)  # rows 8..23 of 20, K from 32 (TF32: 32..63 of 40; BF16: 32..95 of 40)
     out, done = cuda.to_device(np.zeros(512, np.uint32)), cuda.to_device(np.zeros(1, np.uint32))
     _copy_box[1, 32, 0, 1024 + 2048 + 16](T.encode_2d(cuda.to_device(x), 16), out, done, 32, 8, 100 if _ON_GPU else 20)
     assert done.copy_to_host()[0] == 1, "the TMA copy never completed its bytes on the barrier"

@@ -5,8 +5,8 @@ mbarrier emulation (gpunn.kernels.mbarrier) they run on under the simulator. Sma
 (more K steps than stages, so every barrier goes round more than one phase); outputs are NaN-poisoned first. The
 ``gpu``-marked test repeats them at real sizes on a Hopper GPU (``pytest -m gpu``)."""
 
+import functools
 import os
-import zlib
 
 import numpy as np
 import pytest
@@ -15,32 +15,16 @@ from numba import cuda, uint32
 from gpunn.kernels import gemm as G
 from gpunn.kernels import mbarrier as MB
 from gpunn.kernels.gemm import direct_ws
-from gpunn.kernels.mma import round_bf16
+from kmajor_gemm import launch_error
 
 TOL = 1e-5
 _ON_GPU = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") != "1" and cuda.is_available()
 
 
-def _operand(rng, rows, k, fmt):
-    x = rng.standard_normal((rows, k)).astype(np.float32)
-    return (round_bf16(x).view(np.uint32) >> np.uint32(16)).astype(np.uint16) if fmt == "bf16" else x
-
-
 def _run(fmt, m, n, k, epilogue="none", stages=direct_ws.STAGES, bn=direct_ws.BN, regs=direct_ws.REGS, key=()):
     """One launch on fresh inputs: max|out - ref| / max|ref| (ref: float64 of the inputs as the MMA reads them)."""
-    rng = np.random.default_rng(zlib.crc32(repr((fmt, m, n, k, epilogue, stages, bn, *key)).encode()))
-    a, b = _operand(rng, m, k, fmt), _operand(rng, n, k, fmt)
-    bias = rng.standard_normal(n).astype(np.float32) if epilogue in ("bias", "bias_relu") else None
-    relu = epilogue in ("relu", "bias_relu")
-    mask = np.maximum(rng.standard_normal((m, n)), 0).astype(np.float32) if epilogue == "mask" else None
-    out = cuda.to_device(np.full((m, n), np.nan, np.float32))
-    G.gemm_ws(fmt, cuda.to_device(a), cuda.to_device(b), out, bias=None if bias is None else cuda.to_device(bias),
-              relu=relu, relu_mask=None if mask is None else cuda.to_device(mask), stages=stages, bn=bn, regs=regs)
-    got = out.copy_to_host()
-    assert np.isfinite(got).all(), f"ws_{fmt}: unwritten (NaN) outputs"
-    ref = G.gemm_reference(a, b, trans_b=True, bias=bias, relu=relu, relu_mask=mask,
-                           inputs=G.VERSIONS[f"ws_{fmt}"].inputs)
-    return float(np.abs(got - ref).max() / np.abs(ref).max())
+    return launch_error(f"ws_{fmt}", functools.partial(G.gemm_ws, fmt, stages=stages, bn=bn, regs=regs), m, n, k,
+                        epilogue, (fmt, m, n, k, epilogue, stages, bn, *key))
 
 
 # (fmt, M, N, K, epilogue, stages, bn): TF32 steps are 32 K, BF16 64; 1 or 2 blocks each (the simulator's cost)

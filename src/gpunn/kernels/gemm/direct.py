@@ -53,7 +53,6 @@ assert BM == BN == 128 and THREADS == 256 and CHUNKS == 4 and LAYOUTS["bf16_sw12
 _U3 = np.uint32(3)
 _U5 = np.uint32(5)
 _U7 = np.uint32(7)
-_THREADS = np.uint32(THREADS)
 
 
 def shared_bytes(stages: int = STAGES) -> int:
@@ -69,19 +68,21 @@ def kernel(fmt, stages=STAGES):
 
 
 @functools.cache
-def _issue_fn(fmt):
-    """``issue(x, rows, kdim, k0, o0, smem, tile, t)``: thread t's cp.async copies of one operand's K step at k0
-    (tile rows o0 ..) into the swizzled tile at word ``tile``; zeros outside the operand."""
+def issue_fn(fmt, chunks=CHUNKS, threads=THREADS):
+    """``issue(x, rows, kdim, k0, o0, smem, tile, t)``: copier t's (of `threads`, `chunks` 16-byte chunks each) cp.async
+    copies of one operand's K step at k0 (tile rows o0 ..) into the swizzled tile at word ``tile``; zeros outside the
+    operand. direct's every thread (of THREADS, CHUNKS each), direct_ws's producer warpgroup."""
     width = 4 // np.dtype(DTYPES[fmt]).itemsize  # elements a 4-byte word: 1 (TF32), 2 (BF16)
     per_chunk = np.uint32(4 * width)  # elements a 16-byte chunk
     vec_mask = np.uint32(4 * width - 1)
     step = np.uint32(width)
+    stride = np.uint32(threads)
 
     @device_function
     def issue(x, rows, kdim, k0, o0, smem, tile, t):
         vec = (kdim & vec_mask) == U0  # rows of whole 16-byte chunks (given a 16-byte aligned array)
-        for u in range(CHUNKS):
-            idx = uint32(t + uint32(u) * _THREADS)  # a warp: 4 rows of 8 chunks
+        for u in range(chunks):
+            idx = uint32(t + uint32(u) * stride)  # a warp: 4 rows of 8 chunks
             r = uint32(idx >> _U3)
             c = uint32(idx & _U7)
             go = uint32(o0 + r)
@@ -111,7 +112,7 @@ def _kernel(fmt, stages, a_map, b_map, store, ksize, epilogue, split_k=False):
                          f"{stages}")
     (*_, out_row, finish) = kernel_parts("dense", "dense", store, ksize, epilogue)
     store_tile = store_fn(out_row, finish)
-    issue = _issue_fn(fmt)
+    issue = issue_fn(fmt)
     mma = wgmma_tf32 if fmt == "tf32" else wgmma_bf16_sw128
     mma_k = LAYOUTS[LAYOUT[fmt]][4]
     bk = np.uint32(ROW_BYTES // np.dtype(DTYPES[fmt]).itemsize)  # K a step: 32 TF32, 64 BF16

@@ -31,19 +31,7 @@ from ..mbarrier import (
     setmaxnreg_inc,
 )
 from ..tma import prefetch_tensormap, tma_load_2d
-from ..wgmma import (
-    LAYOUTS,
-    wgmma256_bf16_sw128,
-    wgmma256_tf32,
-    wgmma256_wait,
-    wgmma256_wait1,
-    wgmma_bf16_sw128,
-    wgmma_commit,
-    wgmma_fence,
-    wgmma_tf32,
-    wgmma_wait,
-    wgmma_wait1,
-)
+from ..wgmma import wgmma_commit, wgmma_fence
 from .direct_ws import (
     A_MAP,
     ALIGN,
@@ -52,19 +40,17 @@ from .direct_ws import (
     BN,
     CONSUMER_WARPS,
     DTYPES,
-    LAYOUT,
     MAX_REGISTERS,
-    PRODUCER,
     REGS,
     ROW_BYTES,
     STAGES,
     THREADS,
+    check_ring,
     config_fn,
+    ring_constants,
     shared_bytes,
-    stage_words,
-    store_fn,
 )
-from .mappings import U0, U1, U2, kernel_parts
+from .mappings import U0, U1, U2
 from .problem import D_K, D_M, D_N
 from .warpgroup import DEVICES, TILE_ALIGN
 
@@ -84,13 +70,7 @@ def kernel(fmt, stages=STAGES, bn=BN, regs=REGS, expect=None, persistent=False):
     """The kernel factory of one format: ``(a_map, b_map, store, ksize, epilogue, split_k=False) -> kernel`` (its
     first two arguments the tensor maps of A and B). ``expect``: the expect_tx count (None: ``stage_bytes(bn)``;
     another: a test's mutation); ``persistent``: tiles looped over a grid of (blocks, 1) (``persistent_config``)."""
-    if fmt not in DTYPES:
-        raise ValueError(f"tma GEMM: unknown format {fmt!r}; choose from {sorted(DTYPES)}")
-    if bn not in (128, 256):
-        raise ValueError(f"tma GEMM: bn must be 128 or 256, got {bn}")
-    if int(stages) < 2 or shared_bytes(int(stages), bn) > 227 * 1024:
-        raise ValueError(f"tma GEMM: 2 stages or more, within 227 KB of shared memory (bn {bn}: at most "
-                         f"{(227 * 1024 - ALIGN) // (stage_words(bn) * 4 + 16)}), got {stages}")
+    check_ring("tma", fmt, stages, bn)
     return functools.partial(_kernel, fmt, int(stages), int(bn), None if regs is None else tuple(regs),
                              stage_bytes(bn) if expect is None else int(expect), bool(persistent))
 
@@ -102,32 +82,11 @@ def persistent_config(blocks: int, m: int, n: int, bn: int = BN):
 
 @functools.cache
 def _kernel(fmt, stages, bn, regs, expect, persistent, a_map, b_map, store, ksize, epilogue, split_k=False):
-    if (a_map, b_map) != (A_MAP, B_MAP):
-        raise ValueError(f"tma GEMM: K-major flat operands only (A {A_MAP!r}, B {B_MAP!r}), got {a_map!r}, {b_map!r}")
-    if split_k:
-        raise ValueError("tma GEMM: no split-K")
-    (*_, out_row, finish) = kernel_parts("dense", "dense", store, ksize, epilogue)
-    store_tile = store_fn(out_row, finish, bn)
-    mma = {("tf32", 128): wgmma_tf32, ("bf16", 128): wgmma_bf16_sw128, ("tf32", 256): wgmma256_tf32,
-           ("bf16", 256): wgmma256_bf16_sw128}[fmt, bn]
-    wait_all, wait_but_last = (wgmma_wait, wgmma_wait1) if bn == 128 else (wgmma256_wait, wgmma256_wait1)
-    acc_n = bn // 2
-    bk = np.uint32(ROW_BYTES // np.dtype(DTYPES[fmt]).itemsize)  # K a step (a box's K): 32 TF32, 64 BF16
-    slices = ROW_BYTES // 32
-    assert slices * LAYOUTS[LAYOUT[fmt]][4] == int(bk)
-    slice_bytes = np.uint32(32)
-    words = np.uint32(stage_words(bn))
-    b_tile = np.uint32(BM * ROW_BYTES // 4)
-    full0 = np.uint32(stages * stage_words(bn))
-    empty0 = np.uint32(stages * stage_words(bn) + 2 * stages)
-    wg_bytes = np.uint32(64 * ROW_BYTES)
-    last = np.uint32(stages - 1)
-    mask = np.uint32(ALIGN - 1)
-    producer = np.uint32(PRODUCER)
-    tx = np.uint32(expect)
+    (store_tile, mma, wait_all, wait_but_last, acc_n, bk, slices, slice_bytes, words, b_tile, full0, empty0, wg_bytes,
+     last, mask, producer, low, high, realloc) = ring_constants("tma", fmt, stages, bn, regs, a_map, b_map, store,
+                                                                 ksize, epilogue, split_k)
+    tx = np.uint32(expect)  # the stage's bytes (a box's K is bk)
     n_stages = stages
-    low, high = regs or (24, 24)
-    realloc = regs is not None
 
     @jit(max_registers=MAX_REGISTERS)
     def gemm_tma_kernel(a, b, c, aux, dims):

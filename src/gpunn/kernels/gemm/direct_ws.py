@@ -20,11 +20,12 @@ by ``setmaxnreg`` (None: none, every thread under MAX_REGISTERS). Measurements a
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import numpy as np
 from numba import cuda, float32, uint32
 
-from ..async_copy import cp_async4, cp_async16, cp_async_commit, cp_async_wait, shared_address
+from ..async_copy import cp_async_commit, cp_async_wait, shared_address
 from ..common import cdiv, check_fixed_block
 from ..jit import jit
 from ..mbarrier import (
@@ -50,6 +51,7 @@ from ..wgmma import (
     wgmma_wait,
     wgmma_wait1,
 )
+from . import direct
 from .mappings import U0, U1, U2, U4, U32, device_function, kernel_parts
 from .problem import D_K, D_M, D_N
 from .warpgroup import DEVICES, TILE_ALIGN
@@ -71,12 +73,9 @@ A_MAP, B_MAP = "dense_flat", "dense_t_flat"
 DTYPES = {"tf32": np.float32, "bf16": np.uint16}  # the operands' element type
 LAYOUT = {"tf32": "tf32", "bf16": "bf16_sw128"}
 assert LAYOUTS["tf32"][0] == LAYOUTS["bf16_sw128"][0] == ROW_BYTES
-_U3 = np.uint32(3)
-_U5 = np.uint32(5)
 _U7 = np.uint32(7)
 _U16 = np.uint32(16)
 _U64 = np.uint32(64)
-_PRODUCER_THREADS = np.uint32(THREADS - PRODUCER)
 
 
 def stage_words(bn: int = BN) -> int:
@@ -89,15 +88,20 @@ def shared_bytes(stages: int = STAGES, bn: int = BN) -> int:
     return stages * stage_words(bn) * 4 + ALIGN + 16 * stages
 
 
+def check_ring(family, fmt, stages, bn) -> None:
+    """ValueError naming `family` (ws, tma) unless `fmt`, the `stages` and the tile width `bn` build a ring."""
+    if fmt not in DTYPES:
+        raise ValueError(f"{family} GEMM: unknown format {fmt!r}; choose from {sorted(DTYPES)}")
+    if bn not in (128, 256):
+        raise ValueError(f"{family} GEMM: bn must be 128 or 256, got {bn}")
+    if int(stages) < 2 or shared_bytes(int(stages), bn) > 227 * 1024:
+        raise ValueError(f"{family} GEMM: 2 stages or more, within 227 KB of shared memory (bn {bn}: at most "
+                         f"{(227 * 1024 - ALIGN) // (stage_words(bn) * 4 + 16)}), got {stages}")
+
+
 def kernel(fmt, stages=STAGES, bn=BN, regs=REGS):
     """The kernel factory of one format: ``(a_map, b_map, store, ksize, epilogue, split_k=False) -> kernel``."""
-    if fmt not in DTYPES:
-        raise ValueError(f"ws GEMM: unknown format {fmt!r}; choose from {sorted(DTYPES)}")
-    if bn not in (128, 256):
-        raise ValueError(f"ws GEMM: bn must be 128 or 256, got {bn}")
-    if int(stages) < 2 or shared_bytes(int(stages), bn) > 227 * 1024:
-        raise ValueError(f"ws GEMM: 2 stages or more, within 227 KB of shared memory (bn {bn}: at most "
-                         f"{(227 * 1024 - ALIGN) // (stage_words(bn) * 4 + 16)}), got {stages}")
+    check_ring("ws", fmt, stages, bn)
     return functools.partial(_kernel, fmt, int(stages), int(bn), None if regs is None else tuple(regs))
 
 
@@ -112,37 +116,14 @@ def config_fn(bn: int = BN):
 config = config_fn(BN)
 
 
-@functools.cache
 def issue_fn(fmt, rows):
     """``issue(x, xrows, kdim, k0, o0, smem, tile, p)``: producer thread p's cp.async copies of one operand's K step
-    at k0 (tile rows o0 .. o0 + rows) into the swizzled tile at word ``tile``; zeros outside the operand."""
-    width = 4 // np.dtype(DTYPES[fmt]).itemsize  # elements a 4-byte word: 1 (TF32), 2 (BF16)
-    per_chunk = np.uint32(4 * width)  # elements a 16-byte chunk
-    vec_mask = np.uint32(4 * width - 1)
-    step = np.uint32(width)
-    chunks = rows * ROW_BYTES // 16 // (THREADS - PRODUCER)  # a producer thread's chunks per K step
-    assert chunks * (THREADS - PRODUCER) * 16 == rows * ROW_BYTES
-
-    @device_function
-    def issue(x, xrows, kdim, k0, o0, smem, tile, p):
-        vec = (kdim & vec_mask) == U0  # rows of whole 16-byte chunks (given a 16-byte aligned array)
-        for u in range(chunks):
-            idx = uint32(p + uint32(u) * _PRODUCER_THREADS)  # a warp: 4 rows of 8 chunks
-            r = uint32(idx >> _U3)
-            c = uint32(idx & _U7)
-            go = uint32(o0 + r)
-            gk = uint32(k0 + c * per_chunk)
-            dst = uint32(tile + (r << _U5) + ((c ^ (r & _U7)) << U2))  # the 128-byte swizzle
-            inside = go < xrows and gk < kdim
-            src = uint32(go * kdim + gk)
-            if vec or not inside:
-                cp_async16(smem, dst, x, src if inside else U0, inside)
-            else:  # a K tail or a row not of whole chunks: 4-byte copies, zero beyond K
-                for e in range(4):
-                    ok = uint32(gk + uint32(e) * step) < kdim
-                    cp_async4(smem, uint32(dst + uint32(e)), x, uint32(src + uint32(e) * step) if ok else U0, ok)
-
-    return issue
+    at k0 (tile rows o0 .. o0 + rows) into the swizzled tile at word ``tile``; zeros outside the operand (direct's
+    copy code, spread over the producer warpgroup)."""
+    producers = THREADS - PRODUCER
+    chunks = rows * ROW_BYTES // 16 // producers  # a producer thread's chunks per K step
+    assert chunks * producers * 16 == rows * ROW_BYTES
+    return direct.issue_fn(fmt, chunks, producers)
 
 
 @functools.cache
@@ -172,34 +153,58 @@ def store_fn(out_row, finish, bn):
     return store
 
 
-@functools.cache
-def _kernel(fmt, stages, bn, regs, a_map, b_map, store, ksize, epilogue, split_k=False):
+class Ring(NamedTuple):
+    """What a ws_* or tma_* kernel closes over (ring_constants), in the order its builders unpack it."""
+
+    store_tile: object     # the consumers' epilogue and store (store_fn)
+    mma: object            # the m64n<bn> MMA of the format
+    wait_all: object       # wgmma.wait_group 0 of that accumulator
+    wait_but_last: object  # wgmma.wait_group 1
+    acc_n: int             # accumulators a consumer thread
+    bk: np.uint32          # K a step: 32 TF32, 64 BF16
+    slices: int            # MMAs a K step and warpgroup (each 32 bytes of every row)
+    slice_bytes: np.uint32
+    words: np.uint32       # 4-byte words of a stage
+    b_tile: np.uint32      # B's tile after A's
+    full0: np.uint32       # the barriers after the stages: full[i], then empty[i]
+    empty0: np.uint32
+    wg_bytes: np.uint32    # a consumer warpgroup's rows of A
+    last: np.uint32        # the last stage
+    mask: np.uint32        # the swizzle's alignment
+    producer: np.uint32    # the producer's first thread
+    low: int               # setmaxnreg of the producer, the consumers (valid literals where unused)
+    high: int
+    realloc: bool          # whether the kernel reallocates registers
+
+
+def ring_constants(family, fmt, stages, bn, regs, a_map, b_map, store, ksize, epilogue, split_k) -> Ring:
+    """The closure constants of a `family` (ws, tma) kernel for dense K-major operands (ValueError otherwise)."""
     if (a_map, b_map) != (A_MAP, B_MAP):
-        raise ValueError(f"ws GEMM: K-major flat operands only (A {A_MAP!r}, B {B_MAP!r}), got {a_map!r}, {b_map!r}")
+        raise ValueError(f"{family} GEMM: K-major flat operands only (A {A_MAP!r}, B {B_MAP!r}), got {a_map!r}, "
+                         f"{b_map!r}")
     if split_k:
-        raise ValueError("ws GEMM: no split-K")
+        raise ValueError(f"{family} GEMM: no split-K")
     (*_, out_row, finish) = kernel_parts("dense", "dense", store, ksize, epilogue)
-    store_tile = store_fn(out_row, finish, bn)
-    issue_a, issue_b = issue_fn(fmt, BM), issue_fn(fmt, bn)
     mma = {("tf32", 128): wgmma_tf32, ("bf16", 128): wgmma_bf16_sw128, ("tf32", 256): wgmma256_tf32,
            ("bf16", 256): wgmma256_bf16_sw128}[fmt, bn]
-    wait_all, wait_but_last = (wgmma_wait, wgmma_wait1) if bn == 128 else (wgmma256_wait, wgmma256_wait1)
-    acc_n = bn // 2
-    bk = np.uint32(ROW_BYTES // np.dtype(DTYPES[fmt]).itemsize)  # K a step: 32 TF32, 64 BF16
-    slices = ROW_BYTES // 32  # MMAs a K step and warpgroup (each 32 bytes of every row)
+    waits = (wgmma_wait, wgmma_wait1) if bn == 128 else (wgmma256_wait, wgmma256_wait1)
+    bk = np.uint32(ROW_BYTES // np.dtype(DTYPES[fmt]).itemsize)
+    slices = ROW_BYTES // 32
     assert slices * LAYOUTS[LAYOUT[fmt]][4] == int(bk)
-    slice_bytes = np.uint32(32)
-    words = np.uint32(stage_words(bn))
-    b_tile = np.uint32(BM * ROW_BYTES // 4)  # B's tile after A's
-    full0 = np.uint32(stages * stage_words(bn))  # the barriers after the stages: full[i], then empty[i]
-    empty0 = np.uint32(stages * stage_words(bn) + 2 * stages)
-    wg_bytes = np.uint32(64 * ROW_BYTES)  # a consumer warpgroup's rows of A
-    last = np.uint32(stages - 1)
-    mask = np.uint32(ALIGN - 1)
-    producer = np.uint32(PRODUCER)
+    low, high = regs or (24, 24)
+    return Ring(store_fn(out_row, finish, bn), mma, *waits, bn // 2, bk, slices, np.uint32(32),
+                np.uint32(stage_words(bn)), np.uint32(BM * ROW_BYTES // 4), np.uint32(stages * stage_words(bn)),
+                np.uint32(stages * stage_words(bn) + 2 * stages), np.uint32(64 * ROW_BYTES), np.uint32(stages - 1),
+                np.uint32(ALIGN - 1), np.uint32(PRODUCER), low, high, regs is not None)
+
+
+@functools.cache
+def _kernel(fmt, stages, bn, regs, a_map, b_map, store, ksize, epilogue, split_k=False):
+    (store_tile, mma, wait_all, wait_but_last, acc_n, bk, slices, slice_bytes, words, b_tile, full0, empty0, wg_bytes,
+     last, mask, producer, low, high, realloc) = ring_constants("ws", fmt, stages, bn, regs, a_map, b_map, store,
+                                                                 ksize, epilogue, split_k)
+    issue_a, issue_b = issue_fn(fmt, BM), issue_fn(fmt, bn)
     n_stages = stages
-    low, high = regs or (24, 24)  # (valid literals where unused)
-    realloc = regs is not None
 
     @jit(max_registers=MAX_REGISTERS)
     def gemm_ws_kernel(a, b, c, aux, dims):
