@@ -52,9 +52,9 @@ from ..wgmma import (
     wgmma_wait1,
 )
 from . import direct
-from .mappings import U0, U1, U2, U4, U32, device_function, kernel_parts
+from .mappings import U0, U1, U2, kernel_parts
 from .problem import D_K, D_M, D_N
-from .warpgroup import DEVICES, TILE_ALIGN
+from .warpgroup import DEVICES, TILE_ALIGN, store_fn
 
 __all__ = ["A_MAP", "B_MAP", "BM", "BN", "DEVICES", "DTYPES", "REGS", "STAGES", "THREADS", "config", "kernel",
            "shared_bytes"]
@@ -124,33 +124,6 @@ def issue_fn(fmt, rows):
     chunks = rows * ROW_BYTES // 16 // producers  # a producer thread's chunks per K step
     assert chunks * producers * 16 == rows * ROW_BYTES
     return direct.issue_fn(fmt, chunks, producers)
-
-
-@functools.cache
-def store_fn(out_row, finish, bn):
-    """``store(c, aux, dims, acc, m0, n0, t)``: the epilogue and masked store of consumer thread t's accumulators:
-    acc[4j + 2h + e] is D[16 (w % 4) + g + 8h, 8j + 2q + e] of warpgroup t // 128 (64 rows each), j < bn / 8."""
-    groups = bn // 8
-
-    @device_function
-    def store(c, aux, dims, acc, m0, n0, t):
-        m = dims[D_M]
-        n = dims[D_N]
-        w = uint32(t // U32)
-        lane = uint32(t % U32)
-        g = uint32(lane // U4)
-        q = uint32(lane % U4)
-        for h in range(2):
-            gi = uint32(m0 + (t >> _U7) * _U64 + w % U4 * _U16 + g + uint32(8 * h))
-            if gi < m:
-                row = out_row(dims, gi)
-                for j in range(groups):
-                    for e in range(2):
-                        gj = uint32(n0 + uint32(8 * j + e) + q * U2)
-                        if gj < n:
-                            finish(c, aux, dims, row, gj, acc[4 * j + 2 * h + e])
-
-    return store
 
 
 class Ring(NamedTuple):

@@ -145,9 +145,11 @@ def slot_fn(fmt):
 
 
 @functools.cache
-def store_fn(out_row, finish):
+def store_fn(out_row, finish, bn=BN):
     """``store(c, aux, dims, acc, m0, n0, t)``: the epilogue and masked store of a block's accumulators (tile at
-    m0, n0; thread t): acc[4j + 2h + e] is D[16 (w % 4) + g + 8h, 8j + 2q + e] of warpgroup t // 128."""
+    m0, n0; thread t): acc[4j + 2h + e] is D[16 (w % 4) + g + 8h, 8j + 2q + e] of warpgroup t // 128 (64 rows each),
+    j < bn / 8 (direct_ws's consumers: bn 128 or 256)."""
+    groups = bn // 8
 
     @device_function
     def store(c, aux, dims, acc, m0, n0, t):
@@ -161,7 +163,7 @@ def store_fn(out_row, finish):
             gi = uint32(m0 + t // _U128 * _U64 + w % U4 * _U16 + g + uint32(8 * h))
             if gi < m:
                 row = out_row(dims, gi)
-                for j in range(16):
+                for j in range(groups):
                     for e in range(2):
                         gj = uint32(n0 + uint32(8 * j + e) + q * U2)
                         if gj < n:
