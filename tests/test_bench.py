@@ -85,6 +85,26 @@ def test_a_new_gemm_version_is_picked_up_and_validated(monkeypatch):
         bench.validate([problem], [])
 
 
+def test_a_launch_failing_on_the_device_stops_validation_naming_the_version(monkeypatch):
+    """A launch the device rejects (an illegal address loses the context) stops the bench with one line naming the
+    op, version, block and case, not the driver's bare traceback."""
+    from numba.cuda.cudadrv.driver import CudaAPIError
+
+    def faulting(a, b, out, trans_a=False, trans_b=False, bias=None, relu=False, relu_mask=None, block=(16, 16),
+                 stream=0, launch=True):
+        def run():
+            raise CudaAPIError(700, "Call to cuStreamSynchronize results in CUDA_ERROR_ILLEGAL_ADDRESS")
+        return type("Faulting", (), {"block": block, "__call__": lambda self: run()})()
+
+    (problem,) = bench.gemm_problems(bench.QUICK_GEMM_CASES[:1])
+    problem.versions = {"faulting": faulting}
+    with pytest.raises(GpunnError) as info:
+        bench.validate([problem], [])
+    message = str(info.value)
+    assert message.startswith("gemm/faulting block 16x16 on quick_bias_relu") and "ILLEGAL_ADDRESS" in message
+    assert "\n" not in message
+
+
 def test_fixed_block_gemm_versions_skip_other_sizes():
     (problem,) = bench.gemm_problems(bench.QUICK_GEMM_CASES[1:2])  # quick_transposed: the dense launchers only
     configurations = bench.validate([problem], [32, 256])

@@ -61,6 +61,26 @@ def test_tma_persistent(fmt, m, n, k, stages, bn, blocks):
     assert _run(fmt, m, n, k, "bias", stages, bn, persistent=blocks) < TOL
 
 
+def test_tma_launch_keeps_its_operands_alive():
+    """The tensor maps hold only the operands' addresses: a launch bound now and run later (the bench binds on
+    temporaries) keeps a and b alive, so their memory is not freed and reused under the maps."""
+    import gc
+    import weakref
+
+    rng = np.random.default_rng(5)
+    a_host, b_host = operand(rng, 3, 8, "tf32"), operand(rng, 4, 8, "tf32")
+    a, b = cuda.to_device(a_host), cuda.to_device(b_host)
+    alive = weakref.ref(a), weakref.ref(b)
+    out = cuda.to_device(np.full((3, 4), np.nan, np.float32))
+    launch = G.gemm_tma("tf32", a, b, out, launch=False)
+    del a, b
+    gc.collect()
+    assert all(ref() is not None for ref in alive)
+    launch()
+    ref = G.gemm_reference(a_host, b_host, trans_b=True, inputs=G.VERSIONS["tma_tf32"].inputs)
+    assert np.abs(out.copy_to_host() - ref).max() / np.abs(ref).max() < TOL
+
+
 def test_tma_refuses_what_it_cannot_read():
     a32, b32 = cuda.to_device(np.zeros((4, 6), np.float32)), cuda.to_device(np.zeros((5, 6), np.float32))
     out = cuda.to_device(np.zeros((4, 5), np.float32))
@@ -243,3 +263,22 @@ def test_tma_gpu_sizes(fmt):
         assert err < TOL, (fmt, "persistent", blocks, err)
         err = _run(fmt, 257, 1200, k, "bias_relu", key=("gpu", blocks), persistent=blocks)
         assert err < TOL, (fmt, "persistent", blocks, err)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _ON_GPU, reason="needs a real CUDA GPU")
+def test_tma_gpu_launch_bound_on_temporaries():
+    """What the bench does: bind on temporary operands, launch later. Freed memory is flushed and refilled with NaN
+    before the launch; the launch's own references keep the operands' memory, so the product stays right."""
+    if tuple(cuda.get_current_device().compute_capability) != (9, 0):
+        pytest.skip("TMA + wgmma: compute capability 9.0 only")
+    rng = np.random.default_rng(7)
+    a_host, b_host = operand(rng, 300, 296, "tf32"), operand(rng, 260, 296, "tf32")
+    out = cuda.to_device(np.full((300, 260), np.nan, np.float32))
+    launch = G.gemm_tma("tf32", cuda.to_device(a_host), cuda.to_device(b_host), out, launch=False)
+    cuda.current_context().deallocations.clear()
+    junk = [cuda.to_device(np.full_like(x, np.nan)) for x in (a_host, b_host)]
+    launch()
+    cuda.synchronize()
+    ref = G.gemm_reference(a_host, b_host, trans_b=True, inputs=G.VERSIONS["tma_tf32"].inputs)
+    assert np.abs(out.copy_to_host() - ref).max() / np.abs(ref).max() < TOL, len(junk)

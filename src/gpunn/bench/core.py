@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from numba import cuda
+from numba.cuda.cudadrv.driver import CudaAPIError
 
 from gpunn import device, provenance
 from gpunn.errors import GpunnError
@@ -202,8 +203,11 @@ def validate(problems, blocks, log=print) -> list[Configuration]:
                     raise GpunnError(f"{label}: {exc}") from None
                 if optional and _dims(launch.block) != _dims(block):
                     continue  # a fixed-block version accepted the thread count but runs its own block: a duplicate
-                launch()
-                stream.synchronize()
+                try:
+                    launch()
+                    stream.synchronize()
+                except CudaAPIError as exc:  # e.g. an illegal address: the context is lost, name the culprit
+                    raise GpunnError(f"{label}: the launch failed on the device: {exc}") from None
                 check_outputs(problem, label, [output.copy_to_host() for output in outputs], version)
                 validated.append(Configuration(problem, version, block))
     log(f"all results match ({len(validated)} configurations)")

@@ -134,11 +134,12 @@ DIRECT_LAUNCH_VERSION = "0.30.4"  # the numba-cuda whose kernel internals the di
 
 class Launch:
     """``kernel[grid, block, stream, shared](*args)``, configured once; ``launch()`` runs it again. ``shared``: bytes
-    of dynamic shared memory a block (over 48 KB the kernel's limit is raised before its first launch)."""
+    of dynamic shared memory a block (over 48 KB the kernel's limit is raised before its first launch). ``keep``:
+    arrays the arguments point into without holding them (a TMA tensor map's operand), kept alive with the launch."""
 
-    __slots__ = ("kernel", "grid", "block", "args", "stream", "name", "shared", "_configured", "_direct")
+    __slots__ = ("kernel", "grid", "block", "args", "stream", "name", "shared", "keep", "_configured", "_direct")
 
-    def __init__(self, kernel, grid, block, args, stream=0, name: str = "", shared: int = 0):
+    def __init__(self, kernel, grid, block, args, stream=0, name: str = "", shared: int = 0, keep=()):
         self.kernel = kernel
         self.grid = grid
         self.block = block
@@ -146,6 +147,7 @@ class Launch:
         self.stream = stream
         self.name = name or getattr(kernel, "__name__", "kernel")
         self.shared = int(shared)
+        self.keep = tuple(keep)
         # The simulator's kernel object keeps a single mutable configuration, so it is configured anew at
         # every call there; on a GPU the configured launch object is reusable.
         self._configured = None if device.simulator_enabled() else kernel[grid, block, stream, self.shared]
@@ -321,10 +323,11 @@ class LaunchGroup:
         return f"LaunchGroup({', '.join(map(repr, self.launches))})"
 
 
-def bind(kernel, grid, block, args, stream=0, launch: bool = True, name: str = "", shared: int = 0) -> Launch:
-    """A bound launch of `kernel` (`shared`: bytes of dynamic shared memory a block); launched once now unless
-    `launch` is False."""
-    bound = Launch(kernel, grid, block, args, stream, name, shared)
+def bind(kernel, grid, block, args, stream=0, launch: bool = True, name: str = "", shared: int = 0,
+         keep=()) -> Launch:
+    """A bound launch of `kernel` (`shared`: bytes of dynamic shared memory a block; `keep`: as Launch's); launched
+    once now unless `launch` is False."""
+    bound = Launch(kernel, grid, block, args, stream, name, shared, keep)
     if launch:
         bound()
     return bound

@@ -166,8 +166,10 @@ def gemm_tma(fmt, a, b, out, bias=None, relu=False, relu_mask=None, stream=0, la
     grid, block = (direct_tma.persistent_config(blocks, m, n, bn) if blocks > 0 else
                    direct_tma.config_fn(bn)(op, direct_tma.THREADS, m, n, fn))
     maps = encode_2d(a, direct_tma.BM), encode_2d(b, bn)
+    # The maps hold the operands' addresses only: the launch keeps a and b alive (a caller's temporaries, freed
+    # and reused, would be read through them).
     return bind(fn, grid, block, (*maps, out, aux, GemmProblem(m, n, k).dims), stream, launch,
-                f"{op}[NT,{epilogue}]", direct_tma.shared_bytes(stages, bn))
+                f"{op}[NT,{epilogue}]", direct_tma.shared_bytes(stages, bn), keep=(a, b))
 
 
 def _k_major_checks(family, fmt, a, b, out, bias, relu, relu_mask):

@@ -1,0 +1,49 @@
+#!/bin/bash
+# Issue 42, stop 59's call (written at stop 58; docs/notes/issue-42-progress.md, "Next device session"), from a copy
+# under /tmp in the background; $1: output folder. Timed part, one job at a time: the MLP beside PyTorch in its four
+# settings (its ratio nearest the target), the GEMM bench's K-major case (tma_* bound on temporaries: stop 58's crash).
+# Then untimed, side by side: the whole GPU suite in four shards, and the accuracy runs through Snakemake still owed
+# (E4 on real Fashion-MNIST once datasets/fashion_mnist is there, E5's 20 epochs) in a copy of their own. Stop 58 ran
+# the AE and CNN benches and E1 / E4 on MNIST (docs/notes/issue-42/h200-s58).
+out=$1; mkdir -p "$out"
+exec > "$out/run.log" 2>&1
+set -x
+stamp() { echo "=== $(date +%T) $*"; }
+nvidia-smi -L
+git log --oneline -1
+stamp benches
+for model in mlp; do
+  python -m gpunn.bench $model --batch 64 --variants gpu-graph,gpu-tf32,gpu-bf16 \
+    --out "$out/$model.csv" > "$out/bench-$model.log" 2>&1
+done
+stamp gemm
+python - "$out" > "$out/bench-gemm-k-major.log" 2>&1 <<'PY'
+import sys
+from gpunn import bench
+cases = [c for c in bench.GEMM_CASES if c.case == "square_4096_bt"]
+frame = bench.bench_frame(bench.benchmark(bench.gemm_problems(cases), [], repeats=20))
+frame.to_csv(f"{sys.argv[1]}/gemm-k-major.csv", index=False)
+print(frame[["case", "version", "ms", "gflops", "ref_name", "ref_ms", "pct_of_ref"]].to_string())
+PY
+stamp DONE-TIMED
+echo DONE-TIMED
+
+# ---- untimed: accuracy through Snakemake in its own copy, the GPU suite in four shards
+rm -rf /tmp/acc && cp -a . /tmp/acc && mkdir -p "$out/accuracy"
+src=$PWD  # datasets/fashion_mnist arrives here with the call after the first: copied over once it is complete
+(cd /tmp/acc && export PYTHONPATH=/tmp/acc/src &&
+ grep -v '^  e5:' config/gpu_offline.yaml > /tmp/e5-offline.yaml &&
+ snakemake --cores 16 --scheduler greedy --configfile=/tmp/e5-offline.yaml e5 --config \
+   "experiments={e5: {dataset: synthetic_cifar10, variants: [gpu-graph, gpu-tf32, gpu-bf16]}}" \
+   > "$out/accuracy/e5.log" 2>&1 && cp -r results/report/*/e5 "$out/accuracy/e5-report"; echo E5-END
+ for i in $(seq 120); do [ -f "$src/datasets/fashion_mnist/train-images-idx3-ubyte.gz" ] && break; sleep 5; done
+ sleep 5 && mkdir -p datasets && cp -r "$src/datasets/fashion_mnist" datasets/ &&
+ bash docs/notes/issue-42/device-s53-accuracy.sh "$out/accuracy" fashion_mnist; echo ACC-END) \
+  > "$out/accuracy.log" 2>&1 &
+acc=$!
+bash docs/notes/issue-42/gpu-suite-shards.sh "$out"
+stamp DONE-TESTS
+tail -n 3 "$out"/test-gpu-*.log
+wait $acc
+stamp DONE
+echo DONE
