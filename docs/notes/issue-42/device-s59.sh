@@ -1,7 +1,8 @@
 #!/bin/bash
 # Issue 42, stop 59's call (written at stop 58; docs/notes/issue-42-progress.md, "Next device session"), from a copy
 # under /tmp in the background; $1: output folder. Timed part, one job at a time: the MLP beside PyTorch in its four
-# settings (its ratio nearest the target), the GEMM bench's K-major case (tma_* bound on temporaries: stop 58's crash).
+# settings, twice (its ratio nearest the target), the GEMM bench's K-major case (tma_* on temporaries: stop 58's
+# crash).
 # Then untimed, side by side: the whole GPU suite in four shards, and the accuracy runs through Snakemake still owed
 # (E4 on real Fashion-MNIST once datasets/fashion_mnist is there, E5's 20 epochs) in a copy of their own. Stop 58 ran
 # the AE and CNN benches and E1 / E4 on MNIST (docs/notes/issue-42/h200-s58).
@@ -12,9 +13,9 @@ stamp() { echo "=== $(date +%T) $*"; }
 nvidia-smi -L
 git log --oneline -1
 stamp benches
-for model in mlp; do
-  python -m gpunn.bench $model --batch 64 --variants gpu-graph,gpu-tf32,gpu-bf16 \
-    --out "$out/$model.csv" > "$out/bench-$model.log" 2>&1
+for run in 1 2; do  # twice: the MLP's ratio is the nearest its target, and its run-to-run spread is the largest
+  python -m gpunn.bench mlp --batch 64 --variants gpu-graph,gpu-tf32,gpu-bf16 \
+    --out "$out/mlp-$run.csv" > "$out/bench-mlp-$run.log" 2>&1
 done
 stamp gemm
 python - "$out" > "$out/bench-gemm-k-major.log" 2>&1 <<'PY'
