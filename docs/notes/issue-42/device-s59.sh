@@ -44,7 +44,7 @@ src=$PWD  # datasets/fashion_mnist arrives here with the call after the first: c
 acc=$!
 bash docs/notes/issue-42/gpu-suite-shards.sh "$out"
 stamp DONE-TESTS
-tail -n 3 "$out"/test-gpu-*.log
+tail -n 3 "$out"/test-gpu*.log
 wait $acc
 stamp DONE
 echo DONE
