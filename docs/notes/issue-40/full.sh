@@ -53,10 +53,10 @@ echo \$? > publish.rc
 if [ "\${BENCH:-1}" = 1 ]; then
     export OMP_NUM_THREADS=14 OPENBLAS_NUM_THREADS=14 MKL_NUM_THREADS=14
     taskset -c 0-13 python -m gpunn.bench mlp --out results/bench/mlp.csv > bench.log 2>&1
-    python -m gpunn.bench cnn --variants gpu-naive,gpu-optimized,gpu-im2col,gpu-graph --out results/bench/cnn.csv \
-        >> bench.log 2>&1
-    python -m gpunn.bench autoencoder --variants gpu-im2col,gpu-graph --batch 64 --out results/bench/autoencoder.csv \
-        >> bench.log 2>&1
+    python -m gpunn.bench cnn --variants gpu-naive,gpu-optimized,gpu-im2col,gpu-graph,gpu-tf32,gpu-bf16 \
+        --out results/bench/cnn.csv >> bench.log 2>&1
+    python -m gpunn.bench autoencoder --variants gpu-im2col,gpu-graph,gpu-tf32,gpu-bf16 --batch 64 \
+        --out results/bench/autoencoder.csv >> bench.log 2>&1
     python docs/notes/issue-40/bench_agreement.py docs/results/\$machine results/bench/mlp.csv results/bench/cnn.csv \
         results/bench/autoencoder.csv --verdict results/overlap-verdict/\$machine/verdict.json > agreement.md 2>&1
 fi
