@@ -31,6 +31,12 @@ def _run(fmt, m, n, k, epilogue="none", stages=direct_tma.STAGES, bn=direct_tma.
                         unwritten="inf")
 
 
+def _tf32_error(out, a, b):
+    """max|out - ref| / max|ref| of a tma_tf32 product ``a @ b.T`` (ref: float64 of the inputs as the MMA reads)."""
+    ref = G.gemm_reference(a, b, trans_b=True, inputs=G.VERSIONS["tma_tf32"].inputs)
+    return float(np.abs(out.copy_to_host() - ref).max() / np.abs(ref).max())
+
+
 # (fmt, M, N, K, epilogue, stages, bn): TF32 steps (boxes) are 32 K, BF16 64; K a multiple of 16 bytes
 CASES = [
     ("tf32", 130, 7, 76, "bias_relu", 2, 256),  # zero past M (2nd block), N and K (a 12-K tail); 3 steps round 2
@@ -77,8 +83,7 @@ def test_tma_launch_keeps_its_operands_alive():
     gc.collect()
     assert all(ref() is not None for ref in alive)
     launch()
-    ref = G.gemm_reference(a_host, b_host, trans_b=True, inputs=G.VERSIONS["tma_tf32"].inputs)
-    assert np.abs(out.copy_to_host() - ref).max() / np.abs(ref).max() < TOL
+    assert _tf32_error(out, a_host, b_host) < TOL
 
 
 def test_tma_refuses_what_it_cannot_read():
@@ -280,5 +285,4 @@ def test_tma_gpu_launch_bound_on_temporaries():
     junk = [cuda.to_device(np.full_like(x, np.nan)) for x in (a_host, b_host)]
     launch()
     cuda.synchronize()
-    ref = G.gemm_reference(a_host, b_host, trans_b=True, inputs=G.VERSIONS["tma_tf32"].inputs)
-    assert np.abs(out.copy_to_host() - ref).max() / np.abs(ref).max() < TOL, len(junk)
+    assert _tf32_error(out, a_host, b_host) < TOL, len(junk)
