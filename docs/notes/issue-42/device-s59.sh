@@ -29,22 +29,26 @@ PY
 stamp DONE-TIMED
 echo DONE-TIMED
 
-# ---- untimed: accuracy through Snakemake in its own copy, the GPU suite in four shards
-rm -rf /tmp/acc && cp -a . /tmp/acc && mkdir -p "$out/accuracy"
+# ---- untimed: accuracy through Snakemake in copies of their own (E5 and E4 Fashion side by side: stop 59's first
+# machines were lost before this point, so the lease is shorter), the GPU suite beside them
+rm -rf /tmp/acc /tmp/acc4 && cp -a . /tmp/acc && cp -a . /tmp/acc4 && mkdir -p "$out/accuracy"
 src=$PWD  # datasets/fashion_mnist arrives here with the call after the first: copied over once it is complete
 (cd /tmp/acc && export PYTHONPATH=/tmp/acc/src &&
  grep -v '^  e5:' config/gpu_offline.yaml > /tmp/e5-offline.yaml &&
- snakemake --cores 16 --scheduler greedy --configfile=/tmp/e5-offline.yaml e5 --config \
+ snakemake --cores 8 --scheduler greedy --configfile=/tmp/e5-offline.yaml e5 --config \
    "experiments={e5: {dataset: synthetic_cifar10, variants: [gpu-graph, gpu-tf32, gpu-bf16]}}" \
-   > "$out/accuracy/e5.log" 2>&1 && cp -r results/report/*/e5 "$out/accuracy/e5-report"; echo E5-END
+   > "$out/accuracy/e5.log" 2>&1 && cp -r results/report/*/e5 "$out/accuracy/e5-report"; echo E5-END) \
+  > "$out/accuracy-e5.log" 2>&1 &
+acc=$!
+(cd /tmp/acc4 && export PYTHONPATH=/tmp/acc4/src &&
  for i in $(seq 120); do [ -f "$src/datasets/fashion_mnist/train-images-idx3-ubyte.gz" ] && break; sleep 5; done
  sleep 5 && mkdir -p datasets && cp -r "$src/datasets/fashion_mnist" datasets/ &&
  bash docs/notes/issue-42/device-s53-accuracy.sh "$out/accuracy" fashion_mnist; echo ACC-END) \
   > "$out/accuracy.log" 2>&1 &
-acc=$!
+acc4=$!
 bash docs/notes/issue-42/gpu-suite-shards.sh "$out"
 stamp DONE-TESTS
 tail -n 3 "$out"/test-gpu*.log
-wait $acc
+wait $acc $acc4
 stamp DONE
 echo DONE
