@@ -552,7 +552,7 @@ def test_gpu_bench_autoencoder_rows_and_memory(tmp_path):
     trains = {name for name, entry in VARIANTS.items() if entry.gpu and "autoencoder" in entry.models}
     assert set(gpu["variant"]) == trains >= {"gpu-naive", "gpu-tiled", "gpu-im2col", "gpu-graph", "gpu-bf16"}
     assert set(frame["batch"]) == {64, 1} and list(frame["extrapolated"]) == list(frame["batch"] == 1)
-    assert (gpu["gpu_mem_measure"] == "device_in_use_delta").all() and (gpu["gpu_mem_mib"] > 0).all()
+    assert (gpu["gpu_mem_measure"] == "own_buffers_peak").all() and (gpu["gpu_mem_mib"] > 0).all()
     torch_rows = frame[frame["variant"].str.startswith("torch-")]
     if len(torch_rows):  # 2 batch sizes x 4 settings x eager and graph
         assert len(torch_rows) == 16 and (torch_rows["gpu_mem_mib"] > 0).all()

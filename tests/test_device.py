@@ -125,3 +125,71 @@ def test_open_cuda_makes_the_context_beside_the_target_set_up():
     done = subprocess.run([sys.executable, "-c", GPU_CONTEXT_SCRIPT], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
+
+
+class _Buffer:
+    def __init__(self, size):
+        self.size = size
+
+
+def test_memory_peak_counts_the_runs_own_buffers_at_their_largest(monkeypatch):
+    """MemoryPeak's arithmetic on a stand-in allocation table: buffers that were there before it was made never count
+    (nor does their freeing lower the figure), a new buffer at a reused address counts, and the peak is kept after
+    frees."""
+    from gpunn.device import MemoryPeak
+
+    older, kept = _Buffer(1000), _Buffer(7)
+    table = {1: older, 2: kept}
+    monkeypatch.setattr(MemoryPeak, "_device_buffers", staticmethod(lambda: dict(table)))
+    peak = MemoryPeak()
+    peak.sample()
+    assert peak.peak_bytes == 0
+    del table[1]  # an earlier run's buffer goes while this one builds: no negative figure, no zero from it
+    table[3], table[4] = _Buffer(300), _Buffer(50)
+    peak.sample()
+    assert peak.peak_bytes == 350
+    del table[3]
+    table[1] = _Buffer(20)  # the freed address reused by this run
+    peak.sample()
+    assert peak.peak_bytes == 350
+    table[5] = _Buffer(400)
+    peak.sample()
+    assert peak.peak_bytes == 470
+
+
+def test_memory_peak_is_none_without_an_allocation_table(monkeypatch):
+    from gpunn.device import MemoryPeak
+
+    monkeypatch.setattr(MemoryPeak, "_device_buffers", staticmethod(lambda: None))
+    peak = MemoryPeak()
+    peak.sample()
+    assert peak.peak_bytes is None
+
+
+MEMORY_PEAK_SCRIPT = """
+import numpy as np
+from numba import cuda
+from gpunn.device import MemoryPeak, open_cuda
+
+open_cuda()
+earlier = cuda.device_array(1 << 22, dtype=np.float32)  # 16 MiB held before the measured part
+hold = cuda.device_array((64, 1 << 12), dtype=np.float32)  # 1 MiB that stays
+peak = MemoryPeak()
+run = [cuda.device_array(1 << 18, dtype=np.float32) for _ in range(3)]  # 3 MiB of the run's own
+mapped = cuda.mapped_array(1 << 20, dtype=np.float32)  # host memory: not counted
+del earlier
+peak.sample()
+first = peak.peak_bytes
+del run
+peak.sample()
+print(first, peak.peak_bytes)
+"""
+
+
+@pytest.mark.gpu
+def test_memory_peak_on_the_device_counts_only_this_runs_buffers():
+    """On a GPU, in a fresh process: the run's three 1 MiB buffers, not an earlier buffer freed meanwhile, not a
+    mapped host buffer; the peak outlives the run's frees."""
+    done = subprocess.run([sys.executable, "-c", MEMORY_PEAK_SCRIPT], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == [str(3 << 20)] * 2

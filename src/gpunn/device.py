@@ -147,42 +147,47 @@ def open_cuda() -> None:
 
 
 class MemoryPeak:
-    """The most device memory a run has allocated: `sample()` reads the GPU's memory in use (total - free, from
-    cuMemGetInfo) and keeps the largest reading; `peak_bytes` is that reading minus the one taken when the
-    object was made (after the CUDA context exists), so the context's own few hundred MiB are not counted and
-    the figure is the run's buffers: parameters, gradients, activations, resident data. numba allocates each
-    buffer with cuMemAlloc when it is made and gpunn's engines reuse them, so readings after each epoch and
-    evaluation see the peak. Every process's allocations on the device count: run nothing else on it. None
-    without a real GPU (the simulator has no device memory)."""
+    """The most device memory a run's own buffers held at once: `sample()` adds up the sizes of the device buffers
+    this process's numba context holds (its live cuMemAlloc allocations) that were not there when the object was
+    made, and keeps the largest sum; `peak_bytes` is that sum. So the figure is the run's parameters, gradients,
+    activations, resident data and workspaces, like PyTorch's max_memory_allocated: not the CUDA context, kernel
+    modules or graph executables, and other processes on the device (a parallel test run, a second job) do not
+    count. gpunn's engines allocate their buffers once and reuse them, so readings after each epoch and evaluation
+    see the peak. None without a real GPU (the simulator has no device memory) and under an external numba memory
+    manager (it keeps no allocation table)."""
 
     def __init__(self):
-        self._baseline = self._in_use()
-        self._peak = self._baseline
+        table = self._device_buffers()
+        self._before = table  # holding the objects keeps their ids unique: a reused address is a new object
+        self._peak = 0
 
     @staticmethod
-    def _in_use() -> int | None:
+    def _device_buffers() -> dict | None:
+        """{address: numba memory object} of this process's live device allocations; None where not known."""
         from numba import cuda
 
         if simulator_enabled() or not cuda.is_available():
             return None
-        # no gc.collect(): a buffer is released when its last reference goes (0.1 s a call in a training process,
-        # 1 s of a 10-epoch job); only a buffer caught in a reference cycle would still count
-        context = cuda.current_context()
-        # numba frees device arrays lazily, in batches: run the queued frees so that only live buffers count
-        pending = getattr(getattr(context, "memory_manager", None), "deallocations", None)
-        if pending is not None:
-            pending.clear()
-        free, total = context.get_memory_info()
-        return int(total - free)
+        # numba's default manager keys every live allocation by its address and drops it when its last reference
+        # goes (the frees themselves are queued and run in batches later: the table, not cuMemGetInfo, is what
+        # is live); host memory mapped for the device is in it too
+        table = getattr(getattr(cuda.current_context(), "memory_manager", None), "allocations", None)
+        if table is None:
+            return None
+        from numba.cuda.cudadrv.driver import MappedMemory
+
+        return {key: mem for key, mem in table.items() if not isinstance(mem, MappedMemory)}
 
     def sample(self) -> None:
-        now = self._in_use()
-        if now is not None:
-            self._peak = max(self._peak, now)
+        table = self._device_buffers()
+        if table is None or self._before is None:
+            return
+        new = sum(mem.size for key, mem in table.items() if self._before.get(key) is not mem)
+        self._peak = max(self._peak, int(new))
 
     @property
     def peak_bytes(self) -> int | None:
-        return None if self._baseline is None else self._peak - self._baseline
+        return None if self._before is None else self._peak
 
 
 def describe_device() -> str:

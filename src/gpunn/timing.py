@@ -70,9 +70,13 @@ EPOCH_MODELS = {
 
 # what gpu_mem_mib measures, per gpu_mem_measure
 MEMORY_MEASURES = {
-    "device_in_use_delta": "device memory in use after the variant's epochs minus before it was built (cuMemGetInfo "
-                           "free bytes; numba has no pool: the variant's buffers, resident data, graphs, and the "
-                           "kernel modules it loaded first: one shared with an earlier variant is not counted again)",
+    "own_buffers_peak": "the most device memory the variant's own buffers held (numba's live allocations made "
+                        "after it started: parameters, gradients, activations, resident data, workspaces; not the "
+                        "CUDA context, kernel modules or graphs; other processes on the device do not count), read "
+                        "after its epochs: gpunn.device.MemoryPeak",
+    # benchmark outputs before issue 42's stop 60
+    "device_in_use_delta": "device memory in use after the variant's epochs minus before it was built (cuMemGetInfo: "
+                           "every process's allocations on the device counted)",
     "torch_max_allocated": "torch.cuda.max_memory_allocated from before the data upload to after the epochs (tensors "
                            "only: the caching allocator reserves more)",
 }
@@ -123,7 +127,7 @@ def gpunn_epoch_seconds(variant, model_name, sizes, x, y, batch, lr, epochs, see
     if memory is None or memory.peak_bytes is None:
         return EpochTiming(seconds, loss, float("nan"), "")
     memory.sample()
-    return EpochTiming(seconds, loss, memory.peak_bytes / 2**20, "device_in_use_delta")
+    return EpochTiming(seconds, loss, memory.peak_bytes / 2**20, "own_buffers_peak")
 
 
 def torch_mirror(model, torch):

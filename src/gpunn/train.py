@@ -16,10 +16,10 @@ Outputs of a run directory, all written atomically at the end:
                    ("provenance": device,
                    threads, versions, commit; gpunn.provenance) and the seconds it waited for the timing
                    lock ("timing_lock_wait_s": the timed part runs under gpunn.timing_lock), and for GPU variants
-                   the most device memory the run allocated ("peak_gpu_memory_bytes", gpunn.device.MemoryPeak,
+                   the most device memory the run's own buffers held ("peak_gpu_memory_bytes", gpunn.device.MemoryPeak,
                    sampled after each epoch and evaluation: training buffers, resident data and the evaluation's
-                   forward buffers for batches of EVAL_BATCH; null on the CPU and under the simulator; the full
-                   autoencoder under gpu-graph: 5.0 GB on an H100, 1.9 GB of it training); "diverged" (false, or
+                   forward buffers for batches of EVAL_BATCH, not the CUDA context or kernel modules, nor other
+                   processes on the device; null on the CPU and under the simulator); "diverged" (false, or
                    true for a kept diverged run, with "diverged_epoch", its first diverged epoch, and
                    "diverged_reason", the rule's words) and "epochs_trained" (fewer than the spec's epochs where a
                    kept run stopped at a non-finite loss)

@@ -1,5 +1,6 @@
 #!/bin/bash
-# Issue 42, stop 59's call (written at stop 58; docs/notes/issue-42-progress.md, "Next device session"), from a copy
+# Issue 42, stop 60's call: stop 59's script again (its outputs were lost with that session's machine), the GPU
+# suite now holding the memory measure's test; from a copy
 # under /tmp in the background; $1: output folder. Timed part, one job at a time: the MLP beside PyTorch in its four
 # settings, twice (its ratio nearest the target), the GEMM bench's K-major case (tma_* on temporaries: stop 58's
 # crash).
