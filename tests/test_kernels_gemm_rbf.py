@@ -34,14 +34,14 @@ def _rel_err(got, ref):
     return float(np.abs(got - ref).max() / np.abs(ref).max())
 
 
-def _gpu_rbf(a, b, gamma, version, symmetric=False, **kw):
+def _gpu_rbf(a, b, gamma, version, symmetric=False, out_dtype=np.float64, **kw):
     """The kernel of host a vs b on the device, every output and norm poisoned with NaN first."""
     da = cuda.to_device(a)
     db = da if symmetric else cuda.to_device(b)
     a_sq, b_sq = _nan(a.shape[0]), _nan(b.shape[0])
     R.row_sq_norms(da, a_sq)
     R.row_sq_norms(db, b_sq)
-    out = _nan((a.shape[0], b.shape[0]))
+    out = cuda.to_device(np.full((a.shape[0], b.shape[0]), np.nan, dtype=out_dtype))
     if version == "naive":
         kw.setdefault("block", SMALL_NAIVE_BLOCK)
     launch = R.rbf_gemm(da, db, out, a_sq, b_sq, gamma, version=version, **kw)
@@ -78,6 +78,21 @@ def test_register_blocked_version_at_tile_edges(m, n, k):
     b = rng.standard_normal((n, k)) + 0.3
     got = _gpu_rbf(a, b, gamma * 0.7, R.DEFAULT_VERSION)
     assert _rel_err(got, R.rbf_reference(a, b, gamma * 0.7)) < 1e-13
+
+
+@pytest.mark.parametrize("version", list(R.VERSIONS))
+def test_float32_output_is_the_float64_kernel_rounded_once(version):
+    """out float32 (the GPU SVM's resident kernel): the float64 sums and epilogue, rounded to float32 at the store,
+    so every element equals the float64 reference's float32 rounding but where the two float64 values straddle a
+    rounding boundary (one float32 unit)."""
+    rng = _rng("f32", version)
+    a, gamma = _features(rng, 21, 13)
+    b = rng.standard_normal((11, 13))
+    got = _gpu_rbf(a, b, gamma, version, out_dtype=np.float32)
+    assert got.dtype == np.float32
+    ref = R.rbf_reference(a, b, gamma)
+    assert np.abs(got.astype(np.float64) - ref).max() <= np.spacing(np.float32(1.0)) / 2 * 1.0001
+    assert np.mean(got == ref.astype(np.float32)) > 0.95
 
 
 def test_far_apart_rows_give_zero_and_rounding_never_exceeds_one():

@@ -4,10 +4,11 @@
 
 A (M, K) and B (N, K) are float64 device arrays whose rows are samples (the product is A @ B^T, both operands
 read along K, in place); ``a_sq`` (M,) and ``b_sq`` (N,) their squared row norms (``row_sq_norms``); out (M, N)
-float64. The products accumulate in float64 and the epilogue (the distance clamped at 0, times -gamma, exp) is
-fused into the store. This is the formula scikit-learn's ``rbf_kernel`` evaluates, so the two agree to rounding.
-Float64 because the cancellation in a_sq + b_sq - 2 a.b loses the digits of near neighbours in float32. Own
-kernels, not the float32 versions: those are built around operand mappings this product does not need.
+float64, or float32 (the same float64 sums and epilogue, rounded once as they are stored: the GPU SVM solver's
+resident kernel matrix, gpunn.smo). The products accumulate in float64 and the epilogue (the distance clamped at 0,
+times -gamma, exp) is fused into the store. This is the formula scikit-learn's ``rbf_kernel`` evaluates, so the two
+agree to rounding. Float64 because the cancellation in a_sq + b_sq - 2 a.b loses the digits of near neighbours in
+float32. Own kernels, not the float32 versions: those are built around operand mappings this product does not need.
 
 Versions (``VERSIONS``, dispatcher ``rbf_gemm(..., version=...)``), launchers ``rbf_gemm_<version>``:
 
@@ -80,9 +81,11 @@ def rbf_reference(a, b, gamma) -> np.ndarray:
 
 
 def rbf_shapes(a, b, out, a_sq, b_sq, op="rbf_gemm"):
-    """Validate the operands (float64 device arrays) and return ``(M, N, K)``; ValueError naming the shapes."""
+    """Validate the operands (float64 device arrays; out float64 or float32) and return ``(M, N, K)``; ValueError
+    naming the shapes."""
+    out_dtype = np.float32 if getattr(out, "dtype", None) == np.float32 else np.float64
     for name, x, ndim in (("a", a, 2), ("b", b, 2), ("out", out, 2), ("a_sq", a_sq, 1), ("b_sq", b_sq, 1)):
-        check_device_array(op, name, x, ndim, dtype=np.float64)
+        check_device_array(op, name, x, ndim, dtype=out_dtype if name == "out" else np.float64)
     (m, k), (n, kb) = shape(a), shape(b)
     what = f"{op}: a{shape(a)} @ b{shape(b)}^T -> out{shape(out)}"
     if k != kb:

@@ -1,0 +1,373 @@
+"""The SMO kernels of E6's GPU support-vector solver (gpunn.smo): many binary C-SVC dual problems solved side by
+side, each a slice of one concatenated set of points.
+
+Layout. Problem p owns points ``offsets[p] .. offsets[p + 1]`` of the float64 arrays ``y`` (+1 / -1), ``alpha``
+and ``grad`` (the dual gradient Q alpha - 1, Q_ij = y_i y_j K_ij); point i reads row / column ``rows[i]`` of the
+float32 kernel matrix ``K``. A working set is up to ``Q`` point indices a problem (``ws[p, :ws_count[p]]``).
+
+Versions:
+
+    1 local_smo      one block of Q threads a problem solves its working set with libsvm's pair steps: the
+                     maximal violator i, then j by second-order information (libsvm's WSS 2), the pair's analytic
+                     step clipped to the box, the working set's gradients updated; until the working set's own
+                     violation falls under max(eps, 0.1 x its first) or Q x 10 steps. Reductions are
+                     shared-memory trees (the simulator has no warp shuffles). Writes alpha and the steps' sums
+                     (``delta``: new - old alpha of each working-set point)
+    2 update_grad    grad_i += y_i sum_k y_k delta_k K[rows[ws_k], rows[i]] over each problem's points, in
+                     float64 (a zero delta is skipped: no read)
+    3 decision       dec[t, c] = sum over the support list of classifier c of coef * K[row, t] - rho[c], float64
+                     sums; K here is (kernel rows) x (points to classify): the training matrix itself (it is
+                     symmetric) or a test kernel computed as rbf(train, test)
+
+The float64 NumPy references (``local_smo_ref``, ``update_grad_ref``, ``decision_ref``) run the same steps in
+the same order: the kernels agree with them up to the float32 kernel values they both read.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from numba import cuda, float64, int32
+
+from .jit import jit
+from .launch import bind, check_array
+
+__all__ = ["LOCAL_STEPS_PER_POINT", "TAU", "decision", "decision_ref", "local_smo", "local_smo_ref", "pair_step",
+           "update_grad", "update_grad_ref"]
+
+TAU = 1e-12  # libsvm's floor for a non-positive second derivative (duplicate points)
+LOCAL_STEPS_PER_POINT = 10  # a working set of q points stops after q x this many pair steps
+LOCAL_EPS_SHARE = 0.1  # ... or when its violation falls under max(eps, this share of its first)
+_NEG = -1e300
+_POS = 1e300
+
+
+# --------------------------------------------------------------------------------------------- local solver
+@cuda.jit(device=True, inline=True)
+def _in_up(y, a, c):
+    return (y > 0 and a < c) or (y < 0 and a > 0)
+
+
+@cuda.jit(device=True, inline=True)
+def _in_low(y, a, c):
+    return (y > 0 and a > 0) or (y < 0 and a < c)
+
+
+def pair_step(yi, yj, ai, aj, gi, gj, kii, kjj, kij, c):
+    """libsvm's analytic step on the pair (i, j), clipped to [0, c]: the new (alpha_i, alpha_j). gi, gj: the dual
+    gradient; kii, kjj, kij: kernel values (unsigned: libsvm's Q_ij is y_i y_j K_ij)."""
+    quad = kii + kjj - 2.0 * kij  # the pair's second derivative along its feasible line (either label pairing)
+    if quad <= 0.0:
+        quad = TAU
+    if yi != yj:
+        delta = (-gi - gj) / quad
+        diff = ai - aj
+        ai += delta
+        aj += delta
+        if diff > 0.0:
+            if aj < 0.0:
+                aj = 0.0
+                ai = diff
+        elif ai < 0.0:
+            ai = 0.0
+            aj = -diff
+        if diff > 0.0:
+            if ai > c:
+                ai = c
+                aj = c - diff
+        elif aj > c:
+            aj = c
+            ai = c + diff
+    else:
+        delta = (gi - gj) / quad
+        total = ai + aj
+        ai -= delta
+        aj += delta
+        if total > c:
+            if ai > c:
+                ai = c
+                aj = total - c
+        elif aj < 0.0:
+            aj = 0.0
+            ai = total
+        if total > c:
+            if aj > c:
+                aj = c
+                ai = total - c
+        elif ai < 0.0:
+            ai = 0.0
+            aj = total
+    return ai, aj
+
+
+_pair_step = cuda.jit(device=True, inline=True)(pair_step)
+
+
+@functools.cache
+def _local_smo_kernel(q: int):
+    """The local solver for working sets of up to q points (q a power of two): one block of q threads a problem."""
+
+    @jit
+    def local_smo_kernel(k, rows, y, alpha, grad, ws, ws_count, c, eps, max_steps, delta):
+        val = cuda.shared.array(q, float64)
+        idx = cuda.shared.array(q, int32)
+        low = cuda.shared.array(q, float64)
+        pair = cuda.shared.array(6, float64)  # j's alpha, gradient, label, K_ij; then the step's two deltas
+        pick = cuda.shared.array(2, int32)  # j, stop
+        p = cuda.blockIdx.x
+        t = cuda.threadIdx.x
+        count = ws_count[p]
+        mine = t < count
+        point = ws[p, t] if mine else ws[p, 0]
+        row = rows[point]
+        yt = y[point] if mine else 0.0
+        a = alpha[point] if mine else 0.0
+        a0 = a
+        g = grad[point] if mine else 0.0
+        ktt = float64(k[row, row])
+        local_eps = eps
+        for step in range(max_steps):
+            # i: the largest -y g over the up set (ties: the lowest working-set position)
+            f = -yt * g
+            val[t] = f if mine and _in_up(yt, a, c) else _NEG
+            idx[t] = t
+            cuda.syncthreads()
+            s = q // 2
+            while s > 0:
+                if t < s and (val[t + s] > val[t] or (val[t + s] == val[t] and idx[t + s] < idx[t])):
+                    val[t] = val[t + s]
+                    idx[t] = idx[t + s]
+                cuda.syncthreads()
+                s //= 2
+            gmax = val[0]
+            i = idx[0]
+            cuda.syncthreads()
+            pi = ws[p, i]
+            ri = rows[pi]
+            kii = float64(k[ri, ri])
+            kti = float64(k[ri, row])
+            # j: the largest second-order gain over the low set; the low set's smallest -y g closes the gap
+            in_low = mine and _in_low(yt, a, c)
+            low[t] = f if in_low else _POS
+            obj = _POS
+            if in_low and f < gmax:
+                quad = kii + ktt - 2.0 * kti
+                if quad <= 0.0:
+                    quad = TAU
+                b = gmax - f
+                obj = -(b * b) / quad
+            val[t] = obj
+            idx[t] = t
+            cuda.syncthreads()
+            s = q // 2
+            while s > 0:
+                if t < s:
+                    if val[t + s] < val[t] or (val[t + s] == val[t] and idx[t + s] < idx[t]):
+                        val[t] = val[t + s]
+                        idx[t] = idx[t + s]
+                    if low[t + s] < low[t]:
+                        low[t] = low[t + s]
+                cuda.syncthreads()
+                s //= 2
+            if t == 0:
+                gap = gmax - low[0]
+                if step == 0:
+                    local_eps = max(eps, LOCAL_EPS_SHARE * gap)
+                pick[0] = idx[0]
+                pick[1] = 1 if gap < local_eps or val[0] >= _POS else 0
+            cuda.syncthreads()
+            if pick[1] == 1:
+                break
+            j = pick[0]
+            if t == j:
+                pair[0] = a
+                pair[1] = g
+                pair[2] = yt
+                pair[3] = kti
+            cuda.syncthreads()
+            if t == i:
+                pj = ws[p, j]
+                ai, aj = _pair_step(yt, pair[2], a, pair[0], g, pair[1], ktt, float64(k[rows[pj], rows[pj]]),
+                                    pair[3], c)
+                pair[4] = ai - a
+                pair[5] = aj - pair[0]
+            cuda.syncthreads()
+            yi = y[pi]
+            yj = pair[2]
+            dai = pair[4]
+            daj = pair[5]
+            ktj = float64(k[rows[ws[p, j]], row])
+            if mine:
+                g += yt * (yi * dai * kti + yj * daj * ktj)
+                if t == i:
+                    a += dai
+                if t == j:
+                    a += daj
+            cuda.syncthreads()
+        if mine:
+            alpha[point] = a
+            delta[p, t] = a - a0
+
+    return local_smo_kernel
+
+
+def _check_problem_arrays(op, k, rows, y, alpha, grad):
+    check_array(op, "k", k, 2)
+    if k.shape[0] != k.shape[1] and op == "local_smo":
+        raise ValueError(f"{op}: k must be square (the training kernel), got shape {tuple(k.shape)}")
+    check_array(op, "rows", rows, 1, np.int32)
+    for name, arr in (("y", y), ("alpha", alpha), ("grad", grad)):
+        check_array(op, name, arr, 1, np.float64)
+        if arr.shape[0] != rows.shape[0]:
+            raise ValueError(f"{op}: {name} has {arr.shape[0]} points, rows {rows.shape[0]}")
+
+
+def local_smo(k, rows, y, alpha, grad, ws, ws_count, c: float, eps: float, delta, stream=0, launch=True):
+    """Version 1: each problem's working set ws[p, :ws_count[p]] solved by pair steps (module docstring); alpha
+    updated in place, delta[p, t] = its change; grad is read, not written (update_grad applies the steps)."""
+    op = "local_smo"
+    _check_problem_arrays(op, k, rows, y, alpha, grad)
+    check_array(op, "ws", ws, 2, np.int32)
+    check_array(op, "ws_count", ws_count, 1, np.int32)
+    check_array(op, "delta", delta, 2, np.float64)
+    problems, q = ws.shape
+    if q & (q - 1) or delta.shape != ws.shape or ws_count.shape[0] != problems:
+        raise ValueError(f"{op}: ws {tuple(ws.shape)} needs a power-of-two width, delta of its shape "
+                         f"(got {tuple(delta.shape)}) and one ws_count a row (got {ws_count.shape[0]})")
+    kernel = _local_smo_kernel(q)
+    return bind(kernel, problems, q, (k, rows, y, alpha, grad, ws, ws_count, np.float64(c), np.float64(eps),
+                                      np.int32(LOCAL_STEPS_PER_POINT * q), delta), stream, launch, op)
+
+
+# --------------------------------------------------------------------------------------------- gradient
+UPDATE_THREADS = 256
+
+
+@jit
+def _update_grad_kernel(k, rows, y, grad, starts, stops, ws, ws_count, delta):
+    p = cuda.blockIdx.y
+    i = starts[p] + cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    if i >= stops[p]:
+        return
+    col = rows[i]
+    acc = 0.0
+    for s in range(ws_count[p]):
+        d = delta[p, s]
+        if d != 0.0:  # the same for every thread of the block: a skipped step reads nothing
+            point = ws[p, s]
+            acc += y[point] * d * float64(k[rows[point], col])
+    grad[i] += y[i] * acc
+
+
+def update_grad(k, rows, y, grad, starts, stops, widest: int, ws, ws_count, delta, stream=0, launch=True):
+    """Version 2: grad_i += y_i sum_s y_ws[s] delta[p, s] K[rows[ws[p, s]], rows[i]] for the points i of problem
+    p, starts[p] <= i < stops[p] (one grid row a problem; `widest`: the largest stops[p] - starts[p])."""
+    op = "update_grad"
+    check_array(op, "starts", starts, 1, np.int32)
+    check_array(op, "stops", stops, 1, np.int32)
+    grid = (max(1, math.ceil(widest / UPDATE_THREADS)), ws.shape[0])
+    return bind(_update_grad_kernel, grid, UPDATE_THREADS, (k, rows, y, grad, starts, stops, ws, ws_count, delta),
+                stream, launch, op)
+
+
+# --------------------------------------------------------------------------------------------- decision
+DECISION_THREADS = 128
+
+
+@jit
+def _decision_kernel(k, sv_rows, sv_coef, sv_offsets, rho, dec, points):
+    t = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+    c = cuda.blockIdx.y
+    if t >= points:
+        return
+    acc = 0.0
+    for s in range(sv_offsets[c], sv_offsets[c + 1]):
+        acc += sv_coef[s] * float64(k[sv_rows[s], t])
+    dec[t, c] = acc - rho[c]
+
+
+def decision(k, sv_rows, sv_coef, sv_offsets, rho, dec, stream=0, launch=True):
+    """Version 3: dec (points, classifiers) from k (kernel rows, points), the classifiers' support lists
+    (sv_offsets[c] .. sv_offsets[c + 1] of sv_rows / sv_coef) and rho."""
+    op = "decision"
+    check_array(op, "k", k, 2)
+    check_array(op, "sv_rows", sv_rows, 1, np.int32)
+    check_array(op, "sv_coef", sv_coef, 1, np.float64)
+    check_array(op, "sv_offsets", sv_offsets, 1, np.int32)
+    check_array(op, "rho", rho, 1, np.float64)
+    check_array(op, "dec", dec, 2, np.float64)
+    points, classifiers = dec.shape
+    if k.shape[1] != points or rho.shape[0] != classifiers or sv_offsets.shape[0] != classifiers + 1:
+        raise ValueError(f"{op}: k {tuple(k.shape)}, dec {tuple(dec.shape)}, rho {tuple(rho.shape)} and "
+                         f"sv_offsets {tuple(sv_offsets.shape)} disagree")
+    grid = (math.ceil(points / DECISION_THREADS), classifiers)
+    return bind(_decision_kernel, grid, DECISION_THREADS, (k, sv_rows, sv_coef, sv_offsets, rho, dec, points),
+                stream, launch, op)
+
+
+# --------------------------------------------------------------------------------------------- references
+def local_smo_ref(k, rows, y, alpha, grad, ws, ws_count, c, eps):
+    """local_smo in NumPy float64, the same steps in the same order: returns (new alpha, delta)."""
+    k = np.asarray(k)
+    alpha = np.array(alpha, dtype=np.float64)
+    delta = np.zeros(ws.shape, dtype=np.float64)
+    q = ws.shape[1]
+    for p in range(ws.shape[0]):
+        pts = ws[p, :ws_count[p]]
+        r = rows[pts]
+        yy, a, g = y[pts].astype(np.float64), alpha[pts].copy(), grad[pts].astype(np.float64).copy()
+        kk = k[np.ix_(r, r)].astype(np.float64)
+        diag = np.diag(kk)
+        local_eps = eps
+        for step in range(LOCAL_STEPS_PER_POINT * q):
+            f = -yy * g
+            up = ((yy > 0) & (a < c)) | ((yy < 0) & (a > 0))
+            lo = ((yy > 0) & (a > 0)) | ((yy < 0) & (a < c))
+            if not up.any():
+                break
+            i = int(np.flatnonzero(up)[np.argmax(f[up])])
+            gmax = f[i]
+            gap = gmax - (f[lo].min() if lo.any() else _POS)
+            cand = lo & (f < gmax)
+            quad = diag[i] + diag - 2.0 * kk[i]
+            quad = np.where(quad <= 0.0, TAU, quad)
+            obj = np.where(cand, -((gmax - f) ** 2) / quad, _POS)
+            if step == 0:
+                local_eps = max(eps, LOCAL_EPS_SHARE * gap)
+            if gap < local_eps or not cand.any():
+                break
+            j = int(np.argmin(obj))
+            ai, aj = pair_step(yy[i], yy[j], a[i], a[j], g[i], g[j], diag[i], diag[j], kk[i, j], c)
+            dai, daj = ai - a[i], aj - a[j]
+            g += yy * (yy[i] * dai * kk[i] + yy[j] * daj * kk[j])
+            a[i] += dai
+            a[j] += daj
+        delta[p, :pts.size] = a - alpha[pts]
+        alpha[pts] = a
+    return alpha, delta
+
+
+def update_grad_ref(k, rows, y, grad, starts, stops, ws, ws_count, delta):
+    """update_grad in NumPy float64, each point's sum in the kernel's order."""
+    grad = np.array(grad, dtype=np.float64)
+    for p in range(ws.shape[0]):
+        pts = np.arange(starts[p], stops[p])
+        acc = np.zeros(pts.size)
+        for s in range(ws_count[p]):
+            if delta[p, s] != 0.0:
+                point = ws[p, s]
+                acc += y[point] * delta[p, s] * k[rows[point], rows[pts]].astype(np.float64)
+        grad[pts] += y[pts] * acc
+    return grad
+
+
+def decision_ref(k, sv_rows, sv_coef, sv_offsets, rho) -> np.ndarray:
+    """decision in NumPy float64."""
+    k = np.asarray(k, dtype=np.float64)
+    out = np.empty((k.shape[1], rho.shape[0]))
+    for c in range(rho.shape[0]):
+        s = slice(sv_offsets[c], sv_offsets[c + 1])
+        out[:, c] = sv_coef[s] @ k[sv_rows[s]] - rho[c]
+    return out

@@ -1,0 +1,234 @@
+"""E6's exact SVM solved on the GPU (svm method ``gpu-smo``): scikit-learn SVC's model, solved by SMO kernels of our
+own (gpunn.kernels.smo) on a float32 kernel matrix that stays on the GPU.
+
+The model is libsvm's C-SVC as SVC runs it: one binary problem per pair of classes (a < b in sorted label order;
+a's points +1, b's -1), each the dual min 1/2 a'Qa - e'a, 0 <= a <= C, y'a = 0, solved until its maximal
+violating pair is within ``eps`` (libsvm's 1e-3), its bias by libsvm's rule (the free vectors' mean y g, else the
+middle of the bounds), and predictions by one vote a pair, ties to the lowest class. The 45 problems of ten classes
+are solved side by side: each round selects every unfinished problem's working set on the host (the ``q`` / 2
+largest violators from each side, by -y g), one launch solves all of them (libsvm's second-order pair steps, one
+block a problem), one launch updates every problem's gradient from the kernel rows of the points that moved.
+
+Memory: the training kernel takes 4 n^2 bytes on the GPU (10 GB at n = 50 000) and the test kernel 4 n m; a
+matrix that does not fit is refused with one line (rows computed on demand with a cache are not built).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpunn.errors import GpunnError
+
+EPS = 1e-3  # libsvm's (and SVC's default) stopping tolerance on the maximal violating pair
+WORKING_SET = 512  # points a problem's working set holds (a power of two, at most 1024: one thread each)
+MAX_ROUNDS_PER_POINT = 10  # a problem of n points that needs more than max(1000, this x n / q) rounds is an error
+
+
+@dataclass(frozen=True)
+class PairProblems:
+    """The one-vs-one decomposition: problem p = (classes[pairs[p][0]], classes[pairs[p][1]]) holds the points
+    offsets[p] .. offsets[p + 1] of ``points`` (training row indices: the first class's, then the second's) and
+    ``y`` (+1 for the first class, -1 for the second)."""
+
+    classes: np.ndarray
+    pairs: tuple
+    points: np.ndarray
+    y: np.ndarray
+    offsets: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return len(self.pairs)
+
+
+def one_vs_one(labels: np.ndarray) -> PairProblems:
+    """SVC's binary problems of `labels`, in its order: (0, 1), (0, 2), ..., (1, 2), ... of the sorted classes."""
+    labels = np.asarray(labels)
+    classes = np.unique(labels)
+    if classes.size < 2:
+        raise GpunnError(f"gpu-smo: the training labels hold {classes.size} class(es); an SVM needs at least two")
+    members = [np.flatnonzero(labels == c) for c in classes]
+    pairs, points, ys, offsets = [], [], [], [0]
+    for a in range(classes.size):
+        for b in range(a + 1, classes.size):
+            pairs.append((a, b))
+            points += [members[a], members[b]]
+            ys += [np.ones(members[a].size), -np.ones(members[b].size)]
+            offsets.append(offsets[-1] + members[a].size + members[b].size)
+    return PairProblems(classes, tuple(pairs), np.concatenate(points).astype(np.int32), np.concatenate(ys),
+                        np.asarray(offsets, dtype=np.int64))
+
+
+def violation_sets(y, alpha, c):
+    """libsvm's index sets: up (alpha may grow along y) and low (may shrink)."""
+    up = ((y > 0) & (alpha < c)) | ((y < 0) & (alpha > 0))
+    low = ((y > 0) & (alpha > 0)) | ((y < 0) & (alpha < c))
+    return up, low
+
+
+def gap(y, alpha, grad, c) -> float:
+    """The maximal violating pair's gap, max over up of -y g minus min over low of -y g (libsvm stops under eps)."""
+    f = -y * grad
+    up, low = violation_sets(y, alpha, c)
+    if not up.any() or not low.any():
+        return -np.inf
+    return float(f[up].max() - f[low].min())
+
+
+def select_working_set(y, alpha, grad, c, q: int) -> np.ndarray:
+    """Up to q positions: the q / 2 largest -y g of the up set, then the smallest of the low set (not taken
+    already) until q, then more of the up set; each side in its order, ties to the lower position."""
+    f = -y * grad
+    up, low = violation_sets(y, alpha, c)
+    up_idx, low_idx = np.flatnonzero(up), np.flatnonzero(low)
+    up_order = up_idx[_smallest(-f[up_idx], q)]
+    low_order = low_idx[_smallest(f[low_idx], q)]
+    half = q // 2
+    chosen = list(dict.fromkeys(np.concatenate([up_order[:half], low_order, up_order[half:]]).tolist()))
+    return np.asarray(chosen[:q], dtype=np.int64)
+
+
+def _smallest(values: np.ndarray, q: int) -> np.ndarray:
+    """Positions of the q smallest values in ascending order (ties: the lower position first)."""
+    if values.size > q:
+        keep = np.argpartition(values, q - 1)[:q]
+        return keep[np.lexsort((keep, values[keep]))]
+    return np.lexsort((np.arange(values.size), values))
+
+
+def rho(y, alpha, grad, c) -> float:
+    """libsvm's bias: the mean of y g over the free vectors, else the middle of the bounds the others give."""
+    yg = y * grad
+    free = (alpha > 0) & (alpha < c)
+    if free.any():
+        return float(yg[free].mean())
+    at_upper = alpha >= c
+    ub_mask = (at_upper & (y < 0)) | (~at_upper & (y > 0))
+    lb_mask = (at_upper & (y > 0)) | (~at_upper & (y < 0))
+    ub = yg[ub_mask].min() if ub_mask.any() else np.inf
+    lb = yg[lb_mask].max() if lb_mask.any() else -np.inf
+    return float((ub + lb) / 2)
+
+
+def dual_objective(alpha, grad) -> float:
+    """1/2 a'Qa - e'a from the gradient g = Qa - e: 1/2 a'(g - e)."""
+    return float(0.5 * alpha @ (grad - 1.0))
+
+
+class GpuSmo:
+    """Fit on a device kernel matrix (float32, the training points' rows and columns), predict from a device
+    matrix of (training rows) x (points). ``q``: working-set size (a power of two, at most 1024)."""
+
+    def __init__(self, C: float, eps: float = EPS, q: int = WORKING_SET, log: Callable[[str], None] = print,
+                 progress_every_s: float = 15.0):
+        if not C > 0:
+            raise GpunnError(f"gpu-smo: C must be positive, got {C!r}")
+        if q < 2 or q > 1024 or q & (q - 1):
+            raise GpunnError(f"gpu-smo: the working set must be a power of two from 2 to 1024, got {q}")
+        self.C, self.eps, self.q, self.log, self.progress_every_s = float(C), float(eps), int(q), log, progress_every_s
+
+    def fit(self, k_train, labels: np.ndarray) -> GpuSmo:
+        from numba import cuda
+
+        from gpunn.kernels import smo
+
+        problems = one_vs_one(labels)
+        n_points = problems.points.size
+        sizes = np.diff(problems.offsets)
+        q = min(self.q, 1 << int(max(1, sizes.max() - 1)).bit_length())
+        c, y = self.C, problems.y
+        d_rows = cuda.to_device(problems.points)
+        d_y = cuda.to_device(y)
+        d_alpha = cuda.to_device(np.zeros(n_points))
+        d_grad = cuda.to_device(-np.ones(n_points))
+        limit = np.maximum(1000, MAX_ROUNDS_PER_POINT * sizes // q)
+        rounds = np.zeros(problems.count, dtype=np.int64)
+        active = list(range(problems.count))
+        started = last_line = time.perf_counter()
+        while True:
+            alpha, grad = d_alpha.copy_to_host(), d_grad.copy_to_host()
+            still, sets = [], []
+            for p in active:
+                s, e = problems.offsets[p], problems.offsets[p + 1]
+                if gap(y[s:e], alpha[s:e], grad[s:e], c) < self.eps:
+                    continue
+                if rounds[p] >= limit[p]:
+                    a, b = problems.classes[list(problems.pairs[p])]
+                    raise GpunnError(f"gpu-smo: the problem of classes {a} and {b} did not converge in {rounds[p]} "
+                                     f"rounds (gap {gap(y[s:e], alpha[s:e], grad[s:e], c):.3g} > eps {self.eps})")
+                still.append(p)
+                sets.append(s + select_working_set(y[s:e], alpha[s:e], grad[s:e], c, q))
+            if not still:
+                break
+            ws = np.zeros((len(still), q), dtype=np.int32)
+            counts = np.array([len(w) for w in sets], dtype=np.int32)
+            for row, w in enumerate(sets):
+                ws[row, :w.size] = w
+                ws[row, w.size:] = w[0]
+            d_ws, d_counts = cuda.to_device(ws), cuda.to_device(counts)
+            d_delta = cuda.device_array(ws.shape, dtype=np.float64)
+            smo.local_smo(k_train, d_rows, d_y, d_alpha, d_grad, d_ws, d_counts, c, self.eps, d_delta)
+            starts = problems.offsets[still].astype(np.int32)
+            stops = problems.offsets[np.asarray(still) + 1].astype(np.int32)
+            smo.update_grad(k_train, d_rows, d_y, d_grad, cuda.to_device(starts), cuda.to_device(stops),
+                            int((stops - starts).max()), d_ws, d_counts, d_delta)
+            rounds[still] += 1
+            active = still
+            now = time.perf_counter()
+            if now - last_line >= self.progress_every_s:
+                last_line = now
+                self.log(f"gpu-smo: {problems.count - len(still)} of {problems.count} problems converged after "
+                         f"{now - started:.0f} s ({rounds.max()} rounds)")
+        self._finish(problems, d_alpha.copy_to_host(), d_grad.copy_to_host(), rounds, q)
+        return self
+
+    def _finish(self, problems: PairProblems, alpha, grad, rounds, q) -> None:
+        from numba import cuda
+
+        c, y = self.C, problems.y
+        self.classes_, self.problems_, self.rounds_, self.q_ = problems.classes, problems, rounds, q
+        self.rho_ = np.empty(problems.count)
+        self.objective_ = np.empty(problems.count)
+        sv_rows, sv_coef, offsets = [], [], [0]
+        for p in range(problems.count):
+            s, e = problems.offsets[p], problems.offsets[p + 1]
+            self.rho_[p] = rho(y[s:e], alpha[s:e], grad[s:e], c)
+            self.objective_[p] = dual_objective(alpha[s:e], grad[s:e])
+            sv = np.flatnonzero(alpha[s:e] > 0)
+            sv_rows.append(problems.points[s:e][sv])
+            sv_coef.append(y[s:e][sv] * alpha[s:e][sv])
+            offsets.append(offsets[-1] + sv.size)
+        self.sv_rows_ = np.concatenate(sv_rows).astype(np.int32)
+        self.sv_coef_ = np.concatenate(sv_coef)
+        self.sv_offsets_ = np.asarray(offsets, dtype=np.int32)
+        self.support_ = np.unique(self.sv_rows_)  # training rows that are a support vector of some problem
+        self.alpha_ = alpha
+        self._device = tuple(cuda.to_device(v) for v in (self.sv_rows_, self.sv_coef_, self.sv_offsets_, self.rho_))
+
+    def decision_function(self, k_rows) -> np.ndarray:
+        """(points, problems) decision values from a device (training rows, points) float32 kernel matrix."""
+        from numba import cuda
+
+        from gpunn.kernels import smo
+
+        dec = cuda.device_array((k_rows.shape[1], self.problems_.count), dtype=np.float64)
+        smo.decision(k_rows, *self._device, dec)
+        return dec.copy_to_host()
+
+    def predict(self, k_rows) -> np.ndarray:
+        """Labels by one-vs-one votes (a positive decision votes for the pair's first class), ties to the lowest."""
+        return vote(self.decision_function(k_rows), self.problems_)
+
+
+def vote(dec: np.ndarray, problems: PairProblems) -> np.ndarray:
+    """libsvm's votes: problem (a, b) votes a where its decision value is positive, else b; the most votes win,
+    ties to the lowest class."""
+    votes = np.zeros((dec.shape[0], problems.classes.size), dtype=np.int64)
+    rows = np.arange(dec.shape[0])
+    for p, (a, b) in enumerate(problems.pairs):
+        np.add.at(votes, (rows, np.where(dec[:, p] > 0, a, b)), 1)
+    return problems.classes[np.argmax(votes, axis=1)]

@@ -1,0 +1,132 @@
+"""The GPU SMO solver (gpunn.smo) against libsvm (SVC(kernel="precomputed") on the same float32 kernel values), under
+the simulator on small problems: each binary problem's dual objective, the support vectors, the bias, the
+predictions on every test point; and the edge cases: a class absent from training, duplicate points (some with
+both labels), C at its bounds, a class of one sample, ties in the vote."""
+
+import zlib
+
+import numpy as np
+import pytest
+from numba import cuda
+from sklearn.svm import SVC
+
+from gpunn.errors import GpunnError
+from gpunn.kernels.gemm.rbf import rbf_reference
+from gpunn.smo import GpuSmo, one_vs_one, vote
+
+OBJECTIVE_RTOL = 1e-3  # the issue's bound on each binary problem's dual objective
+
+
+def _rng(*key):
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
+
+
+def _blobs(rng, labels, d=5, spread=1.0):
+    centers = _rng("centers", d).normal(size=(int(np.max(labels)) + 1, d)) * 1.3
+    return centers[labels] + spread * rng.normal(size=(labels.size, d))
+
+
+def _libsvm_objectives(svc, k, labels, problems):
+    """Each binary problem's dual objective from SVC's dual coefficients (libsvm's one-vs-one layout)."""
+    sv, coef = svc.support_, svc.dual_coef_
+    cls = np.searchsorted(problems.classes, labels[sv])
+    out = []
+    for a, b in problems.pairs:
+        ia, ib = np.flatnonzero(cls == a), np.flatnonzero(cls == b)
+        rows = np.concatenate([sv[ia], sv[ib]])
+        c = np.concatenate([coef[b - 1, ia], coef[a, ib]])
+        out.append(0.5 * c @ k[np.ix_(rows, rows)] @ c - np.abs(c).sum())
+    return np.array(out)
+
+
+def _fit_both(x, labels, xt, C, gamma, q=16):
+    k32 = rbf_reference(x, x, gamma).astype(np.float32)
+    kt32 = rbf_reference(x, xt, gamma).astype(np.float32)  # (training rows, test points)
+    k = k32.astype(np.float64)
+    svc = SVC(kernel="precomputed", C=C).fit(k, labels)
+    model = GpuSmo(C, q=q, log=lambda line: None).fit(cuda.to_device(k32), labels)
+    return svc, model, k, kt32
+
+
+def _check_against_libsvm(svc, model, k, kt32, labels, same=None):
+    """`same`: each training row's first identical copy (duplicates share a multiplier between them in any split:
+    the support vectors are compared as those copies)."""
+    problems = model.problems_
+    np.testing.assert_array_equal(model.classes_, svc.classes_)
+    want = _libsvm_objectives(svc, k, labels, problems)
+    np.testing.assert_allclose(model.objective_, want, rtol=OBJECTIVE_RTOL)
+    pred = model.predict(cuda.to_device(kt32))
+    np.testing.assert_array_equal(pred, svc.predict(kt32.T.astype(np.float64)))
+    np.testing.assert_array_equal(model.predict(cuda.to_device(k.astype(np.float32))), svc.predict(k))
+    # the support vectors agree up to the tolerance: a clear one in either solution is one in the other
+    same = np.arange(k.shape[0]) if same is None else same
+    clear = 0.05 * np.abs(svc.dual_coef_).max()  # clear of the stopping tolerance's slack
+    ours = set(same[model.sv_rows_[np.abs(model.sv_coef_) > clear]].tolist())
+    theirs = set(same[svc.support_[np.abs(svc.dual_coef_).max(axis=0) > clear]].tolist())
+    assert ours <= set(same[svc.support_].tolist()) and theirs <= set(same[model.support_].tolist())
+    assert len(ours) >= 3
+
+
+def test_three_classes_match_libsvm_over_several_rounds():
+    rng = _rng("three")
+    labels = rng.integers(0, 3, 61)
+    x, xt = _blobs(rng, labels), _blobs(rng, rng.integers(0, 3, 29))
+    svc, model, k, kt32 = _fit_both(x, labels, xt, C=3.0, gamma=0.2, q=8)
+    assert model.rounds_.max() >= 3  # working sets of 8 out of ~40 points: the rounds' bookkeeping ran
+    _check_against_libsvm(svc, model, k, kt32, labels)
+    np.testing.assert_allclose(model.rho_, -svc.intercept_, atol=5e-3)
+
+
+def test_a_class_absent_from_training_and_one_of_one_sample():
+    """Labels 0, 2 and 5 in training (1, 3, 4 absent; 5 has one sample), test points of every class: the classes
+    are the trained ones, the predictions libsvm's."""
+    rng = _rng("absent")
+    labels = np.concatenate([np.zeros(14, int), np.full(11, 2), [5]])
+    rng.shuffle(labels)
+    x = _blobs(rng, labels)
+    xt = _blobs(rng, np.arange(25) % 6)
+    svc, model, k, kt32 = _fit_both(x, labels, xt, C=2.0, gamma=0.3)
+    np.testing.assert_array_equal(model.classes_, [0, 2, 5])
+    _check_against_libsvm(svc, model, k, kt32, labels)
+
+
+def test_duplicate_points_with_one_and_both_labels():
+    rng = _rng("duplicates")
+    labels = rng.integers(0, 2, 24)
+    x = _blobs(rng, labels, spread=1.5)
+    x = np.vstack([x, x[:5], x[5:8]])  # five repeated with their label, three with the other
+    labels = np.concatenate([labels, labels[:5], 1 - labels[5:8]])
+    same = np.concatenate([np.arange(24), np.arange(8)])
+    xt = _blobs(rng, rng.integers(0, 2, 17))
+    svc, model, k, kt32 = _fit_both(x, labels, xt, C=1.0, gamma=0.25)
+    _check_against_libsvm(svc, model, k, kt32, labels, same)
+
+
+@pytest.mark.parametrize("C", [1e-3, 1e3], ids=["every_alpha_at_C", "hard_margin"])
+def test_C_at_its_bounds(C):
+    rng = _rng("bounds", C)
+    labels = rng.integers(0, 3, 40)
+    x, xt = _blobs(rng, labels, spread=0.8), _blobs(rng, rng.integers(0, 3, 15), spread=0.8)
+    svc, model, k, kt32 = _fit_both(x, labels, xt, C=C, gamma=0.2)
+    _check_against_libsvm(svc, model, k, kt32, labels)
+    if C < 1:  # every multiplier at C: the bias is the middle of its bounds (no free vector)
+        assert np.all(np.isclose(model.alpha_, C) | (model.alpha_ == 0))
+        assert np.mean(np.isclose(model.alpha_, C)) > 0.9
+
+
+def test_votes_tie_to_the_lowest_class():
+    problems = one_vs_one(np.array([4, 7, 9, 4]))
+    assert problems.pairs == ((0, 1), (0, 2), (1, 2))
+    dec = np.array([[1.0, -1.0, 1.0],    # 4, 9, 7: one vote each -> 4
+                    [-1.0, -1.0, 1.0],   # 7, 9, 7 -> 7
+                    [-1.0, 0.0, -1.0]])  # 7, 9 (a zero votes for the second class), 9 -> 9
+    np.testing.assert_array_equal(vote(dec, problems), [4, 7, 9])
+
+
+def test_bad_settings_are_one_line_errors():
+    with pytest.raises(GpunnError, match="C must be positive"):
+        GpuSmo(0.0)
+    with pytest.raises(GpunnError, match="power of two from 2 to 1024"):
+        GpuSmo(1.0, q=48)
+    with pytest.raises(GpunnError, match="at least two"):
+        one_vs_one(np.zeros(5, int))
