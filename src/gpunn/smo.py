@@ -149,7 +149,12 @@ class GpuSmo:
         rounds = np.zeros(problems.count, dtype=np.int64)
         active = list(range(problems.count))
         started = last_line = time.perf_counter()
+        host_s = wait_s = 0.0  # the rounds' copies and selections; their waits for the launches before them
         while True:
+            t0 = time.perf_counter()
+            cuda.synchronize()
+            wait_s += time.perf_counter() - t0
+            t0 = time.perf_counter()
             alpha, grad = d_alpha.copy_to_host(), d_grad.copy_to_host()
             still, sets = [], []
             for p in active:
@@ -163,6 +168,7 @@ class GpuSmo:
                 still.append(p)
                 sets.append(s + select_working_set(y[s:e], alpha[s:e], grad[s:e], c, q))
             if not still:
+                host_s += time.perf_counter() - t0
                 break
             ws = np.zeros((len(still), q), dtype=np.int32)
             counts = np.array([len(w) for w in sets], dtype=np.int32)
@@ -170,6 +176,7 @@ class GpuSmo:
                 ws[row, :w.size] = w
                 ws[row, w.size:] = w[0]
             d_ws, d_counts = cuda.to_device(ws), cuda.to_device(counts)
+            host_s += time.perf_counter() - t0
             d_delta = cuda.device_array(ws.shape, dtype=np.float64)
             smo.local_smo(k_train, d_rows, d_y, d_alpha, d_grad, d_ws, d_counts, c, self.eps, d_delta)
             starts = problems.offsets[still].astype(np.int32)
@@ -184,6 +191,7 @@ class GpuSmo:
                 self.log(f"gpu-smo: {problems.count - len(still)} of {problems.count} problems converged after "
                          f"{now - started:.0f} s ({rounds.max()} rounds)")
         self._finish(problems, d_alpha.copy_to_host(), d_grad.copy_to_host(), rounds, q)
+        self.seconds_ = {"total": time.perf_counter() - started, "host": host_s, "waiting for the GPU": wait_s}
         return self
 
     def _finish(self, problems: PairProblems, alpha, grad, rounds, q) -> None:
