@@ -155,3 +155,55 @@ def test_gpu_ten_classes_with_full_working_sets_match_libsvm():
     pred, want = model.predict(cuda.to_device(kt32)), svc.predict(kt32.T.astype(np.float64))
     assert np.mean(pred == want) >= 0.999
     assert 0.3 < np.mean(want == np.arange(1000) % 10) < 0.99  # neither trivial nor hopeless: the test can fail
+
+
+def _feature_files(tmp_path, rng):
+    labels, test_labels = np.arange(80) % 4, np.arange(36) % 4
+    arrays = {"train_x": _blobs(rng, labels, d=12, spread=1.6).astype(np.float32), "train_y": labels,
+              "test_x": _blobs(rng, test_labels, d=12, spread=1.6).astype(np.float32), "test_y": test_labels}
+    paths = {}
+    for name, arr in arrays.items():
+        paths[name] = tmp_path / f"{name}.npy"
+        np.save(paths[name], arr)
+    return paths
+
+
+def _run_svm(paths, out, **kw):
+    from gpunn.svm import run_svm
+
+    return run_svm(paths["train_x"], paths["train_y"], paths["test_x"], paths["test_y"], out,
+                   log=kw.pop("log", lambda line: None), **kw)
+
+
+def test_svm_method_gpu_smo_gives_libsvm_s_results(tmp_path):
+    """run_svm's gpu-smo route (the simulator's GPU here) against its exact route on the same features: the same
+    accuracies and confusion matrix, its kernel, fit and predict times, its support vectors counted."""
+    paths = _feature_files(tmp_path, _rng("route"))
+    lines = []
+    smo_metrics = _run_svm(paths, tmp_path / "smo", method="gpu-smo", log=lines.append)
+    exact = _run_svm(paths, tmp_path / "exact", method="exact", kernel_device="cpu")
+    assert smo_metrics["method"] == "gpu-smo" and smo_metrics["approximate"] is False
+    assert smo_metrics["kernel_device"] == "gpu" and smo_metrics["provenance"]["device"] == "cuda-simulator"
+    for key in ("train_accuracy", "test_accuracy", "per_class_accuracy", "gamma_value"):
+        assert smo_metrics[key] == exact[key], key
+    assert (tmp_path / "smo" / "confusion.csv").read_text() == (tmp_path / "exact" / "confusion.csv").read_text()
+    assert 0.5 < smo_metrics["test_accuracy"] < 1.0
+    assert smo_metrics["fit_time_s"] >= smo_metrics["kernel_time_s"] > 0
+    assert smo_metrics["predict_time_s"] >= smo_metrics["predict_kernel_time_s"] > 0
+    assert abs(smo_metrics["n_support_vectors"] - exact["n_support_vectors"]) <= 0.05 * exact["n_support_vectors"]
+    assert any("6 binary problems solved in" in line for line in lines)
+
+
+def test_svm_method_gpu_smo_refuses_bad_settings_in_one_line(tmp_path):
+    paths = _feature_files(tmp_path, _rng("route bad"))
+    out = tmp_path / "never"
+    with pytest.raises(GpunnError) as err:
+        _run_svm(paths, out, method="gpu-smo", kernel_device="cpu")
+    assert "kernel_device cpu does not apply" in str(err.value) and "\n" not in str(err.value)
+    x = np.load(paths["train_x"])
+    x[3, 5] = np.nan
+    np.save(paths["train_x"], x)
+    with pytest.raises(GpunnError) as err:
+        _run_svm(paths, out, method="gpu-smo")
+    assert "NaN or inf" in str(err.value) and str(paths["train_x"]) in str(err.value) and "\n" not in str(err.value)
+    assert not out.exists()

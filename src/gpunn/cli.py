@@ -331,8 +331,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "computes the kernel and its float64 matrix fits in memory, else 5000)")
     p.add_argument("--test-subset", type=int_at_least(0, " (0: all)"), default=0,
                    help="stratified test subset size (0: all)")
-    p.add_argument("--method", choices=("exact", "nystroem"), default="exact",
-                   help="exact SVC, or the approximate Nystroem + linear SVM route for large sets")
+    p.add_argument("--method", choices=("exact", "nystroem", "gpu-smo"), default="exact",
+                   help="exact SVC (libsvm), the approximate Nystroem + linear SVM route for large sets, or gpu-smo "
+                        "(SVC's model solved on the GPU by gpunn.smo)")
     p.add_argument("--C", type=positive_float, default=10.0)
     p.add_argument("--gamma", type=_gamma, default="scale", help="'scale', 'auto' or a positive number")
     p.add_argument("--components", type=int_at_least(1), default=2000, help="Nystroem components")

@@ -240,3 +240,64 @@ def vote(dec: np.ndarray, problems: PairProblems) -> np.ndarray:
     for p, (a, b) in enumerate(problems.pairs):
         np.add.at(votes, (rows, np.where(dec[:, p] > 0, a, b)), 1)
     return problems.classes[np.argmax(votes, axis=1)]
+
+
+class GpuSmoRoute:
+    """svm method gpu-smo inside gpunn.svm.run_svm: the float32 training kernel and the (training, test) kernel
+    computed on the GPU from float64 scaled features (gpunn.kernels.gemm.rbf, rounded once as stored) and kept
+    there, GpuSmo fitted on the first and predicting from the second; the GPU is held from the kernels to the last
+    prediction. The interface of svm's precomputed route: kernels(), fit(), predict() and their times."""
+
+    def __init__(self, C: float, gamma_value: float, log: Callable[[str], None]):
+        self.C, self.gamma_value, self.log = C, gamma_value, log
+
+    def kernels(self, xs_train: np.ndarray, xs_test: np.ndarray) -> None:
+        from numba import cuda
+
+        from gpunn.kernels.gemm import rbf
+        from gpunn.rbf_kernel import gb
+
+        n, m, d = xs_train.shape[0], xs_test.shape[0], xs_train.shape[1]
+        need = 4 * n * (n + m) + 8 * d * (n + m) + 16 * (n + m)
+        free = float(cuda.current_context().get_memory_info()[0])
+        if need > 0.9 * free:
+            raise GpunnError(f"svm method gpu-smo: the float32 kernels ({n} x {n} and {n} x {m}) and the float64 "
+                             f"features take {gb(need)} of GPU memory, {gb(free)} free; use a smaller train_subset "
+                             "(kernel rows computed on demand are not built)")
+        t0 = time.perf_counter()
+        d_train = cuda.to_device(np.ascontiguousarray(xs_train, dtype=np.float64))
+        sq_train = cuda.device_array(n, dtype=np.float64)
+        rbf.row_sq_norms(d_train, sq_train)
+        self.train_kernel = cuda.device_array((n, n), dtype=np.float32)
+        rbf.rbf_gemm(d_train, d_train, self.train_kernel, sq_train, sq_train, self.gamma_value)
+        cuda.synchronize()
+        self.kernel_time = time.perf_counter() - t0
+        self.log(f"svm[gpu-smo]: {n} x {n} float32 kernel matrix computed on the gpu in {self.kernel_time:.2f} s")
+        t0 = time.perf_counter()
+        d_test = cuda.to_device(np.ascontiguousarray(xs_test, dtype=np.float64))
+        sq_test = cuda.device_array(m, dtype=np.float64)
+        rbf.row_sq_norms(d_test, sq_test)
+        self.test_kernel = cuda.device_array((n, m), dtype=np.float32)  # (training rows, test points)
+        rbf.rbf_gemm(d_train, d_test, self.test_kernel, sq_train, sq_test, self.gamma_value)
+        cuda.synchronize()
+        self.predict_kernel_time = time.perf_counter() - t0
+
+    def fit(self, y: np.ndarray) -> np.ndarray:
+        """The solver on the training kernel; returns the training predictions (train_predict_time: their seconds)."""
+        self.model = GpuSmo(self.C, log=self.log).fit(self.train_kernel, y)
+        self.support_ = self.model.support_
+        t0 = time.perf_counter()
+        pred = self.model.predict(self.train_kernel)
+        self.train_predict_time = time.perf_counter() - t0
+        self.log(f"svm[gpu-smo]: {problems_line(self.model)}")
+        return pred
+
+    def predict(self) -> np.ndarray:
+        return self.model.predict(self.test_kernel)
+
+
+def problems_line(model: GpuSmo) -> str:
+    """One line on a fitted solver: its problems, rounds, support vectors and where its seconds went."""
+    seconds = ", ".join(f"{k} {v:.2f} s" for k, v in model.seconds_.items())
+    return (f"{model.problems_.count} binary problems solved in {int(model.rounds_.min())}-{int(model.rounds_.max())} "
+            f"rounds of working sets of {model.q_}, {model.support_.size} support vectors ({seconds})")

@@ -49,7 +49,7 @@ from gpunn.rbf_kernel import gb, rbf_kernel_gpu_into, rbf_kernel_into
 from gpunn.report.titles import count
 from gpunn.timing_lock import timing_lock
 
-METHODS = ("exact", "nystroem")
+METHODS = ("exact", "nystroem", "gpu-smo")
 
 # Separate random streams for the train and the test subset, so changing one size never moves the other.
 _TRAIN_STREAM = 0
@@ -227,7 +227,8 @@ def resolve_train_subset(train_subset, n_total: int, method: str, kernel_device:
                          precompute_kernel) -> tuple[int | None, str | None]:
     """The training subset size (None: all rows) and, for ``"auto"``, why. ``kernel_device`` is resolved.
 
-    "auto" takes all rows for the Nystroem route (made for the full set) and for the exact route when the GPU
+    "auto" takes all rows for the Nystroem route (made for the full set) and gpu-smo (its own check of the
+    GPU's memory refuses a set that does not fit), and for the exact route when the GPU
     computes the kernel and its float64 matrix fits in memory (``kernel_fits_in_memory``); otherwise a
     stratified ``AUTO_TRAIN_SUBSET`` rows (libsvm or a CPU BLAS kernel on 50 000 x 8 192 takes hours on a
     small machine; set 0 for all rows where the CPU and memory allow)."""
@@ -240,6 +241,8 @@ def resolve_train_subset(train_subset, n_total: int, method: str, kernel_device:
         return int(train_subset), None
     if method == "nystroem":
         return None, "the Nystroem route is made for the full set"
+    if method == "gpu-smo":
+        return None, "gpu-smo keeps its float32 kernel matrices on the GPU"
     matrix = f"its float64 {n_total} x {n_total} matrix ({gb(kernel_bytes(n_total))})"
     if kernel_device == "gpu" and precompute_kernel is not False and kernel_fits_in_memory(n_total):
         return None, f"the GPU computes the kernel and {matrix} fits in memory"
@@ -378,7 +381,10 @@ def run_svm(
         raise GpunnError(f"svm precompute_kernel must be true, false or 'auto', got {precompute_kernel!r}")
     if kernel_device not in KERNEL_DEVICES:
         raise GpunnError(f"svm kernel_device must be one of {', '.join(KERNEL_DEVICES)}, got {kernel_device!r}")
-    if kernel_device == "gpu" and (method != "exact" or precompute_kernel is False):
+    if method == "gpu-smo" and kernel_device == "cpu":
+        raise GpunnError("svm method gpu-smo solves on the GPU, where it computes its kernel: kernel_device cpu does "
+                         "not apply; use kernel_device auto or gpu, or method exact")
+    if kernel_device == "gpu" and (method == "nystroem" or (method == "exact" and precompute_kernel is False)):
         raise GpunnError("svm kernel_device 'gpu' computes the precomputed kernel of method 'exact'; "
                          f"method {method!r} with precompute_kernel {precompute_kernel!r} computes none: "
                          "use kernel_device auto or cpu")
@@ -400,7 +406,13 @@ def run_svm(
         raise GpunnError(f"{train_y_path}: the training labels hold a single class; an SVM needs at least two")
 
     # where the kernel is computed (the device is probed once, here), and how many training rows follow from it
-    device_name = resolve_kernel_device(kernel_device) if method == "exact" else "cpu"
+    if method == "gpu-smo":
+        from gpunn import device
+
+        device.require_gpu("svm method gpu-smo")
+        device_name = "gpu"
+    else:
+        device_name = resolve_kernel_device(kernel_device) if method == "exact" else "cpu"
     n_train_total, n_test_total = tr_x.shape[0], te_x.shape[0]
     train_n, why = resolve_train_subset(train_subset, n_train_total, method, device_name, precompute_kernel)
     if why is not None:
@@ -427,7 +439,8 @@ def run_svm(
 
     n_train, n_test, n_features = x_train.shape[0], x_test.shape[0], x_train.shape[1]
     fits = kernel_fits_in_memory(n_train, n_test=n_test)
-    precompute = method == "exact" and (precompute_kernel is True or (precompute_kernel == "auto" and fits))
+    precompute = method == "gpu-smo" or (
+        method == "exact" and (precompute_kernel is True or (precompute_kernel == "auto" and fits)))
     if device_name == "gpu" and not precompute:
         if kernel_device == "gpu":
             raise GpunnError(
@@ -449,6 +462,8 @@ def run_svm(
         if n_components < nystroem_components:
             log(f"svm[nystroem]: n_components lowered from {nystroem_components} to n_train = {n_train}")
         extra = f", {n_components} Nystroem components"
+    elif method == "gpu-smo":
+        extra = ", solved on the gpu (float32 kernel matrices resident there)"
     elif precompute:
         extra = f", kernel matrix precomputed on the {device_name}"
     log(f"svm[{method}]: fitting on {n_train} x {n_features} ({classes.size} classes, C={C}, "
@@ -462,9 +477,14 @@ def run_svm(
         gpu = held.enter_context(placement.borrowed_gpu(log)) if precompute and device_name == "gpu" else None
         lock = held.enter_context(timing_lock(f"gpunn svm {method} on {n_train} x {n_features}", log))
         if precompute:
-            model = _PrecomputedRbfSVC(C, gamma_value, device_name, log)
+            if method == "gpu-smo":
+                from gpunn.smo import GpuSmoRoute
+
+                model = GpuSmoRoute(C, gamma_value, log)
+            else:
+                model = _PrecomputedRbfSVC(C, gamma_value, device_name, log)
             model.kernels(xs_train, scaler.transform(x_test))
-            if gpu is not None:
+            if gpu is not None and method == "exact":
                 _release_gpu(gpu)
                 log(f"svm[exact]: GPU {gpu.slot} given back; libsvm fits and predicts on the CPU")
             t0 = time.perf_counter()
@@ -497,7 +517,7 @@ def run_svm(
 
     metrics = {
         "method": method,
-        "approximate": method != "exact",
+        "approximate": method == "nystroem",
         "C": float(C),
         "gamma": gamma if isinstance(gamma, str) else float(gamma),
         "gamma_value": gamma_value,
@@ -524,7 +544,7 @@ def run_svm(
         "timing_lock_wait_s": lock.waited_s,
         "provenance": provenance.collect(uses_gpu=precompute and device_name == "gpu"),
     }
-    if method == "exact":
+    if method != "nystroem":
         metrics["n_support_vectors"] = int((model if precompute else model[-1]).support_.size)
 
     per_class = pd.DataFrame({
@@ -542,7 +562,7 @@ def run_svm(
     write_csv(out_dir / "confusion.csv", confusion)
     confusion_matrix_figure(
         matrix, names, out_dir / "confusion.png",
-        f"SVM ({method}{', approximate' if method != 'exact' else ''}): test accuracy {100 * test_acc:.2f} % "
+        f"SVM ({method}{', approximate' if method == 'nystroem' else ''}): test accuracy {100 * test_acc:.2f} % "
         f"(n_train={n_train}{f', a stratified subset of {n_train_total}' if train_is_subset else ''})")
     write_json(out_dir / "metrics.json", metrics)
     log(f"svm[{method}]: train accuracy {100 * train_acc:.2f} %, test accuracy {100 * test_acc:.2f} %"

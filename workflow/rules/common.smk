@@ -269,9 +269,12 @@ def rule_resources(rule, timed=False, gpu=0, borrow=False):
 
 def svm_kernel_device():
     """E6's kernel_device as the svm job gets it: auto stays auto (the job looks for a real GPU itself), except
-    under gpu.simulator, where it is cpu (auto never picks the simulator; kernel_device: gpu runs there).
+    under gpu.simulator, where it is cpu (auto never picks the simulator; kernel_device: gpu runs there); gpu for
+    method gpu-smo.
     gpu.enabled false has made it cpu already (gpunn.config)."""
     device = config["experiments"]["e6"]["kernel_device"]
+    if config["experiments"]["e6"]["method"] == "gpu-smo":
+        return "gpu"  # it solves on the GPU (under gpu.simulator, the simulated one), where it computes its kernel
     return "cpu" if device == "auto" and config["gpu"]["simulator"] else device
 
 

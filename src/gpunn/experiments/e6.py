@@ -213,11 +213,15 @@ def check(config: dict) -> None:
 
 
 def without_gpu(config: dict) -> list[str]:
-    """The SVM kernel is computed on the CPU (kernel_device auto or gpu becomes cpu)."""
+    """The SVM kernel is computed on the CPU (kernel_device auto or gpu becomes cpu); method gpu-smo becomes exact."""
     e6 = config["experiments"]["e6"]
     asked, e6["kernel_device"] = e6["kernel_device"], "cpu"
-    return (["E6's SVM kernel is computed on the CPU (experiments.e6.kernel_device: gpu ignored)"]
-            if asked == "gpu" else [])
+    notes = (["E6's SVM kernel is computed on the CPU (experiments.e6.kernel_device: gpu ignored)"]
+             if asked == "gpu" else [])
+    if e6["method"] == "gpu-smo":
+        e6["method"] = "exact"
+        notes.append("E6's SVM is libsvm's (experiments.e6.method: gpu-smo solves on the GPU; exact instead)")
+    return notes
 
 
 EXPERIMENT = Experiment(
