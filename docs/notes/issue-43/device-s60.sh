@@ -5,7 +5,7 @@ out=$1; mkdir -p "$out"
 exec > "$out/run.log" 2>&1
 set -x
 nvidia-smi -L
-timeout 420 python docs/notes/issue-43/smo_probe.py "$out" > "$out/probe.log" 2>&1
+timeout 420 python docs/notes/issue-43/smo_probe.py "$out" 50000 5000 > "$out/probe.log" 2>&1
 echo PROBE-END $?
 timeout 300 python -m pytest -m gpu -q -p no:cacheprovider tests/test_smo.py tests/test_kernels_smo.py \
   tests/test_kernels_gemm_rbf.py > "$out/test-gpu.log" 2>&1

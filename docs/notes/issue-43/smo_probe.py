@@ -1,11 +1,11 @@
 """Issue 43, stop 60's probe of gpunn.smo on a GPU (not a test; run from the repository root with PYTHONPATH=src):
     python docs/notes/issue-43/smo_probe.py OUT [n_train n_sub n_test dim]   (defaults: E6's 50000 10000 10000 8192)
-1. E6's shape with synthetic features (10 overlapping Gaussian classes in 8 192 dimensions, standardised, gamma
+1. A stratified subset of n_sub training rows: libsvm (SVC precomputed on the same float32 kernel values) beside
+   gpu-smo: each pair's dual objective, prediction agreement on the test points, accuracies, times.
+2. E6's shape with synthetic features (10 overlapping Gaussian classes in 8 192 dimensions, standardised, gamma
    'scale' = 1 / D): the float32 training kernel and the (train, test) kernel computed on the GPU, gpu-smo's fit
    (C = 10) and its predictions, each timed after a sync.
-2. A stratified subset of n_sub training rows: libsvm (SVC precomputed on the same float32 kernel values) beside
-   gpu-smo: each pair's dual objective, prediction agreement on the test points, accuracies, times.
-Writes OUT/probe.json and prints a summary."""
+Writes OUT/probe.json after each part and prints a summary."""
 
 import json
 import sys
@@ -66,21 +66,6 @@ def kernel(a, b):
 
 
 kernel(x[:64], x[:64])  # compile
-k_train, facts["kernel_s"] = clock(lambda: kernel(x, x))
-k_test, facts["test_kernel_s"] = clock(lambda: kernel(x, xt))
-log(f"kernels: train {facts['kernel_s']:.2f} s, test {facts['test_kernel_s']:.2f} s")
-GpuSmo(C, log=log).fit(kernel(x[:300], x[:300]), y[:300])  # compile the solver's kernels
-model, facts["fit_s"] = clock(lambda: GpuSmo(C, log=log).fit(k_train, y))
-facts["fit_parts_s"] = model.seconds_
-facts["rounds"] = model.rounds_.tolist()
-facts["support_vectors"] = int(model.support_.size)
-pred, facts["predict_s"] = clock(lambda: model.predict(k_test))
-facts["test_accuracy"] = float(np.mean(pred == yt))
-facts["train_accuracy"] = float(np.mean(model.predict(k_train) == y))
-log(f"gpu-smo full: fit {facts['fit_s']:.2f} s {model.seconds_}, rounds max {max(facts['rounds'])}, "
-    f"{facts['support_vectors']} SVs, predict {facts['predict_s']:.2f} s, test acc {facts['test_accuracy']:.4f}")
-k_train = k_test = None  # their 12 GB go before the subset
-
 # the subset beside libsvm
 from sklearn.svm import SVC  # noqa: E402
 
@@ -94,7 +79,8 @@ facts["sub_libsvm_fit_s"] = time.perf_counter() - t0
 t0 = time.perf_counter()
 ref = svc.predict(kst_host.T)
 facts["sub_libsvm_predict_s"] = time.perf_counter() - t0
-mod, facts["sub_fit_s"] = clock(lambda: GpuSmo(C, log=log).fit(ks, y[sub]))
+GpuSmo(C, log=log).fit(kernel(x[:300], x[:300]), y[:300])  # compile the solver's kernels
+mod, facts["sub_fit_s"] = clock(lambda: GpuSmo(C, log=log, progress_every_s=5).fit(ks, y[sub]))
 got = mod.predict(kst)
 facts.update(sub_n=int(sub.size), sub_agreement=float(np.mean(got == ref)),
              sub_acc_gpu=float(np.mean(got == yt)), sub_acc_libsvm=float(np.mean(ref == yt)),
@@ -110,5 +96,22 @@ for p, (a, b) in enumerate(mod.problems_.pairs):
     obj = 0.5 * cc @ ks_host[np.ix_(rows, rows)] @ cc - np.abs(cc).sum()
     rel.append(abs(mod.objective_[p] - obj) / abs(obj))
 facts["sub_objective_rel_max"] = float(max(rel))
+(out / "probe.json").write_text(json.dumps(facts, indent=1) + "\n")
+log("subset done: " + json.dumps(facts))
+ks = kst = None
+
+k_train, facts["kernel_s"] = clock(lambda: kernel(x, x))
+k_test, facts["test_kernel_s"] = clock(lambda: kernel(x, xt))
+log(f"kernels: train {facts['kernel_s']:.2f} s, test {facts['test_kernel_s']:.2f} s")
+model, facts["fit_s"] = clock(lambda: GpuSmo(C, log=log, progress_every_s=5).fit(k_train, y))
+facts["fit_parts_s"] = model.seconds_
+facts["rounds"] = model.rounds_.tolist()
+facts["support_vectors"] = int(model.support_.size)
+pred, facts["predict_s"] = clock(lambda: model.predict(k_test))
+facts["test_accuracy"] = float(np.mean(pred == yt))
+facts["train_accuracy"] = float(np.mean(model.predict(k_train) == y))
+log(f"gpu-smo full: fit {facts['fit_s']:.2f} s {model.seconds_}, rounds max {max(facts['rounds'])}, "
+    f"{facts['support_vectors']} SVs, predict {facts['predict_s']:.2f} s, test acc {facts['test_accuracy']:.4f}")
+
 log(json.dumps({k: v for k, v in facts.items() if k != "rounds"}))
 (out / "probe.json").write_text(json.dumps(facts, indent=1) + "\n")
