@@ -142,8 +142,8 @@ def test_gpu_ten_classes_with_full_working_sets_match_libsvm():
         pytest.skip("needs a real GPU, not the CUDA simulator")
     rng = _rng("gpu ten")
     labels = np.arange(3000) % 10
-    x = _blobs(rng, labels, d=256, spread=3.0)
-    xt = _blobs(rng, np.arange(1000) % 10, d=256, spread=3.0)
+    x = _blobs(rng, labels, d=256, spread=8.0)  # libsvm's test accuracy here: 77.2 %
+    xt = _blobs(rng, np.arange(1000) % 10, d=256, spread=8.0)
     gamma = 1.0 / (256 * x.var())
     k32 = rbf_reference(x, x, gamma).astype(np.float32)
     kt32 = rbf_reference(x, xt, gamma).astype(np.float32)
