@@ -207,3 +207,38 @@ def test_svm_method_gpu_smo_refuses_bad_settings_in_one_line(tmp_path):
         _run_svm(paths, out, method="gpu-smo")
     assert "NaN or inf" in str(err.value) and str(paths["train_x"]) in str(err.value) and "\n" not in str(err.value)
     assert not out.exists()
+
+
+def test_a_rounds_selection_equals_the_problem_by_problem_one():
+    """select_round (every active problem at once) against gap() and select_working_set() one problem at a time, on
+    states with many tied values (as the first rounds have), multipliers at both bounds, problems of other sizes,
+    a converged problem and one whose low side is empty; and _smallest against a stable sort."""
+    from gpunn.smo import gap, select_round, select_working_set
+
+    rng = _rng("rounds")
+    problems = one_vs_one(np.repeat([0, 1, 2, 3], [40, 23, 9, 31]))
+    n, c, q, eps = problems.points.size, 2.0, 16, 1e-3
+    alpha = rng.choice([0.0, c, 0.7], n)
+    grad = rng.choice([-1.0, -0.5, 0.25], n) + (rng.random(n) < 0.3) * rng.normal(size=n)
+    y = problems.y
+    s1, e1 = problems.offsets[1], problems.offsets[2]
+    grad[s1:e1], alpha[s1:e1] = -y[s1:e1] * 0.5, 0.7  # problem 1: every -y g equal, converged
+    s4, e4 = problems.offsets[4], problems.offsets[5]
+    alpha[s4:e4] = np.where(y[s4:e4] > 0, 0.0, c)  # problem 4: the low side empty
+    active = [0, 1, 2, 4, 5]
+    still, sets = select_round(y, alpha, grad, c, problems.offsets, active, q, eps)
+    want = [p for p in active
+            if gap(y[problems.offsets[p]:problems.offsets[p + 1]], alpha[problems.offsets[p]:problems.offsets[p + 1]],
+                   grad[problems.offsets[p]:problems.offsets[p + 1]], c) >= eps]
+    assert still == want and 1 not in still and 4 not in still and len(still) == 3
+    for p, got in zip(still, sets):
+        s, e = problems.offsets[p], problems.offsets[p + 1]
+        np.testing.assert_array_equal(got, s + select_working_set(y[s:e], alpha[s:e], grad[s:e], c, q))
+        assert len(set(got.tolist())) == got.size == min(q, e - s)
+
+    from gpunn.smo import _smallest
+
+    values = rng.choice([3.0, 1.0, 2.0, np.inf], 57)
+    for k in (1, 5, 20, 57):
+        stable = np.argsort(values, kind="stable")
+        np.testing.assert_array_equal(_smallest(values, k), stable[:k][np.isfinite(values[stable[:k]])])

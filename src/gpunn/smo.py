@@ -93,11 +93,42 @@ def select_working_set(y, alpha, grad, c, q: int) -> np.ndarray:
 
 
 def _smallest(values: np.ndarray, q: int) -> np.ndarray:
-    """Positions of the q smallest values in ascending order (ties: the lower position first)."""
-    if values.size > q:
-        keep = np.argpartition(values, q - 1)[:q]
-        return keep[np.lexsort((keep, values[keep]))]
-    return np.lexsort((np.arange(values.size), values))
+    """Positions of the q smallest values in (value, position) order: the first q of a stable sort, found without
+    sorting them all (infinite values are never taken)."""
+    keep = np.argpartition(values, q - 1)[:q] if values.size > q else np.arange(values.size)
+    return _first_by_value(values, keep, q)
+
+
+def _first_by_value(values: np.ndarray, candidates: np.ndarray, q: int) -> np.ndarray:
+    """The first q positions in (value, position) order, given `candidates`: any q positions holding the q smallest
+    values (argpartition's, whose choice among ties at the q-th value is its own); finite values only."""
+    if candidates.size == 0:
+        return candidates
+    kth = values[candidates].max()
+    below = np.flatnonzero(values < kth)
+    keep = np.concatenate([below, np.flatnonzero(values == kth)[: q - below.size]])
+    keep = keep[np.isfinite(values[keep])]
+    return keep[np.lexsort((keep, values[keep]))]
+
+
+def select_round(y, alpha, grad, c, offsets, active, q: int, eps: float):
+    """One round's bookkeeping for the problems `active` (their points offsets[p] .. offsets[p + 1]): those whose gap
+    is still at least eps, and for each its working set (global positions), the same as gap() and
+    select_working_set() give problem by problem, with -y g and the index sets computed once for all."""
+    f = -y * grad
+    up, low = violation_sets(y, alpha, c)
+    up_key = np.where(up, -f, np.inf)  # the up side's largest -y g first
+    low_key = np.where(low, f, np.inf)  # the low side's smallest first
+    still, sets, half = [], [], q // 2
+    for p in active:
+        s, e = offsets[p], offsets[p + 1]
+        if -up_key[s:e].min() - low_key[s:e].min() < eps:  # -inf where a side is empty
+            continue
+        up_order, low_order = _smallest(up_key[s:e], q), _smallest(low_key[s:e], q)
+        cols = list(dict.fromkeys(np.concatenate([up_order[:half], low_order, up_order[half:]]).tolist()))[:q]
+        still.append(p)
+        sets.append(s + np.asarray(cols, dtype=np.int64))
+    return still, sets
 
 
 def rho(y, alpha, grad, c) -> float:
@@ -156,17 +187,14 @@ class GpuSmo:
             wait_s += time.perf_counter() - t0
             t0 = time.perf_counter()
             alpha, grad = d_alpha.copy_to_host(), d_grad.copy_to_host()
-            still, sets = [], []
-            for p in active:
+            still, sets = select_round(y, alpha, grad, c, problems.offsets, active, q, self.eps)
+            late = [p for p in still if rounds[p] >= limit[p]]
+            if late:
+                p = late[0]
                 s, e = problems.offsets[p], problems.offsets[p + 1]
-                if gap(y[s:e], alpha[s:e], grad[s:e], c) < self.eps:
-                    continue
-                if rounds[p] >= limit[p]:
-                    a, b = problems.classes[list(problems.pairs[p])]
-                    raise GpunnError(f"gpu-smo: the problem of classes {a} and {b} did not converge in {rounds[p]} "
-                                     f"rounds (gap {gap(y[s:e], alpha[s:e], grad[s:e], c):.3g} > eps {self.eps})")
-                still.append(p)
-                sets.append(s + select_working_set(y[s:e], alpha[s:e], grad[s:e], c, q))
+                a, b = problems.classes[list(problems.pairs[p])]
+                raise GpunnError(f"gpu-smo: the problem of classes {a} and {b} did not converge in {rounds[p]} "
+                                 f"rounds (gap {gap(y[s:e], alpha[s:e], grad[s:e], c):.3g} > eps {self.eps})")
             if not still:
                 host_s += time.perf_counter() - t0
                 break
