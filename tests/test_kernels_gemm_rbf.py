@@ -154,3 +154,33 @@ def test_e6_width_on_the_gpu():
         np.testing.assert_allclose(got, ref, rtol=TOL, atol=0)
     got = _gpu_rbf(a, a, gamma, R.DEFAULT_VERSION, symmetric=True)
     assert _rel_err(got, rbf_kernel(a, gamma=gamma)) < TOL
+
+
+def test_mirror_upper_completes_the_lower_triangle():
+    """mirror_upper on a 37 x 37 float32 matrix (two tiles each way, the second partial) whose lower triangle is NaN:
+    the reference's matrix, bit for bit, the diagonal and the upper triangle untouched."""
+    upper = np.triu(_rng("mirror").random((37, 37)).astype(np.float32))
+    a = np.where(np.triu(np.ones((37, 37), bool)), upper, np.nan).astype(np.float32)
+    d = cuda.to_device(a)
+    R.mirror_upper(d)
+    got = d.copy_to_host()
+    np.testing.assert_array_equal(got, R.mirror_upper_reference(a))
+    np.testing.assert_array_equal(got, got.T)
+    np.testing.assert_array_equal(np.triu(got), np.triu(a))
+
+
+def test_float32_kernel_from_row_blocks_and_mirror_equals_the_whole():
+    """The GPU SVM's training kernel as it is made: row blocks from the diagonal on, written into a strided view of
+    the float32 matrix, then mirrored: equal to the float32 kernel computed whole."""
+    rng = _rng("blocks")
+    x, gamma = _features(rng, 23, 7)
+    whole = _gpu_rbf(x, x, gamma, R.DEFAULT_VERSION, symmetric=True, out_dtype=np.float32)
+    dx = cuda.to_device(x)
+    sq = cuda.device_array(23)
+    R.row_sq_norms(dx, sq)
+    k = cuda.to_device(np.full((23, 23), np.nan, dtype=np.float32))
+    for start in range(0, 23, 10):
+        stop = min(23, start + 10)
+        R.rbf_gemm(dx[start:stop], dx[start:], k[start:stop, start:], sq[start:stop], sq[start:], gamma)
+    R.mirror_upper(k)
+    np.testing.assert_array_equal(k.copy_to_host(), whole)

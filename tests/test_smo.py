@@ -175,9 +175,11 @@ def _run_svm(paths, out, **kw):
                    log=kw.pop("log", lambda line: None), **kw)
 
 
-def test_svm_method_gpu_smo_gives_libsvm_s_results(tmp_path):
+def test_svm_method_gpu_smo_gives_libsvm_s_results(tmp_path, monkeypatch):
     """run_svm's gpu-smo route (the simulator's GPU here) against its exact route on the same features: the same
-    accuracies and confusion matrix, its kernel, fit and predict times, its support vectors counted."""
+    accuracies and confusion matrix, its kernel, fit and predict times, its support vectors counted. Its training
+    kernel in three row blocks (from the diagonal on, then mirrored)."""
+    monkeypatch.setattr("gpunn.smo.KERNEL_BLOCK_ROWS", 32)
     paths = _feature_files(tmp_path, _rng("route"))
     lines = []
     smo_metrics = _run_svm(paths, tmp_path / "smo", method="gpu-smo", log=lines.append)

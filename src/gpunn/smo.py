@@ -25,6 +25,7 @@ from gpunn.errors import GpunnError
 
 EPS = 1e-3  # libsvm's (and SVC's default) stopping tolerance on the maximal violating pair
 WORKING_SET = 512  # points a problem's working set holds (a power of two, at most 1024: one thread each)
+KERNEL_BLOCK_ROWS = 4096  # the training kernel's row blocks, each computed from the diagonal on, then mirrored
 MAX_ROUNDS_PER_POINT = 10  # a problem of n points that needs more than max(1000, this x n / q) rounds is an error
 
 
@@ -271,10 +272,11 @@ def vote(dec: np.ndarray, problems: PairProblems) -> np.ndarray:
 
 
 class GpuSmoRoute:
-    """svm method gpu-smo inside gpunn.svm.run_svm: the float32 training kernel and the (training, test) kernel
-    computed on the GPU from float64 scaled features (gpunn.kernels.gemm.rbf, rounded once as stored) and kept
-    there, GpuSmo fitted on the first and predicting from the second; the GPU is held from the kernels to the last
-    prediction. The interface of svm's precomputed route: kernels(), fit(), predict() and their times."""
+    """svm method gpu-smo inside gpunn.svm.run_svm: the float32 training kernel (its row blocks from the diagonal
+    on, the rest mirrored) and the (training, test) kernel computed on the GPU from float64 scaled features
+    (gpunn.kernels.gemm.rbf, rounded once as stored) and kept there, GpuSmo fitted on the first and predicting from
+    the second; the GPU is held from the kernels to the last prediction. The interface of svm's precomputed route:
+    kernels(), fit(), predict() and their times."""
 
     def __init__(self, C: float, gamma_value: float, log: Callable[[str], None]):
         self.C, self.gamma_value, self.log = C, gamma_value, log
@@ -296,8 +298,12 @@ class GpuSmoRoute:
         d_train = cuda.to_device(np.ascontiguousarray(xs_train, dtype=np.float64))
         sq_train = cuda.device_array(n, dtype=np.float64)
         rbf.row_sq_norms(d_train, sq_train)
-        self.train_kernel = cuda.device_array((n, n), dtype=np.float32)
-        rbf.rbf_gemm(d_train, d_train, self.train_kernel, sq_train, sq_train, self.gamma_value)
+        self.train_kernel = k = cuda.device_array((n, n), dtype=np.float32)
+        for start in range(0, n, KERNEL_BLOCK_ROWS):  # each row block from the diagonal on: half of the FLOP
+            stop = min(n, start + KERNEL_BLOCK_ROWS)
+            rbf.rbf_gemm(d_train[start:stop], d_train[start:], k[start:stop, start:], sq_train[start:stop],
+                         sq_train[start:], self.gamma_value)
+        rbf.mirror_upper(k)
         cuda.synchronize()
         self.kernel_time = time.perf_counter() - t0
         self.log(f"svm[gpu-smo]: {n} x {n} float32 kernel matrix computed on the gpu in {self.kernel_time:.2f} s")

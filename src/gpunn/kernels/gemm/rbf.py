@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import cuda, float64, uint32
+from numba import cuda, float32, float64, uint32
 
 from gpunn import device
 
@@ -45,6 +45,8 @@ __all__ = [
     "R_THREADS",
     "SIMULATOR_NORM_THREADS",
     "VERSIONS",
+    "mirror_upper",
+    "mirror_upper_reference",
     "rbf_gemm",
     "rbf_gemm_naive",
     "rbf_gemm_regblock64",
@@ -354,6 +356,54 @@ def row_sq_norms(x, out, threads=None, stream=0, launch=True) -> Launch:
     device.check_block(op, threads, row_sq_norms_kernel)
     return bind(row_sq_norms_kernel, grid_for(m, threads), threads, (x, out, (np.uint32(m), np.uint32(k))),
                 stream, launch, op)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The lower triangle from the upper: a symmetric kernel matrix computed from its diagonal on (row blocks of
+# columns [start, n)) is completed on the device by a tiled transpose.
+
+MIRROR_TILE = 32
+MIRROR_ROWS = 8  # threads per tile column: a (32, 8) block moves a 32 x 32 tile
+
+
+@jit
+def mirror_upper_kernel(a, n):
+    tile = cuda.shared.array((MIRROR_TILE, MIRROR_TILE + 1), float32)  # +1: no bank conflicts on the transpose
+    bi = cuda.blockIdx.y  # the lower tile written: rows bi, columns bj
+    bj = cuda.blockIdx.x
+    if bj > bi:
+        return
+    tx = cuda.threadIdx.x
+    for r in range(cuda.threadIdx.y, MIRROR_TILE, MIRROR_ROWS):  # the upper tile (bj, bi), read along its rows
+        i = bj * MIRROR_TILE + r
+        j = bi * MIRROR_TILE + tx
+        if i < n and j < n:
+            tile[r, tx] = a[i, j]
+    cuda.syncthreads()
+    for r in range(cuda.threadIdx.y, MIRROR_TILE, MIRROR_ROWS):
+        i = bi * MIRROR_TILE + r
+        j = bj * MIRROR_TILE + tx
+        if i < n and j < n and i > j:
+            a[i, j] = tile[tx, r]
+
+
+def mirror_upper(a, stream=0, launch=True) -> Launch:
+    """a[i, j] = a[j, i] below the diagonal of a square float32 device array (the upper triangle is read, the
+    diagonal and above are not written)."""
+    op = "mirror_upper"
+    check_device_array(op, "a", a, 2, dtype=np.float32)
+    n = shape(a)[0]
+    if shape(a) != (n, n):
+        raise ValueError(f"{op}: a must be square, got {shape(a)}")
+    tiles = cdiv(n, MIRROR_TILE)
+    return bind(mirror_upper_kernel, (tiles, tiles), (MIRROR_TILE, MIRROR_ROWS), (a, np.int64(n)), stream, launch,
+                op)
+
+
+def mirror_upper_reference(a) -> np.ndarray:
+    """The upper triangle (diagonal included) of a host array and its transpose below."""
+    upper = np.triu(np.asarray(a))
+    return upper + np.triu(upper, 1).T
 
 
 # ---------------------------------------------------------------------------------------------------------
