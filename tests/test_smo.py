@@ -244,3 +244,17 @@ def test_a_rounds_selection_equals_the_problem_by_problem_one():
     for k in (1, 5, 20, 57):
         stable = np.argsort(values, kind="stable")
         np.testing.assert_array_equal(_smallest(values, k), stable[:k][np.isfinite(values[stable[:k]])])
+
+
+def test_warm_up_launches_on_a_two_point_problem_and_leaves_no_state():
+    """warm_up runs each kernel once (their compilation outside a timed fit); a fit after it is the same."""
+    rng = _rng("warm")
+    labels = rng.integers(0, 2, 20)
+    x = _blobs(rng, labels)
+    k32 = rbf_reference(x, x, 0.2).astype(np.float32)
+    solver = GpuSmo(1.0, q=8, log=lambda line: None)
+    solver.warm_up()
+    first = solver.fit(cuda.to_device(k32), labels).alpha_.copy()
+    np.testing.assert_array_equal(GpuSmo(1.0, q=8, log=lambda line: None).fit(cuda.to_device(k32), labels).alpha_,
+                                  first)
+    assert solver.width(one_vs_one(labels)) == 8

@@ -163,6 +163,31 @@ class GpuSmo:
             raise GpunnError(f"gpu-smo: the working set must be a power of two from 2 to 1024, got {q}")
         self.C, self.eps, self.q, self.log, self.progress_every_s = float(C), float(eps), int(q), log, progress_every_s
 
+    def width(self, problems: PairProblems) -> int:
+        """The working sets' width for these problems: q, or the power of two just above the largest problem."""
+        return min(self.q, 1 << int(max(1, np.diff(problems.offsets).max() - 1)).bit_length())
+
+    def warm_up(self, q: int | None = None) -> None:
+        """Launch each kernel once on a two-point problem with working sets of q points (default: this solver's),
+        so that their compilation (or their load from the kernel cache) is not inside a timed fit."""
+        from numba import cuda
+
+        from gpunn.kernels import smo
+
+        q = self.q if q is None else q
+        k = cuda.to_device(np.eye(2, dtype=np.float32))
+        rows, y = cuda.to_device(np.arange(2, dtype=np.int32)), cuda.to_device(np.array([1.0, -1.0]))
+        alpha, grad = cuda.to_device(np.zeros(2)), cuda.to_device(-np.ones(2))
+        ws = np.zeros((1, q), dtype=np.int32)
+        ws[0, 1] = 1
+        d_ws, counts, delta = cuda.to_device(ws), cuda.to_device(np.array([2], np.int32)), cuda.device_array((1, q))
+        smo.local_smo(k, rows, y, alpha, grad, d_ws, counts, self.C, self.eps, delta)
+        ends = cuda.to_device(np.array([0, 2], np.int32))
+        smo.update_grad(k, rows, y, grad, ends[:1], ends[1:], 2, d_ws, counts, delta)
+        sv = cuda.to_device(np.array([0, 2], np.int32))
+        smo.decision(k, rows, y, sv, cuda.to_device(np.zeros(1)), cuda.device_array((2, 1)))
+        cuda.synchronize()
+
     def fit(self, k_train, labels: np.ndarray) -> GpuSmo:
         from numba import cuda
 
@@ -171,7 +196,7 @@ class GpuSmo:
         problems = one_vs_one(labels)
         n_points = problems.points.size
         sizes = np.diff(problems.offsets)
-        q = min(self.q, 1 << int(max(1, sizes.max() - 1)).bit_length())
+        q = self.width(problems)
         c, y = self.C, problems.y
         d_rows = cuda.to_device(problems.points)
         d_y = cuda.to_device(y)
@@ -278,8 +303,8 @@ class GpuSmoRoute:
     the second; the GPU is held from the kernels to the last prediction. The interface of svm's precomputed route:
     kernels(), fit(), predict() and their times."""
 
-    def __init__(self, C: float, gamma_value: float, log: Callable[[str], None]):
-        self.C, self.gamma_value, self.log = C, gamma_value, log
+    def __init__(self, C: float, gamma_value: float, log: Callable[[str], None], labels: np.ndarray | None = None):
+        self.C, self.gamma_value, self.log, self.labels = C, gamma_value, log, labels
 
     def kernels(self, xs_train: np.ndarray, xs_test: np.ndarray) -> None:
         from numba import cuda
@@ -294,6 +319,7 @@ class GpuSmoRoute:
             raise GpunnError(f"svm method gpu-smo: the float32 kernels ({n} x {n} and {n} x {m}) and the float64 "
                              f"features take {gb(need)} of GPU memory, {gb(free)} free; use a smaller train_subset "
                              "(kernel rows computed on demand are not built)")
+        self._warm_up()
         t0 = time.perf_counter()
         d_train = cuda.to_device(np.ascontiguousarray(xs_train, dtype=np.float64))
         sq_train = cuda.device_array(n, dtype=np.float64)
@@ -315,6 +341,27 @@ class GpuSmoRoute:
         rbf.rbf_gemm(d_train, d_test, self.test_kernel, sq_train, sq_test, self.gamma_value)
         cuda.synchronize()
         self.predict_kernel_time = time.perf_counter() - t0
+
+    def _warm_up(self) -> None:
+        """Every kernel's first launch on tiny operands of the same types and layouts (a row block past the first is
+        a strided view), outside the timed parts: their compilation, or their load from the kernel cache."""
+        from numba import cuda
+
+        from gpunn.kernels.gemm import rbf
+
+        x = cuda.to_device(np.eye(3))
+        sq = cuda.device_array(3)
+        rbf.row_sq_norms(x, sq)
+        out = cuda.device_array((3, 3), dtype=np.float32)
+        for start in (0, 1):
+            rbf.rbf_gemm(x[start:start + 1], x[start:], out[start:start + 1, start:], sq[start:start + 1], sq[start:],
+                         self.gamma_value)
+        rbf.rbf_gemm(x, x, out, sq, sq, self.gamma_value)
+        rbf.mirror_upper(out)
+        if self.labels is not None:
+            solver = GpuSmo(self.C, log=self.log)
+            solver.warm_up(solver.width(one_vs_one(self.labels)))
+        cuda.synchronize()
 
     def fit(self, y: np.ndarray) -> np.ndarray:
         """The solver on the training kernel; returns the training predictions (train_predict_time: their seconds)."""

@@ -480,7 +480,7 @@ def run_svm(
             if method == "gpu-smo":
                 from gpunn.smo import GpuSmoRoute
 
-                model = GpuSmoRoute(C, gamma_value, log)
+                model = GpuSmoRoute(C, gamma_value, log, labels=y_train)
             else:
                 model = _PrecomputedRbfSVC(C, gamma_value, device_name, log)
             model.kernels(xs_train, scaler.transform(x_test))
