@@ -88,6 +88,23 @@ def test_svm_kernel_device_in_the_job(workflow_copy):
     assert "--timed both --timing overlap --gpu --borrow --slots 0,1 -- python -m gpunn svm" in job
 
 
+def test_svm_method_gpu_smo_holds_its_gpu(workflow_copy):
+    """method gpu-smo (smoke config: the simulator): the svm job solves on a GPU it holds for the whole job (gpu=1,
+    placed, not borrowed), its kernel device the GPU; gpu.enabled false turns it into libsvm's exact method."""
+    out = run_snakemake(workflow_copy, "-n", "-p", "--cores", "2", "--config", "job_details=true",
+                        "experiments={e6: {method: gpu-smo}}", "--configfile", "config/smoke.yaml")
+    assert out.returncode == 0, out.stderr[-2000:]
+    job = _job(out.stdout + out.stderr, "svm")
+    assert "--method gpu-smo" in job and "--kernel-device gpu" in job and "gpu=1" in job
+    assert "NUMBA_ENABLE_CUDASIM=1 python -m gpunn.placement" in job and "--borrow" not in job
+    out = run_snakemake(workflow_copy, "-n", "-p", "--cores", "2", "--config", "job_details=true",
+                        "experiments={e6: {method: gpu-smo}}", "gpu={enabled: false, simulator: false}",
+                        "--configfile", "config/smoke.yaml")
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-2000:]
+    assert "--method exact" in _job(text, "svm") and "experiments.e6.method: gpu-smo solves on the GPU" in text
+
+
 def _train_job(text: str, run: str) -> str:
     """The dry-run block of the train job of `run`."""
     end = text.index(f"python -m gpunn train {run} ")

@@ -38,7 +38,8 @@ rule features:
 rule svm:
     """StandardScaler + SVC(rbf) (or the documented Nystroem approximation) on encoder features; the exact
     route's precomputed kernels on the GPU when experiments.e6.kernel_device says so: a borrowed GPU (held only
-    while the kernels are computed, free for GPU jobs while libsvm runs; resource gpu=1 on a cluster)."""
+    while the kernels are computed, free for GPU jobs while libsvm runs; resource gpu=1 on a cluster); method
+    gpu-smo solves on the GPU, which it holds for the whole job."""
     message:
         job_message(f"svm: {RUN_NAME}")
     input:
@@ -55,10 +56,10 @@ rule svm:
         e6=config["experiments"]["e6"],
         class_names=lambda wc: ",".join(DATASETS[wc.dataset].class_names),
         kernel_device=svm_kernel_device(),
-        env=job_prefix(timed="both", gpu=svm_uses_gpu(), borrow=True),
+        env=job_prefix(timed="both", gpu=svm_uses_gpu(), borrow=svm_borrows()),
     threads: config["threads"]
     resources:
-        **rule_resources("svm", timed="both", gpu=svm_uses_gpu(), borrow=True),
+        **rule_resources("svm", timed="both", gpu=svm_uses_gpu(), borrow=svm_borrows()),
     conda:
         ENV_FILE
     shell:

@@ -278,6 +278,12 @@ def svm_kernel_device():
     return "cpu" if device == "auto" and config["gpu"]["simulator"] else device
 
 
+def svm_borrows():
+    """Whether the svm job borrows its GPU (held only while it computes its kernels, libsvm then fitting on the CPU):
+    not for method gpu-smo, which solves on the GPU and holds it for the whole job, as any GPU job."""
+    return config["experiments"]["e6"]["method"] != "gpu-smo"
+
+
 def svm_uses_gpu():
     """Resource gpu of the svm job: 1 when it computes its kernel on the GPU, i.e. kernel_device gpu, or auto
     when this config's machine is a GPU (detected or named; not cpu, not the simulator)."""
