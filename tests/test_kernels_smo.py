@@ -152,3 +152,47 @@ def test_pair_step_minimises_the_pair_objective_on_its_segment(labels):
         inside = cand[((cand >= 0) & (cand <= C)).all(axis=1)]
         best = min(objective(b) for b in inside)
         assert objective(np.array([ai, aj])) <= best + 1e-9
+
+
+def test_select_working_sets_equals_the_host_rounds_selection():
+    """The selection kernel (a block of 16 threads here) against gpunn.smo.select_round on the same state: the same
+    problems stay, the same gaps, and each working set the same points (the kernel writes each part in position
+    order, the host by value); states with many ties (the first rounds'), both bounds, a converged problem, one
+    whose low side is empty, problems shorter and longer than the block."""
+    from gpunn.smo import one_vs_one, select_round
+
+    rng = _rng("select")
+    problems = one_vs_one(np.repeat([0, 1, 2, 3], [40, 23, 9, 31]))
+    n, q = problems.points.size, 16
+    y = problems.y
+    alpha = rng.choice([0.0, C, 0.7], n)
+    grad = rng.choice([-1.0, -0.5, 0.25], n) + (rng.random(n) < 0.3) * rng.normal(size=n)
+    s1, e1 = problems.offsets[1], problems.offsets[2]
+    grad[s1:e1], alpha[s1:e1] = -y[s1:e1] * 0.5, 0.7  # converged: every -y g equal
+    s4, e4 = problems.offsets[4], problems.offsets[5]
+    alpha[s4:e4] = np.where(y[s4:e4] > 0, 0.0, C)  # the low side empty
+    grad[:12] = -1.0  # a run of exact ties
+    active = [0, 1, 2, 3, 4, 5]
+    still, sets = select_round(y, alpha, grad, C, problems.offsets, active, q, EPS)
+    starts = problems.offsets[active].astype(np.int32)
+    stops = problems.offsets[np.asarray(active) + 1].astype(np.int32)
+    d_ws = cuda.to_device(np.full((len(active), q), -1, np.int32))
+    d_count = cuda.to_device(np.full(len(active), -1, np.int32))
+    d_gaps = cuda.to_device(np.full(len(active), np.nan))
+    d_marks = cuda.to_device(np.zeros(n, np.int32))
+    smo.select_working_sets(*_dev(y, alpha, grad), d_marks, *_dev(starts, stops), C, EPS, q, d_ws, d_count, d_gaps,
+                            threads=16)
+    ws, count, gaps = d_ws.copy_to_host(), d_count.copy_to_host(), d_gaps.copy_to_host()
+    assert not d_marks.copy_to_host().any()  # zero again
+    kept = [p for p, k in zip(active, count) if k > 0]
+    assert kept == still and len(still) >= 3
+    for row, p in enumerate(active):
+        s, e = problems.offsets[p], problems.offsets[p + 1]
+        f = -y[s:e] * grad[s:e]
+        up = ((y[s:e] > 0) & (alpha[s:e] < C)) | ((y[s:e] < 0) & (alpha[s:e] > 0))
+        low = ((y[s:e] > 0) & (alpha[s:e] > 0)) | ((y[s:e] < 0) & (alpha[s:e] < C))
+        want_gap = (f[up].max() if up.any() else -np.inf) - (f[low].min() if low.any() else np.inf)
+        assert gaps[row] == want_gap or (np.isneginf(want_gap) and gaps[row] < EPS)
+    for p, got in zip(still, sets):
+        row = active.index(p)
+        np.testing.assert_array_equal(np.sort(ws[row, :count[row]]), np.sort(got))

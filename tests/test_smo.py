@@ -39,12 +39,12 @@ def _libsvm_objectives(svc, k, labels, problems):
     return np.array(out)
 
 
-def _fit_both(x, labels, xt, C, gamma, q=16):
+def _fit_both(x, labels, xt, C, gamma, q=16, selection="host"):
     k32 = rbf_reference(x, x, gamma).astype(np.float32)
     kt32 = rbf_reference(x, xt, gamma).astype(np.float32)  # (training rows, test points)
     k = k32.astype(np.float64)
     svc = SVC(kernel="precomputed", C=C).fit(k, labels)
-    model = GpuSmo(C, q=q, log=lambda line: None).fit(cuda.to_device(k32), labels)
+    model = GpuSmo(C, q=q, log=lambda line: None, selection=selection).fit(cuda.to_device(k32), labels)
     return svc, model, k, kt32
 
 
@@ -67,11 +67,13 @@ def _check_against_libsvm(svc, model, k, kt32, labels, same=None):
     assert len(ours) >= 3
 
 
-def test_three_classes_match_libsvm_over_several_rounds():
+@pytest.mark.parametrize("selection", ["host", "gpu"])
+def test_three_classes_match_libsvm_over_several_rounds(selection):
+    """Either selection of the working sets (the host's, or the selection kernel's: the same sets)."""
     rng = _rng("three")
     labels = rng.integers(0, 3, 61)
     x, xt = _blobs(rng, labels), _blobs(rng, rng.integers(0, 3, 29))
-    svc, model, k, kt32 = _fit_both(x, labels, xt, C=3.0, gamma=0.2, q=8)
+    svc, model, k, kt32 = _fit_both(x, labels, xt, C=3.0, gamma=0.2, q=8, selection=selection)
     assert model.rounds_.max() >= 3  # working sets of 8 out of ~40 points: the rounds' bookkeeping ran
     _check_against_libsvm(svc, model, k, kt32, labels)
     np.testing.assert_allclose(model.rho_, -svc.intercept_, atol=5e-3)
@@ -128,12 +130,15 @@ def test_bad_settings_are_one_line_errors():
         GpuSmo(0.0)
     with pytest.raises(GpunnError, match="power of two from 2 to 1024"):
         GpuSmo(1.0, q=48)
+    with pytest.raises(GpunnError, match="selection must be one of host, gpu"):
+        GpuSmo(1.0, selection="cpu")
     with pytest.raises(GpunnError, match="at least two"):
         one_vs_one(np.zeros(5, int))
 
 
 @pytest.mark.gpu
-def test_gpu_ten_classes_with_full_working_sets_match_libsvm():
+@pytest.mark.parametrize("selection", ["host", "gpu"])
+def test_gpu_ten_classes_with_full_working_sets_match_libsvm(selection):
     """On a GPU, SVC's setting at a small E6-like size: ten classes of 300 points in 256 dimensions, C = 10, the
     default working set of 512: every pair's dual objective within 1e-3 of libsvm's, the same test predictions."""
     from gpunn.device import simulator_enabled
@@ -149,7 +154,7 @@ def test_gpu_ten_classes_with_full_working_sets_match_libsvm():
     kt32 = rbf_reference(x, xt, gamma).astype(np.float32)
     k = k32.astype(np.float64)
     svc = SVC(kernel="precomputed", C=10.0).fit(k, labels)
-    model = GpuSmo(10.0, log=lambda line: None).fit(cuda.to_device(k32), labels)
+    model = GpuSmo(10.0, log=lambda line: None, selection=selection).fit(cuda.to_device(k32), labels)
     assert model.q_ == 512
     np.testing.assert_allclose(model.objective_, _libsvm_objectives(svc, k, labels, model.problems_), rtol=1e-3)
     pred, want = model.predict(cuda.to_device(kt32)), svc.predict(kt32.T.astype(np.float64))

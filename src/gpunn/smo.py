@@ -26,6 +26,10 @@ from gpunn.errors import GpunnError
 EPS = 1e-3  # libsvm's (and SVC's default) stopping tolerance on the maximal violating pair
 WORKING_SET = 512  # points a problem's working set holds (a power of two, at most 1024: one thread each)
 KERNEL_BLOCK_ROWS = 4096  # the training kernel's row blocks, each computed from the diagonal on, then mirrored
+# where each round's working sets are chosen: "host" (the state copied back, select_round; measured at stop 60: about
+# 30 ms a round for 45 problems of 10 000 points) or "gpu" (kernels.smo.select_working_sets, the same sets; only
+# each problem's count comes back; simulator-tested, not yet measured)
+SELECTIONS = ("host", "gpu")
 MAX_ROUNDS_PER_POINT = 10  # a problem of n points that needs more than max(1000, this x n / q) rounds is an error
 
 
@@ -153,10 +157,14 @@ def dual_objective(alpha, grad) -> float:
 
 class GpuSmo:
     """Fit on a device kernel matrix (float32, the training points' rows and columns), predict from a device
-    matrix of (training rows) x (points). ``q``: working-set size (a power of two, at most 1024)."""
+    matrix of (training rows) x (points). ``q``: working-set size (a power of two, at most 1024); ``selection``:
+    where the rounds' working sets are chosen (SELECTIONS)."""
 
     def __init__(self, C: float, eps: float = EPS, q: int = WORKING_SET, log: Callable[[str], None] = print,
-                 progress_every_s: float = 15.0):
+                 progress_every_s: float = 15.0, selection: str = "host"):
+        if selection not in SELECTIONS:
+            raise GpunnError(f"gpu-smo: selection must be one of {', '.join(SELECTIONS)}, got {selection!r}")
+        self.selection = selection
         if not C > 0:
             raise GpunnError(f"gpu-smo: C must be positive, got {C!r}")
         if q < 2 or q > 1024 or q & (q - 1):
@@ -207,36 +215,48 @@ class GpuSmo:
         active = list(range(problems.count))
         started = last_line = time.perf_counter()
         host_s = wait_s = 0.0  # the rounds' copies and selections; their waits for the launches before them
+        d_marks = cuda.to_device(np.zeros(n_points, dtype=np.int32)) if self.selection == "gpu" else None
         while True:
             t0 = time.perf_counter()
             cuda.synchronize()
             wait_s += time.perf_counter() - t0
             t0 = time.perf_counter()
-            alpha, grad = d_alpha.copy_to_host(), d_grad.copy_to_host()
-            still, sets = select_round(y, alpha, grad, c, problems.offsets, active, q, self.eps)
+            starts = problems.offsets[active].astype(np.int32)
+            stops = problems.offsets[np.asarray(active) + 1].astype(np.int32)
+            d_starts, d_stops = cuda.to_device(starts), cuda.to_device(stops)
+            if d_marks is None:  # on the host: the state copied back, the working sets copied over
+                alpha, grad = d_alpha.copy_to_host(), d_grad.copy_to_host()
+                still, sets = select_round(y, alpha, grad, c, problems.offsets, active, q, self.eps)
+                ws = np.zeros((len(active), q), dtype=np.int32)
+                counts = np.zeros(len(active), dtype=np.int32)
+                for p, w in zip(still, sets):
+                    row = active.index(p)
+                    ws[row, :w.size], counts[row] = w, w.size
+                d_ws, d_counts = cuda.to_device(ws), cuda.to_device(counts)
+            else:  # on the GPU: only the counts come back
+                d_ws = cuda.device_array((len(active), q), dtype=np.int32)
+                d_counts = cuda.device_array(len(active), dtype=np.int32)
+                d_gaps = cuda.device_array(len(active), dtype=np.float64)
+                smo.select_working_sets(d_y, d_alpha, d_grad, d_marks, d_starts, d_stops, c, self.eps, q, d_ws,
+                                        d_counts, d_gaps)
+                counts = d_counts.copy_to_host()
+                still = [p for p, k in zip(active, counts) if k > 0]
             late = [p for p in still if rounds[p] >= limit[p]]
             if late:
                 p = late[0]
                 s, e = problems.offsets[p], problems.offsets[p + 1]
                 a, b = problems.classes[list(problems.pairs[p])]
+                alpha, grad = d_alpha.copy_to_host(), d_grad.copy_to_host()
                 raise GpunnError(f"gpu-smo: the problem of classes {a} and {b} did not converge in {rounds[p]} "
                                  f"rounds (gap {gap(y[s:e], alpha[s:e], grad[s:e], c):.3g} > eps {self.eps})")
-            if not still:
-                host_s += time.perf_counter() - t0
-                break
-            ws = np.zeros((len(still), q), dtype=np.int32)
-            counts = np.array([len(w) for w in sets], dtype=np.int32)
-            for row, w in enumerate(sets):
-                ws[row, :w.size] = w
-                ws[row, w.size:] = w[0]
-            d_ws, d_counts = cuda.to_device(ws), cuda.to_device(counts)
             host_s += time.perf_counter() - t0
-            d_delta = cuda.device_array(ws.shape, dtype=np.float64)
+            if not still:
+                break
+            # a converged problem's row has no working set: both launches skip it
+            d_delta = cuda.device_array((len(active), q), dtype=np.float64)
             smo.local_smo(k_train, d_rows, d_y, d_alpha, d_grad, d_ws, d_counts, c, self.eps, d_delta)
-            starts = problems.offsets[still].astype(np.int32)
-            stops = problems.offsets[np.asarray(still) + 1].astype(np.int32)
-            smo.update_grad(k_train, d_rows, d_y, d_grad, cuda.to_device(starts), cuda.to_device(stops),
-                            int((stops - starts).max()), d_ws, d_counts, d_delta)
+            smo.update_grad(k_train, d_rows, d_y, d_grad, d_starts, d_stops, int((stops - starts).max()), d_ws,
+                            d_counts, d_delta)
             rounds[still] += 1
             active = still
             now = time.perf_counter()

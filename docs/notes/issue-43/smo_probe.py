@@ -4,7 +4,7 @@
    gpu-smo: each pair's dual objective, prediction agreement on the test points, accuracies, times.
 2. E6's shape with synthetic features (10 overlapping Gaussian classes in 8 192 dimensions, standardised, gamma
    'scale' = 1 / D): the float32 training kernel and the (train, test) kernel computed on the GPU, gpu-smo's fit
-   (C = 10) and its predictions, each timed after a sync.
+   (C = 10) with the working sets chosen on the GPU, then on the host, and its predictions, each timed after a sync.
 Writes OUT/probe.json after each part and prints a summary."""
 
 import json
@@ -103,7 +103,11 @@ ks = kst = None
 k_train, facts["kernel_s"] = clock(lambda: kernel(x, x))
 k_test, facts["test_kernel_s"] = clock(lambda: kernel(x, xt))
 log(f"kernels: train {facts['kernel_s']:.2f} s, test {facts['test_kernel_s']:.2f} s")
+GpuSmo(C, log=log, selection="gpu").fit(kernel(x[:300], x[:300]), y[:300])  # compile the selection kernel
+gpu_sel, facts["fit_gpu_selection_s"] = clock(lambda: GpuSmo(C, log=log, selection="gpu").fit(k_train, y))
+facts["fit_gpu_selection_parts_s"] = gpu_sel.seconds_
 model, facts["fit_s"] = clock(lambda: GpuSmo(C, log=log, progress_every_s=5).fit(k_train, y))
+facts["selections_agree"] = bool(np.array_equal(gpu_sel.predict(k_test), model.predict(k_test)))
 facts["fit_parts_s"] = model.seconds_
 facts["rounds"] = model.rounds_.tolist()
 facts["support_vectors"] = int(model.support_.size)

@@ -18,6 +18,8 @@ Versions:
     3 decision       dec[t, c] = sum over the support list of classifier c of coef * K[row, t] - rho[c], float64
                      sums; K here is (kernel rows) x (points to classify): the training matrix itself (it is
                      symmetric) or a test kernel computed as rbf(train, test)
+    4 select_working_sets  each problem's gap and working set (gpunn.smo.select_round's rule, each part in
+                     position order), the k-th key of a side found by bisecting its values' range: no sort
 
 The float64 NumPy references (``local_smo_ref``, ``update_grad_ref``, ``decision_ref``) run the same steps in
 the same order: the kernels agree with them up to the float32 kernel values they both read.
@@ -31,11 +33,13 @@ import math
 import numpy as np
 from numba import cuda, float64, int32
 
+from gpunn import device
+
 from .jit import jit
 from .launch import bind, check_array
 
 __all__ = ["LOCAL_STEPS_PER_POINT", "TAU", "decision", "decision_ref", "local_smo", "local_smo_ref", "pair_step",
-           "update_grad", "update_grad_ref"]
+           "select_working_sets", "update_grad", "update_grad_ref"]
 
 TAU = 1e-12  # libsvm's floor for a non-positive second derivative (duplicate points)
 LOCAL_STEPS_PER_POINT = 10  # a working set of q points stops after q x this many pair steps
@@ -119,6 +123,8 @@ def _local_smo_kernel(q: int):
         p = cuda.blockIdx.x
         t = cuda.threadIdx.x
         count = ws_count[p]
+        if count == 0:  # a problem that has converged (select_working_sets leaves its row empty)
+            return
         mine = t < count
         point = ws[p, t] if mine else ws[p, 0]
         row = rows[point]
@@ -371,3 +377,196 @@ def decision_ref(k, sv_rows, sv_coef, sv_offsets, rho) -> np.ndarray:
         s = slice(sv_offsets[c], sv_offsets[c + 1])
         out[:, c] = sv_coef[s] @ k[sv_rows[s]] - rho[c]
     return out
+
+
+# --------------------------------------------------------------------------------------------- working sets
+SELECT_THREADS = 1024  # a block a problem on a GPU
+SIMULATOR_SELECT_THREADS = 16  # under the simulator, where each thread is a Python thread
+_INF = np.inf
+
+
+@cuda.jit(device=True, inline=True)
+def _key(side, yv, av, gv, c, marked):
+    """The selection key of a point: the up side's -(-y g) (its largest violators first), the low side's -y g; inf
+    where the point is not on that side or is taken already."""
+    f = -yv * gv
+    if marked != 0:
+        return _INF
+    if side == 0:
+        return -f if _in_up(yv, av, c) else _INF
+    return f if _in_low(yv, av, c) else _INF
+
+
+@functools.cache
+def _select_kernel(threads: int):
+    """Working sets for many problems, a block of `threads` a problem: module docstring, version 4."""
+
+    @cuda.jit(device=True)
+    def min_and(fa, fb, t, b_max):
+        """Tree reductions over the block: fa[0] the smallest of fa, fb[0] the largest (b_max) or smallest of fb."""
+        h = threads // 2
+        while h > 0:
+            if t < h:
+                fa[t] = min(fa[t], fa[t + h])
+                fb[t] = max(fb[t], fb[t + h]) if b_max else min(fb[t], fb[t + h])
+            cuda.syncthreads()
+            h //= 2
+
+    @jit
+    def select_kernel(y, alpha, grad, marks, starts, stops, c, eps, q, ws, ws_count, gaps):
+        fa = cuda.shared.array(threads, float64)
+        fb = cuda.shared.array(threads, float64)
+        ia = cuda.shared.array(threads, int32)
+        ib = cuda.shared.array(threads, int32)
+        p = cuda.blockIdx.x
+        t = cuda.threadIdx.x
+        s = starts[p]
+        n = stops[p] - s
+        chunk = (n + threads - 1) // threads
+        first, last = s + t * chunk, min(stops[p], s + (t + 1) * chunk)
+        # the gap: the smallest up key (the largest violator) and the smallest low key
+        mu = _INF
+        ml = _INF
+        for i in range(first, last):
+            mu = min(mu, _key(0, y[i], alpha[i], grad[i], c, 0))
+            ml = min(ml, _key(1, y[i], alpha[i], grad[i], c, 0))
+        fa[t] = mu
+        fb[t] = ml
+        cuda.syncthreads()
+        min_and(fa, fb, t, False)
+        gap = -fa[0] - fb[0]
+        cuda.syncthreads()
+        if t == 0:
+            gaps[p] = gap
+        if not gap >= eps:
+            if t == 0:
+                ws_count[p] = 0
+            return
+        taken = 0
+        for stage in range(3):  # the up side's first q / 2, the low side's until q, the up side's until q
+            side = 1 if stage == 1 else 0
+            want = (q // 2 if stage == 0 else q) - taken
+            if want <= 0:
+                continue
+            # v: the want-th smallest finite key of the side, in (lo, hi]
+            lo = -_INF
+            hi = _INF
+            below = 0  # keys <= lo
+            v = _INF
+            for _ in range(4096):
+                mn = _INF
+                mx = -_INF
+                for i in range(first, last):
+                    key = _key(side, y[i], alpha[i], grad[i], c, marks[i])
+                    if key > lo and key <= hi and key < _INF:
+                        mn = min(mn, key)
+                        mx = max(mx, key)
+                fa[t] = mn
+                fb[t] = mx
+                cuda.syncthreads()
+                min_and(fa, fb, t, True)
+                mn = fa[0]
+                mx = fb[0]
+                cuda.syncthreads()
+                if mn >= _INF or mn == mx:  # no finite key left (fewer than want: all taken) or one value
+                    v = mn if mn < _INF else hi
+                    break
+                pivot = mn + (mx - mn) * 0.5
+                if pivot >= mx:
+                    pivot = mn
+                count = 0
+                for i in range(first, last):
+                    key = _key(side, y[i], alpha[i], grad[i], c, marks[i])
+                    if key > lo and key <= pivot:
+                        count += 1
+                ia[t] = count
+                cuda.syncthreads()
+                h = threads // 2
+                while h > 0:
+                    if t < h:
+                        ia[t] += ia[t + h]
+                    cuda.syncthreads()
+                    h //= 2
+                count = ia[0]
+                cuda.syncthreads()
+                if below + count >= want:
+                    hi = pivot
+                else:
+                    lo = pivot
+                    below += count
+            # the keys under v, then those equal to v in position order, up to want, written in position order
+            n_lt = 0
+            n_eq = 0
+            for i in range(first, last):
+                key = _key(side, y[i], alpha[i], grad[i], c, marks[i])
+                if key < v:
+                    n_lt += 1
+                elif key == v and key < _INF:
+                    n_eq += 1
+            ia[t] = n_lt
+            ib[t] = n_eq
+            cuda.syncthreads()
+            h = 1
+            while h < threads:  # inclusive scans (Hillis-Steele), then each thread's exclusive offsets
+                a_add = ia[t - h] if t >= h else 0
+                b_add = ib[t - h] if t >= h else 0
+                cuda.syncthreads()
+                ia[t] += a_add
+                ib[t] += b_add
+                cuda.syncthreads()
+                h *= 2
+            lt_total = ia[threads - 1]
+            eq_before = ib[t] - n_eq
+            lt_before = ia[t] - n_lt
+            eq_allowed = want - lt_total  # ties at v taken in position order
+            cuda.syncthreads()
+            # this thread's first pick goes after the picks of the threads before it: their keys under v and the
+            # ties among the first eq_allowed
+            out = taken + lt_before + min(eq_before, max(eq_allowed, 0))
+            rank = eq_before
+            for i in range(first, last):
+                key = _key(side, y[i], alpha[i], grad[i], c, marks[i])
+                pick = key < v
+                if key == v and key < _INF:
+                    pick = rank < eq_allowed
+                    rank += 1
+                if pick:
+                    ws[p, out] = i
+                    out += 1
+            cuda.syncthreads()
+            added = lt_total + min(max(eq_allowed, 0), ib[threads - 1])
+            for j in range(taken + t, taken + added, threads):
+                marks[ws[p, j]] = 1
+            taken += added
+            cuda.syncthreads()
+        for j in range(t, taken, threads):
+            marks[ws[p, j]] = 0
+        if t == 0:
+            ws_count[p] = taken
+
+    return select_kernel
+
+
+def select_working_sets(y, alpha, grad, marks, starts, stops, c: float, eps: float, q: int, ws, ws_count, gaps,
+                        threads: int | None = None, stream=0, launch=True):
+    """Version 4: for each problem p (points starts[p] .. stops[p]), its gap (largest -y g over the up set minus the
+    smallest over the low set) into gaps[p], and where it is at least eps a working set into ws[p, :ws_count[p]]:
+    the up side's q / 2 largest -y g, then the low side's smallest not taken, until q, then more of the up side;
+    ties at a side's last value in position order, each part written in position order (else ws_count[p] = 0).
+    The k-th value of a side is found by bisecting the range of its values (no sort); `marks` (int32, one a point,
+    zero) holds the points taken while the block runs and is zero again after it. ``threads``: a block's, default
+    SELECT_THREADS (SIMULATOR_SELECT_THREADS under the simulator)."""
+    op = "select_working_sets"
+    if threads is None:
+        threads = SIMULATOR_SELECT_THREADS if device.simulator_enabled() else SELECT_THREADS
+    for name, arr in (("y", y), ("alpha", alpha), ("grad", grad)):
+        check_array(op, name, arr, 1, np.float64)
+    check_array(op, "marks", marks, 1, np.int32)
+    check_array(op, "ws", ws, 2, np.int32)
+    check_array(op, "ws_count", ws_count, 1, np.int32)
+    check_array(op, "gaps", gaps, 1, np.float64)
+    if threads & (threads - 1) or ws.shape[1] < q:
+        raise ValueError(f"{op}: threads must be a power of two (got {threads}) and ws at least q = {q} wide "
+                         f"(got {ws.shape[1]})")
+    return bind(_select_kernel(threads), ws.shape[0], threads, (y, alpha, grad, marks, starts, stops, np.float64(c),
+                np.float64(eps), np.int32(q), ws, ws_count, gaps), stream, launch, op)
