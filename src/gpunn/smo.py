@@ -216,6 +216,11 @@ class GpuSmo:
         started = last_line = time.perf_counter()
         host_s = wait_s = 0.0  # the rounds' copies and selections; their waits for the launches before them
         d_marks = cuda.to_device(np.zeros(n_points, dtype=np.int32)) if self.selection == "gpu" else None
+        # a round's working sets, counts, gaps and steps: the first len(active) rows of buffers made once
+        all_ws = cuda.device_array((problems.count, q), dtype=np.int32)
+        all_counts = cuda.device_array(problems.count, dtype=np.int32)
+        all_gaps = cuda.device_array(problems.count, dtype=np.float64)
+        all_delta = cuda.device_array((problems.count, q), dtype=np.float64)
         while True:
             t0 = time.perf_counter()
             cuda.synchronize()
@@ -224,21 +229,20 @@ class GpuSmo:
             starts = problems.offsets[active].astype(np.int32)
             stops = problems.offsets[np.asarray(active) + 1].astype(np.int32)
             d_starts, d_stops = cuda.to_device(starts), cuda.to_device(stops)
+            d_ws, d_counts, d_delta = all_ws[:len(active)], all_counts[:len(active)], all_delta[:len(active)]
             if d_marks is None:  # on the host: the state copied back, the working sets copied over
                 alpha, grad = d_alpha.copy_to_host(), d_grad.copy_to_host()
                 still, sets = select_round(y, alpha, grad, c, problems.offsets, active, q, self.eps)
                 ws = np.zeros((len(active), q), dtype=np.int32)
                 counts = np.zeros(len(active), dtype=np.int32)
+                row_of = {p: row for row, p in enumerate(active)}
                 for p, w in zip(still, sets):
-                    row = active.index(p)
-                    ws[row, :w.size], counts[row] = w, w.size
-                d_ws, d_counts = cuda.to_device(ws), cuda.to_device(counts)
+                    ws[row_of[p], :w.size], counts[row_of[p]] = w, w.size
+                d_ws.copy_to_device(ws)
+                d_counts.copy_to_device(counts)
             else:  # on the GPU: only the counts come back
-                d_ws = cuda.device_array((len(active), q), dtype=np.int32)
-                d_counts = cuda.device_array(len(active), dtype=np.int32)
-                d_gaps = cuda.device_array(len(active), dtype=np.float64)
                 smo.select_working_sets(d_y, d_alpha, d_grad, d_marks, d_starts, d_stops, c, self.eps, q, d_ws,
-                                        d_counts, d_gaps)
+                                        d_counts, all_gaps[:len(active)])
                 counts = d_counts.copy_to_host()
                 still = [p for p, k in zip(active, counts) if k > 0]
             late = [p for p in still if rounds[p] >= limit[p]]
@@ -253,7 +257,6 @@ class GpuSmo:
             if not still:
                 break
             # a converged problem's row has no working set: both launches skip it
-            d_delta = cuda.device_array((len(active), q), dtype=np.float64)
             smo.local_smo(k_train, d_rows, d_y, d_alpha, d_grad, d_ws, d_counts, c, self.eps, d_delta)
             smo.update_grad(k_train, d_rows, d_y, d_grad, d_starts, d_stops, int((stops - starts).max()), d_ws,
                             d_counts, d_delta)

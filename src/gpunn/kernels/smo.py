@@ -221,7 +221,7 @@ def _local_smo_kernel(q: int):
 
 def _check_problem_arrays(op, k, rows, y, alpha, grad):
     check_array(op, "k", k, 2)
-    if k.shape[0] != k.shape[1] and op == "local_smo":
+    if k.shape[0] != k.shape[1]:
         raise ValueError(f"{op}: k must be square (the training kernel), got shape {tuple(k.shape)}")
     check_array(op, "rows", rows, 1, np.int32)
     for name, arr in (("y", y), ("alpha", alpha), ("grad", grad)):
