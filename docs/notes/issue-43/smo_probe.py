@@ -1,10 +1,10 @@
-"""Issue 43, stop 60's probe of gpunn.smo on a GPU (not a test; run from the repository root with PYTHONPATH=src):
+"""Issue 43's probe (stops 60, 61) of gpunn.smo on a GPU (not a test; run from the repository root, PYTHONPATH=src):
     python docs/notes/issue-43/smo_probe.py OUT [n_train n_sub n_test dim]   (defaults: E6's 50000 10000 10000 8192)
 1. A stratified subset of n_sub training rows: libsvm (SVC precomputed on the same float32 kernel values) beside
    gpu-smo: each pair's dual objective, prediction agreement on the test points, accuracies, times.
 2. E6's shape with synthetic features (10 overlapping Gaussian classes in 8 192 dimensions, standardised, gamma
-   'scale' = 1 / D): the float32 training kernel and the (train, test) kernel computed on the GPU, gpu-smo's fit
-   (C = 10) with the working sets chosen on the GPU, then on the host, and its predictions, each timed after a sync.
+   'scale' = 1 / D): the float32 training kernel (GpuSmoRoute's: row blocks, mirrored) and (train, test) kernel on
+   the GPU, gpu-smo's fit (C = 10) with the working sets chosen on the GPU, then on the host, and its predictions, each timed after a sync.
 Writes OUT/probe.json after each part and prints a summary."""
 
 import json
@@ -17,7 +17,7 @@ from numba import cuda
 
 from gpunn.device import describe_device
 from gpunn.kernels.gemm import rbf
-from gpunn.smo import GpuSmo
+from gpunn.smo import GpuSmo, GpuSmoRoute
 
 out = Path(sys.argv[1])
 out.mkdir(parents=True, exist_ok=True)
@@ -100,8 +100,12 @@ facts["sub_objective_rel_max"] = float(max(rel))
 log("subset done: " + json.dumps(facts))
 ks = kst = None
 
-k_train, facts["kernel_s"] = clock(lambda: kernel(x, x))
-k_test, facts["test_kernel_s"] = clock(lambda: kernel(x, xt))
+route = GpuSmoRoute(C, gamma, log)  # the svm step's kernels: row blocks from the diagonal, mirrored
+route.kernels(x.astype(np.float64), xt.astype(np.float64))
+k_train, k_test = route.train_kernel, route.test_kernel
+facts["kernel_s"], facts["test_kernel_s"] = route.kernel_time, route.predict_kernel_time
+check = kernel(x[4096:8192], x[:8192]).copy_to_host()  # the second row block (half mirrored) against one whole
+facts["mirror_max_abs_diff"] = float(np.abs(k_train[4096:8192].copy_to_host()[:, :8192] - check).max())
 log(f"kernels: train {facts['kernel_s']:.2f} s, test {facts['test_kernel_s']:.2f} s")
 GpuSmo(C, log=log, selection="gpu").fit(kernel(x[:300], x[:300]), y[:300])  # compile the selection kernel
 gpu_sel, facts["fit_gpu_selection_s"] = clock(lambda: GpuSmo(C, log=log, selection="gpu").fit(k_train, y))
