@@ -4,7 +4,8 @@
    gpu-smo: each pair's dual objective, prediction agreement on the test points, accuracies, times.
 2. E6's shape with synthetic features (10 overlapping Gaussian classes in 8 192 dimensions, standardised, gamma
    'scale' = 1 / D): the float32 training kernel (GpuSmoRoute's: row blocks, mirrored) and (train, test) kernel on
-   the GPU, gpu-smo's fit (C = 10) with the working sets chosen on the GPU, then on the host, and its predictions, each timed after a sync.
+   the GPU, gpu-smo's fit (C = 10) with the working sets chosen on the GPU, then on the host, and its predictions,
+   each timed after a sync.
 Writes OUT/probe.json after each part and prints a summary."""
 
 import json
