@@ -113,7 +113,7 @@ _pair_step = cuda.jit(device=True, inline=True)(pair_step)
 def _local_smo_kernel(q: int):
     """The local solver for working sets of up to q points (q a power of two): one block of q threads a problem."""
 
-    @jit
+    @jit(launch_bounds=q)  # registers bounded so that a block of q threads always launches
     def local_smo_kernel(k, rows, y, alpha, grad, ws, ws_count, c, eps, max_steps, delta):
         val = cuda.shared.array(q, float64)
         idx = cuda.shared.array(q, int32)
@@ -412,7 +412,7 @@ def _select_kernel(threads: int):
             cuda.syncthreads()
             h //= 2
 
-    @jit
+    @jit(launch_bounds=threads)  # registers bounded so that a block of `threads` always launches
     def select_kernel(y, alpha, grad, marks, starts, stops, c, eps, q, ws, ws_count, gaps):
         fa = cuda.shared.array(threads, float64)
         fb = cuda.shared.array(threads, float64)

@@ -364,11 +364,12 @@ def row_sq_norms(x, out, threads=None, stream=0, launch=True) -> Launch:
 
 MIRROR_TILE = 32
 MIRROR_ROWS = 8  # threads per tile column: a (32, 8) block moves a 32 x 32 tile
+MIRROR_PITCH = MIRROR_TILE + 1  # a shared tile row one longer than the tile: no bank conflicts on the transpose
 
 
 @jit
 def mirror_upper_kernel(a, n):
-    tile = cuda.shared.array((MIRROR_TILE, MIRROR_TILE + 1), float32)  # +1: no bank conflicts on the transpose
+    tile = cuda.shared.array((MIRROR_TILE, MIRROR_PITCH), float32)
     bi = cuda.blockIdx.y  # the lower tile written: rows bi, columns bj
     bj = cuda.blockIdx.x
     if bj > bi:
