@@ -85,7 +85,10 @@ def test_yaml_file_with_1e_minus_3(tmp_path):
      "experiments.e4.block_dataset = 'cifar' is not a known dataset"),
     ({"experiments": {"e6": {"gamma": "banana"}}},
      "config key experiments.e6.gamma = 'banana'; choose one of scale, auto, a positive number"),
-    ({"experiments": {"e6": {"method": "approx"}}}, "config key experiments.e6.method: 'approx' is not one of"),
+    ({"experiments": {"e6": {"method": "approx"}}},
+     "config key experiments.e6.method = 'approx'; choose one of auto, exact, nystroem, gpu-smo"),
+    ({"experiments": {"e6": {"method": ["exact", "svm"]}}}, "config key experiments.e6.method[1] = 'svm'; choose"),
+    ({"experiments": {"e6": {"method": []}}}, "config key experiments.e6.method: [] should be non-empty"),
     ({"experiments": {"e6": {"train_subset": "most"}}},
      "config key experiments.e6.train_subset = 'most'; choose one of auto, 0 (all rows), a row count"),
     ({"experiments": {"e6": {"train_subset": -1}}},
@@ -149,6 +152,25 @@ def test_cpu_only_switch_drops_every_gpu_job():
     assert load({"gpu": {"enabled": False}}, gpu_name=lambda: "NVIDIA H100")["machine"] == "cpu"
     shipped = yaml.safe_load((REPO / "config/cpu.yaml").read_text())
     assert load(shipped)["gpu"]["enabled"] is False
+
+
+def test_e6_method_auto_follows_the_machine_and_a_list_runs_each_once():
+    """auto is gpu-smo on a GPU machine and exact on the CPU or the simulator; a list keeps its order, each method
+    once; gpu.enabled false turns gpu-smo into exact; each method's svm metrics are among E6's report inputs."""
+    h200 = {"gpu_name": lambda: "NVIDIA H200"}
+    assert load({}, **h200)["experiments"]["e6"]["method"] == ["gpu-smo"]
+    assert load({})["experiments"]["e6"]["method"] == ["exact"]
+    smoke = yaml.safe_load((REPO / "config/smoke.yaml").read_text())  # the simulator
+    smoke["experiments"]["e6"]["method"] = "auto"
+    assert load(smoke, **h200)["experiments"]["e6"]["method"] == ["exact"]
+    both = load({"experiments": {"e6": {"method": ["auto", "exact", "gpu-smo"]}}}, **h200)
+    assert both["experiments"]["e6"]["method"] == ["gpu-smo", "exact"]
+    svm = report_inputs(both, "e6")["svm"]
+    assert [p.split("/")[3] for p in svm] == ["gpu-smo", "exact"] and svm[0].startswith("results/svm/nvidia-h200/")
+    lines = []
+    off = load({"gpu": {"enabled": False}, "experiments": {"e6": {"method": ["gpu-smo", "nystroem"]}}},
+               log=lines.append, **h200)
+    assert off["experiments"]["e6"]["method"] == ["exact", "nystroem"] and "gpu-smo solves on the GPU" in lines[0]
 
 
 def test_e5_report_files():

@@ -42,8 +42,10 @@ def test_default_dry_run_lists_every_stage(workflow_copy):
            "--features 784 --steps 938 --samples 60000 --timed-epochs 3 --repeats 20 " in text
     assert "python -m gpunn features --run results/runs/gpu-box/cifar10/" in text  # E6, under the machine's name
     assert "python -m gpunn svm --features results/features/gpu-box/cifar10/" in text
-    svm_job = _job(text, "svm")  # E6 on a GPU machine: all rows, the kernels on a GPU the job borrows (no gpu)
-    assert "--train-subset auto" in svm_job and "--kernel-device auto" in svm_job and "gpu=0" in svm_job
+    svm_job = _job(text, "svm")  # E6 on a GPU machine: method auto is gpu-smo, all rows, on a GPU it holds
+    assert "--method gpu-smo" in svm_job and "--train-subset auto" in svm_job and "--kernel-device gpu" in svm_job
+    assert "gpu=1" in svm_job and "results/svm/gpu-box/gpu-smo/cifar10/standard/autoencoder/gpu-graph/" in svm_job
+    assert text.count("rule svm:") == 1
     for experiment in ("e1", "e2", "e3", "e4", "e5", "e6"):
         assert f"python -m gpunn report {experiment} " in text
     assert "NUMBA_ENABLE_CUDASIM" not in text  # the full config runs GPU variants on a GPU
@@ -65,10 +67,15 @@ def test_default_dry_run_lists_every_stage(workflow_copy):
     assert "/gpu-fused/w256_b64_lr0.01_e10_s0_x1" not in text  # deterministic: no repeats
 
 
-def _job(text: str, rule: str) -> str:
-    """The dry-run block of the first job of `rule` (from its `rule NAME:` line to its shell command)."""
+def _job(text: str, rule: str, having: str = "") -> str:
+    """The dry-run block of the first job of `rule` (from its `rule NAME:` line to its shell command) that holds
+    `having`."""
     start = text.index(f"rule {rule}:")
-    return text[start:text.index("\n", text.index("Shell command:", start))]
+    while True:
+        block = text[start:text.index("\n", text.index("Shell command:", start))]
+        if having in block:
+            return block
+        start = text.index(f"rule {rule}:", start + 1)
 
 
 def test_svm_kernel_device_in_the_job(workflow_copy):
@@ -117,7 +124,7 @@ def test_timed_jobs_resources_and_placement_follow_config_keys_timing_and_gpus(w
     them; under isolated every timed job takes the `timing` resource, under overlap only the CPU-timed ones and the
     SVM (its solver runs on the CPU; its GPU borrowed, so no `gpu` resource)."""
     out = run_snakemake(workflow_copy, "-n", "-p", "--cores", "16", "--config", "machine=gpu-box", "job_details=true",
-                        f"timing={timing}", "gpus=2", "threads=14")
+                        f"timing={timing}", "gpus=2", "threads=14", "experiments={e6: {method: [gpu-smo, exact]}}")
     text = out.stdout + out.stderr
     assert out.returncode == 0, text[-3000:]
     gpu = _train_job(text, "mnist/standard/cnn/gpu-graph/w16-32_b64_lr0.01_e5_s0")
@@ -129,17 +136,20 @@ def test_timed_jobs_resources_and_placement_follow_config_keys_timing_and_gpus(w
     assert f"python -m gpunn.placement --threads 14 --timed cpu --timing {timing} -- " in cpu
     # warm_jobs (default true): a GPU job of a real GPU machine starts from the warm server, a CPU job does not
     assert "GPUNN_WARM=1 python -m gpunn.placement" in gpu and "GPUNN_WARM" not in cpu
-    svm = _job(text, "svm")
+    svm = _job(text, "svm", "--method exact")  # libsvm: its kernels on a GPU it borrows
     assert "gpu=0," in svm and "timing=1," in svm and "--timed both" in svm and "--gpu --borrow --slots 0,1" in svm
+    smo = _job(text, "svm", "--method gpu-smo")  # the GPU solver: a GPU it holds, as a GPU job
+    assert "gpu=1," in smo and "timing=1," in smo and "--timed both" in smo and "--gpu --slots 0,1 --" in smo
+    assert "results/svm/gpu-box/exact/cifar10/" in svm and "results/svm/gpu-box/gpu-smo/cifar10/" in smo
     if timing == "overlap":  # config key cpu_lanes: the CPU-timed jobs' placement takes a lane of that many
         out = run_snakemake(workflow_copy, "-n", "-p", "--cores", "32", "--config", "machine=gpu-box", "timing=overlap",
-                            "gpus=2", "threads=14", "cpu_lanes=2", "job_details=true")
+                            "gpus=2", "threads=14", "cpu_lanes=2", "job_details=true", "experiments={e6: {method: exact}}")
         text = out.stdout + out.stderr
         assert out.returncode == 0, text[-3000:]
         cpu = _train_job(text, "mnist/standard/cnn/cpu-numpy/w16-32_b64_lr0.01_e5_s0")
         gpu = _train_job(text, "mnist/standard/cnn/gpu-graph/w16-32_b64_lr0.01_e5_s0")
         assert "--timed cpu --timing overlap --lanes 2 -- " in cpu and "timing=1," in cpu
-        svm = _job(text, "svm")
+        svm = _job(text, "svm", "--method exact")
         assert "--lanes" not in gpu and "--timed both --timing overlap --gpu --borrow --slots 0,1 --lanes 2 -- " in svm
 
 

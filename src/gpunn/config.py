@@ -32,13 +32,11 @@ import yaml
 
 from gpunn import experiments
 from gpunn.backends import registry as variants
-from gpunn.configcheck import check_dataset, check_variants
+from gpunn.configcheck import CPU_MACHINE, SIMULATOR_MACHINE, check_dataset, check_variants
 from gpunn.errors import GpunnError
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
 
-SIMULATOR_MACHINE = "cudasim"
-CPU_MACHINE = "cpu"
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
 
@@ -278,11 +276,11 @@ def load_config(raw: dict, schema: dict | None = None, log: Callable[[str], None
                          "gpu.enabled: false drops; set one of them")
     if not config["gpu"]["enabled"]:
         _drop_gpu_jobs(config, log)
+    config["machine"] = resolve_machine(config, gpu_name)  # before the checks: E6's method auto follows it
     _check_registries(config)
     if config.get("cpu_lanes", 1) > 1 and config.get("timing") != "overlap":
         raise GpunnError(f"config key cpu_lanes: {config['cpu_lanes']} lanes need timing: overlap (under "
                          f"{config.get('timing')} one timed job runs at a time); set timing: overlap or cpu_lanes: 1")
-    config["machine"] = resolve_machine(config, gpu_name)
     return config
 
 

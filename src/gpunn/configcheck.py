@@ -9,6 +9,15 @@ from gpunn.data.registry import DATASETS
 from gpunn.errors import GpunnError
 from gpunn.nn.models import model_spec
 
+SIMULATOR_MACHINE = "cudasim"  # config key machine under gpu.simulator
+CPU_MACHINE = "cpu"  # config key machine without a GPU (none found, or gpu.enabled: false)
+
+
+def gpu_machine(config: dict) -> bool:
+    """Whether this config's jobs run on a real GPU machine: GPU jobs on, and its resolved `machine` neither the CPU
+    nor the simulator."""
+    return bool(config["gpu"]["enabled"]) and config["machine"] not in (CPU_MACHINE, SIMULATOR_MACHINE)
+
 
 def choice_error(key: str, value, choices, why: str = "") -> GpunnError:
     return GpunnError(f"config key {key} = {value!r}{why}; choose one of {', '.join(map(str, choices))}")

@@ -50,6 +50,7 @@ from gpunn.report.titles import count
 from gpunn.timing_lock import timing_lock
 
 METHODS = ("exact", "nystroem", "gpu-smo")
+PREDICTIONS = "predictions.csv"  # each test point's row in the test features, true and predicted label
 
 # Separate random streams for the train and the test subset, so changing one size never moves the other.
 _TRAIN_STREAM = 0
@@ -360,7 +361,8 @@ def run_svm(
     precompute_kernel: bool | str = "auto",
     kernel_device: str = "auto",
 ) -> dict:
-    """Fit an RBF SVM on encoder features and write metrics.json, per_class.csv, confusion.csv, confusion.png.
+    """Fit an RBF SVM on encoder features and write metrics.json, per_class.csv, confusion.csv, confusion.png and
+    predictions.csv (PREDICTIONS).
 
     ``train_subset``: None or 0 (all rows), a row count (a stratified subset), or "auto" (``resolve_train_subset``:
     all rows when the GPU computes the kernel and it fits in memory, or for the Nystroem route; else
@@ -559,6 +561,8 @@ def run_svm(
     from gpunn.report.figures import confusion_matrix_figure
 
     write_csv(out_dir / "per_class.csv", per_class)
+    write_csv(out_dir / PREDICTIONS, pd.DataFrame({"row": te_rows.astype(np.int64), "true": y_test.astype(np.int64),
+                                                   "predicted": np.asarray(pred_test).astype(np.int64)}))
     write_csv(out_dir / "confusion.csv", confusion)
     confusion_matrix_figure(
         matrix, names, out_dir / "confusion.png",

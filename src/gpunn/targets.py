@@ -6,7 +6,8 @@ Layout (paths relative to the workflow's directory; see docs/outputs.md):
     <results_dir>/offline, data/raw, data/prepared      data: the same wherever it is made
     <results_dir>/{runs,eval,features,svm,timing,profile,report}/<machine>/...
                                                          measured: apart per device (`machine`: the GPU's
-                                                         name, "cudasim" under the simulator, or "cpu")
+                                                         name, "cudasim" under the simulator, or "cpu"); svm
+                                                         then per method: svm/<machine>/<method>/<run>
     <results_dir>/logs/...                               one log per job
 """
 
@@ -253,7 +254,7 @@ def raw_outputs(config: dict, dataset: str) -> list[str]:
 
 RUN_FILES = ("metrics.json", "metrics.csv", "weights.npz")
 EVAL_FILES = ("eval.json", "samples.npz", "predictions.npy")
-SVM_FILES = ("metrics.json", "confusion.csv", "per_class.csv", "confusion.png")
+SVM_FILES = ("metrics.json", "confusion.csv", "per_class.csv", "predictions.csv", "confusion.png")
 FEATURE_FILES = tuple(f"{part}_{kind}.npy" for part in ("train", "test") for kind in ("features", "labels"))
 
 
@@ -351,8 +352,10 @@ def _measured_inputs(config: dict, experiment: str, layout: Layout) -> dict[str,
         files[path] = f"{layout.logs('step_profile')}/{layout.machine}/{experiment}/{Path(path).stem}.log"
     if inputs.get("svm"):
         spec = e6_run(config)
-        folder = f"{layout.measured('svm')}/{spec.path}"
-        files.update({f"{folder}/{name}": layout.run_log("svm", spec) for name in SVM_FILES})
+        for method in config["experiments"]["e6"]["method"]:
+            folder = e6.svm_dir(layout, method, spec)
+            files.update({f"{folder}/{name}": layout.job_log("svm", f"{layout.machine}/{method}/{spec.path}")
+                          for name in SVM_FILES})
     return files
 
 

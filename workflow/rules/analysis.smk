@@ -36,37 +36,40 @@ rule features:
 
 
 rule svm:
-    """StandardScaler + SVC(rbf) (or the documented Nystroem approximation) on encoder features; the exact
-    route's precomputed kernels on the GPU when experiments.e6.kernel_device says so: a borrowed GPU (held only
-    while the kernels are computed, free for GPU jobs while libsvm runs; resource gpu=1 on a cluster); method
-    gpu-smo solves on the GPU, which it holds for the whole job."""
+    """StandardScaler + SVC(rbf) (or the documented Nystroem approximation) on encoder features, one job per method
+    of experiments.e6.method; the exact route's precomputed kernels on the GPU when experiments.e6.kernel_device says
+    so: a borrowed GPU (held only while the kernels are computed, free for GPU jobs while libsvm runs; resource gpu=1
+    on a cluster); method gpu-smo solves on the GPU, which it holds for the whole job."""
     message:
-        job_message(f"svm: {RUN_NAME}")
+        job_message(f"svm {{wildcards.method}}: {RUN_NAME}")
     input:
         FEATURES,
     output:
-        [f"{R}/svm/{M}/{RUN}/{name}" for name in SVM_FILES],  # confusion.png: in snakemake --report as report_e6's
+        # confusion.png: in snakemake --report as report_e6's
+        [f"{R}/svm/{M}/{{method}}/{RUN}/{name}" for name in SVM_FILES],
     log:
-        job_log("svm", f"{M}/{RUN}"),
+        job_log("svm", f"{M}/{{method}}/{RUN}"),
     benchmark:
-        job_benchmark("svm", f"{M}/{RUN}")
+        job_benchmark("svm", f"{M}/{{method}}/{RUN}")
+    wildcard_constraints:
+        method="|".join(SVM_METHODS),
     params:
         features=folder_of("input"),
         out=folder_of("output"),
-        e6=config["experiments"]["e6"],
+        e6=svm_params,
         class_names=lambda wc: ",".join(DATASETS[wc.dataset].class_names),
-        kernel_device=svm_kernel_device(),
-        env=job_prefix(timed="both", gpu=svm_uses_gpu(), borrow=svm_borrows()),
+        kernel_device=lambda wc: svm_kernel_device(wc.method),
+        env=job_prefix(timed="both", gpu=svm_uses_gpu, borrow=svm_borrows),
     threads: config["threads"]
     resources:
-        **rule_resources("svm", timed="both", gpu=svm_uses_gpu(), borrow=svm_borrows()),
+        **rule_resources("svm", timed="both", gpu=svm_uses_gpu, borrow=svm_borrows),
     conda:
         ENV_FILE
     shell:
         logged(
             "{params.env}python -m gpunn svm --features {params.features} --out {params.out}"
             " --train-subset {params.e6[train_subset]} --test-subset {params.e6[test_subset]}"
-            " --method {params.e6[method]} --C {params.e6[C]} --gamma {params.e6[gamma]}"
+            " --method {wildcards.method} --C {params.e6[C]} --gamma {params.e6[gamma]}"
             " --components {params.e6[components]} --seed {params.e6[seed]} --kernel-device {params.kernel_device}"
             " --class-names {params.class_names:q}",
             fingerprints=True,

@@ -20,6 +20,7 @@ from gpunn.config import (
     read_config_file,
 )
 from gpunn.data.registry import DATASETS
+from gpunn.svm import METHODS as SVM_METHODS
 from gpunn import experiments
 from gpunn.report.captions import rst_name as caption_file
 from gpunn.errors import GpunnError
@@ -255,6 +256,19 @@ def _local_gpu_resource(gpu):
     return resource
 
 
+def _gpu_resource(gpu, borrow):
+    """A job's `gpu` resource: borrowed (_borrowed_gpu_resource) or its own (_local_gpu_resource), by `borrow`, a
+    bool or a function of the wildcards."""
+    if not callable(borrow):
+        return _borrowed_gpu_resource(gpu) if borrow else _local_gpu_resource(gpu)
+    borrowed, own = _borrowed_gpu_resource(gpu), _local_gpu_resource(gpu)
+
+    def resource(wildcards):
+        return _needed(borrowed if borrow(wildcards) else own, wildcards)
+
+    return resource
+
+
 def rule_resources(rule, timed=False, gpu=0, borrow=False):
     """A rule's resources, from its facts: whether its jobs are timed (True, or "both" for a GPU job that times
     CPU work too), whether they need a GPU (0/1 or a function of the wildcards) and whether they borrow it (the SVM:
@@ -262,34 +276,40 @@ def rule_resources(rule, timed=False, gpu=0, borrow=False):
     machine). On one machine: gpu, and the `timing` resource of timed jobs (_timing_resource: config key timing). On
     Slurm, also memory, runtime, partition, account and --exclusive for timed jobs (gpunn.cluster, config key
     cluster), which local runs ignore; a borrowing job asks the cluster for its GPU as any GPU job."""
-    local_gpu = _borrowed_gpu_resource(gpu) if borrow else _local_gpu_resource(gpu)
+    local_gpu = _gpu_resource(gpu, borrow)
     one_machine = {"gpu": local_gpu, "timing": _timing_resource(timed, gpu)} if timed else {"gpu": local_gpu}
     return {**one_machine, **job_resources(config["cluster"], rule, timed=timed, gpu=gpu)}
 
 
-def svm_kernel_device():
-    """E6's kernel_device as the svm job gets it: auto stays auto (the job looks for a real GPU itself), except
-    under gpu.simulator, where it is cpu (auto never picks the simulator; kernel_device: gpu runs there); gpu for
-    method gpu-smo.
+def svm_kernel_device(method):
+    """E6's kernel_device as an svm job of `method` gets it: auto stays auto (the job looks for a real GPU itself),
+    except under gpu.simulator, where it is cpu (auto never picks the simulator; kernel_device: gpu runs there); gpu
+    for method gpu-smo.
     gpu.enabled false has made it cpu already (gpunn.config)."""
     device = config["experiments"]["e6"]["kernel_device"]
-    if config["experiments"]["e6"]["method"] == "gpu-smo":
+    if method == "gpu-smo":
         return "gpu"  # it solves on the GPU (under gpu.simulator, the simulated one), where it computes its kernel
     return "cpu" if device == "auto" and config["gpu"]["simulator"] else device
 
 
-def svm_borrows():
+def svm_borrows(wildcards):
     """Whether the svm job borrows its GPU (held only while it computes its kernels, libsvm then fitting on the CPU):
     not for method gpu-smo, which solves on the GPU and holds it for the whole job, as any GPU job."""
-    return config["experiments"]["e6"]["method"] != "gpu-smo"
+    return wildcards.method != "gpu-smo"
 
 
-def svm_uses_gpu():
+def svm_uses_gpu(wildcards):
     """Resource gpu of the svm job: 1 when it computes its kernel on the GPU, i.e. kernel_device gpu, or auto
     when this config's machine is a GPU (detected or named; not cpu, not the simulator)."""
-    device = svm_kernel_device()
+    device = svm_kernel_device(wildcards.method)
     on_gpu_machine = config["machine"] not in (CPU_MACHINE, SIMULATOR_MACHINE)
     return 1 if device == "gpu" or (device == "auto" and on_gpu_machine) else 0
+
+
+def svm_params(wildcards):
+    """The svm job's settings from experiments.e6, less `method` (its wildcard): a method added to the list reruns
+    no other method's job."""
+    return {k: v for k, v in config["experiments"]["e6"].items() if k != "method"}
 
 
 def job_prefix(timed=False, gpu=0, borrow=False):
@@ -305,7 +325,9 @@ def job_prefix(timed=False, gpu=0, borrow=False):
         return (
             simulator
             + warm
-            + placement.prefix(threads, needed, timed, config["timing"], GPU_SLOTS, config["cpu_lanes"], borrow)
+            + placement.prefix(
+                threads, needed, timed, config["timing"], GPU_SLOTS, config["cpu_lanes"], _needed(borrow, wildcards)
+            )
         )
 
     return prefix

@@ -44,7 +44,7 @@ from gpunn.runspec import RunSpec, parse_run_path
 PAPER = "004_4f268e64550dc30e.txt"  # E5 and E6
 # paper 004's phases 2.1-2.4 -> our variants, and its SVM (E6; ours: the exact SVC of experiments.e6.method)
 PHASES = {"CPU": ("cpu-numpy",), "GPU naive": ("gpu-naive",), "GPU optimized v1": ("gpu-tiled",),
-          "GPU optimized v2": ("gpu-im2col",), "cuML SVC": ("exact",)}
+          "GPU optimized v2": ("gpu-im2col",), "cuML SVC": ("gpu-smo", "exact")}
 _E5_CPU = "single CPU core (model not stated)"
 _E5_GPU = "NVIDIA T4 (Colab, CUDA arch 75; the paper names no GPU)"
 _E5 = dict(experiment="e5", paper=PAPER, phases=PHASES, dataset="cifar10", n_test=10000, batch=1, epochs=20)
