@@ -156,11 +156,12 @@ def test_e6_width_on_the_gpu():
     assert _rel_err(got, rbf_kernel(a, gamma=gamma)) < TOL
 
 
-def test_mirror_upper_completes_the_lower_triangle():
-    """mirror_upper on a 37 x 37 float32 matrix (two tiles each way, the second partial) whose lower triangle is NaN:
-    the reference's matrix, bit for bit, the diagonal and the upper triangle untouched."""
-    upper = np.triu(_rng("mirror").random((37, 37)).astype(np.float32))
-    a = np.where(np.triu(np.ones((37, 37), bool)), upper, np.nan).astype(np.float32)
+@pytest.mark.parametrize("n", [37, pytest.param(4099, marks=pytest.mark.gpu)])
+def test_mirror_upper_completes_the_lower_triangle(n):
+    """mirror_upper on an n x n float32 matrix (37: two tiles each way, the second partial; on a GPU 4 099) whose
+    lower triangle is NaN: the reference's matrix, bit for bit, the diagonal and the upper triangle untouched."""
+    upper = np.triu(_rng("mirror", n).random((n, n)).astype(np.float32))
+    a = np.where(np.triu(np.ones((n, n), bool)), upper, np.nan).astype(np.float32)
     d = cuda.to_device(a)
     R.mirror_upper(d)
     got = d.copy_to_host()
@@ -169,18 +170,19 @@ def test_mirror_upper_completes_the_lower_triangle():
     np.testing.assert_array_equal(np.triu(got), np.triu(a))
 
 
-def test_float32_kernel_from_row_blocks_and_mirror_equals_the_whole():
-    """The GPU SVM's training kernel as it is made: row blocks from the diagonal on, written into a strided view of
-    the float32 matrix, then mirrored: equal to the float32 kernel computed whole."""
-    rng = _rng("blocks")
-    x, gamma = _features(rng, 23, 7)
+@pytest.mark.parametrize("n, d, rows", [(23, 7, 10), pytest.param(5003, 515, 2048, marks=pytest.mark.gpu)])
+def test_float32_kernel_from_row_blocks_and_mirror_equals_the_whole(n, d, rows):
+    """The GPU SVM's training kernel as it is made: row blocks of `rows` from the diagonal on, written into a strided
+    view of the float32 matrix, then mirrored: equal to the float32 kernel computed whole."""
+    rng = _rng("blocks", n)
+    x, gamma = _features(rng, n, d)
     whole = _gpu_rbf(x, x, gamma, R.DEFAULT_VERSION, symmetric=True, out_dtype=np.float32)
     dx = cuda.to_device(x)
-    sq = cuda.device_array(23)
+    sq = cuda.device_array(n)
     R.row_sq_norms(dx, sq)
-    k = cuda.to_device(np.full((23, 23), np.nan, dtype=np.float32))
-    for start in range(0, 23, 10):
-        stop = min(23, start + 10)
+    k = cuda.to_device(np.full((n, n), np.nan, dtype=np.float32))
+    for start in range(0, n, rows):
+        stop = min(n, start + rows)
         R.rbf_gemm(dx[start:stop], dx[start:], k[start:stop, start:], sq[start:stop], sq[start:], gamma)
     R.mirror_upper(k)
     np.testing.assert_array_equal(k.copy_to_host(), whole)

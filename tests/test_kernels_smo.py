@@ -159,11 +159,22 @@ def test_select_working_sets_equals_the_host_rounds_selection():
     problems stay, the same gaps, and each working set the same points (the kernel writes each part in position
     order, the host by value); states with many ties (the first rounds'), both bounds, a converged problem, one
     whose low side is empty, problems shorter and longer than the block."""
+    _check_selection([40, 23, 9, 31], q=16, threads=16)
+
+
+@pytest.mark.gpu
+def test_select_working_sets_at_e6_sizes_on_the_gpu():
+    """The same checks with the GPU's block (smo.SELECT_THREADS) and working sets of 512, problems of up to 10 000
+    points (E6's) and one shorter than the block."""
+    _check_selection([5003, 4999, 7, 3001], q=512, threads=None)
+
+
+def _check_selection(class_sizes, q, threads):
     from gpunn.smo import one_vs_one, select_round
 
-    rng = _rng("select")
-    problems = one_vs_one(np.repeat([0, 1, 2, 3], [40, 23, 9, 31]))
-    n, q = problems.points.size, 16
+    rng = _rng("select", q)
+    problems = one_vs_one(np.repeat([0, 1, 2, 3], class_sizes))
+    n = problems.points.size
     y = problems.y
     alpha = rng.choice([0.0, C, 0.7], n)
     grad = rng.choice([-1.0, -0.5, 0.25], n) + (rng.random(n) < 0.3) * rng.normal(size=n)
@@ -181,7 +192,7 @@ def test_select_working_sets_equals_the_host_rounds_selection():
     d_gaps = cuda.to_device(np.full(len(active), np.nan))
     d_marks = cuda.to_device(np.zeros(n, np.int32))
     smo.select_working_sets(*_dev(y, alpha, grad), d_marks, *_dev(starts, stops), C, EPS, q, d_ws, d_count, d_gaps,
-                            threads=16)
+                            threads=threads)
     ws, count, gaps = d_ws.copy_to_host(), d_count.copy_to_host(), d_gaps.copy_to_host()
     assert not d_marks.copy_to_host().any()  # zero again
     kept = [p for p, k in zip(active, count) if k > 0]

@@ -294,6 +294,38 @@ def test_e6_accuracies_time_and_range(tmp_path):
     assert "above the paper's range" in _one(table, column="expected_accuracy")["note"]
 
 
+def test_e6_two_methods_compared_with_exact_and_gpu_smo_beside_the_paper(tmp_path):
+    """E6 with gpu-smo and exact: the summary gives gpu-smo's test accuracy minus exact's and the share of the test
+    points both predict alike (from their predictions.csv); paper_vs_ours takes gpu-smo's fit time (the paper's cuML
+    is a GPU solver)."""
+    spec = _e5_spec("gpu-graph", 0)
+    folders = {}
+    for method, acc, fit, predicted in (("exact", 0.7, 77.4, [0, 1, 1, 0]), ("gpu-smo", 0.65, 9.5, [0, 1, 0, 0])):
+        folders[method] = svm = tmp_path / "svm" / "nvidia-h200" / method / spec.path
+        io.write_json(svm / "metrics.json", {
+            "method": method, "C": 10.0, "gamma": "scale", "n_train": 50000, "n_test": 4, "n_features": 8192,
+            "kernel_device": "gpu", "train_accuracy": 0.9, "test_accuracy": acc, "fit_time_s": fit,
+            "provenance": ON_H100, "per_class_accuracy": {"cat": 0.5}})
+        _write_confusion(svm, [[2, 0], [1, 1]] if method == "gpu-smo" else [[2, 0], [0, 2]], ["cat", "dog"])
+        io.write_csv(svm / "predictions.csv", pd.DataFrame({"row": [0, 1, 2, 3], "true": [0, 1, 1, 0],
+                                                            "predicted": predicted}))
+    out = tmp_path / "report"
+    make_report("e6", out, svm=[folders["exact"], folders["gpu-smo"]])
+    summary = pd.read_csv(out / "summary.csv").set_index("method")
+    assert summary.loc["gpu-smo", "points_vs_exact"] == pytest.approx(-5.0)
+    assert summary.loc["gpu-smo", "same_as_exact"] == pytest.approx(0.75)
+    assert pd.isna(summary.loc["exact", "points_vs_exact"]) and pd.isna(summary.loc["exact", "same_as_exact"])
+    md = (out / "summary.md").read_text()
+    assert "-5.00" in md and "75.00 %" in md
+    fit = _one(_rows(out), column="fit_time")
+    assert fit["ratio"] == pytest.approx(9.5 / 46) and fit["variant"] == "svm gpu-smo"
+    (folders["exact"] / "predictions.csv").unlink()  # an exact run made before predictions.csv: no share, the points
+    make_report("e6", tmp_path / "report2", svm=[folders["exact"], folders["gpu-smo"]])
+    again = pd.read_csv(tmp_path / "report2" / "summary.csv").set_index("method")
+    assert pd.isna(again.loc["gpu-smo", "same_as_exact"])
+    assert again.loc["gpu-smo", "points_vs_exact"] == pytest.approx(-5)
+
+
 def test_e6_accuracies_on_another_datasets_features_are_not_the_papers_setting(tmp_path):
     """An SVM on the features of synthetic_cifar10's encoder (an offline machine's E6): its accuracies are shown
     beside the paper's CIFAR-10 ones but not as a difference in points on the entry page; the note says why."""

@@ -43,7 +43,7 @@ def _run(paths, out_dir, **kw):
 
 
 def _check_outputs(out_dir, metrics, n_test):
-    for name in ("metrics.json", "per_class.csv", "confusion.csv", "confusion.png"):
+    for name in ("metrics.json", "per_class.csv", "confusion.csv", "predictions.csv", "confusion.png"):
         assert (out_dir / name).is_file() and (out_dir / name).stat().st_size > 0
     assert not list(out_dir.glob("*.tmp")) and not list(out_dir.glob(".*"))
     on_disk = json.loads((out_dir / "metrics.json").read_text())
@@ -61,6 +61,13 @@ def _check_outputs(out_dir, metrics, n_test):
     assert m.shape == (4, 4)
     assert m.sum() == n_test == on_disk["n_test"]
     assert on_disk["test_accuracy"] == pytest.approx(np.trace(m) / m.sum())
+
+    predictions = pd.read_csv(out_dir / "predictions.csv")  # each test row: its labels, the same counts
+    assert list(predictions.columns) == ["row", "true", "predicted"] and len(predictions) == n_test
+    assert predictions["row"].is_unique and np.mean(predictions["true"] == predictions["predicted"]) == pytest.approx(
+        on_disk["test_accuracy"])
+    pairs = pd.crosstab(predictions["true"], predictions["predicted"]).reindex(index=range(4), columns=range(4))
+    np.testing.assert_array_equal(pairs.fillna(0).to_numpy(), m)
 
     per_class = pd.read_csv(out_dir / "per_class.csv")
     assert list(per_class.columns) == ["class", "name", "n_test", "accuracy"]

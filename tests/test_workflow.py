@@ -143,7 +143,8 @@ def test_timed_jobs_resources_and_placement_follow_config_keys_timing_and_gpus(w
     assert "results/svm/gpu-box/exact/cifar10/" in svm and "results/svm/gpu-box/gpu-smo/cifar10/" in smo
     if timing == "overlap":  # config key cpu_lanes: the CPU-timed jobs' placement takes a lane of that many
         out = run_snakemake(workflow_copy, "-n", "-p", "--cores", "32", "--config", "machine=gpu-box", "timing=overlap",
-                            "gpus=2", "threads=14", "cpu_lanes=2", "job_details=true", "experiments={e6: {method: exact}}")
+                            "gpus=2", "threads=14", "cpu_lanes=2", "job_details=true",
+                            "experiments={e6: {method: exact}}")
         text = out.stdout + out.stderr
         assert out.returncode == 0, text[-3000:]
         cpu = _train_job(text, "mnist/standard/cnn/cpu-numpy/w16-32_b64_lr0.01_e5_s0")

@@ -239,8 +239,8 @@ def svm_dir(layout, method: str, spec: RunSpec) -> str:
 
 def inputs(config: dict, layout) -> dict[str, list[str]]:
     """The SVM's metrics (rule svm) of each method on the features of the encoder run."""
-    spec = encoder_run(config)
-    return {"svm": [f"{svm_dir(layout, method, spec)}/metrics.json" for method in config["experiments"]["e6"]["method"]]}
+    spec, methods = encoder_run(config), config["experiments"]["e6"]["method"]
+    return {"svm": [f"{svm_dir(layout, method, spec)}/metrics.json" for method in methods]}
 
 
 def resolve_methods(config: dict) -> list[str]:
