@@ -183,27 +183,34 @@ def _check_selection(class_sizes, q, threads):
     s4, e4 = problems.offsets[4], problems.offsets[5]
     alpha[s4:e4] = np.where(y[s4:e4] > 0, 0.0, C)  # the low side empty
     grad[:12] = -1.0  # a run of exact ties
-    active = [0, 1, 2, 3, 4, 5]
-    still, sets = select_round(y, alpha, grad, C, problems.offsets, active, q, EPS)
-    starts = problems.offsets[active].astype(np.int32)
-    stops = problems.offsets[np.asarray(active) + 1].astype(np.int32)
-    d_ws = cuda.to_device(np.full((len(active), q), -1, np.int32))
-    d_count = cuda.to_device(np.full(len(active), -1, np.int32))
-    d_gaps = cuda.to_device(np.full(len(active), np.nan))
+    active = [0, 1, 2, 3, 4, 5]  # a row each, in problem order
+    starts, stops = problems.offsets[:-1].astype(np.int32), problems.offsets[1:].astype(np.int32)
     d_marks = cuda.to_device(np.zeros(n, np.int32))
-    smo.select_working_sets(*_dev(y, alpha, grad), d_marks, *_dev(starts, stops), C, EPS, q, d_ws, d_count, d_gaps,
-                            threads=threads)
-    ws, count, gaps = d_ws.copy_to_host(), d_count.copy_to_host(), d_gaps.copy_to_host()
-    assert not d_marks.copy_to_host().any()  # zero again
-    kept = [p for p, k in zip(active, count) if k > 0]
-    assert kept == still and len(still) >= 3
-    for row, p in enumerate(active):
-        s, e = problems.offsets[p], problems.offsets[p + 1]
-        f = -y[s:e] * grad[s:e]
-        up = ((y[s:e] > 0) & (alpha[s:e] < C)) | ((y[s:e] < 0) & (alpha[s:e] > 0))
-        low = ((y[s:e] > 0) & (alpha[s:e] > 0)) | ((y[s:e] < 0) & (alpha[s:e] < C))
-        want_gap = (f[up].max() if up.any() else -np.inf) - (f[low].min() if low.any() else np.inf)
-        assert gaps[row] == want_gap or (np.isneginf(want_gap) and gaps[row] < EPS)
-    for p, got in zip(still, sets):
-        row = active.index(p)
-        np.testing.assert_array_equal(np.sort(ws[row, :count[row]]), np.sort(got))
+    prev_ws, prev_count = np.zeros((len(active), q), np.int32), np.zeros(len(active), np.int32)
+    previous = None
+    for turn in range(2):  # a first round (nothing kept), then one that keeps half of its sets on a moved state
+        still, sets = select_round(y, alpha, grad, C, problems.offsets, active, q, EPS, previous)
+        d_ws = cuda.to_device(np.full((len(active), q), -1, np.int32))
+        d_count = cuda.to_device(np.full(len(active), -1, np.int32))
+        d_gaps = cuda.to_device(np.full(len(active), np.nan))
+        smo.select_working_sets(*_dev(y, alpha, grad), d_marks, *_dev(starts, stops), C, EPS, q, d_ws, d_count,
+                                d_gaps, *_dev(prev_ws, prev_count), threads=threads)
+        ws, count, gaps = d_ws.copy_to_host(), d_count.copy_to_host(), d_gaps.copy_to_host()
+        assert not d_marks.copy_to_host().any()  # zero again
+        assert [p for p in active if count[p] > 0] == still and len(still) >= 3
+        for p in active:
+            s, e = problems.offsets[p], problems.offsets[p + 1]
+            f = -y[s:e] * grad[s:e]
+            up = ((y[s:e] > 0) & (alpha[s:e] < C)) | ((y[s:e] < 0) & (alpha[s:e] > 0))
+            low = ((y[s:e] > 0) & (alpha[s:e] > 0)) | ((y[s:e] < 0) & (alpha[s:e] < C))
+            want_gap = (f[up].max() if up.any() else -np.inf) - (f[low].min() if low.any() else np.inf)
+            assert gaps[p] == want_gap or (np.isneginf(want_gap) and gaps[p] < EPS)
+        for p, got in zip(still, sets):  # the same points in the same order
+            np.testing.assert_array_equal(ws[p, :count[p]], got)
+            assert len(set(got.tolist())) == got.size
+            if turn:
+                kept = previous[p][:q // 2]
+                np.testing.assert_array_equal(got[got.size - kept.size:], kept)
+        previous, prev_ws, prev_count = dict(zip(still, sets)), ws, np.maximum(count, 0)
+        grad = grad + 0.1 * rng.normal(size=n) * (rng.random(n) < 0.5)  # the next round's state
+        grad[s1:e1] = -y[s1:e1] * 0.5

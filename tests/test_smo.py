@@ -130,7 +130,7 @@ def test_bad_settings_are_one_line_errors():
         GpuSmo(0.0)
     with pytest.raises(GpunnError, match="power of two from 2 to 1024"):
         GpuSmo(1.0, q=48)
-    with pytest.raises(GpunnError, match="selection must be one of host, gpu"):
+    with pytest.raises(GpunnError, match="selection must be one of gpu, host"):
         GpuSmo(1.0, selection="cpu")
     with pytest.raises(GpunnError, match="at least two"):
         one_vs_one(np.zeros(5, int))
@@ -241,6 +241,15 @@ def test_a_rounds_selection_equals_the_problem_by_problem_one():
     for p, got in zip(still, sets):
         s, e = problems.offsets[p], problems.offsets[p + 1]
         np.testing.assert_array_equal(got, s + select_working_set(y[s:e], alpha[s:e], grad[s:e], c, q))
+        assert len(set(got.tolist())) == got.size == min(q, e - s)
+    # the next round keeps each set's first half, at its end, and takes the fresh part from the other points
+    grad = grad + 0.1 * rng.normal(size=n)
+    again, sets2 = select_round(y, alpha, grad, c, problems.offsets, still, q, eps, dict(zip(still, sets)))
+    for p, got, last in zip(again, sets2, sets):
+        s, e = problems.offsets[p], problems.offsets[p + 1]
+        kept = last[:q // 2]
+        np.testing.assert_array_equal(got, s + select_working_set(y[s:e], alpha[s:e], grad[s:e], c, q, kept - s))
+        np.testing.assert_array_equal(got[got.size - kept.size:], kept)
         assert len(set(got.tolist())) == got.size == min(q, e - s)
 
     from gpunn.smo import _smallest

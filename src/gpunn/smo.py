@@ -5,8 +5,10 @@ The model is libsvm's C-SVC as SVC runs it: one binary problem per pair of class
 a's points +1, b's -1), each the dual min 1/2 a'Qa - e'a, 0 <= a <= C, y'a = 0, solved until its maximal
 violating pair is within ``eps`` (libsvm's 1e-3), its bias by libsvm's rule (the free vectors' mean y g, else the
 middle of the bounds), and predictions by one vote a pair, ties to the lowest class. The 45 problems of ten classes
-are solved side by side: each round selects every unfinished problem's working set on the host (the ``q`` / 2
-largest violators from each side, by -y g), one launch solves all of them (libsvm's second-order pair steps, one
+are solved side by side: each round selects every unfinished problem's working set (on the GPU by default, or on
+the host: the same sets) of ``q`` points: half of the last round's set kept, the rest the largest violators from
+each side, by -y g (ThunderSVM's rule: without the kept half, the rounds zig-zag between the two sides' extremes
+and need ten times as many on hard problems); one launch solves all of them (libsvm's second-order pair steps, one
 block a problem), one launch updates every problem's gradient from the kernel rows of the points that moved.
 
 Memory: the training kernel takes 4 n^2 bytes on the GPU (10 GB at n = 50 000) and the test kernel 4 n m; a
@@ -26,10 +28,10 @@ from gpunn.errors import GpunnError
 EPS = 1e-3  # libsvm's (and SVC's default) stopping tolerance on the maximal violating pair
 WORKING_SET = 512  # points a problem's working set holds (a power of two, at most 1024: one thread each)
 KERNEL_BLOCK_ROWS = 4096  # the training kernel's row blocks, each computed from the diagonal on, then mirrored
-# where each round's working sets are chosen: "host" (the state copied back, select_round; measured at stop 60: about
-# 30 ms a round for 45 problems of 10 000 points) or "gpu" (kernels.smo.select_working_sets, the same sets; only
-# each problem's count comes back; simulator-tested, not yet measured)
-SELECTIONS = ("host", "gpu")
+# where each round's working sets are chosen: "gpu" (kernels.smo.select_working_sets; only each problem's count
+# comes back) or "host" (the state copied back, select_round: the same sets, about 30 ms a round for 45 problems of
+# 10 000 points; docs/notes/issue-43-progress.md)
+SELECTIONS = ("gpu", "host")
 MAX_ROUNDS_PER_POINT = 10  # a problem of n points that needs more than max(1000, this x n / q) rounds is an error
 
 
@@ -84,17 +86,26 @@ def gap(y, alpha, grad, c) -> float:
     return float(f[up].max() - f[low].min())
 
 
-def select_working_set(y, alpha, grad, c, q: int) -> np.ndarray:
-    """Up to q positions: the q / 2 largest -y g of the up set, then the smallest of the low set (not taken
-    already) until q, then more of the up set; each side in its order, ties to the lower position."""
+def select_working_set(y, alpha, grad, c, q: int, kept=()) -> np.ndarray:
+    """Up to q positions: `kept` (the previous working set's first half, at the end), and before them the fresh part
+    of q - len(kept): the largest -y g of the up set (half of it), then the smallest of the low set until it is full,
+    then more of the up set; the kept points taken by neither side, each part in position order."""
     f = -y * grad
     up, low = violation_sets(y, alpha, c)
-    up_idx, low_idx = np.flatnonzero(up), np.flatnonzero(low)
-    up_order = up_idx[_smallest(-f[up_idx], q)]
-    low_order = low_idx[_smallest(f[low_idx], q)]
-    half = q // 2
-    chosen = list(dict.fromkeys(np.concatenate([up_order[:half], low_order, up_order[half:]]).tolist()))
-    return np.asarray(chosen[:q], dtype=np.int64)
+    kept = np.asarray(kept, dtype=np.int64)
+    up[kept] = low[kept] = False
+    return _fresh_and_kept(np.where(up, -f, np.inf), np.where(low, f, np.inf), q, kept)
+
+
+def _fresh_and_kept(up_key, low_key, q: int, kept: np.ndarray) -> np.ndarray:
+    """The working set from the sides' keys (inf: not on that side, or kept): see select_working_set."""
+    budget = q - kept.size
+    up_order, low_order = _smallest(up_key, budget), _smallest(low_key, budget)
+    first = np.sort(up_order[:budget // 2])
+    low_part = np.sort(low_order[~np.isin(low_order, first)][:budget - first.size])
+    rest = up_order[budget // 2:]
+    rest = np.sort(rest[~np.isin(rest, low_part)][:budget - first.size - low_part.size])
+    return np.concatenate([first, low_part, rest, kept]).astype(np.int64)
 
 
 def _smallest(values: np.ndarray, q: int) -> np.ndarray:
@@ -116,23 +127,26 @@ def _first_by_value(values: np.ndarray, candidates: np.ndarray, q: int) -> np.nd
     return keep[np.lexsort((keep, values[keep]))]
 
 
-def select_round(y, alpha, grad, c, offsets, active, q: int, eps: float):
+def select_round(y, alpha, grad, c, offsets, active, q: int, eps: float, previous=None):
     """One round's bookkeeping for the problems `active` (their points offsets[p] .. offsets[p + 1]): those whose gap
     is still at least eps, and for each its working set (global positions), the same as gap() and
-    select_working_set() give problem by problem, with -y g and the index sets computed once for all."""
+    select_working_set() give problem by problem, with -y g and the index sets computed once for all. `previous`:
+    {problem: its last working set}, whose first q / 2 points are kept (ThunderSVM's rule: half of each working set
+    stays for the next round, which keeps the rounds from zig-zagging between the two sides' extremes)."""
     f = -y * grad
     up, low = violation_sets(y, alpha, c)
     up_key = np.where(up, -f, np.inf)  # the up side's largest -y g first
     low_key = np.where(low, f, np.inf)  # the low side's smallest first
-    still, sets, half = [], [], q // 2
+    still, sets = [], []
     for p in active:
         s, e = offsets[p], offsets[p + 1]
         if -up_key[s:e].min() - low_key[s:e].min() < eps:  # -inf where a side is empty
             continue
-        up_order, low_order = _smallest(up_key[s:e], q), _smallest(low_key[s:e], q)
-        cols = list(dict.fromkeys(np.concatenate([up_order[:half], low_order, up_order[half:]]).tolist()))[:q]
+        kept = np.asarray((previous or {}).get(p, ()), dtype=np.int64)[:q // 2] - s
+        ups, lows = up_key[s:e].copy(), low_key[s:e].copy()
+        ups[kept] = lows[kept] = np.inf
         still.append(p)
-        sets.append(s + np.asarray(cols, dtype=np.int64))
+        sets.append(s + _fresh_and_kept(ups, lows, q, kept))
     return still, sets
 
 
@@ -161,7 +175,7 @@ class GpuSmo:
     where the rounds' working sets are chosen (SELECTIONS)."""
 
     def __init__(self, C: float, eps: float = EPS, q: int = WORKING_SET, log: Callable[[str], None] = print,
-                 progress_every_s: float = 15.0, selection: str = "host"):
+                 progress_every_s: float = 15.0, selection: str = "gpu"):
         if selection not in SELECTIONS:
             raise GpunnError(f"gpu-smo: selection must be one of {', '.join(SELECTIONS)}, got {selection!r}")
         self.selection = selection
@@ -194,6 +208,10 @@ class GpuSmo:
         smo.update_grad(k, rows, y, grad, ends[:1], ends[1:], 2, d_ws, counts, delta)
         sv = cuda.to_device(np.array([0, 2], np.int32))
         smo.decision(k, rows, y, sv, cuda.to_device(np.zeros(1)), cuda.device_array((2, 1)))
+        if self.selection == "gpu":
+            counts0 = cuda.to_device(np.zeros(1, np.int32))
+            smo.select_working_sets(y, alpha, grad, cuda.to_device(np.zeros(2, np.int32)), ends[:1], ends[1:], self.C,
+                                    self.eps, q, d_ws, counts, cuda.device_array(1), cuda.to_device(ws), counts0)
         cuda.synchronize()
 
     def fit(self, k_train, labels: np.ndarray) -> GpuSmo:
@@ -216,35 +234,39 @@ class GpuSmo:
         started = last_line = time.perf_counter()
         host_s = wait_s = 0.0  # the rounds' copies and selections; their waits for the launches before them
         d_marks = cuda.to_device(np.zeros(n_points, dtype=np.int32)) if self.selection == "gpu" else None
-        # a round's working sets, counts, gaps and steps: the first len(active) rows of buffers made once
-        all_ws = cuda.device_array((problems.count, q), dtype=np.int32)
-        all_counts = cuda.device_array(problems.count, dtype=np.int32)
-        all_gaps = cuda.device_array(problems.count, dtype=np.float64)
-        all_delta = cuda.device_array((problems.count, q), dtype=np.float64)
+        # every round launches a block for every problem (a converged one's row has no working set: each launch
+        # skips it); the working sets and counts alternate between two buffers, the last round's kept half read
+        # from one while the next is written into the other
+        d_starts = cuda.to_device(problems.offsets[:-1].astype(np.int32))
+        d_stops = cuda.to_device(problems.offsets[1:].astype(np.int32))
+        widest = int(sizes.max())
+        ws_bufs = [cuda.to_device(np.zeros((problems.count, q), dtype=np.int32)) for _ in range(2)]
+        count_bufs = [cuda.to_device(np.zeros(problems.count, dtype=np.int32)) for _ in range(2)]
+        d_gaps = cuda.device_array(problems.count, dtype=np.float64)
+        d_delta = cuda.device_array((problems.count, q), dtype=np.float64)
+        previous: dict[int, np.ndarray] = {}
         while True:
             t0 = time.perf_counter()
             cuda.synchronize()
             wait_s += time.perf_counter() - t0
             t0 = time.perf_counter()
-            starts = problems.offsets[active].astype(np.int32)
-            stops = problems.offsets[np.asarray(active) + 1].astype(np.int32)
-            d_starts, d_stops = cuda.to_device(starts), cuda.to_device(stops)
-            d_ws, d_counts, d_delta = all_ws[:len(active)], all_counts[:len(active)], all_delta[:len(active)]
+            turn = int(rounds.max()) % 2  # the rounds so far: every unfinished problem took part in each
+            d_ws, d_counts, prev_ws, prev_counts = ws_bufs[turn], count_bufs[turn], ws_bufs[1 - turn], count_bufs[1 - turn]
             if d_marks is None:  # on the host: the state copied back, the working sets copied over
                 alpha, grad = d_alpha.copy_to_host(), d_grad.copy_to_host()
-                still, sets = select_round(y, alpha, grad, c, problems.offsets, active, q, self.eps)
-                ws = np.zeros((len(active), q), dtype=np.int32)
-                counts = np.zeros(len(active), dtype=np.int32)
-                row_of = {p: row for row, p in enumerate(active)}
+                still, sets = select_round(y, alpha, grad, c, problems.offsets, active, q, self.eps, previous)
+                ws = np.zeros((problems.count, q), dtype=np.int32)
+                counts = np.zeros(problems.count, dtype=np.int32)
                 for p, w in zip(still, sets):
-                    ws[row_of[p], :w.size], counts[row_of[p]] = w, w.size
+                    ws[p, :w.size], counts[p] = w, w.size
+                previous = dict(zip(still, sets))
                 d_ws.copy_to_device(ws)
                 d_counts.copy_to_device(counts)
             else:  # on the GPU: only the counts come back
                 smo.select_working_sets(d_y, d_alpha, d_grad, d_marks, d_starts, d_stops, c, self.eps, q, d_ws,
-                                        d_counts, all_gaps[:len(active)])
+                                        d_counts, d_gaps, prev_ws, prev_counts)
                 counts = d_counts.copy_to_host()
-                still = [p for p, k in zip(active, counts) if k > 0]
+                still = [p for p in active if counts[p] > 0]
             late = [p for p in still if rounds[p] >= limit[p]]
             if late:
                 p = late[0]
@@ -256,10 +278,8 @@ class GpuSmo:
             host_s += time.perf_counter() - t0
             if not still:
                 break
-            # a converged problem's row has no working set: both launches skip it
             smo.local_smo(k_train, d_rows, d_y, d_alpha, d_grad, d_ws, d_counts, c, self.eps, d_delta)
-            smo.update_grad(k_train, d_rows, d_y, d_grad, d_starts, d_stops, int((stops - starts).max()), d_ws,
-                            d_counts, d_delta)
+            smo.update_grad(k_train, d_rows, d_y, d_grad, d_starts, d_stops, widest, d_ws, d_counts, d_delta)
             rounds[still] += 1
             active = still
             now = time.perf_counter()

@@ -18,8 +18,9 @@ Versions:
     3 decision       dec[t, c] = sum over the support list of classifier c of coef * K[row, t] - rho[c], float64
                      sums; K here is (kernel rows) x (points to classify): the training matrix itself (it is
                      symmetric) or a test kernel computed as rbf(train, test)
-    4 select_working_sets  each problem's gap and working set (gpunn.smo.select_round's rule, each part in
-                     position order), the k-th key of a side found by bisecting its values' range: no sort
+    4 select_working_sets  each problem's gap and working set (gpunn.smo.select_round's rule: half of the last
+                     working set kept, the fresh part from both sides' extremes, each part in position order), the
+                     k-th key of a side found by bisecting its values' range: no sort
 
 The float64 NumPy references (``local_smo_ref``, ``update_grad_ref``, ``decision_ref``) run the same steps in
 the same order: the kernels agree with them up to the float32 kernel values they both read.
@@ -413,7 +414,7 @@ def _select_kernel(threads: int):
             h //= 2
 
     @jit(launch_bounds=threads)  # registers bounded so that a block of `threads` always launches
-    def select_kernel(y, alpha, grad, marks, starts, stops, c, eps, q, ws, ws_count, gaps):
+    def select_kernel(y, alpha, grad, marks, starts, stops, c, eps, q, ws, ws_count, gaps, prev_ws, prev_count):
         fa = cuda.shared.array(threads, float64)
         fb = cuda.shared.array(threads, float64)
         ia = cuda.shared.array(threads, int32)
@@ -442,10 +443,15 @@ def _select_kernel(threads: int):
             if t == 0:
                 ws_count[p] = 0
             return
+        kept = min(prev_count[p], q // 2)  # the last working set's first half stays, taken by neither side
+        for j in range(t, kept, threads):
+            marks[prev_ws[p, j]] = 1
+        cuda.syncthreads()
+        budget = q - kept
         taken = 0
-        for stage in range(3):  # the up side's first q / 2, the low side's until q, the up side's until q
+        for stage in range(3):  # the up side's first budget / 2, the low side's until budget, the up side's until then
             side = 1 if stage == 1 else 0
-            want = (q // 2 if stage == 0 else q) - taken
+            want = (budget // 2 if stage == 0 else budget) - taken
             if want <= 0:
                 continue
             # v: the want-th smallest finite key of the side, in (lo, hi]
@@ -539,20 +545,25 @@ def _select_kernel(threads: int):
                 marks[ws[p, j]] = 1
             taken += added
             cuda.syncthreads()
+        for j in range(t, kept, threads):
+            ws[p, taken + j] = prev_ws[p, j]
+            marks[prev_ws[p, j]] = 0
         for j in range(t, taken, threads):
             marks[ws[p, j]] = 0
         if t == 0:
-            ws_count[p] = taken
+            ws_count[p] = taken + kept
 
     return select_kernel
 
 
 def select_working_sets(y, alpha, grad, marks, starts, stops, c: float, eps: float, q: int, ws, ws_count, gaps,
-                        threads: int | None = None, stream=0, launch=True):
+                        prev_ws, prev_count, threads: int | None = None, stream=0, launch=True):
     """Version 4: for each problem p (points starts[p] .. stops[p]), its gap (largest -y g over the up set minus the
-    smallest over the low set) into gaps[p], and where it is at least eps a working set into ws[p, :ws_count[p]]:
-    the up side's q / 2 largest -y g, then the low side's smallest not taken, until q, then more of the up side;
-    ties at a side's last value in position order, each part written in position order (else ws_count[p] = 0).
+    smallest over the low set) into gaps[p], and where it is at least eps a working set into ws[p, :ws_count[p]]
+    (else ws_count[p] = 0): the first min(prev_count[p], q / 2) points of prev_ws[p] kept, at the end, and before
+    them the fresh part of q minus those: the up side's largest -y g (half of it), then the low side's smallest not
+    taken, until it is full, then more of the up side; ties at a side's last value in position order, each part
+    written in position order (gpunn.smo.select_round's sets, in its order).
     The k-th value of a side is found by bisecting the range of its values (no sort); `marks` (int32, one a point,
     zero) holds the points taken while the block runs and is zero again after it. ``threads``: a block's, default
     SELECT_THREADS (SIMULATOR_SELECT_THREADS under the simulator)."""
@@ -565,8 +576,10 @@ def select_working_sets(y, alpha, grad, marks, starts, stops, c: float, eps: flo
     check_array(op, "ws", ws, 2, np.int32)
     check_array(op, "ws_count", ws_count, 1, np.int32)
     check_array(op, "gaps", gaps, 1, np.float64)
+    check_array(op, "prev_ws", prev_ws, 2, np.int32)
+    check_array(op, "prev_count", prev_count, 1, np.int32)
     if threads & (threads - 1) or ws.shape[1] < q:
         raise ValueError(f"{op}: threads must be a power of two (got {threads}) and ws at least q = {q} wide "
                          f"(got {ws.shape[1]})")
     return bind(_select_kernel(threads), ws.shape[0], threads, (y, alpha, grad, marks, starts, stops, np.float64(c),
-                np.float64(eps), np.int32(q), ws, ws_count, gaps), stream, launch, op)
+                np.float64(eps), np.int32(q), ws, ws_count, gaps, prev_ws, prev_count), stream, launch, op)
