@@ -251,7 +251,8 @@ class GpuSmo:
             wait_s += time.perf_counter() - t0
             t0 = time.perf_counter()
             turn = int(rounds.max()) % 2  # the rounds so far: every unfinished problem took part in each
-            d_ws, d_counts, prev_ws, prev_counts = ws_bufs[turn], count_bufs[turn], ws_bufs[1 - turn], count_bufs[1 - turn]
+            d_ws, d_counts = ws_bufs[turn], count_bufs[turn]
+            prev_ws, prev_counts = ws_bufs[1 - turn], count_bufs[1 - turn]
             if d_marks is None:  # on the host: the state copied back, the working sets copied over
                 alpha, grad = d_alpha.copy_to_host(), d_grad.copy_to_host()
                 still, sets = select_round(y, alpha, grad, c, problems.offsets, active, q, self.eps, previous)
