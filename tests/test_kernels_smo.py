@@ -47,15 +47,28 @@ def _dev(*arrays):
     return [cuda.to_device(a) for a in arrays]
 
 
+def _shuffled(rng, k):
+    """k's rows in a shuffled cache and the slot map that finds them (cache[slot[r]] == k[r])."""
+    perm = rng.permutation(k.shape[0])
+    return np.ascontiguousarray(k[perm]), np.argsort(perm).astype(np.int32)
+
+
+def _identity(k):
+    return np.arange(k.shape[1], dtype=np.int32)
+
+
 @pytest.mark.parametrize("counts", [(8, 5), (3, 8)], ids=["full_and_short", "short_and_full"])
 def test_local_smo_equals_its_reference(counts):
     rng = _rng("local", counts)
     k, rows, y, alpha, grad, offsets = _state(rng)
     ws, ws_count = _working_sets(rng, offsets, 8, counts)
-    want_alpha, want_delta = smo.local_smo_ref(k, rows, y, alpha, grad, ws, ws_count, C, EPS)
-    d_k, d_rows, d_y, d_alpha, d_grad, d_ws, d_count = _dev(k, rows, y, alpha, grad, ws, ws_count)
+    cache, slot = _shuffled(rng, k)  # the rows read through a slot map, as from gpunn.smo_rows.RowCache
+    want_alpha, want_delta = smo.local_smo_ref(cache, rows, slot, y, alpha, grad, ws, ws_count, C, EPS)
+    whole = smo.local_smo_ref(k, rows, _identity(k), y, alpha, grad, ws, ws_count, C, EPS)
+    np.testing.assert_array_equal(whole[0], want_alpha)
+    d_k, d_rows, d_slot, d_y, d_alpha, d_grad, d_ws, d_count = _dev(cache, rows, slot, y, alpha, grad, ws, ws_count)
     d_delta = cuda.to_device(np.full(ws.shape, np.nan))
-    smo.local_smo(d_k, d_rows, d_y, d_alpha, d_grad, d_ws, d_count, C, EPS, d_delta)
+    smo.local_smo(d_k, d_rows, d_slot, d_y, d_alpha, d_grad, d_ws, d_count, C, EPS, d_delta)
     got_alpha, got_delta = d_alpha.copy_to_host(), d_delta.copy_to_host()
     assert np.array_equal(d_grad.copy_to_host(), grad)  # read, not written
     for p, count in enumerate(counts):
@@ -76,11 +89,11 @@ def test_local_smo_duplicate_points_take_libsvm_floor():
     rows, y = np.array([0, 1], np.int32), np.array([1.0, -1.0])
     alpha, grad = np.zeros(2), -np.ones(2)
     ws, ws_count = np.array([[0, 1]], np.int32), np.array([2], np.int32)
-    want_alpha, _ = smo.local_smo_ref(k, rows, y, alpha, grad, ws, ws_count, C, EPS)
-    d = _dev(k, rows, y, alpha, grad, ws, ws_count)
+    want_alpha, _ = smo.local_smo_ref(k, rows, rows, y, alpha, grad, ws, ws_count, C, EPS)
+    d = _dev(k, rows, rows, y, alpha, grad, ws, ws_count)
     d_delta = cuda.to_device(np.full((1, 2), np.nan))
     smo.local_smo(*d, C, EPS, d_delta)
-    np.testing.assert_array_equal(d[3].copy_to_host(), want_alpha)
+    np.testing.assert_array_equal(d[4].copy_to_host(), want_alpha)
     np.testing.assert_array_equal(want_alpha, [C, C])
 
 
@@ -90,10 +103,14 @@ def test_update_grad_equals_its_reference():
     ws, ws_count = _working_sets(rng, offsets, 8, (7, 8))
     delta = rng.normal(size=ws.shape) * (rng.random(ws.shape) < 0.6)  # zeros are skipped
     starts, stops = offsets[:-1].astype(np.int32), offsets[1:].astype(np.int32)
-    want = smo.update_grad_ref(k, rows, y, grad, starts, stops, ws, ws_count, delta)
-    d_k, d_rows, d_y, d_grad, d_starts, d_stops, d_ws, d_count, d_delta = _dev(
-        k, rows, y, grad, starts, stops, ws, ws_count, delta)
-    smo.update_grad(d_k, d_rows, d_y, d_grad, d_starts, d_stops, int((stops - starts).max()), d_ws, d_count, d_delta)
+    cache, slot = _shuffled(rng, k)
+    want = smo.update_grad_ref(cache, rows, slot, y, grad, starts, stops, ws, ws_count, delta)
+    np.testing.assert_array_equal(smo.update_grad_ref(k, rows, _identity(k), y, grad, starts, stops, ws, ws_count,
+                                                      delta), want)
+    d_k, d_rows, d_slot, d_y, d_grad, d_starts, d_stops, d_ws, d_count, d_delta = _dev(
+        cache, rows, slot, y, grad, starts, stops, ws, ws_count, delta)
+    smo.update_grad(d_k, d_rows, d_slot, d_y, d_grad, d_starts, d_stops, int((stops - starts).max()), d_ws, d_count,
+                    d_delta)
     got = d_grad.copy_to_host()
     np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-14)
     assert np.abs(got - grad).max() > 0.1
@@ -116,14 +133,17 @@ def test_decision_equals_its_reference():
 
 def test_bad_working_set_shapes_are_refused():
     k, rows, y, alpha, grad, _ = _state(_rng("bad"))
-    d = _dev(k, rows, y, alpha, grad)
+    d = _dev(k, rows, _identity(k), y, alpha, grad)
     ws = cuda.to_device(np.zeros((2, 6), np.int32))  # width not a power of two
     with pytest.raises(ValueError, match="power-of-two width"):
         smo.local_smo(*d, ws, cuda.to_device(np.array([6, 6], np.int32)), C, EPS,
                       cuda.device_array((2, 6), np.float64))
     with pytest.raises(ValueError, match="alpha must be float64"):
-        smo.local_smo(d[0], d[1], d[2], cuda.to_device(alpha.astype(np.float32)), d[4], ws,
+        smo.local_smo(d[0], d[1], d[2], d[3], cuda.to_device(alpha.astype(np.float32)), d[5], ws,
                       cuda.to_device(np.array([6, 6], np.int32)), C, EPS, cuda.device_array((2, 6), np.float64))
+    with pytest.raises(ValueError, match="slot needs one entry a training point"):
+        smo.local_smo(d[0], d[1], d[2][:5], *d[3:], ws, cuda.to_device(np.array([6, 6], np.int32)), C, EPS,
+                      cuda.device_array((2, 6), np.float64))
 
 
 @pytest.mark.parametrize("labels", [(1.0, 1.0), (1.0, -1.0), (-1.0, 1.0), (-1.0, -1.0)])

@@ -201,6 +201,35 @@ def test_svm_method_gpu_smo_gives_libsvm_s_results(tmp_path, monkeypatch):
     assert any("6 binary problems solved in" in line for line in lines)
 
 
+@pytest.mark.parametrize("classes, size, rows", [(3, 20, 45), pytest.param(10, 300, 1500, marks=pytest.mark.gpu)])
+def test_a_kernel_row_cache_takes_the_same_steps_as_the_whole_matrix(classes, size, rows):
+    """GpuSmoRoute with a cache of `rows` kernel rows (here 45: three problems of 40 points whose working sets need
+    all 60 rows a round; on a GPU 1 500 of 3 000 with working sets of 512: the problems go in groups, rows are
+    evicted and computed again) against the route that keeps the whole matrix: the same multipliers and
+    predictions; its predictions made a block of points at a time."""
+    from gpunn.smo import GpuSmoRoute
+
+    rng = _rng("cache", classes)
+    labels = np.repeat(np.arange(classes), size)
+    n, m = labels.size, 23 if classes == 3 else 4099
+    x = rng.normal(size=(n, 5)) + labels[:, None] * 0.8
+    xt = rng.normal(size=(m, 5)) + np.arange(m)[:, None] % classes * 0.8
+    routes = {}
+    for name, cache_rows in (("whole", None), ("cache", rows)):
+        routes[name] = route = GpuSmoRoute(3.0, 0.2, lambda line: None, labels=labels, cache_rows=cache_rows)
+        route.kernels(x, xt)
+        route.train_pred, route.test_pred = route.fit(labels), route.predict()
+    whole, cache = routes["whole"], routes["cache"]
+    assert cache.cached and not whole.cached and cache.model.rows_computed_ > n and whole.model.rows_computed_ == 0
+    np.testing.assert_allclose(cache.model.alpha_, whole.model.alpha_, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(cache.model.rounds_, whole.model.rounds_)
+    np.testing.assert_array_equal(cache.train_pred, whole.train_pred)
+    np.testing.assert_array_equal(cache.test_pred, whole.test_pred)
+    assert whole.model.rounds_.max() > 2 and 0.5 < np.mean(whole.test_pred == np.arange(m) % classes) < 1.0
+    with pytest.raises(GpunnError, match="a cache of 20 kernel rows .* do not fit"):
+        GpuSmoRoute(3.0, 0.2, lambda line: None, labels=labels, cache_rows=20).kernels(x, xt)
+
+
 def test_svm_method_gpu_smo_refuses_bad_settings_in_one_line(tmp_path):
     paths = _feature_files(tmp_path, _rng("route bad"))
     out = tmp_path / "never"

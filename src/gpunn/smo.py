@@ -11,8 +11,10 @@ each side, by -y g (ThunderSVM's rule: without the kept half, the rounds zig-zag
 and need ten times as many on hard problems); one launch solves all of them (libsvm's second-order pair steps, one
 block a problem), one launch updates every problem's gradient from the kernel rows of the points that moved.
 
-Memory: the training kernel takes 4 n^2 bytes on the GPU (10 GB at n = 50 000) and the test kernel 4 n m; a
-matrix that does not fit is refused with one line (rows computed on demand with a cache are not built).
+Memory: the training kernel takes 4 n^2 bytes on the GPU (10 GB at n = 50 000) and the test kernel 4 n m. Where
+they do not fit the GPU's free memory, GpuSmoRoute keeps the float64 features there instead and the solver reads a
+cache of kernel rows computed on demand (gpunn.smo_rows.RowCache: the same steps, slower by the rows it recomputes),
+and the predictions are made from the test kernel a block of test points at a time.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from gpunn.errors import GpunnError
 EPS = 1e-3  # libsvm's (and SVC's default) stopping tolerance on the maximal violating pair
 WORKING_SET = 512  # points a problem's working set holds (a power of two, at most 1024: one thread each)
 KERNEL_BLOCK_ROWS = 4096  # the training kernel's row blocks, each computed from the diagonal on, then mirrored
+PREDICT_BLOCK = 4096  # points predicted a block at a time where the kernel matrices are not kept (a row cache)
 # where each round's working sets are chosen: "gpu" (kernels.smo.select_working_sets; only each problem's count
 # comes back) or "host" (the state copied back, select_round: the same sets, about 30 ms a round for 45 problems of
 # 10 000 points; docs/notes/issue-43-progress.md)
@@ -203,9 +206,9 @@ class GpuSmo:
         ws = np.zeros((1, q), dtype=np.int32)
         ws[0, 1] = 1
         d_ws, counts, delta = cuda.to_device(ws), cuda.to_device(np.array([2], np.int32)), cuda.device_array((1, q))
-        smo.local_smo(k, rows, y, alpha, grad, d_ws, counts, self.C, self.eps, delta)
+        smo.local_smo(k, rows, rows, y, alpha, grad, d_ws, counts, self.C, self.eps, delta)
         ends = cuda.to_device(np.array([0, 2], np.int32))
-        smo.update_grad(k, rows, y, grad, ends[:1], ends[1:], 2, d_ws, counts, delta)
+        smo.update_grad(k, rows, rows, y, grad, ends[:1], ends[1:], 2, d_ws, counts, delta)
         sv = cuda.to_device(np.array([0, 2], np.int32))
         smo.decision(k, rows, y, sv, cuda.to_device(np.zeros(1)), cuda.device_array((2, 1)))
         if self.selection == "gpu":
@@ -215,10 +218,15 @@ class GpuSmo:
         cuda.synchronize()
 
     def fit(self, k_train, labels: np.ndarray) -> GpuSmo:
+        """Solve on the training kernel: a square float32 device matrix, or its rows as gpunn.smo_rows gives them
+        (a RowCache computes each round's missing rows)."""
         from numba import cuda
 
         from gpunn.kernels import smo
+        from gpunn.smo_rows import FullRows
 
+        source = k_train if hasattr(k_train, "ensure") else FullRows(k_train)
+        k, d_slot = source.matrix, source.slot
         problems = one_vs_one(labels)
         n_points = problems.points.size
         sizes = np.diff(problems.offsets)
@@ -244,6 +252,7 @@ class GpuSmo:
         count_bufs = [cuda.to_device(np.zeros(problems.count, dtype=np.int32)) for _ in range(2)]
         d_gaps = cuda.device_array(problems.count, dtype=np.float64)
         d_delta = cuda.device_array((problems.count, q), dtype=np.float64)
+        d_chunk = cuda.device_array(problems.count, dtype=np.int32)  # a group's counts (the others' zero)
         previous: dict[int, np.ndarray] = {}
         while True:
             t0 = time.perf_counter()
@@ -279,8 +288,15 @@ class GpuSmo:
             host_s += time.perf_counter() - t0
             if not still:
                 break
-            smo.local_smo(k_train, d_rows, d_y, d_alpha, d_grad, d_ws, d_counts, c, self.eps, d_delta)
-            smo.update_grad(k_train, d_rows, d_y, d_grad, d_starts, d_stops, widest, d_ws, d_counts, d_delta)
+            if isinstance(source, FullRows):
+                groups = [(still, d_counts)]
+            else:  # the rows each group of problems reads, made present before its launches
+                ws_host = ws if d_marks is None else d_ws.copy_to_host()
+                groups = self._groups(problems, still, ws_host, counts, source, d_chunk)
+            for _group, group_counts in groups:
+                smo.local_smo(k, d_rows, d_slot, d_y, d_alpha, d_grad, d_ws, group_counts, c, self.eps, d_delta)
+                smo.update_grad(k, d_rows, d_slot, d_y, d_grad, d_starts, d_stops, widest, d_ws, group_counts,
+                                d_delta)
             rounds[still] += 1
             active = still
             now = time.perf_counter()
@@ -288,9 +304,28 @@ class GpuSmo:
                 last_line = now
                 self.log(f"gpu-smo: {problems.count - len(still)} of {problems.count} problems converged after "
                          f"{now - started:.0f} s ({rounds.max()} rounds)")
+        self.rows_computed_ = source.computed
         self._finish(problems, d_alpha.copy_to_host(), d_grad.copy_to_host(), rounds, q)
         self.seconds_ = {"total": time.perf_counter() - started, "host": host_s, "waiting for the GPU": wait_s}
         return self
+
+    @staticmethod
+    def _groups(problems: PairProblems, still, ws, counts, source, d_chunk):
+        """The unfinished problems in groups whose working sets' training rows fit the cache, each group's rows made
+        present (source.ensure) as it is yielded with its counts on the device (the other problems' zero)."""
+        group, rows = [], np.zeros(0, dtype=np.int64)
+        for p in [*still, None]:
+            mine = problems.points[ws[p, :counts[p]]] if p is not None else None
+            if p is None or (group and np.union1d(rows, mine).size > source.capacity):
+                source.ensure(rows)
+                chunk = np.zeros(problems.count, dtype=np.int32)
+                chunk[group] = np.asarray(counts)[group]
+                d_chunk.copy_to_device(chunk)
+                yield group, d_chunk
+                group, rows = [], np.zeros(0, dtype=np.int64)
+            if p is not None:
+                group.append(p)
+                rows = np.union1d(rows, mine)
 
     def _finish(self, problems: PairProblems, alpha, grad, rounds, q) -> None:
         from numba import cuda
@@ -344,36 +379,63 @@ class GpuSmoRoute:
     """svm method gpu-smo inside gpunn.svm.run_svm: the float32 training kernel (its row blocks from the diagonal
     on, the rest mirrored) and the (training, test) kernel computed on the GPU from float64 scaled features
     (gpunn.kernels.gemm.rbf, rounded once as stored) and kept there, GpuSmo fitted on the first and predicting from
-    the second; the GPU is held from the kernels to the last prediction. The interface of svm's precomputed route:
-    kernels(), fit(), predict() and their times."""
+    the second; the GPU is held from the kernels to the last prediction. Where the two matrices do not fit the GPU's
+    free memory (or `cache_rows` asks for it), the features stay there instead, the solver reads a RowCache of
+    cache_rows rows (default: as many as fit) and predictions come from the kernel a block of PREDICT_BLOCK points
+    at a time. The interface of svm's precomputed route: kernels(), fit(), predict() and their times."""
 
-    def __init__(self, C: float, gamma_value: float, log: Callable[[str], None], labels: np.ndarray | None = None):
-        self.C, self.gamma_value, self.log, self.labels = C, gamma_value, log, labels
+    def __init__(self, C: float, gamma_value: float, log: Callable[[str], None], labels: np.ndarray | None = None,
+                 cache_rows: int | None = None):
+        self.C, self.gamma_value, self.log, self.labels, self.cache_rows = C, gamma_value, log, labels, cache_rows
 
     def kernels(self, xs_train: np.ndarray, xs_test: np.ndarray) -> None:
         from numba import cuda
 
         from gpunn.kernels.gemm import rbf
         from gpunn.rbf_kernel import gb
+        from gpunn.smo_rows import COMPUTE_ROWS, FullRows, RowCache
 
         n, m, d = xs_train.shape[0], xs_test.shape[0], xs_train.shape[1]
-        need = 4 * n * (n + m) + 8 * d * (n + m) + 16 * (n + m)
-        free = float(cuda.current_context().get_memory_info()[0])
-        if need > 0.9 * free:
-            raise GpunnError(f"svm method gpu-smo: the float32 kernels ({n} x {n} and {n} x {m}) and the float64 "
-                             f"features take {gb(need)} of GPU memory, {gb(free)} free; use a smaller train_subset "
-                             "(kernel rows computed on demand are not built)")
+        features = 8 * d * (n + m) + 16 * (n + m)
+        whole = 4 * n * (n + m) + features
+        free = 0.9 * float(cuda.current_context().get_memory_info()[0])
+        self.cached = self.cache_rows is not None or whole > free
         self._warm_up()
         t0 = time.perf_counter()
-        d_train = cuda.to_device(np.ascontiguousarray(xs_train, dtype=np.float64))
-        sq_train = cuda.device_array(n, dtype=np.float64)
-        rbf.row_sq_norms(d_train, sq_train)
+        if self.cached:  # the features stay; the solver's rows come from a cache
+            staging = 4 * n * (COMPUTE_ROWS + PREDICT_BLOCK) + 8 * d * COMPUTE_ROWS
+            fits = int((free - features - staging) // (4 * n)) if np.isfinite(free) else n  # the simulator: inf
+            capacity = min(n, self.cache_rows or fits)
+            widest = n if self.labels is None else int(np.diff(one_vs_one(self.labels).offsets).max())
+            if capacity < min(widest, WORKING_SET) or capacity > max(fits, 0):  # a working set's rows at least
+                raise GpunnError(f"svm method gpu-smo: the float64 features ({n} + {m} x {d}: {gb(features)}) and a "
+                                 f"cache of {capacity} kernel rows ({gb(4 * n * capacity)}) do not fit the GPU's "
+                                 f"{gb(free / 0.9)} free; use a smaller train_subset")
+        self.d_train = cuda.to_device(np.ascontiguousarray(xs_train, dtype=np.float64))
+        self.sq_train = cuda.device_array(n, dtype=np.float64)
+        rbf.row_sq_norms(self.d_train, self.sq_train)
+        if self.cached:
+            self.rows = RowCache(self.d_train, self.sq_train, self.gamma_value, capacity)
+            cuda.synchronize()
+            self.kernel_time = time.perf_counter() - t0
+            self.log(f"svm[gpu-smo]: the {n} x {n} float32 kernel matrix and the test kernel ({gb(whole - features)}) "
+                     f"{'do not fit the GPU' if whole > free else 'are not kept (cache_rows)'}: a cache of "
+                     f"{capacity} kernel rows ({gb(4 * n * capacity)}) computed on demand, predictions a block of "
+                     f"{PREDICT_BLOCK} points at a time")
+            t0 = time.perf_counter()
+            self.d_test = cuda.to_device(np.ascontiguousarray(xs_test, dtype=np.float64))
+            self.sq_test = cuda.device_array(m, dtype=np.float64)
+            rbf.row_sq_norms(self.d_test, self.sq_test)
+            cuda.synchronize()
+            self.predict_kernel_time = time.perf_counter() - t0
+            return
         self.train_kernel = k = cuda.device_array((n, n), dtype=np.float32)
         for start in range(0, n, KERNEL_BLOCK_ROWS):  # each row block from the diagonal on: half of the FLOP
             stop = min(n, start + KERNEL_BLOCK_ROWS)
-            rbf.rbf_gemm(d_train[start:stop], d_train[start:], k[start:stop, start:], sq_train[start:stop],
-                         sq_train[start:], self.gamma_value)
+            rbf.rbf_gemm(self.d_train[start:stop], self.d_train[start:], k[start:stop, start:],
+                         self.sq_train[start:stop], self.sq_train[start:], self.gamma_value)
         rbf.mirror_upper(k)
+        self.rows = FullRows(k)
         cuda.synchronize()
         self.kernel_time = time.perf_counter() - t0
         self.log(f"svm[gpu-smo]: {n} x {n} float32 kernel matrix computed on the gpu in {self.kernel_time:.2f} s")
@@ -382,7 +444,8 @@ class GpuSmoRoute:
         sq_test = cuda.device_array(m, dtype=np.float64)
         rbf.row_sq_norms(d_test, sq_test)
         self.test_kernel = cuda.device_array((n, m), dtype=np.float32)  # (training rows, test points)
-        rbf.rbf_gemm(d_train, d_test, self.test_kernel, sq_train, sq_test, self.gamma_value)
+        rbf.rbf_gemm(self.d_train, d_test, self.test_kernel, self.sq_train, sq_test, self.gamma_value)
+        self.d_train = self.sq_train = None  # the kernels hold all the solver and the predictions read
         cuda.synchronize()
         self.predict_kernel_time = time.perf_counter() - t0
 
@@ -391,6 +454,7 @@ class GpuSmoRoute:
         a strided view), outside the timed parts: their compilation, or their load from the kernel cache."""
         from numba import cuda
 
+        from gpunn.kernels import rows
         from gpunn.kernels.gemm import rbf
 
         x = cuda.to_device(np.eye(3))
@@ -402,6 +466,9 @@ class GpuSmoRoute:
                          self.gamma_value)
         rbf.rbf_gemm(x, x, out, sq, sq, self.gamma_value)
         rbf.mirror_upper(out)
+        at = cuda.to_device(np.arange(3, dtype=np.int32))
+        rows.copy_rows(x, at, cuda.device_array((3, 3)), at)
+        rows.copy_rows(out, at, cuda.device_array((3, 3), dtype=np.float32), at)
         if self.labels is not None:
             solver = GpuSmo(self.C, log=self.log)
             solver.warm_up(solver.width(one_vs_one(self.labels)))
@@ -409,20 +476,36 @@ class GpuSmoRoute:
 
     def fit(self, y: np.ndarray) -> np.ndarray:
         """The solver on the training kernel; returns the training predictions (train_predict_time: their seconds)."""
-        self.model = GpuSmo(self.C, log=self.log).fit(self.train_kernel, y)
+        self.model = GpuSmo(self.C, log=self.log).fit(self.rows, y)
         self.support_ = self.model.support_
         t0 = time.perf_counter()
-        pred = self.model.predict(self.train_kernel)
+        pred = self._predict(self.d_train, self.sq_train) if self.cached else self.model.predict(self.train_kernel)
         self.train_predict_time = time.perf_counter() - t0
         self.log(f"svm[gpu-smo]: {problems_line(self.model)}")
         return pred
 
     def predict(self) -> np.ndarray:
-        return self.model.predict(self.test_kernel)
+        return self._predict(self.d_test, self.sq_test) if self.cached else self.model.predict(self.test_kernel)
+
+    def _predict(self, points, sq_points) -> np.ndarray:
+        """Labels of these device points from their kernel against the training features, a block at a time."""
+        from numba import cuda
+
+        from gpunn.kernels.gemm import rbf
+
+        dec = []
+        for start in range(0, points.shape[0], PREDICT_BLOCK):
+            stop = min(points.shape[0], start + PREDICT_BLOCK)
+            block = cuda.device_array((self.d_train.shape[0], stop - start), dtype=np.float32)
+            rbf.rbf_gemm(self.d_train, points[start:stop], block, self.sq_train, sq_points[start:stop],
+                         self.gamma_value)
+            dec.append(self.model.decision_function(block))
+        return vote(np.concatenate(dec), self.model.problems_)
 
 
 def problems_line(model: GpuSmo) -> str:
     """One line on a fitted solver: its problems, rounds, support vectors and where its seconds went."""
     seconds = ", ".join(f"{k} {v:.2f} s" for k, v in model.seconds_.items())
     return (f"{model.problems_.count} binary problems solved in {int(model.rounds_.min())}-{int(model.rounds_.max())} "
-            f"rounds of working sets of {model.q_}, {model.support_.size} support vectors ({seconds})")
+            f"rounds of working sets of {model.q_}, {model.support_.size} support vectors ({seconds})"
+            + (f"; {model.rows_computed_} kernel rows computed on demand" if model.rows_computed_ else ""))

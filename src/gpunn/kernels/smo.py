@@ -2,8 +2,10 @@
 side, each a slice of one concatenated set of points.
 
 Layout. Problem p owns points ``offsets[p] .. offsets[p + 1]`` of the float64 arrays ``y`` (+1 / -1), ``alpha``
-and ``grad`` (the dual gradient Q alpha - 1, Q_ij = y_i y_j K_ij); point i reads row / column ``rows[i]`` of the
-float32 kernel matrix ``K``. A working set is up to ``Q`` point indices a problem (``ws[p, :ws_count[p]]``).
+and ``grad`` (the dual gradient Q alpha - 1, Q_ij = y_i y_j K_ij); point i is training point ``rows[i]``, whose
+kernel row is row ``slot[rows[i]]`` of the float32 array ``K`` (n columns): the whole matrix with slot the
+identity, or a cache of rows (gpunn.smo_rows) where the working sets' rows have been computed. A working set is
+up to ``Q`` point indices a problem (``ws[p, :ws_count[p]]``).
 
 Versions:
 
@@ -115,7 +117,7 @@ def _local_smo_kernel(q: int):
     """The local solver for working sets of up to q points (q a power of two): one block of q threads a problem."""
 
     @jit(launch_bounds=q)  # registers bounded so that a block of q threads always launches
-    def local_smo_kernel(k, rows, y, alpha, grad, ws, ws_count, c, eps, max_steps, delta):
+    def local_smo_kernel(k, rows, slot, y, alpha, grad, ws, ws_count, c, eps, max_steps, delta):
         val = cuda.shared.array(q, float64)
         idx = cuda.shared.array(q, int32)
         low = cuda.shared.array(q, float64)
@@ -133,7 +135,7 @@ def _local_smo_kernel(q: int):
         a = alpha[point] if mine else 0.0
         a0 = a
         g = grad[point] if mine else 0.0
-        ktt = float64(k[row, row])
+        ktt = float64(k[slot[row], row])
         local_eps = eps
         for step in range(max_steps):
             # i: the largest -y g over the up set (ties: the lowest working-set position)
@@ -153,8 +155,8 @@ def _local_smo_kernel(q: int):
             cuda.syncthreads()
             pi = ws[p, i]
             ri = rows[pi]
-            kii = float64(k[ri, ri])
-            kti = float64(k[ri, row])
+            kii = float64(k[slot[ri], ri])
+            kti = float64(k[slot[ri], row])
             # j: the largest second-order gain over the low set; the low set's smallest -y g closes the gap
             in_low = mine and _in_low(yt, a, c)
             low[t] = f if in_low else _POS
@@ -196,7 +198,7 @@ def _local_smo_kernel(q: int):
             cuda.syncthreads()
             if t == i:
                 pj = ws[p, j]
-                ai, aj = _pair_step(yt, pair[2], a, pair[0], g, pair[1], ktt, float64(k[rows[pj], rows[pj]]),
+                ai, aj = _pair_step(yt, pair[2], a, pair[0], g, pair[1], ktt, float64(k[slot[rows[pj]], rows[pj]]),
                                     pair[3], c)
                 pair[4] = ai - a
                 pair[5] = aj - pair[0]
@@ -205,7 +207,7 @@ def _local_smo_kernel(q: int):
             yj = pair[2]
             dai = pair[4]
             daj = pair[5]
-            ktj = float64(k[rows[ws[p, j]], row])
+            ktj = float64(k[slot[rows[ws[p, j]]], row])
             if mine:
                 g += yt * (yi * dai * kti + yj * daj * ktj)
                 if t == i:
@@ -220,10 +222,12 @@ def _local_smo_kernel(q: int):
     return local_smo_kernel
 
 
-def _check_problem_arrays(op, k, rows, y, alpha, grad):
+def _check_problem_arrays(op, k, rows, slot, y, alpha, grad):
     check_array(op, "k", k, 2)
-    if k.shape[0] != k.shape[1]:
-        raise ValueError(f"{op}: k must be square (the training kernel), got shape {tuple(k.shape)}")
+    check_array(op, "slot", slot, 1, np.int32)
+    if slot.shape[0] != k.shape[1]:
+        raise ValueError(f"{op}: slot needs one entry a training point (k's {k.shape[1]} columns), got "
+                         f"{slot.shape[0]}")
     check_array(op, "rows", rows, 1, np.int32)
     for name, arr in (("y", y), ("alpha", alpha), ("grad", grad)):
         check_array(op, name, arr, 1, np.float64)
@@ -231,11 +235,11 @@ def _check_problem_arrays(op, k, rows, y, alpha, grad):
             raise ValueError(f"{op}: {name} has {arr.shape[0]} points, rows {rows.shape[0]}")
 
 
-def local_smo(k, rows, y, alpha, grad, ws, ws_count, c: float, eps: float, delta, stream=0, launch=True):
+def local_smo(k, rows, slot, y, alpha, grad, ws, ws_count, c: float, eps: float, delta, stream=0, launch=True):
     """Version 1: each problem's working set ws[p, :ws_count[p]] solved by pair steps (module docstring); alpha
     updated in place, delta[p, t] = its change; grad is read, not written (update_grad applies the steps)."""
     op = "local_smo"
-    _check_problem_arrays(op, k, rows, y, alpha, grad)
+    _check_problem_arrays(op, k, rows, slot, y, alpha, grad)
     check_array(op, "ws", ws, 2, np.int32)
     check_array(op, "ws_count", ws_count, 1, np.int32)
     check_array(op, "delta", delta, 2, np.float64)
@@ -244,7 +248,7 @@ def local_smo(k, rows, y, alpha, grad, ws, ws_count, c: float, eps: float, delta
         raise ValueError(f"{op}: ws {tuple(ws.shape)} needs a power-of-two width, delta of its shape "
                          f"(got {tuple(delta.shape)}) and one ws_count a row (got {ws_count.shape[0]})")
     kernel = _local_smo_kernel(q)
-    return bind(kernel, problems, q, (k, rows, y, alpha, grad, ws, ws_count, np.float64(c), np.float64(eps),
+    return bind(kernel, problems, q, (k, rows, slot, y, alpha, grad, ws, ws_count, np.float64(c), np.float64(eps),
                                       np.int32(LOCAL_STEPS_PER_POINT * q), delta), stream, launch, op)
 
 
@@ -253,7 +257,7 @@ UPDATE_THREADS = 256
 
 
 @jit
-def _update_grad_kernel(k, rows, y, grad, starts, stops, ws, ws_count, delta):
+def _update_grad_kernel(k, rows, slot, y, grad, starts, stops, ws, ws_count, delta):
     p = cuda.blockIdx.y
     i = starts[p] + cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
     if i >= stops[p]:
@@ -264,19 +268,20 @@ def _update_grad_kernel(k, rows, y, grad, starts, stops, ws, ws_count, delta):
         d = delta[p, s]
         if d != 0.0:  # the same for every thread of the block: a skipped step reads nothing
             point = ws[p, s]
-            acc += y[point] * d * float64(k[rows[point], col])
+            acc += y[point] * d * float64(k[slot[rows[point]], col])
     grad[i] += y[i] * acc
 
 
-def update_grad(k, rows, y, grad, starts, stops, widest: int, ws, ws_count, delta, stream=0, launch=True):
-    """Version 2: grad_i += y_i sum_s y_ws[s] delta[p, s] K[rows[ws[p, s]], rows[i]] for the points i of problem
-    p, starts[p] <= i < stops[p] (one grid row a problem; `widest`: the largest stops[p] - starts[p])."""
+def update_grad(k, rows, slot, y, grad, starts, stops, widest: int, ws, ws_count, delta, stream=0, launch=True):
+    """Version 2: grad_i += y_i sum_s y_ws[s] delta[p, s] K[slot[rows[ws[p, s]]], rows[i]] for the points i of
+    problem p, starts[p] <= i < stops[p] (one grid row a problem; `widest`: the largest stops[p] - starts[p])."""
     op = "update_grad"
+    check_array(op, "slot", slot, 1, np.int32)
     check_array(op, "starts", starts, 1, np.int32)
     check_array(op, "stops", stops, 1, np.int32)
     grid = (max(1, math.ceil(widest / UPDATE_THREADS)), ws.shape[0])
-    return bind(_update_grad_kernel, grid, UPDATE_THREADS, (k, rows, y, grad, starts, stops, ws, ws_count, delta),
-                stream, launch, op)
+    return bind(_update_grad_kernel, grid, UPDATE_THREADS, (k, rows, slot, y, grad, starts, stops, ws, ws_count,
+                                                            delta), stream, launch, op)
 
 
 # --------------------------------------------------------------------------------------------- decision
@@ -315,7 +320,7 @@ def decision(k, sv_rows, sv_coef, sv_offsets, rho, dec, stream=0, launch=True):
 
 
 # --------------------------------------------------------------------------------------------- references
-def local_smo_ref(k, rows, y, alpha, grad, ws, ws_count, c, eps):
+def local_smo_ref(k, rows, slot, y, alpha, grad, ws, ws_count, c, eps):
     """local_smo in NumPy float64, the same steps in the same order: returns (new alpha, delta)."""
     k = np.asarray(k)
     alpha = np.array(alpha, dtype=np.float64)
@@ -325,7 +330,7 @@ def local_smo_ref(k, rows, y, alpha, grad, ws, ws_count, c, eps):
         pts = ws[p, :ws_count[p]]
         r = rows[pts]
         yy, a, g = y[pts].astype(np.float64), alpha[pts].copy(), grad[pts].astype(np.float64).copy()
-        kk = k[np.ix_(r, r)].astype(np.float64)
+        kk = k[np.ix_(slot[r], r)].astype(np.float64)
         diag = np.diag(kk)
         local_eps = eps
         for step in range(LOCAL_STEPS_PER_POINT * q):
@@ -356,7 +361,7 @@ def local_smo_ref(k, rows, y, alpha, grad, ws, ws_count, c, eps):
     return alpha, delta
 
 
-def update_grad_ref(k, rows, y, grad, starts, stops, ws, ws_count, delta):
+def update_grad_ref(k, rows, slot, y, grad, starts, stops, ws, ws_count, delta):
     """update_grad in NumPy float64, each point's sum in the kernel's order."""
     grad = np.array(grad, dtype=np.float64)
     for p in range(ws.shape[0]):
@@ -365,7 +370,7 @@ def update_grad_ref(k, rows, y, grad, starts, stops, ws, ws_count, delta):
         for s in range(ws_count[p]):
             if delta[p, s] != 0.0:
                 point = ws[p, s]
-                acc += y[point] * delta[p, s] * k[rows[point], rows[pts]].astype(np.float64)
+                acc += y[point] * delta[p, s] * k[slot[rows[point]], rows[pts]].astype(np.float64)
         grad[pts] += y[pts] * acc
     return grad
 
