@@ -37,8 +37,8 @@ PAPER_VALUES = (
     PaperValue(quantity="expected_accuracy", unit="%", text="60", upper_text="65", source="Phase 2.5: SVM Integration, "
                "Analysis", anchor=("Phase 2.5", "expected range"), note="the test accuracy it expected", **_E6),
 )
-E6_SHOWN = ("method", "device", "kernel_device", "C", "gamma", "n_train", "n_test", "train_accuracy", "test_accuracy",
-            "points_vs_exact", "same_as_exact", "kernel_time_s", "fit_time_s", "predict_time_s")
+E6_SHOWN = ("method", "device", "kernel_device", "C", "gamma", "train_accuracy", "test_accuracy", "points_vs_exact",
+            "same_as_exact", "kernel_time_s", "fit_time_s", "predict_time_s")  # the title gives the row counts
 # against method exact (libsvm) when it ran too: test accuracy minus exact's, in points; the share of the test points
 # predicted as exact predicts them
 E6_FORMATS = {"points_vs_exact": "{:+.2f}", "same_as_exact": lambda v: f"{100 * float(v):.2f} %"}
