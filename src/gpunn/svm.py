@@ -1,6 +1,6 @@
 """E6: an RBF support-vector machine on the autoencoder's encoder features.
 
-Two routes:
+Three routes:
 
 * ``method="exact"``: ``StandardScaler -> SVC(kernel="rbf", C, gamma)``, the setting of the paper (which
   ran it with cuML on a GPU). libsvm evaluates each kernel value as a D-long dot product, one at a time, so
@@ -22,6 +22,9 @@ Two routes:
   The linear SVM is one-vs-rest on an explicit ``n_components``-dimensional approximation of the kernel
   feature map, where SVC is one-vs-one on the exact kernel: expect accuracies close to, not equal to, the
   exact route's.
+* ``method="gpu-smo"``: SVC's model (the same duals, tolerance, bias and votes) solved on the GPU by our SMO
+  solver (gpunn.smo), its float32 kernel matrices computed and kept there (a cache of kernel rows where they do not
+  fit), predictions on the GPU too; all training rows.
 
 Inputs are ``.npy`` files: float features of shape (N, D) (trailing dimensions, e.g. an (N, 128, 8, 8)
 latent, are flattened) and integer labels of shape (N,). Every output is written atomically and only
@@ -243,7 +246,7 @@ def resolve_train_subset(train_subset, n_total: int, method: str, kernel_device:
     if method == "nystroem":
         return None, "the Nystroem route is made for the full set"
     if method == "gpu-smo":
-        return None, "gpu-smo keeps its float32 kernel matrices on the GPU"
+        return None, "gpu-smo keeps its float32 kernel matrices (or a cache of their rows) on the GPU"
     matrix = f"its float64 {n_total} x {n_total} matrix ({gb(kernel_bytes(n_total))})"
     if kernel_device == "gpu" and precompute_kernel is not False and kernel_fits_in_memory(n_total):
         return None, f"the GPU computes the kernel and {matrix} fits in memory"
