@@ -201,10 +201,10 @@ def test_svm_method_gpu_smo_gives_libsvm_s_results(tmp_path, monkeypatch):
     assert any("6 binary problems solved in" in line for line in lines)
 
 
-@pytest.mark.parametrize("classes, size, rows", [(3, 20, 45), pytest.param(10, 300, 1500, marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("classes, size, rows", [(3, 12, 30), pytest.param(10, 300, 1500, marks=pytest.mark.gpu)])
 def test_a_kernel_row_cache_takes_the_same_steps_as_the_whole_matrix(classes, size, rows):
-    """GpuSmoRoute with a cache of `rows` kernel rows (here 45: three problems of 40 points whose working sets need
-    all 60 rows a round; on a GPU 1 500 of 3 000 with working sets of 512: the problems go in groups, rows are
+    """GpuSmoRoute with a cache of `rows` kernel rows (here 30: three problems of 24 points whose working sets need
+    all 36 rows a round; on a GPU 1 500 of 3 000 with working sets of 512: the problems go in groups, rows are
     evicted and computed again) against the route that keeps the whole matrix: the same multipliers and
     predictions; its predictions made a block of points at a time."""
     from gpunn.smo import GpuSmoRoute
