@@ -1,6 +1,6 @@
 #!/bin/bash
-# Issue 43, stop 60's device call: the solver's probe at E6's shape (smo_probe.py), then the GPU tests of the
-# solver's files; $1: output folder. Run from a copy under /tmp with PYTHONPATH set, in the background.
+# Issue 43, stop 60's and stop 61's first device call: the solver's probe at E6's shape (smo_probe.py), then the
+# GPU tests of the solver's files; $1: output folder. Run from a copy under /tmp with PYTHONPATH set, in the background.
 out=$1; mkdir -p "$out"
 exec > "$out/run.log" 2>&1
 set -x
